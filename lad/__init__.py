@@ -1,0 +1,6 @@
+"""lad: remove position bias from multimodal LLMs choosing among N images.
+
+Implements Attention-Guided Debiasing from "Logit-Attention Divergence" (Xian et al., ICML 2026).
+"""
+
+__version__ = "0.1.0"

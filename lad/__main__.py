@@ -1,0 +1,5 @@
+import sys
+
+from lad.cli import main
+
+sys.exit(main())

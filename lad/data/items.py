@@ -1,0 +1,129 @@
+"""Benchmark items (DESIGN.md): `{"id", "query", "images", "answer"}` per jsonl line, and the
+orderings each item is shown in."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lad.errors import DataError, at
+
+
+@dataclass
+class Item:
+    """One query with its N candidate images. `answer` indexes `images` (0-based)."""
+
+    id: str
+    query: str
+    images: list[Path]
+    answer: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_candidates(self) -> int:
+        return len(self.images)
+
+
+def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item]:
+    """Read and validate an items file; relative image paths resolve against its folder.
+
+    Every image must exist. With `num_candidates`, every item must have exactly that many images.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such items file")
+    items: list[Item] = []
+    seen: set[str] = set()
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            items.append(_parse_item(line, path, lineno, num_candidates, seen))
+    if not items:
+        raise DataError(f"{path}: the items file is empty")
+    return items
+
+
+def _parse_item(
+    line: str, path: Path, lineno: int, num_candidates: int | None, seen: set[str]
+) -> Item:
+    where = at(path, lineno)
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}not valid JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}expected a JSON object, got {type(obj).__name__}")
+    for key, kind in (("id", str), ("query", str), ("images", list), ("answer", int)):
+        if key not in obj:
+            raise DataError(f"{where}missing key {key!r}")
+        if not isinstance(obj[key], kind) or isinstance(obj[key], bool):
+            raise DataError(f"{where}{key!r} must be a {kind.__name__}, got {obj[key]!r}")
+    images = obj["images"]
+    if len(images) < 2 or not all(isinstance(p, str) for p in images):
+        raise DataError(f"{where}'images' must be a list of at least 2 paths")
+    if num_candidates is not None and len(images) != num_candidates:
+        raise DataError(
+            f"{where}item {obj['id']!r} has {len(images)} images but --num-candidates is "
+            f"{num_candidates}"
+        )
+    if not 0 <= obj["answer"] < len(images):
+        raise DataError(
+            f"{where}'answer' {obj['answer']} is not an index into its {len(images)} images"
+        )
+    if obj["id"] in seen:
+        raise DataError(f"{where}duplicate item id {obj['id']!r}")
+    seen.add(obj["id"])
+    resolved = [p if Path(p).is_absolute() else path.parent / p for p in map(Path, images)]
+    for p in resolved:
+        if not p.is_file():
+            raise DataError(f"{where}image not found: {p}")
+    extra = {k: v for k, v in obj.items() if k not in ("id", "query", "images", "answer")}
+    return Item(obj["id"], obj["query"], resolved, obj["answer"], extra)
+
+
+def write_items(path: str | Path, items: Iterable[Item]) -> None:
+    """Write items with image paths relative to the file's folder where possible."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    base = path.parent.resolve()
+    with path.open("w", encoding="utf-8") as f:
+        for it in items:
+            images = []
+            for p in it.images:
+                p = Path(p).resolve()
+                images.append(str(p.relative_to(base)) if p.is_relative_to(base) else str(p))
+            obj = {"id": it.id, "query": it.query, "images": images, "answer": it.answer}
+            f.write(json.dumps({**obj, **it.extra}) + "\n")
+
+
+def cyclic_shift(num_candidates: int, shift: int) -> list[int]:
+    """Left shift by `shift`: position p shows image (p + shift) mod N (§4.2)."""
+    return [(p + shift) % num_candidates for p in range(num_candidates)]
+
+
+def shuffle_orders(
+    item_id: str, num_candidates: int, num_shuffles: int, seed: int
+) -> list[list[int]]:
+    """T orderings of one item: the identity first, then distinct random permutations.
+
+    Seeded by (seed, item id), so an item's orderings do not depend on which other items run.
+    When T exceeds N! the permutations cannot all be distinct; later ones then repeat.
+    """
+    digest = hashlib.sha256(f"{seed}\0{item_id}".encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+    orders = [list(range(num_candidates))]
+    distinct = math.factorial(num_candidates)
+    while len(orders) < num_shuffles:
+        perm = rng.permutation(num_candidates).tolist()
+        if perm in orders and len(orders) < distinct:
+            continue
+        orders.append(perm)
+    return orders

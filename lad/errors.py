@@ -1,0 +1,32 @@
+"""Every error lad raises on purpose. The CLI turns these into `Error: ...` and exit code 1."""
+
+from __future__ import annotations
+
+
+class LadError(Exception):
+    """Base class: a user mistake or bad input, reported without a traceback."""
+
+
+class DataError(LadError):
+    """A benchmark items file, an image or a dataset annotation is missing or malformed."""
+
+
+class RecordError(LadError):
+    """A records / predictions file breaks the contract of DESIGN.md."""
+
+
+class CalibrationError(LadError):
+    """A calibration set is incomplete, or does not fit the records it is applied to."""
+
+
+class BackendError(LadError):
+    """A model cannot be loaded, prompted or captured as lad needs."""
+
+
+class RunError(LadError):
+    """A run directory holds work from other arguments, or is otherwise unusable."""
+
+
+def at(path: object, line: int | None = None) -> str:
+    """Location prefix for messages: 'file.jsonl:12: '."""
+    return f"{path}:{line}: " if line is not None else f"{path}: "

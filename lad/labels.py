@@ -1,0 +1,61 @@
+"""Label schemes: the strings c_1 … c_N a model answers with (paper D.2, Fig. 8)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lad.errors import LadError
+
+_ROMAN = ["I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII"]
+_ORDINALS = [
+    "first", "second", "third", "fourth", "fifth", "sixth",
+    "seventh", "eighth", "ninth", "tenth", "eleventh", "twelfth",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LabelScheme:
+    """How positions are named. `noun` fills the prompt: "Respond with the index {noun} only"."""
+
+    name: str
+    noun: str
+    max_candidates: int
+
+    def labels(self, num_candidates: int) -> list[str]:
+        """c_1 … c_N for this scheme."""
+        if not 1 <= num_candidates <= self.max_candidates:
+            raise LadError(
+                f"The '{self.name}' label scheme supports 1 to {self.max_candidates} candidates. "
+                f"Got {num_candidates} instead."
+            )
+        n = num_candidates
+        if self.name == "digits":
+            return [str(i) for i in range(1, n + 1)]
+        if self.name == "upper":
+            return [chr(ord("A") + i) for i in range(n)]
+        if self.name == "lower":
+            return [chr(ord("a") + i) for i in range(n)]
+        if self.name == "roman":
+            return _ROMAN[:n]
+        return _ORDINALS[:n]
+
+
+LABEL_SCHEMES: dict[str, LabelScheme] = {
+    s.name: s
+    for s in (
+        LabelScheme("digits", "number", 12),
+        LabelScheme("upper", "letter", 26),
+        LabelScheme("lower", "letter", 26),
+        LabelScheme("roman", "numeral", 12),
+        LabelScheme("words", "word", 12),
+    )
+}
+
+
+def get_scheme(name: str) -> LabelScheme:
+    try:
+        return LABEL_SCHEMES[name]
+    except KeyError:
+        raise LadError(
+            f"The 'labels' parameter must be one of {sorted(LABEL_SCHEMES)}. Got {name!r} instead."
+        ) from None

@@ -1,0 +1,352 @@
+"""Tiny random-init multimodal models of every architecture lad supports, for tests and benchmarks.
+
+`build_tiny_model(arch, path)` writes a checkpoint folder (config, weights, tokenizer, processor,
+chat template) that loads back through `from_pretrained` exactly like a hub checkpoint; nothing is
+downloaded. The tokenizer is made here: greedy longest-match over whole words
+(the prompt text of lad.prompts, labels of every scheme, chat-template words, plus any `words` the
+caller gives), digits split one per token as in Llama/Qwen, so labels "10".."12" take two tokens
+and unknown words fall back to characters. `TinySize` sets the shape; a benchmark can make it
+realistic where the cost comes from (many decoder layers, hundreds of image tokens per image).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lad.errors import BackendError
+from lad.labels import LABEL_SCHEMES
+from lad.prompts import TEMPLATES
+
+_SPACE = "\u2581"  # sentencepiece-style word-start marker
+
+
+@dataclass(frozen=True)
+class TinySize:
+    """Shape of a tiny model. `image_side` is the side (pixels) every image is resized to."""
+
+    text_layers: int = 2
+    hidden: int = 32
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 64
+    vision_layers: int = 2
+    vision_hidden: int = 32
+    vision_heads: int = 2
+    patch: int = 14
+    image_side: int = 56
+    max_positions: int = 8192
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+
+_COMMON_WORDS = (
+    "one two three four five six seven eight nine ten eleven twelve zero "
+    "system user assistant model You are a helpful USER ASSISTANT User Assistant Image "
+    "yes no red green blue yellow black white circle square triangle star the of and"
+)
+
+
+def _default_words() -> set[str]:
+    words: set[str] = set()
+    for text in TEMPLATES.values():
+        words.update(re.findall(r"[A-Za-z]+", text))
+    for scheme in LABEL_SCHEMES.values():
+        words.update(scheme.labels(scheme.max_candidates))
+        words.add(scheme.noun)
+    words.update(_COMMON_WORDS.split())
+    return words
+
+
+def build_tokenizer(
+    special_tokens: dict[str, str], extra_special: Iterable[str] = (), words: Iterable[str] = ()
+) -> Any:
+    """A fast tokenizer over the default words plus `words` (letters only; others are ignored).
+
+    special_tokens: role -> token, roles among bos/eos/unk/pad (missing unk becomes "<unk>").
+    extra_special: further special tokens (image placeholders, turn markers), never split.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    unk = special_tokens.get("unk_token", "<unk>")
+    specials = list(dict.fromkeys([unk, *special_tokens.values(), *extra_special]))
+    vocab: dict[str, int] = {tok: i for i, tok in enumerate(specials)}
+    for ch in [_SPACE, "\n", *string.printable.strip(), "\u201c", "\u201d"]:
+        vocab.setdefault(ch, len(vocab))
+    for ch in string.ascii_letters:
+        vocab.setdefault(_SPACE + ch, len(vocab))
+    all_words = _default_words() | {w for w in words if w}
+    for word in sorted(all_words):
+        if re.fullmatch(r"[A-Za-z]+", word):  # digits and punctuation stay single characters
+            vocab.setdefault(word, len(vocab))
+            vocab.setdefault(_SPACE + word, len(vocab))
+    # Greedy longest match: a known word is one token, an unknown one falls back to pieces.
+    model = models.WordPiece(vocab=vocab, unk_token=unk, continuing_subword_prefix="",
+                             max_input_chars_per_word=200)  # fmt: skip
+    tok = Tokenizer(model)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split("\n", behavior="isolated"),
+            pre_tokenizers.Metaspace(replacement=_SPACE, prepend_scheme="never", split=True),
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.Punctuation(),
+        ]
+    )
+    tok.decoder = decoders.Metaspace(replacement=_SPACE, prepend_scheme="never", split=True)
+    roles = ("bos_token", "eos_token", "pad_token")
+    named = {k: v for k, v in special_tokens.items() if k in roles}
+    extra = [t for t in specials if t not in named.values() and t != unk]
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token=unk, additional_special_tokens=extra, **named
+    )
+
+
+# ----------------------------------------------------------------------------- architectures
+
+
+@dataclass(frozen=True)
+class _Arch:
+    """What it takes to build one architecture: tokens, chat template, config, processor."""
+
+    special_tokens: dict[str, str]
+    extra_special: tuple[str, ...]
+    chat_template: str
+    config: Callable[[Any, TinySize], Any]  # (tokenizer, size) -> model config
+    processor: Callable[[Any, TinySize, str], Any]  # (tokenizer, size, chat template)
+    model_class: str
+    tokenizer_attrs: dict[str, str] = field(default_factory=dict)
+
+
+def _content(image: str, text: str = "{{ c['text'] }}") -> str:
+    """Jinja: a message's content, string or list of {"type": "image"|"text"} parts, in order."""
+    return (
+        "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+        "{% for c in message['content'] %}{% if c['type'] == 'image' %}" + image + "{% elif "
+        "c['type'] == 'text' %}" + text + "{% endif %}{% endfor %}{% endif %}"
+    )
+
+
+def _chatml(image: str, system: bool = True) -> str:
+    head = (
+        "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\n"
+        "You are a helpful assistant.<|im_end|>\n{% endif %}"
+        if system
+        else ""
+    )
+    return (
+        "{% for message in messages %}" + head + "<|im_start|>{{ message['role'] }}\n"
+        + _content(image)
+        + "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )  # fmt: skip
+
+
+_CHATML = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+
+
+def _text_kwargs(tok: Any, s: TinySize) -> dict[str, Any]:
+    return {
+        "vocab_size": len(tok),
+        "hidden_size": s.hidden,
+        "intermediate_size": s.intermediate,
+        "num_hidden_layers": s.text_layers,
+        "num_attention_heads": s.heads,
+        "num_key_value_heads": s.kv_heads,
+        "max_position_embeddings": s.max_positions,
+        "pad_token_id": tok.pad_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "bos_token_id": tok.bos_token_id,
+    }
+
+
+def _llava_config(tok: Any, s: TinySize) -> Any:
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
+
+    vision = CLIPVisionConfig(
+        hidden_size=s.vision_hidden,
+        intermediate_size=2 * s.vision_hidden,
+        num_hidden_layers=s.vision_layers,
+        num_attention_heads=s.vision_heads,
+        image_size=s.image_side,
+        patch_size=s.patch,
+        projection_dim=s.vision_hidden,
+    )
+    return LlavaConfig(
+        vision_config=vision,
+        text_config=LlamaConfig(**_text_kwargs(tok, s)),
+        image_token_id=tok.convert_tokens_to_ids("<image>"),
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
+
+
+def _llava_processor(tok: Any, s: TinySize, template: str) -> Any:
+    from transformers import CLIPImageProcessor, LlavaProcessor
+
+    images = CLIPImageProcessor(
+        size={"shortest_edge": s.image_side},
+        crop_size={"height": s.image_side, "width": s.image_side},
+    )
+    return LlavaProcessor(
+        image_processor=images,
+        tokenizer=tok,
+        patch_size=s.patch,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=template,
+    )
+
+
+_LLAVA_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] != 'system' %}"
+    "{{ message['role'].upper() + ': ' }}{% endif %}"
+    + _content("<image>\n", "{{ c['text'] + ' ' }}")
+    + "{% if message['role'] == 'assistant' %}</s>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+)
+
+
+def _qwen_vision(s: TinySize, v25: bool) -> dict[str, Any]:
+    common = {
+        "depth": s.vision_layers,
+        "hidden_size": s.hidden,  # output size after the patch merger
+        "num_heads": s.vision_heads,
+        "patch_size": s.patch,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    }
+    if v25:
+        return {
+            **common,
+            "hidden_size": s.vision_hidden,
+            "out_hidden_size": s.hidden,
+            "intermediate_size": 2 * s.vision_hidden,
+            "fullatt_block_indexes": [s.vision_layers - 1],
+            "window_size": 2 * s.patch * 2,
+        }
+    return {**common, "embed_dim": s.vision_hidden, "mlp_ratio": 2}
+
+
+def _qwen_config(v25: bool) -> Callable[[Any, TinySize], Any]:
+    def build(tok: Any, s: TinySize) -> Any:
+        from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
+
+        half = s.hidden // s.heads // 2
+        t = half // 4
+        section = [half - 2 * t, t, t]
+        text = {**_text_kwargs(tok, s), "rope_parameters": {"rope_type": "default",
+                "rope_theta": 10000.0, "mrope_section": section}}  # fmt: skip
+        ids = {
+            name: tok.convert_tokens_to_ids(token)
+            for name, token in (
+                ("image_token_id", "<|image_pad|>"),
+                ("video_token_id", "<|video_pad|>"),
+                ("vision_start_token_id", "<|vision_start|>"),
+                ("vision_end_token_id", "<|vision_end|>"),
+            )
+        }
+        cls = Qwen2_5_VLConfig if v25 else Qwen2VLConfig
+        return cls(text_config=text, vision_config=_qwen_vision(s, v25), **ids)
+
+    return build
+
+
+def _qwen_processor(v25: bool) -> Callable[[Any, TinySize, str], Any]:
+    def build(tok: Any, s: TinySize, template: str) -> Any:
+        from transformers import (
+            Qwen2_5_VLProcessor,
+            Qwen2VLImageProcessor,
+            Qwen2VLProcessor,
+            Qwen2VLVideoProcessor,
+        )
+
+        pixels = s.image_side * s.image_side
+        kw = {"min_pixels": pixels, "max_pixels": pixels, "patch_size": s.patch}
+        images = Qwen2VLImageProcessor(**kw, merge_size=2, temporal_patch_size=2)
+        video = Qwen2VLVideoProcessor(**kw, merge_size=2, temporal_patch_size=2)
+        cls = Qwen2_5_VLProcessor if v25 else Qwen2VLProcessor
+        return cls(image_processor=images, tokenizer=tok, video_processor=video,
+                   chat_template=template)  # fmt: skip
+
+    return build
+
+
+_QWEN_SPECIAL = (
+    "<|im_start|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+
+ARCHITECTURES: dict[str, _Arch] = {
+    "llava": _Arch(
+        special_tokens={
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "pad_token": "<pad>",
+        },
+        extra_special=("<image>",),
+        chat_template=_LLAVA_TEMPLATE,
+        config=_llava_config,
+        processor=_llava_processor,
+        model_class="LlavaForConditionalGeneration",
+    ),
+    "qwen2_vl": _Arch(
+        special_tokens=_CHATML,
+        extra_special=_QWEN_SPECIAL,
+        chat_template=_chatml("<|vision_start|><|image_pad|><|vision_end|>"),
+        config=_qwen_config(False),
+        processor=_qwen_processor(False),
+        model_class="Qwen2VLForConditionalGeneration",
+    ),
+    "qwen2_5_vl": _Arch(
+        special_tokens=_CHATML,
+        extra_special=_QWEN_SPECIAL,
+        chat_template=_chatml("<|vision_start|><|image_pad|><|vision_end|>"),
+        config=_qwen_config(True),
+        processor=_qwen_processor(True),
+        model_class="Qwen2_5_VLForConditionalGeneration",
+    ),
+}
+
+
+def build_tiny_model(
+    arch: str,
+    path: str | Path,
+    *,
+    size: TinySize | None = None,
+    words: Iterable[str] = (),
+    seed: int = 0,
+) -> Path:
+    """Write a random-init checkpoint of `arch` to `path`; load it with `from_pretrained(path)`.
+
+    words: extra vocabulary (e.g. a benchmark's captions) learned as whole tokens.
+    seed: the weights depend only on (arch, size, words, seed).
+    """
+    import transformers
+
+    if arch not in ARCHITECTURES:
+        raise BackendError(
+            f"The 'arch' parameter must be one of {sorted(ARCHITECTURES)}. Got {arch!r} instead."
+        )
+    spec = ARCHITECTURES[arch]
+    size = size or TinySize()
+    path = Path(path)
+    tok = build_tokenizer(spec.special_tokens, spec.extra_special, words)
+    config = spec.config(tok, size)
+    torch.manual_seed(seed)
+    model = getattr(transformers, spec.model_class)(config).eval()
+    processor = spec.processor(tok, size, spec.chat_template)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    model.generation_config.save_pretrained(path)
+    return path

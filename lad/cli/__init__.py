@@ -11,7 +11,7 @@ import sys
 
 from lad.errors import LadError
 
-COMMAND_MODULES = ()
+COMMAND_MODULES = ("data",)
 
 
 def build_parser() -> argparse.ArgumentParser:

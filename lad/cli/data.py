@@ -1,0 +1,178 @@
+"""`lad data shapes|coco|flickr8k|import`: build benchmark items files."""
+
+from __future__ import annotations
+
+import argparse
+
+from lad.errors import DataError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "data",
+        help="build benchmark items: shapes, MS-COCO, Flickr8k, official files",
+        description="Build benchmark items files (DESIGN.md format).",
+        epilog="example:\n  lad data shapes --num-candidates 4 --items 100 --out data/shapes",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="data_command", required=True, metavar="DATASET")
+    _register_shapes(commands)
+    _register_real(commands, "coco")
+    _register_real(commands, "flickr8k")
+    _register_import(commands)
+
+
+def _add(commands: argparse._SubParsersAction, name: str, help_text: str, example: str):
+    return commands.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        epilog="example:\n  " + example,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def _common(p: argparse.ArgumentParser, items_default: int) -> None:
+    p.add_argument("--num-candidates", "-n", type=int, default=4, help="images per item, N")
+    p.add_argument("--setting", choices=["random", "adversarial"], default="random")
+    p.add_argument("--items", type=int, default=items_default, help="number of items")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+
+
+def _register_shapes(commands: argparse._SubParsersAction) -> None:
+    p = _add(
+        commands,
+        "shapes",
+        "Draw the shapes benchmark: coloured shapes, each query describing exactly one image.",
+        "lad data shapes --num-candidates 4 --setting adversarial --items 200 --split eval "
+        "--seed 0 --out data/shapes-eval",
+    )
+    _common(p, items_default=100)
+    p.add_argument("--split", choices=["train", "eval", "calibration"], default="eval")
+    p.add_argument("--image-size", type=int, default=64, help="image side in pixels")
+    p.add_argument("--max-shapes", type=int, default=2, help="objects per image, 1 to 4")
+    p.add_argument(
+        "--position-weights",
+        type=_floats,
+        default=None,
+        help="comma-separated share of answers at each position (default: uniform)",
+    )
+    p.add_argument("--out", required=True, help="output folder (items.jsonl and images/)")
+    p.set_defaults(func=_run_shapes)
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas, got {text!r}"
+        ) from None
+
+
+def _run_shapes(args: argparse.Namespace) -> int:
+    from lad.data.shapes import build_shapes
+
+    path = build_shapes(
+        args.out,
+        num_candidates=args.num_candidates,
+        setting=args.setting,
+        items=args.items,
+        split=args.split,
+        seed=args.seed,
+        image_size=args.image_size,
+        max_shapes=args.max_shapes,
+        position_weights=args.position_weights,
+    )
+    print(f"Wrote {args.items} items to {path}")
+    return 0
+
+
+def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
+    if name == "coco":
+        help_text = "Build an MS-COCO benchmark from its own annotation files."
+        example = (
+            "lad data coco --images val2014 --captions captions_val2014.json --instances "
+            "instances_val2014.json --setting adversarial --num-candidates 4 --items 1000 "
+            "--out coco-adv-4.jsonl"
+        )
+    else:
+        help_text = "Build a Flickr8k benchmark from its caption token file."
+        example = (
+            "lad data flickr8k --images Flicker8k_Dataset --captions Flickr8k.token.txt "
+            "--setting random --num-candidates 4 --items 1000 --out flickr-random-4.jsonl"
+        )
+    p = _add(commands, name, help_text, example)
+    p.add_argument("--images", required=True, help="folder holding the dataset's images")
+    p.add_argument("--captions", required=True, help="the dataset's caption annotation file")
+    if name == "coco":
+        p.add_argument(
+            "--instances", help="instances_*.json (categories; required for adversarial)"
+        )
+    _common(p, items_default=1000)
+    p.add_argument(
+        "--calibration-items",
+        type=int,
+        default=5,
+        help="items written to OUT's .calibration.jsonl sibling, disjoint from the others",
+    )
+    p.add_argument(
+        "--clip",
+        default="openai/clip-vit-large-patch14",
+        help="CLIP-like model (hub id or local path) for the adversarial setting",
+    )
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
+    p.add_argument("--batch-size", type=int, default=32, help="CLIP batch size")
+    p.add_argument("--out", required=True, help="output items file (.jsonl)")
+    p.set_defaults(func=_run_real, dataset=name)
+
+
+def _run_real(args: argparse.Namespace) -> int:
+    from lad.data.builders import BuildOptions, build_benchmark
+
+    options = BuildOptions(
+        num_candidates=args.num_candidates,
+        setting=args.setting,
+        items=args.items,
+        calibration_items=args.calibration_items,
+        seed=args.seed,
+        clip=args.clip,
+        device=args.device,
+        batch_size=args.batch_size,
+    )
+    if args.dataset == "coco":
+        from lad.data.coco import load_coco
+
+        pool = load_coco(args.images, args.captions, args.instances)
+    else:
+        from lad.data.flickr import load_flickr8k
+
+        pool = load_flickr8k(args.images, args.captions)
+    out, calibration = build_benchmark(pool, args.out, options)
+    print(f"Wrote {args.items} items to {out}")
+    if calibration is not None:
+        print(f"Wrote {args.calibration_items} calibration items to {calibration}")
+    return 0
+
+
+def _register_import(commands: argparse._SubParsersAction) -> None:
+    p = _add(
+        commands,
+        "import",
+        "Convert the paper's official evaluation file (annotations_{N}_1_{mode}.json).",
+        "lad data import annotations_4_1_adversarial.json --images val2014 --out coco-adv-4.jsonl",
+    )
+    p.add_argument("file", help="the official annotations JSON file")
+    p.add_argument("--images", required=True, help="folder holding the images it names")
+    p.add_argument("--out", required=True, help="output items file (.jsonl)")
+    p.set_defaults(func=_run_import)
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    from lad.data.official import import_official
+
+    if not args.out.endswith(".jsonl"):
+        raise DataError(f"--out must be a .jsonl file. Got {args.out!r}.")
+    count = import_official(args.file, args.images, args.out)
+    print(f"Wrote {count} items to {args.out}")
+    return 0

@@ -1,12 +1,22 @@
 """Records: one per (item, ordering), the unit every method and metric is computed from.
 
-The format is the contract of DESIGN.md; see `Record` for each field.
+The format is the contract of DESIGN.md; see `Record` for each field. `RecordSet` is the columnar
+form methods and metrics work on; `read_records` / `write_records` move it to and from `.jsonl`
+(one JSON object per line) or `.parquet`, chosen by the file's extension.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import numpy as np
+import orjson
+
+from lad.errors import RecordError, at
 
 
 @dataclass
@@ -31,3 +41,642 @@ class Record:
     logprobs: list[float]
     attention: list[list[float]]
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+RECORD_KEYS = ("item", "ordering", "order", "answer", "logprobs", "attention", "extra")
+
+
+@dataclass
+class RecordSet:
+    """Many records as arrays (R records, N candidates, L layers).
+
+    items:     (R,) str item ids.
+    ordering:  (R,) int.
+    order:     (R, N) int, each row a permutation of 0..N-1.
+    answer:    (R,) int answer positions.
+    logprobs:  (R, N) float64.
+    attention: (R, L, N) float64, non-negative.
+    extra:     R dicts.
+    """
+
+    items: np.ndarray
+    ordering: np.ndarray
+    order: np.ndarray
+    answer: np.ndarray
+    logprobs: np.ndarray
+    attention: np.ndarray
+    extra: list[dict[str, Any]]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def num_candidates(self) -> int:
+        return int(self.logprobs.shape[1])
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.attention.shape[1])
+
+    @classmethod
+    def empty(cls, num_candidates: int = 0, num_layers: int = 0) -> RecordSet:
+        n, nl = num_candidates, num_layers
+        return cls(
+            items=np.array([], dtype=str),
+            ordering=np.zeros(0, dtype=np.int64),
+            order=np.zeros((0, n), dtype=np.int64),
+            answer=np.zeros(0, dtype=np.int64),
+            logprobs=np.zeros((0, n)),
+            attention=np.zeros((0, nl, n)),
+            extra=[],
+        )
+
+    @classmethod
+    def from_records(cls, records: Iterable[Record]) -> RecordSet:
+        """Validate and stack records (in memory; see `read_records` for files)."""
+        rows = [
+            {
+                "item": r.item,
+                "ordering": r.ordering,
+                "order": r.order,
+                "answer": r.answer,
+                "logprobs": r.logprobs,
+                "attention": r.attention,
+                "extra": r.extra,
+            }
+            for r in records
+        ]
+        return _from_objects(rows, list(range(1, len(rows) + 1)), where=_record_where)
+
+    def to_records(self) -> list[Record]:
+        return [
+            Record(
+                item=str(self.items[i]),
+                ordering=int(self.ordering[i]),
+                order=self.order[i].tolist(),
+                answer=int(self.answer[i]),
+                logprobs=self.logprobs[i].tolist(),
+                attention=self.attention[i].tolist(),
+                extra=dict(self.extra[i]),
+            )
+            for i in range(len(self))
+        ]
+
+    def select(self, which: np.ndarray | Sequence[int] | Sequence[bool]) -> RecordSet:
+        """The records at these indices, or where this boolean mask is true."""
+        idx = np.asarray(which)
+        if idx.dtype == bool:
+            if idx.shape != (len(self),):
+                raise RecordError(f"a mask must have one entry per record ({len(self)})")
+            idx = np.flatnonzero(idx)
+        idx = idx.astype(np.int64, copy=False)
+        return RecordSet(
+            items=self.items[idx],
+            ordering=self.ordering[idx],
+            order=self.order[idx],
+            answer=self.answer[idx],
+            logprobs=self.logprobs[idx],
+            attention=self.attention[idx],
+            extra=[self.extra[i] for i in idx],
+        )
+
+    def keys(self) -> list[tuple[str, int]]:
+        """(item, ordering) of every record: what a prediction refers to."""
+        return list(zip(self.items.tolist(), self.ordering.tolist(), strict=True))
+
+    def answer_image(self) -> np.ndarray:
+        """(R,) index into the item's images of the correct image."""
+        return np.take_along_axis(self.order, self.answer[:, None], axis=1)[:, 0]
+
+
+def concat(sets: Sequence[RecordSet]) -> RecordSet:
+    """One RecordSet holding the records of all `sets`, in order; N and L must agree."""
+    sets = [s for s in sets if len(s)]
+    if not sets:
+        return RecordSet.empty()
+    shapes = {(s.num_candidates, s.num_layers) for s in sets}
+    if len(shapes) > 1:
+        raise RecordError(f"cannot concatenate records with different (N, L): {sorted(shapes)}")
+    return RecordSet(
+        items=np.concatenate([s.items for s in sets]),
+        ordering=np.concatenate([s.ordering for s in sets]),
+        order=np.concatenate([s.order for s in sets]),
+        answer=np.concatenate([s.answer for s in sets]),
+        logprobs=np.concatenate([s.logprobs for s in sets]),
+        attention=np.concatenate([s.attention for s in sets]),
+        extra=[e for s in sets for e in s.extra],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation shared by jsonl, parquet and in-memory records.
+
+
+def _record_where(lineno: int) -> str:
+    return f"record {lineno}: "
+
+
+def _check_object(obj: Any, where: str) -> None:
+    """Types and shapes of one record object; numbers are checked afterwards, vectorised."""
+    if not isinstance(obj, dict):
+        raise RecordError(f"{where}expected a JSON object, got {type(obj).__name__}")
+    for key in RECORD_KEYS[:-1]:
+        if key not in obj:
+            raise RecordError(f"{where}missing key {key!r} (a record has keys {list(RECORD_KEYS)})")
+    unknown = set(obj) - set(RECORD_KEYS)
+    if unknown:
+        raise RecordError(
+            f"{where}unknown key(s) {sorted(unknown)}; a record has keys {list(RECORD_KEYS)} "
+            "(put anything else under 'extra')"
+        )
+    if not isinstance(obj["item"], str):
+        raise RecordError(f"{where}'item' must be a string, got {obj['item']!r}")
+    for key in ("ordering", "answer"):
+        if not isinstance(obj[key], int) or isinstance(obj[key], bool):
+            raise RecordError(f"{where}{key!r} must be an integer, got {obj[key]!r}")
+    for key in ("order", "logprobs", "attention"):
+        if not isinstance(obj[key], list):
+            raise RecordError(f"{where}{key!r} must be a list, got {type(obj[key]).__name__}")
+    if not isinstance(obj.get("extra", {}), dict):
+        raise RecordError(f"{where}'extra' must be an object, got {obj['extra']!r}")
+
+
+def _check_shapes(obj: dict, n: int, nl: int, where: str) -> None:
+    if len(obj["order"]) != n or len(obj["logprobs"]) != n:
+        raise RecordError(
+            f"{where}'order' and 'logprobs' must have N = {n} entries like the first record, "
+            f"got {len(obj['order'])} and {len(obj['logprobs'])}"
+        )
+    att = obj["attention"]
+    if len(att) != nl:
+        raise RecordError(
+            f"{where}'attention' must have L = {nl} layers like the first record, got {len(att)}"
+        )
+    for layer, row in enumerate(att):
+        if not isinstance(row, list) or len(row) != n:
+            raise RecordError(f"{where}attention[{layer}] must be a list of N = {n} numbers")
+
+
+def _as_array(values: list, dtype: type, name: str, where_of) -> np.ndarray:
+    try:
+        return np.array(values, dtype=dtype)
+    except (TypeError, ValueError):
+        pass
+    # Slow path, only on failure: find the first record whose values do not convert.
+    for i, v in enumerate(values):
+        try:
+            np.array(v, dtype=dtype)
+        except (TypeError, ValueError):
+            kind = "integers" if dtype is np.int64 else "numbers"
+            raise RecordError(f"{where_of(i)}{name!r} must hold only {kind}") from None
+        if dtype is np.int64 and any(isinstance(x, (bool, float)) for x in v):
+            raise RecordError(f"{where_of(i)}{name!r} must hold only integers") from None
+    raise RecordError(f"{where_of(0)}{name!r} could not be read as numbers")
+
+
+def _from_objects(objs: list[dict], linenos: list[int], where) -> RecordSet:
+    """Validate parsed record objects and stack them; `where(lineno)` prefixes messages."""
+    if not objs:
+        return RecordSet.empty()
+    for obj, lineno in zip(objs, linenos, strict=True):
+        _check_object(obj, where(lineno))
+    n, nl = len(objs[0]["logprobs"]), len(objs[0]["attention"])
+    if n < 2:
+        raise RecordError(f"{where(linenos[0])}a record needs at least 2 candidates, got {n}")
+    if nl < 1:
+        raise RecordError(f"{where(linenos[0])}'attention' must have at least one layer")
+    for obj, lineno in zip(objs, linenos, strict=True):
+        _check_shapes(obj, n, nl, where(lineno))
+
+    def where_of(i: int) -> str:
+        return where(linenos[i])
+
+    for i, obj in enumerate(objs):
+        if any(not isinstance(x, int) or isinstance(x, bool) for x in obj["order"]):
+            raise RecordError(f"{where_of(i)}'order' must hold only integers")
+    records = RecordSet(
+        items=np.array([o["item"] for o in objs], dtype=str),
+        ordering=np.array([o["ordering"] for o in objs], dtype=np.int64),
+        order=np.array([o["order"] for o in objs], dtype=np.int64),
+        answer=np.array([o["answer"] for o in objs], dtype=np.int64),
+        logprobs=_as_array([o["logprobs"] for o in objs], np.float64, "logprobs", where_of),
+        attention=_as_array([o["attention"] for o in objs], np.float64, "attention", where_of),
+        extra=[o.get("extra", {}) for o in objs],
+    )
+    validate(records, where_of)
+    return records
+
+
+def validate(records: RecordSet, where_of=None) -> None:
+    """Check the numbers of a RecordSet: permutations, answers in range, finite values,
+    non-negative attention, unique (item, ordering), one answer image per item."""
+    where_of = where_of or (lambda i: _record_where(i + 1))
+    n = records.num_candidates
+    checks = [
+        (
+            (np.sort(records.order, axis=1) != np.arange(n)).any(axis=1),
+            lambda i: f"'order' {records.order[i].tolist()} is not a permutation of 0..{n - 1}",
+        ),
+        (
+            (records.answer < 0) | (records.answer >= n),
+            lambda i: f"'answer' {records.answer[i]} is not a position in 0..{n - 1}",
+        ),
+        (
+            ~np.isfinite(records.logprobs).all(axis=1),
+            lambda i: "'logprobs' must be finite numbers (no NaN or infinity)",
+        ),
+        (
+            ~np.isfinite(records.attention).all(axis=(1, 2)),
+            lambda i: "'attention' must be finite numbers (no NaN or infinity)",
+        ),
+        (
+            (records.attention < 0).any(axis=(1, 2)),
+            lambda i: "'attention' is attention mass and must be >= 0",
+        ),
+    ]
+    for bad, message in checks:
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise RecordError(f"{where_of(i)}{message(i)}")
+    _check_unique(records, where_of)
+    _check_answer_image(records, where_of)
+
+
+def _check_unique(records: RecordSet, where_of) -> None:
+    seen: dict[tuple[str, int], int] = {}
+    for i, key in enumerate(records.keys()):
+        if key in seen:
+            raise RecordError(
+                f"{where_of(i)}duplicate record for item {key[0]!r}, ordering {key[1]} "
+                f"(first at {where_of(seen[key]).rstrip(': ')})"
+            )
+        seen[key] = i
+
+
+def _check_answer_image(records: RecordSet, where_of) -> None:
+    """Every ordering of an item must put the answer on the same image."""
+    _, first, inverse = np.unique(records.items, return_index=True, return_inverse=True)
+    image = records.answer_image()
+    bad = image != image[first[inverse]]
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        j = int(first[inverse[i]])
+        raise RecordError(
+            f"{where_of(i)}item {records.items[i]!r}: the answer is image {image[i]} here but "
+            f"image {image[j]} at {where_of(j).rstrip(': ')}; 'answer' must follow 'order'"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Files.
+
+
+def _is_parquet(path: Path) -> bool:
+    return path.suffix.lower() in (".parquet", ".pq")
+
+
+def read_records(path: str | Path, *, missing_ok: bool = False) -> RecordSet:
+    """Read and validate a `.jsonl` or `.parquet` records file.
+
+    A bad record is a RecordError naming the file, the line (jsonl) or row (parquet) and the
+    problem. With `missing_ok`, a missing file gives an empty RecordSet (for resuming a run).
+    """
+    path = Path(path)
+    if not path.is_file():
+        if missing_ok:
+            return RecordSet.empty()
+        raise RecordError(f"{path}: no such records file")
+    if _is_parquet(path):
+        return _read_parquet(path)
+    return _read_jsonl(path)
+
+
+def _read_jsonl(path: Path) -> RecordSet:
+    objs: list[dict] = []
+    linenos: list[int] = []
+    with path.open("rb") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                objs.append(orjson.loads(line))
+            except orjson.JSONDecodeError as e:
+                raise RecordError(f"{at(path, lineno)}not valid JSON ({e})") from None
+            linenos.append(lineno)
+    return _from_objects(objs, linenos, where=lambda lineno: at(path, lineno))
+
+
+def _record_object(r: Record) -> dict[str, Any]:
+    return {
+        "item": r.item,
+        "ordering": int(r.ordering),
+        "order": [int(x) for x in r.order],
+        "answer": int(r.answer),
+        "logprobs": [float(x) for x in r.logprobs],
+        "attention": [[float(x) for x in row] for row in r.attention],
+        "extra": r.extra,
+    }
+
+
+def _dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def write_records(path: str | Path, records: RecordSet | Iterable[Record]) -> None:
+    """Write records to `.jsonl` or `.parquet` (by extension), replacing the file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if _is_parquet(path):
+        rs = records if isinstance(records, RecordSet) else RecordSet.from_records(records)
+        _write_parquet(path, rs)
+        return
+    rows = records.to_records() if isinstance(records, RecordSet) else records
+    with path.open("wb") as f:
+        for r in rows:
+            f.write(_dumps(_record_object(r)) + b"\n")
+
+
+class RecordWriter:
+    """Append records to a `.jsonl` file one line at a time, flushing each (for long runs).
+
+    Opening a file whose last line is incomplete (a run killed mid-write) drops that partial
+    line first, so the file stays valid and the run can resume.
+
+        with RecordWriter("run/records.jsonl") as w:
+            w.write(record)
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if _is_parquet(self.path):
+            raise RecordError(f"{self.path}: RecordWriter appends jsonl; use write_records")
+        self._file = None
+
+    def __enter__(self) -> RecordWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _drop_partial_line(self.path)
+        self._file = self.path.open("ab")
+        return self
+
+    def write(self, record: Record) -> None:
+        if self._file is None:
+            raise RecordError("RecordWriter is not open; use it as `with RecordWriter(path) as w`")
+        self._file.write(_dumps(_record_object(record)) + b"\n")
+        self._file.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _drop_partial_line(path: Path) -> None:
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        # Walk back to the last newline (or the start of the file) and cut there.
+        size = f.seek(0, os.SEEK_END)
+        pos = size
+        while pos > 0:
+            step = min(65536, pos)
+            f.seek(pos - step)
+            chunk = f.read(step)
+            k = chunk.rfind(b"\n")
+            if k >= 0:
+                f.truncate(pos - step + k + 1)
+                return
+            pos -= step
+        f.truncate(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parquet: columns item, ordering, order, answer, logprobs, attention (list<list<double>>),
+# extra (a JSON string per row).
+
+
+def _write_parquet(path: Path, records: RecordSet) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    r, n, nl = len(records), records.num_candidates, records.num_layers
+
+    def lists(values: pa.Array, rows: int, width: int) -> pa.ListArray:
+        offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
+        return pa.ListArray.from_arrays(offsets, values)
+
+    layer_rows = lists(pa.array(records.attention.reshape(-1)), r * nl, n)  # (R*L) lists of N
+    table = pa.table(
+        {
+            "item": pa.array(records.items.tolist(), type=pa.string()),
+            "ordering": records.ordering,
+            "order": lists(pa.array(records.order.reshape(-1)), r, n),
+            "answer": records.answer,
+            "logprobs": lists(pa.array(records.logprobs.reshape(-1)), r, n),
+            "attention": lists(layer_rows, r, nl),
+            "extra": pa.array([_dumps(e).decode() for e in records.extra], type=pa.string()),
+        }
+    )
+    pq.write_table(table, path)
+
+
+def _read_parquet(path: Path) -> RecordSet:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise RecordError(f"{path}: not a readable parquet file ({e})") from None
+    missing = [k for k in RECORD_KEYS if k not in table.column_names]
+    if missing:
+        raise RecordError(f"{path}: parquet records lack column(s) {missing}")
+    if table.num_rows == 0:
+        return RecordSet.empty()
+
+    def row_where(i: int) -> str:
+        return f"{path}: row {i + 1}: "
+
+    def fixed(name: str, depth: int) -> tuple[np.ndarray, list[int]]:
+        """Flatten a (nested) list column, checking every row has the same length per level."""
+        col = table.column(name).combine_chunks()
+        widths = []
+        for _ in range(depth):
+            if col.null_count:
+                raise RecordError(f"{row_where(0)}{name!r} has missing values")
+            lengths = np.diff(col.offsets.to_numpy())
+            bad = np.flatnonzero(lengths != lengths[0])
+            if bad.size:
+                raise RecordError(f"{path}: {name!r} lists differ in length (entry {bad[0] + 1})")
+            widths.append(int(lengths[0]))
+            col = col.flatten()
+        return col.to_numpy(zero_copy_only=False), widths
+
+    order, (n,) = fixed("order", 1)
+    logprobs, (n2,) = fixed("logprobs", 1)
+    attention, (nl, n3) = fixed("attention", 2)
+    if not n == n2 == n3:
+        raise RecordError(f"{path}: 'order', 'logprobs' and 'attention' disagree on N")
+    try:
+        extra = [orjson.loads(s) if s else {} for s in table.column("extra").to_pylist()]
+    except orjson.JSONDecodeError as e:
+        raise RecordError(f"{path}: column 'extra' must hold JSON objects ({e})") from None
+    records = RecordSet(
+        items=np.array(table.column("item").to_pylist(), dtype=str),
+        ordering=table.column("ordering").to_numpy().astype(np.int64),
+        order=order.astype(np.int64).reshape(-1, n),
+        answer=table.column("answer").to_numpy().astype(np.int64),
+        logprobs=logprobs.astype(np.float64).reshape(-1, n),
+        attention=attention.astype(np.float64).reshape(-1, nl, n),
+        extra=extra,
+    )
+    validate(records, row_where)
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# Predictions: `{"item", "ordering", "method", "prediction", "scores"}` per line.
+
+
+@dataclass
+class Prediction:
+    """One method's choice for one record. `prediction` is a position in that ordering, or -1
+    for an unparseable reply (it counts as wrong). `scores` (N,) are the method's scores."""
+
+    item: str
+    ordering: int
+    method: str
+    prediction: int
+    scores: list[float]
+
+
+PREDICTION_KEYS = ("item", "ordering", "method", "prediction", "scores")
+
+
+def predictions_for(
+    records: RecordSet, method: str, scores: np.ndarray, prediction: np.ndarray | None = None
+) -> list[Prediction]:
+    """Predictions for every record from (R, N) scores (argmax unless `prediction` is given)."""
+    pred = scores.argmax(axis=1) if prediction is None else np.asarray(prediction)
+    scores = np.asarray(scores)
+    return [
+        Prediction(item, ordering, method, int(p), s)
+        for (item, ordering), p, s in zip(records.keys(), pred, scores.tolist(), strict=True)
+    ]
+
+
+def write_predictions(
+    path: str | Path,
+    predictions: Iterable[Prediction] | RecordSet,
+    by_method: dict[str, np.ndarray] | None = None,
+) -> None:
+    """Write predictions: `write_predictions(path, [Prediction, ...])`, or
+    `write_predictions(path, records, {method: array})` where each array is (R, N) scores
+    (prediction = argmax) or (R,) positions (written with empty scores)."""
+    if isinstance(predictions, RecordSet):
+        predictions = _from_method_arrays(predictions, by_method or {})
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        for p in predictions:
+            obj = {
+                "item": p.item,
+                "ordering": int(p.ordering),
+                "method": p.method,
+                "prediction": int(p.prediction),
+                "scores": [float(x) for x in p.scores],
+            }
+            f.write(_dumps(obj) + b"\n")
+
+
+def _from_method_arrays(records: RecordSet, by_method: dict[str, np.ndarray]) -> list[Prediction]:
+    out: list[Prediction] = []
+    for method, values in by_method.items():
+        arr = np.asarray(values)
+        if arr.shape == (len(records), records.num_candidates):
+            out += predictions_for(records, method, arr)
+        elif arr.shape == (len(records),):
+            empty = np.zeros((len(records), 0))
+            out += predictions_for(records, method, empty, prediction=arr)
+        else:
+            raise RecordError(
+                f"predictions for '{method}' must have shape ({len(records)},) or "
+                f"({len(records)}, {records.num_candidates}), got {arr.shape}"
+            )
+    return out
+
+
+def read_predictions(path: str | Path) -> list[Prediction]:
+    """Read and validate a predictions file; a bad line names the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecordError(f"{path}: no such predictions file")
+    out: list[Prediction] = []
+    with path.open("rb") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                out.append(_parse_prediction(line, at(path, lineno)))
+    return out
+
+
+def _parse_prediction(line: bytes, where: str) -> Prediction:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        raise RecordError(f"{where}not valid JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise RecordError(f"{where}expected a JSON object, got {type(obj).__name__}")
+    for key, kind in (("item", str), ("ordering", int), ("method", str), ("prediction", int)):
+        if key not in obj:
+            raise RecordError(f"{where}missing key {key!r} (a prediction has {PREDICTION_KEYS})")
+        if not isinstance(obj[key], kind) or isinstance(obj[key], bool):
+            raise RecordError(f"{where}{key!r} must be a {kind.__name__}, got {obj[key]!r}")
+    scores = obj.get("scores", [])
+    if not isinstance(scores, list) or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in scores
+    ):
+        raise RecordError(f"{where}'scores' must be a list of finite numbers")
+    if obj["prediction"] < -1 or (scores and obj["prediction"] >= len(scores)):
+        raise RecordError(
+            f"{where}'prediction' {obj['prediction']} is not a position (or -1 for unparseable)"
+        )
+    return Prediction(obj["item"], obj["ordering"], obj["method"], obj["prediction"], scores)
+
+
+def predictions_by_method(
+    records: RecordSet, predictions: Iterable[Prediction], source: object = "predictions"
+) -> dict[str, np.ndarray]:
+    """Align predictions with records: {method: (R,) int positions, -1 = unparseable}.
+
+    Every record needs one prediction per method; predictions for unknown records are errors.
+    """
+    index = {key: i for i, key in enumerate(records.keys())}
+    n = records.num_candidates
+    out: dict[str, np.ndarray] = {}
+    for p in predictions:
+        i = index.get((p.item, p.ordering))
+        if i is None:
+            raise RecordError(
+                f"{source}: prediction for item {p.item!r}, ordering {p.ordering} matches no record"
+            )
+        if not -1 <= p.prediction < n:
+            raise RecordError(
+                f"{source}: prediction {p.prediction} for item {p.item!r} is not in -1..{n - 1}"
+            )
+        arr = out.setdefault(p.method, np.full(len(records), -2, dtype=np.int64))
+        if arr[i] != -2:
+            raise RecordError(
+                f"{source}: two '{p.method}' predictions for item {p.item!r}, ordering {p.ordering}"
+            )
+        arr[i] = p.prediction
+    for method, arr in out.items():
+        missing = np.flatnonzero(arr == -2)
+        if missing.size:
+            i = int(missing[0])
+            raise RecordError(
+                f"{source}: method '{method}' has no prediction for item {records.items[i]!r}, "
+                f"ordering {records.ordering[i]} ({missing.size} records lack one)"
+            )
+    return out

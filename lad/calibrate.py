@@ -1,0 +1,324 @@
+"""Calibration (paper §4.2): the conditional bias matrix, the attention prior and PriDe's prior,
+estimated from a symmetrised calibration set and saved as `calibration.json`.
+
+Calibration records hold each calibration item under all N cyclic left-shifts: record `ordering`
+is the shift s and `order[p]` = base[(p + s) mod N], so the answer visits every position once.
+
+    cal = Calibration().fit(read_records("run/calibration.jsonl"))
+    cal.save("run/calibration.json")
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lad.errors import CalibrationError
+from lad.records import Record, RecordSet
+
+FORMAT = "lad-calibration/1"
+OBS_MEANS = ("prob", "logit")
+
+# Attention mass below this is treated as this (before taking logs), so zero or tiny attention
+# never gives -inf / NaN scores. Far below any real mass spread over an image's tokens.
+ATTENTION_FLOOR = 1e-12
+
+# log γ̂ is capped so γ̂ stays a finite float in JSON even for a degenerate calibration set.
+MAX_LOG_GAMMA = 700.0
+
+
+def logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
+    """log Σ exp(x) along `axis`, stable; finite whenever some entry is finite."""
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    return np.squeeze(m, axis=axis) + np.log(np.sum(np.exp(x - m), axis=axis))
+
+
+def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return x - np.expand_dims(logsumexp(x, axis=axis), axis)
+
+
+def log_attention(attention: np.ndarray) -> np.ndarray:
+    """log a, with a floored at ATTENTION_FLOOR."""
+    return np.log(np.maximum(attention, ATTENTION_FLOOR))
+
+
+def _as_recordset(records: RecordSet | list[Record]) -> RecordSet:
+    return records if isinstance(records, RecordSet) else RecordSet.from_records(records)
+
+
+def check_symmetrised(records: RecordSet, *, allow_partial: bool = False, what: str = "") -> None:
+    """Each item must appear under all N cyclic shifts s = 0..N-1 of one base order.
+
+    `ordering` is the shift; order[p] must equal base[(p + s) mod N]. With `allow_partial`,
+    missing shifts are accepted (the shifts present must still be consistent).
+    """
+    what = what or "calibration records"
+    n = len(records)
+    if n == 0:
+        raise CalibrationError(f"no {what}: need each item under all cyclic shifts")
+    num = records.num_candidates
+    if ((records.ordering < 0) | (records.ordering >= num)).any():
+        i = int(np.flatnonzero((records.ordering < 0) | (records.ordering >= num))[0])
+        raise CalibrationError(
+            f"{what}: item {records.items[i]!r} has ordering {records.ordering[i]}, but a "
+            f"calibration record's ordering is its cyclic shift 0..{num - 1}"
+        )
+    # base[q] = order_s[(q - s) mod N]: undo each record's shift.
+    idx = (np.arange(num)[None, :] - records.ordering[:, None]) % num
+    base = np.take_along_axis(records.order, idx, axis=1)
+    names, first, inverse = np.unique(records.items, return_index=True, return_inverse=True)
+    bad = (base != base[first[inverse]]).any(axis=1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise CalibrationError(
+            f"{what}: item {records.items[i]!r}, shift {records.ordering[i]}: order "
+            f"{records.order[i].tolist()} is not a cyclic left-shift by {records.ordering[i]} "
+            f"of the item's shift-0 order {base[first[inverse[i]]].tolist()}"
+        )
+    if allow_partial:
+        return
+    present = np.zeros((len(names), num), dtype=bool)
+    present[inverse, records.ordering] = True
+    missing = np.argwhere(~present)
+    if missing.size:
+        k, s = missing[0]
+        raise CalibrationError(
+            f"{what}: item {names[k]!r} lacks cyclic shift {s} ({len(missing)} (item, shift) "
+            f"pairs missing); a symmetrised set has every item under all {num} shifts, or pass "
+            "allow_partial / --allow-partial"
+        )
+
+
+class Calibration:
+    """Fitted quantities of §4.2 (sklearn-like: options here, numbers from `fit`).
+
+    obs_mean: "prob" averages probabilities in Eq. 1 (the paper); "logit" averages log-probs
+              and renormalises (the official code).
+
+    Fitted fields (None until `fit` or `load`):
+    log_obs (N, N):          log P̂_obs(j|i), row i = answer position (Eq. 1).
+    gamma:                   γ̂ (Eq. 4), >= 1.
+    log_bias (N, N):         log P̂_bias(j|i) = log P̂_obs(j|i) − [j = i] log γ̂ (Eq. 5).
+    attention_prior (L, N):  â^(l)_prior,k, the mean attention over the set (Eq. 7).
+    pride_log_prior (N,):    PriDe's log p_prior(j): log-softmax of the mean log P(c_j|x).
+    num_items, num_candidates, num_layers; model, labels, prompt_sha256 ("" / [] when unknown).
+    """
+
+    def __init__(self, *, obs_mean: str = "prob"):
+        if obs_mean not in OBS_MEANS:
+            raise CalibrationError(
+                f"The 'obs_mean' parameter must be one of {list(OBS_MEANS)}. "
+                f"Got {obs_mean!r} instead."
+            )
+        self.obs_mean = obs_mean
+        self.log_obs: np.ndarray | None = None
+        self.gamma: float | None = None
+        self.log_bias: np.ndarray | None = None
+        self.attention_prior: np.ndarray | None = None
+        self.pride_log_prior: np.ndarray | None = None
+        self.num_items: int | None = None
+        self.num_candidates: int | None = None
+        self.num_layers: int | None = None
+        self.model = ""
+        self.labels: list[str] = []
+        self.prompt_sha256 = ""
+
+    # -- fitting -------------------------------------------------------------------------------
+
+    def fit(
+        self,
+        records: RecordSet | list[Record],
+        *,
+        model: str | None = None,
+        labels: list[str] | None = None,
+        prompt_sha256: str | None = None,
+        allow_partial: bool = False,
+    ) -> Calibration:
+        """Estimate Eqs. 1, 4, 5, 7 and PriDe's prior from calibration records; returns self."""
+        records = _as_recordset(records)
+        check_symmetrised(records, allow_partial=allow_partial)
+        if not np.isfinite(records.logprobs).all() or not np.isfinite(records.attention).all():
+            raise CalibrationError("calibration records hold NaN or infinite values")
+        num = records.num_candidates
+        if labels is not None and len(labels) != num:
+            raise CalibrationError(
+                f"{len(labels)} labels given for calibration records with N = {num} candidates"
+            )
+        self.log_obs = self._log_obs(records)
+        log_gamma = _log_gamma(self.log_obs)
+        self.gamma = math.exp(log_gamma)
+        self.log_bias = self.log_obs - log_gamma * np.eye(num)  # Eq. 5
+        self.attention_prior = records.attention.mean(axis=0)  # Eq. 7
+        self.pride_log_prior = log_softmax(records.logprobs.mean(axis=0))
+        self.num_items = len(np.unique(records.items))
+        self.num_candidates = num
+        self.num_layers = records.num_layers
+        self.model = model or ""
+        self.labels = list(labels or [])
+        self.prompt_sha256 = prompt_sha256 or ""
+        return self
+
+    def _log_obs(self, records: RecordSet) -> np.ndarray:
+        """Eq. 1: row i averages the prompts whose answer is at position i."""
+        num = records.num_candidates
+        rows = []
+        for i in range(num):
+            lp = records.logprobs[records.answer == i]
+            if len(lp) == 0:
+                raise CalibrationError(
+                    f"no calibration record has its answer at position {i}; P̂_obs(·|{i}) "
+                    "(Eq. 1) cannot be estimated"
+                )
+            if self.obs_mean == "prob":
+                rows.append(logsumexp(log_softmax(lp, axis=1), axis=0) - math.log(len(lp)))
+            else:
+                rows.append(log_softmax(lp.mean(axis=0)))
+        return np.stack(rows)
+
+    # -- use -----------------------------------------------------------------------------------
+
+    def check_fitted(self) -> None:
+        if self.log_bias is None:
+            raise CalibrationError(
+                "This Calibration is not fitted yet; call fit(calibration_records) or "
+                "Calibration.load(path) first"
+            )
+
+    def check_compatible(
+        self,
+        records: RecordSet,
+        model: str | None = None,
+        labels: list[str] | None = None,
+        prompt_sha256: str | None = None,
+    ) -> None:
+        """Refuse records of another N or L, or (when both sides know it) another model,
+        label scheme or prompt."""
+        self.check_fitted()
+        if len(records) and records.num_candidates != self.num_candidates:
+            raise CalibrationError(
+                f"the calibration is for N = {self.num_candidates} candidates but the records "
+                f"have N = {records.num_candidates}; calibrate with records of the same N"
+            )
+        if len(records) and records.num_layers != self.num_layers:
+            raise CalibrationError(
+                f"the calibration has L = {self.num_layers} attention layers but the records "
+                f"have L = {records.num_layers}; was it made with another model?"
+            )
+        for name, mine, theirs in (
+            ("model", self.model, model),
+            ("labels", list(self.labels), list(labels or [])),
+            ("prompt_sha256", self.prompt_sha256, prompt_sha256),
+        ):
+            if mine and theirs and mine != theirs:
+                raise CalibrationError(
+                    f"the calibration's {name} is {mine!r} but the records' is {theirs!r}; "
+                    "recalibrate with the same model, label scheme and prompt"
+                )
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        self.check_fitted()
+        return {
+            "format": FORMAT,
+            "model": self.model,
+            "num_candidates": self.num_candidates,
+            "labels": self.labels,
+            "prompt_sha256": self.prompt_sha256,
+            "num_items": self.num_items,
+            "num_layers": self.num_layers,
+            "log_obs": self.log_obs.tolist(),
+            "gamma": self.gamma,
+            "log_bias": self.log_bias.tolist(),
+            "attention_prior": self.attention_prior.tolist(),
+            "pride_log_prior": self.pride_log_prior.tolist(),
+            "obs_mean": self.obs_mean,
+        }
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Calibration:
+        path = Path(path)
+        if not path.is_file():
+            raise CalibrationError(f"{path}: no such calibration file")
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise CalibrationError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+        return cls.from_dict(obj, source=path)
+
+    @classmethod
+    def from_dict(cls, obj: Any, source: object = "calibration") -> Calibration:
+        """Read a "lad-calibration/1" object (the one place old versions would be handled)."""
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+            got = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
+            raise CalibrationError(f"{source}: expected format {FORMAT!r}, got {got!r}")
+        cal = cls(obs_mean=obj.get("obs_mean", "prob"))
+        try:
+            num, nl = int(obj["num_candidates"]), int(obj["num_layers"])
+            cal.log_obs = _matrix(obj, "log_obs", (num, num), source)
+            cal.log_bias = _matrix(obj, "log_bias", (num, num), source)
+            cal.attention_prior = _matrix(obj, "attention_prior", (nl, num), source)
+            cal.pride_log_prior = _matrix(obj, "pride_log_prior", (num,), source)
+            cal.gamma = float(obj["gamma"])
+            cal.num_items = int(obj["num_items"])
+            cal.model = str(obj.get("model") or "")
+            cal.labels = [str(x) for x in obj.get("labels") or []]
+            cal.prompt_sha256 = str(obj.get("prompt_sha256") or "")
+        except KeyError as e:
+            raise CalibrationError(f"{source}: missing key {e.args[0]!r}") from None
+        except (TypeError, ValueError) as e:
+            raise CalibrationError(f"{source}: malformed calibration ({e})") from None
+        if (cal.attention_prior < 0).any() or not math.isfinite(cal.gamma) or cal.gamma < 1:
+            raise CalibrationError(f"{source}: attention_prior must be >= 0 and gamma >= 1")
+        cal.num_candidates, cal.num_layers = num, nl
+        return cal
+
+    @classmethod
+    def from_arrays(
+        cls,
+        log_bias: np.ndarray,
+        attention_prior: np.ndarray,
+        pride_log_prior: np.ndarray | None = None,
+        **meta: Any,
+    ) -> Calibration:
+        """A calibration made from given matrices (tests, ablations). log_obs = log_bias."""
+        cal = cls()
+        cal.log_bias = np.asarray(log_bias, dtype=np.float64)
+        cal.log_obs = cal.log_bias.copy()
+        cal.gamma = 1.0
+        cal.attention_prior = np.asarray(attention_prior, dtype=np.float64)
+        num = cal.log_bias.shape[0]
+        cal.pride_log_prior = (
+            np.full(num, -math.log(num)) if pride_log_prior is None else np.asarray(pride_log_prior)
+        )
+        cal.num_items = 0
+        cal.num_candidates, cal.num_layers = num, cal.attention_prior.shape[0]
+        for key, value in meta.items():
+            setattr(cal, key, value)
+        return cal
+
+
+def _log_gamma(log_obs: np.ndarray) -> float:
+    """Eq. 4 in log space: max over i, j≠i of log P̂_obs(i|i) − log P̂_obs(j|i), at least 0."""
+    margin = np.diag(log_obs)[:, None] - log_obs
+    np.fill_diagonal(margin, -np.inf)
+    return float(min(max(margin.max(), 0.0), MAX_LOG_GAMMA))
+
+
+def _matrix(obj: dict, key: str, shape: tuple[int, ...], source: object) -> np.ndarray:
+    arr = np.asarray(obj[key], dtype=np.float64)
+    if arr.shape != shape:
+        raise CalibrationError(f"{source}: {key!r} must have shape {shape}, got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise CalibrationError(f"{source}: {key!r} holds NaN or infinite values")
+    return arr

@@ -1,0 +1,266 @@
+"""Methods (paper §4.3 and the readouts of Tables 4, 7, 8): pure functions of records.
+
+Each maps (records, calibration, options) to (R, N) scores, vectorised over records; the
+prediction is the argmax. docs/methods.md states what each computes.
+
+    scores = score("lad", records, calibration, MethodOptions(top_k=2, tau=5.0))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from lad.calibrate import Calibration, check_symmetrised, log_attention, log_softmax, logsumexp
+from lad.errors import CalibrationError, LadError, RecordError
+from lad.records import RecordSet
+
+LAYER_STRATEGIES = ("top-k", "all")
+
+
+@dataclass(frozen=True)
+class MethodOptions:
+    """Options of the attention-guided methods (defaults: the paper's).
+
+    top_k:       K, how many layers Eq. 9 selects.
+    tau:         τ of Eq. 12 (>= 0).
+    layers:      "top-k" (Eq. 9, per record), "all", or a tuple of 0-based layer indices.
+    use_prior:   divide attention by the attention prior (Eq. 11); off = Table 4's "no prior".
+    obs_mean:    Eq. 1 over probabilities ("prob", paper) or log-probs ("logit", official code);
+                 applies when a calibration is fitted, and must match a given calibration.
+    mixture:     Eq. 13 in probability space ("prob", paper) or log space ("log", official code).
+    attn_mean:   Eq. 11 averages log attention over layers ("log", paper), or takes the log of
+                 the layers' mean raw attention ("raw", official code).
+    layer_range: (first, last) 0-based inclusive; top-K searches only there (official code).
+    """
+
+    top_k: int = 2
+    tau: float = 5.0
+    layers: str | tuple[int, ...] = "top-k"
+    use_prior: bool = True
+    obs_mean: str = "prob"
+    mixture: str = "prob"
+    attn_mean: str = "log"
+    layer_range: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        _choice("obs_mean", self.obs_mean, ("prob", "logit"))
+        _choice("mixture", self.mixture, ("prob", "log"))
+        _choice("attn_mean", self.attn_mean, ("log", "raw"))
+        if isinstance(self.layers, str):
+            _choice("layers", self.layers, LAYER_STRATEGIES)
+        elif not self.layers or not all(isinstance(i, int) for i in self.layers):
+            raise LadError(
+                f"The 'layers' parameter must be 'top-k', 'all' or a non-empty tuple of layer "
+                f"indices. Got {self.layers!r} instead."
+            )
+        if not isinstance(self.top_k, int) or self.top_k < 1:
+            raise LadError(f"The 'top_k' parameter must be an integer >= 1. Got {self.top_k!r}.")
+        if not (np.isfinite(self.tau) and self.tau >= 0):
+            raise LadError(f"The 'tau' parameter must be a finite number >= 0. Got {self.tau!r}.")
+        if self.layer_range is not None and (
+            len(self.layer_range) != 2 or not 0 <= self.layer_range[0] <= self.layer_range[1]
+        ):
+            raise LadError(
+                f"The 'layer_range' parameter must be (first, last) with 0 <= first <= last. "
+                f"Got {self.layer_range!r} instead."
+            )
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise LadError(
+            f"The '{name}' parameter must be one of {list(allowed)}. Got {value!r} instead."
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer selection and the attention posterior (Eqs. 8-12).
+
+
+def selected_layers(records: RecordSet, options: MethodOptions = MethodOptions()) -> np.ndarray:
+    """(R, K') 0-based layer indices L* used for each record (K' = K, L or the fixed list)."""
+    r, nl = len(records), records.num_layers
+    if options.layers == "all":
+        return np.broadcast_to(np.arange(nl), (r, nl))
+    if not isinstance(options.layers, str):
+        bad = [i for i in options.layers if not 0 <= i < nl]
+        if bad:
+            raise LadError(f"layers {bad} are out of range: the records have L = {nl} layers")
+        return np.broadcast_to(np.array(options.layers, dtype=np.int64), (r, len(options.layers)))
+    first, last = options.layer_range or (0, nl - 1)
+    if last >= nl:
+        raise LadError(f"layer_range {options.layer_range} is out of range: L = {nl} layers")
+    strength = records.attention[:, first : last + 1, :].sum(axis=2)  # Eq. 8, (R, L')
+    k = min(options.top_k, last - first + 1)
+    # Stable sort of −S: ties go to the lower layer, so selection is deterministic (Eq. 9).
+    return np.argsort(-strength, axis=1, kind="stable")[:, :k] + first
+
+
+def _gather_layers(values: np.ndarray, layers: np.ndarray) -> np.ndarray:
+    """values (R, L, N), layers (R, K) -> (R, K, N)."""
+    return np.take_along_axis(values, layers[:, :, None], axis=1)
+
+
+def _mean_log_attention(attention: np.ndarray, layers: np.ndarray, attn_mean: str) -> np.ndarray:
+    """(R, N): mean over the selected layers of log a, or log of the mean a ("raw")."""
+    picked = _gather_layers(attention, layers)  # (R, K, N)
+    if attn_mean == "raw":
+        return log_attention(picked.mean(axis=1))
+    return log_attention(picked).mean(axis=1)
+
+
+def log_purified(
+    records: RecordSet, calibration: Calibration | None, options: MethodOptions = MethodOptions()
+) -> np.ndarray:
+    """(R, N) log π̃ of Eq. 11 (up to a constant per record)."""
+    layers = selected_layers(records, options)
+    log_pt = _mean_log_attention(records.attention, layers, options.attn_mean)
+    if options.use_prior:
+        _need_calibration(calibration, records, "the attention prior")
+        prior = np.broadcast_to(calibration.attention_prior, records.attention.shape)
+        # Eq. 11: minus the mean over L* of log â_prior (also so in the official "raw" variant).
+        log_pt = log_pt - log_attention(_gather_layers(prior, layers)).mean(axis=1)
+    return log_pt
+
+
+def lad_log_posterior(
+    records: RecordSet, calibration: Calibration | None, options: MethodOptions = MethodOptions()
+) -> np.ndarray:
+    """(R, N) log π = log softmax(τ · log π̃) (Eq. 12)."""
+    return log_softmax(options.tau * log_purified(records, calibration, options), axis=1)
+
+
+def lad_posterior(
+    records: RecordSet, calibration: Calibration | None, options: MethodOptions = MethodOptions()
+) -> np.ndarray:
+    """(R, N) the visual posterior π of Eq. 12; rows sum to 1."""
+    return np.exp(lad_log_posterior(records, calibration, options))
+
+
+def log_mixture_prior(
+    records: RecordSet, calibration: Calibration, options: MethodOptions = MethodOptions()
+) -> np.ndarray:
+    """(R, N) log P_prior(j|x) = log Σ_k π_k P̂_bias(j|k) (Eq. 13), or Σ_k π_k log P̂_bias(j|k)
+    with mixture="log"."""
+    _need_calibration(calibration, records, "the bias matrix")
+    log_pi = lad_log_posterior(records, calibration, options)  # (R, N) over k
+    if options.mixture == "log":
+        return np.exp(log_pi) @ calibration.log_bias
+    # (R, K=N, 1) + (1, N, N) -> logsumexp over k -> (R, N)
+    return logsumexp(log_pi[:, :, None] + calibration.log_bias[None, :, :], axis=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The methods.
+
+
+def _vanilla(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+    return records.logprobs.copy()
+
+
+def _pride(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+    _need_calibration(calibration, records, "PriDe's prior")
+    return records.logprobs - calibration.pride_log_prior[None, :]
+
+
+def _lad(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+    return records.logprobs - log_mixture_prior(records, calibration, options)  # Eq. 14
+
+
+def _attn(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+    layers = selected_layers(records, options)
+    return _mean_log_attention(records.attention, layers, options.attn_mean)
+
+
+def _attn_purified(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+    return lad_log_posterior(records, calibration, options)
+
+
+def _perm_avg(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+    """Mean log P per image identity over the item's N cyclic shifts, read at each position."""
+    if perm_records is None or not len(perm_records):
+        raise LadError("perm-avg needs perm_records: each evaluated item under all N cyclic shifts")
+    n = records.num_candidates
+    if perm_records.num_candidates != n:
+        raise RecordError(
+            f"perm-avg records have N = {perm_records.num_candidates}, the records N = {n}"
+        )
+    check_symmetrised(perm_records, what="perm-avg records")
+    names, inverse = np.unique(perm_records.items, return_inverse=True)
+    by_image = np.zeros((len(names), n))
+    rows = np.repeat(inverse, n)
+    np.add.at(by_image, (rows, perm_records.order.reshape(-1)), perm_records.logprobs.reshape(-1))
+    by_image /= np.bincount(inverse, minlength=len(names))[:, None]
+    k = np.searchsorted(names, records.items)
+    k = np.minimum(k, len(names) - 1)
+    missing = names[k] != records.items
+    if missing.any():
+        item = records.items[np.flatnonzero(missing)[0]]
+        raise RecordError(f"perm-avg records lack item {item!r} ({missing.sum()} records affected)")
+    return np.take_along_axis(by_image[k], records.order, axis=1)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A scoring method: `scores(records, calibration, options, perm_records) -> (R, N)`."""
+
+    name: str
+    scores: Callable[..., np.ndarray]
+    description: str
+    passes: str = "1"  # forward passes per prediction: "1" or "N"
+
+    def forward_passes(self, num_candidates: int) -> float:
+        return float(num_candidates if self.passes == "N" else 1)
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("vanilla", _vanilla, "argmax of log P(c_j|x)"),
+        Method("pride", _pride, "log P(c_j|x) minus PriDe's global log prior"),
+        Method("lad", _lad, "attention-guided debiasing, Eqs. 8-14"),
+        Method("attn", _attn, "raw attention readout: mean over L* of log a_k"),
+        Method("attn-purified", _attn_purified, "purified attention: log π (Eq. 12)"),
+        Method("perm-avg", _perm_avg, "log P averaged per image over N cyclic shifts", "N"),
+    )
+}
+
+
+def _need_calibration(calibration: Calibration | None, records: RecordSet, what: str) -> None:
+    if calibration is None:
+        raise CalibrationError(f"{what} comes from a calibration; give calibration records")
+    calibration.check_compatible(records)
+
+
+def score(
+    method: str,
+    records: RecordSet,
+    calibration: Calibration | None = None,
+    options: MethodOptions = MethodOptions(),
+    perm_records: RecordSet | None = None,
+) -> np.ndarray:
+    """(R, N) scores of `method` for every record; higher is better. Always finite."""
+    if method not in METHODS:
+        raise LadError(f"Unknown method {method!r}. Methods computed from records: {list(METHODS)}")
+    if calibration is not None and calibration.obs_mean != options.obs_mean:
+        raise CalibrationError(
+            f"the calibration averaged Eq. 1 over {calibration.obs_mean!r} but the options ask "
+            f"for {options.obs_mean!r}; refit it with Calibration(obs_mean={options.obs_mean!r})"
+        )
+    if not len(records):
+        return np.zeros((0, records.num_candidates))
+    return METHODS[method].scores(records, calibration, options, perm_records)
+
+
+def predict(
+    method: str,
+    records: RecordSet,
+    calibration: Calibration | None = None,
+    options: MethodOptions = MethodOptions(),
+    perm_records: RecordSet | None = None,
+) -> np.ndarray:
+    """(R,) chosen positions: argmax of `score` (the first on ties)."""
+    return score(method, records, calibration, options, perm_records).argmax(axis=1)

@@ -1,0 +1,147 @@
+"""Metrics (paper §5.2) from records and each method's chosen positions, as percentages.
+
+Acc is the accuracy per shuffle index (record `ordering`), reported as mean ± sample std over the
+T shuffles; RStd is the sample std over the N positions of the recall at each position; Cons. is
+the share of items for which the same *image* (via `order`) is chosen under all their orderings.
+A prediction of -1 (an unparseable reply) counts as wrong and is reported as `parse_failure`.
+
+    metrics = compute_metrics(records, {"vanilla": predict("vanilla", records)})
+    print(format_table(metrics))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from lad.errors import LadError
+from lad.records import RecordSet
+
+
+def default_costs(num_candidates: int) -> dict[str, float]:
+    """Forward passes per prediction of the methods computed from records."""
+    from lad.methods import METHODS
+
+    return {name: m.forward_passes(num_candidates) for name, m in METHODS.items()}
+
+
+def _percent(x: float) -> float:
+    return float(100.0 * x)
+
+
+def _check_predictions(records: RecordSet, method: str, pred: Any) -> np.ndarray:
+    arr = np.asarray(pred)
+    n = records.num_candidates
+    if arr.shape != (len(records),) or not np.issubdtype(arr.dtype, np.integer):
+        raise LadError(
+            f"predictions for '{method}' must be ({len(records)},) integer positions, "
+            f"got shape {arr.shape} of {arr.dtype}"
+        )
+    if ((arr < -1) | (arr >= n)).any():
+        bad = arr[(arr < -1) | (arr >= n)][0]
+        raise LadError(f"'{method}' predicts position {bad}; positions are 0..{n - 1} or -1")
+    return arr.astype(np.int64)
+
+
+def _consistency(records: RecordSet, pred: np.ndarray, item_index: np.ndarray, n_items: int):
+    """Share of items whose chosen image is the same under all their orderings."""
+    chosen = np.where(
+        pred >= 0, np.take_along_axis(records.order, np.maximum(pred, 0)[:, None], 1)[:, 0], -1
+    )
+    lo = np.full(n_items, np.iinfo(np.int64).max)
+    hi = np.full(n_items, -2)
+    np.minimum.at(lo, item_index, chosen)
+    np.maximum.at(hi, item_index, chosen)
+    return float(np.mean((lo == hi) & (lo >= 0)))
+
+
+def method_metrics(
+    records: RecordSet, pred: np.ndarray, item_index: np.ndarray, n_items: int
+) -> dict[str, Any]:
+    """Acc, RStd, Cons., recall/selection by position and confusion for one method."""
+    n = records.num_candidates
+    correct = pred == records.answer
+    shuffles = np.unique(records.ordering)
+    acc_t = np.array([correct[records.ordering == t].mean() for t in shuffles])
+    recall: list[float | None] = []
+    confusion = np.zeros((n, n))
+    for p in range(n):
+        at_p = records.answer == p
+        recall.append(_percent(correct[at_p].mean()) if at_p.any() else None)
+        if at_p.any():
+            confusion[p] = np.bincount(pred[at_p & (pred >= 0)], minlength=n) / at_p.sum()
+    present = [x for x in recall if x is not None]
+    out: dict[str, Any] = {
+        "acc": _percent(acc_t.mean()),
+        "acc_std": _percent(acc_t.std(ddof=1)) if len(acc_t) > 1 else 0.0,
+        "rstd": float(np.std(present, ddof=1)) if len(present) > 1 else 0.0,
+        "cons": _percent(_consistency(records, pred, item_index, n_items)),
+        "recall_by_position": recall,
+        "selection_by_position": [
+            _percent(x) for x in np.bincount(pred[pred >= 0], minlength=n) / len(pred)
+        ],
+        "confusion": (100.0 * confusion).tolist(),
+        "acc_by_shuffle": [_percent(x) for x in acc_t],
+    }
+    if (pred == -1).any():
+        out["parse_failure"] = _percent(np.mean(pred == -1))
+    return out
+
+
+def compute_metrics(
+    records: RecordSet,
+    predictions_by_method: dict[str, Any],
+    *,
+    costs: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """metrics.json (DESIGN.md) for each method's (R,) chosen positions (-1 = unparseable).
+
+    `costs` gives forward passes per prediction by method; methods computed from records default
+    to 1 (perm-avg: N). Independent of the order of the records.
+    """
+    if not len(records):
+        raise LadError("no records to compute metrics on")
+    n = records.num_candidates
+    names, item_index = np.unique(records.items, return_inverse=True)
+    per_item = np.bincount(item_index)  # (item, ordering) pairs are unique in a RecordSet
+    known = {**default_costs(n), **(costs or {})}
+    methods = {}
+    for method, pred in predictions_by_method.items():
+        m = method_metrics(
+            records, _check_predictions(records, method, pred), item_index, len(names)
+        )
+        cost = known.get(method)
+        m["forward_passes_per_item"] = None if cost is None else float(cost)
+        methods[method] = m
+    return {
+        "num_candidates": n,
+        "num_items": len(names),
+        "num_shuffles": int(per_item.max()),
+        "num_records": len(records),
+        "methods": methods,
+    }
+
+
+def format_table(metrics: dict[str, Any]) -> str:
+    """The paper's layout: methods as rows; Acc (mean ± std), RStd, Cons., passes."""
+    methods = metrics["methods"]
+    with_parse = any("parse_failure" in m for m in methods.values())
+    head = f"{'Method':<18}{'Acc (↑)':>16}{'RStd (↓)':>10}{'Cons. (↑)':>11}{'Passes':>8}"
+    if with_parse:
+        head += f"{'Unparsed':>10}"
+    lines = [
+        f"N = {metrics['num_candidates']}, {metrics['num_items']} items × "
+        f"{metrics['num_shuffles']} shuffles",
+        head,
+        "-" * len(head),
+    ]
+    for name, m in methods.items():
+        passes = m.get("forward_passes_per_item")
+        acc = f"{m['acc']:.2f}±{m['acc_std']:.2f}"
+        row = f"{name:<18}{acc:>16}{m['rstd']:>10.2f}{m['cons']:>11.2f}"
+        row += f"{'?' if passes is None else f'{passes:g}':>8}"
+        if with_parse:
+            row += f"{m.get('parse_failure', 0.0):>9.2f}%"
+        lines.append(row)
+    return "\n".join(lines)

@@ -231,7 +231,10 @@ METHODS: dict[str, Method] = {
 
 def _need_calibration(calibration: Calibration | None, records: RecordSet, what: str) -> None:
     if calibration is None:
-        raise CalibrationError(f"{what} comes from a calibration; give calibration records")
+        raise CalibrationError(
+            f"{what} comes from a calibration: fit one on calibration records "
+            "(--calibration-records) or load a calibration.json (--calibration)"
+        )
     calibration.check_compatible(records)
 
 
@@ -264,3 +267,17 @@ def predict(
 ) -> np.ndarray:
     """(R,) chosen positions: argmax of `score` (the first on ties)."""
     return score(method, records, calibration, options, perm_records).argmax(axis=1)
+
+
+def score_methods(
+    methods: list[str],
+    records: RecordSet,
+    calibration: Calibration | None = None,
+    options: MethodOptions = MethodOptions(),
+    perm_records: RecordSet | None = None,
+) -> dict[str, np.ndarray]:
+    """{method: (R, N) scores} for several methods (unknown names fail before any work)."""
+    for method in methods:
+        if method not in METHODS:
+            score(method, records)  # raises the unknown-method error
+    return {m: score(m, records, calibration, options, perm_records) for m in methods}

@@ -1,0 +1,167 @@
+"""`lad score` and `lad metrics`: methods and metrics over stored records, no model needed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from lad.calibrate import Calibration
+from lad.errors import LadError
+from lad.methods import METHODS, MethodOptions, score_methods
+from lad.metrics import compute_metrics, format_table
+from lad.records import (
+    predictions_by_method,
+    read_predictions,
+    read_records,
+    write_predictions,
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_score(subparsers)
+    _register_metrics(subparsers)
+
+
+def _parser(subparsers, name: str, help_text: str, example: str) -> argparse.ArgumentParser:
+    return subparsers.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        epilog="example:\n  " + example,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def _layers(text: str) -> str | tuple[int, ...]:
+    if text in ("top-k", "all"):
+        return text
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected 'top-k', 'all' or comma-separated 0-based layer indices, got {text!r}"
+        ) from None
+
+
+def _layer_range(text: str) -> tuple[int, int]:
+    try:
+        first, last = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected FIRST,LAST (0-based), got {text!r}") from None
+    return first, last
+
+
+def _register_score(subparsers: argparse._SubParsersAction) -> None:
+    p = _parser(
+        subparsers,
+        "score",
+        "Score stored records with one or more methods and write predictions.jsonl.",
+        "lad score --records run/records.jsonl --calibration-records run/calibration.jsonl "
+        "--method vanilla --method lad --out run/predictions.jsonl",
+    )
+    p.add_argument("--records", required=True, help="evaluation records (.jsonl or .parquet)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--calibration-records", help="calibration records to fit (§4.2)")
+    source.add_argument("--calibration", help="a calibration.json fitted earlier")
+    p.add_argument(
+        "--method",
+        action="append",
+        required=True,
+        choices=list(METHODS),
+        help="method to score; repeat for several",
+    )
+    p.add_argument("--top-k", type=int, default=2, help="K layers selected by Eq. 9 (default 2)")
+    p.add_argument("--tau", type=float, default=5.0, help="τ of Eq. 12 (default 5)")
+    p.add_argument(
+        "--layers",
+        type=_layers,
+        default="top-k",
+        help="top-k (default), all, or comma-separated 0-based layer indices",
+    )
+    p.add_argument("--layer-range", type=_layer_range, help="FIRST,LAST layers top-k searches")
+    p.add_argument("--no-prior", action="store_true", help="do not divide by the attention prior")
+    p.add_argument(
+        "--obs-mean",
+        choices=["prob", "logit"],
+        default="prob",
+        help="Eq. 1 over probabilities (paper, default) or logits (official code)",
+    )
+    p.add_argument(
+        "--mixture",
+        choices=["prob", "log"],
+        default="prob",
+        help="Eq. 13 in probability space (paper, default) or log space (official code)",
+    )
+    p.add_argument(
+        "--attn-mean",
+        choices=["log", "raw"],
+        default="log",
+        help="Eq. 11 mean of log attention (paper, default) or log of mean attention (official)",
+    )
+    p.add_argument("--perm-records", help="each item under all N cyclic shifts (for perm-avg)")
+    p.add_argument(
+        "--allow-partial", action="store_true", help="accept calibration items missing shifts"
+    )
+    p.add_argument("--save-calibration", help="also write the fitted calibration.json here")
+    p.add_argument("--out", required=True, help="predictions file to write (.jsonl)")
+    p.set_defaults(func=run_score)
+
+
+def run_score(args: argparse.Namespace) -> int:
+    options = MethodOptions(
+        top_k=args.top_k,
+        tau=args.tau,
+        layers=args.layers,
+        use_prior=not args.no_prior,
+        obs_mean=args.obs_mean,
+        mixture=args.mixture,
+        attn_mean=args.attn_mean,
+        layer_range=args.layer_range,
+    )
+    records = read_records(args.records)
+    calibration = None
+    if args.calibration:
+        calibration = Calibration.load(args.calibration)
+    elif args.calibration_records:
+        calibration = Calibration(obs_mean=args.obs_mean).fit(
+            read_records(args.calibration_records), allow_partial=args.allow_partial
+        )
+    if args.save_calibration:
+        if calibration is None:
+            raise LadError("--save-calibration needs --calibration-records to fit one")
+        calibration.save(args.save_calibration)
+    perm = read_records(args.perm_records) if args.perm_records else None
+    methods = list(dict.fromkeys(args.method))
+    scores = score_methods(methods, records, calibration, options, perm_records=perm)
+    write_predictions(args.out, records, scores)
+    chosen = {m: s.argmax(axis=1) for m, s in scores.items()}
+    print(format_table(compute_metrics(records, chosen)))
+    print(f"written: {args.out} ({len(records)} records × {len(methods)} methods)")
+    return 0
+
+
+def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
+    p = _parser(
+        subparsers,
+        "metrics",
+        "Acc ± std, RStd, Cons. (§5.2) of predictions against their records.",
+        "lad metrics --records run/records.jsonl --predictions run/predictions.jsonl --json",
+    )
+    p.add_argument("--records", required=True, help="evaluation records (.jsonl or .parquet)")
+    p.add_argument("--predictions", required=True, help="predictions.jsonl from lad score")
+    p.add_argument("--json", action="store_true", help="print metrics.json instead of a table")
+    p.add_argument("--out", help="also write metrics.json here")
+    p.set_defaults(func=run_metrics)
+
+
+def run_metrics(args: argparse.Namespace) -> int:
+    records = read_records(args.records)
+    chosen = predictions_by_method(records, read_predictions(args.predictions), args.predictions)
+    metrics = compute_metrics(records, chosen)
+    text = json.dumps(metrics, indent=2)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    print(text if args.json else format_table(metrics))
+    return 0

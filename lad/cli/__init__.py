@@ -11,7 +11,7 @@ import sys
 
 from lad.errors import LadError
 
-COMMAND_MODULES = ("data",)
+COMMAND_MODULES = ("data", "score")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -59,7 +59,8 @@ def _default_words() -> set[str]:
     for text in TEMPLATES.values():
         words.update(re.findall(r"[A-Za-z]+", text))
     for scheme in LABEL_SCHEMES.values():
-        words.update(scheme.labels(scheme.max_candidates))
+        if scheme.name != "roman":  # roman numerals stay multi-token, as in real tokenizers
+            words.update(scheme.labels(scheme.max_candidates))
         words.add(scheme.noun)
     words.update(_COMMON_WORDS.split())
     return words

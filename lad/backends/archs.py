@@ -1,0 +1,63 @@
+"""Everything lad knows about particular architectures, in one small table keyed by model_type.
+
+To add an architecture: add an `Arch` row naming its `model_type`s, the marker tokens that belong
+to an image's span besides the tokens its placeholder expands to, processor options that keep a
+multi-image prompt short, and whether it needs 3-row M-RoPE position ids on decode steps.
+See docs/backends.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lad.errors import BackendError
+
+
+@dataclass(frozen=True)
+class Arch:
+    """Per-architecture facts.
+
+    markers: tokens right before/after an image's expanded placeholder that are part of its span.
+    image_options: processor call defaults (resolution / tiling), overridable by the user.
+    end_of_answer: the token that ends an assistant turn, when it is not the tokenizer's EOS.
+    mrope: Qwen-style (3, B, T) position ids, offset by `model.model.rope_deltas` after prefill.
+    """
+
+    name: str
+    model_types: tuple[str, ...]
+    markers: tuple[str, ...] = ()
+    image_options: dict[str, Any] = field(default_factory=dict)
+    end_of_answer: str | None = None
+    mrope: bool = False
+
+
+_QWEN_MARKERS = ("<|vision_start|>", "<|vision_end|>")
+# 256 merged tokens (28x28 px each) per image at most: a 4-image prompt stays near 1,100 tokens.
+_QWEN_PIXELS = {"size": {"shortest_edge": 56 * 56, "longest_edge": 256 * 28 * 28}}
+
+ARCHS: tuple[Arch, ...] = (
+    Arch("LLaVA-1.5", ("llava",)),
+    Arch("Qwen2-VL", ("qwen2_vl",), _QWEN_MARKERS, _QWEN_PIXELS, mrope=True),
+    Arch("Qwen2.5-VL", ("qwen2_5_vl",), _QWEN_MARKERS, _QWEN_PIXELS, mrope=True),
+    Arch("LLaVA-OneVision", ("llava_onevision",)),
+    Arch("InternVL", ("internvl",), ("<img>", "</img>"), {"crop_to_patches": False}),
+    Arch("Idefics3/SmolVLM", ("idefics3", "smolvlm"), image_options={"do_image_splitting": False}),
+    Arch(
+        "Gemma3", ("gemma3",), ("<start_of_image>", "<end_of_image>"), end_of_answer="<end_of_turn>"
+    ),
+)
+
+
+def arch_for(config: Any) -> Arch:
+    """The table row for a loaded model's config; an unknown architecture is a BackendError."""
+    model_type = getattr(config, "model_type", None)
+    for arch in ARCHS:
+        if model_type in arch.model_types:
+            return arch
+    names = getattr(config, "architectures", None) or [type(config).__name__]
+    supported = ", ".join(a.name for a in ARCHS)
+    raise BackendError(
+        f"Unsupported model architecture {names[0]} (model_type {model_type!r}). "
+        f"lad supports: {supported}. See docs/backends.md to add one."
+    )

@@ -1,0 +1,305 @@
+"""HF transformers multi-image LLMs → records: one prefill per prompt, exact labels, Eq. 6 evidence.
+
+The steps are separate small functions so later work can reuse them (generation reuses prompt
+building; a mask change such as SoFA swaps `prefill`'s attention): build prompts → encode →
+prefill (+ capture) → decode the label trie's open prefixes on the prompt's KV cache → score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lad.backends import capture as cap
+from lad.backends.archs import Arch, arch_for
+from lad.backends.prompting import chat_text, encode, label_token_ids, load_image
+from lad.backends.scoring import LabelTrie, label_logprobs
+from lad.data.items import Item
+from lad.errors import BackendError
+from lad.labels import LabelScheme
+from lad.prompts import render_prompt
+from lad.records import Record
+
+Request = tuple[Item, int, list[int]]
+CAPTURE_MODES = ("fast", "eager")
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+@dataclass
+class Prefill:
+    """What one prompt forward gives: root logits (B, V), the KV cache, attention rows (B, L, T)."""
+
+    logits: torch.Tensor
+    cache: Any
+    rows: torch.Tensor
+
+
+def _resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise BackendError(f"The 'device' parameter must be auto, cpu or cuda. Got {device!r}.")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise BackendError("--device cuda was asked for but no CUDA device is available")
+    return torch.device(device)
+
+
+def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise BackendError(
+            f"The 'dtype' parameter must be one of {['auto', *DTYPES]}. Got {dtype!r} instead."
+        )
+    return DTYPES[dtype]
+
+
+def load_backend(
+    model: str,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    image_options: dict[str, Any] | None = None,
+) -> Backend:
+    """Load a hub id or local checkpoint; its language decoder runs through the capture function."""
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+    cap.register()
+    dev = _resolve_device(device)
+    try:
+        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise BackendError(f"cannot load model {model!r}: {e}") from None
+    arch = arch_for(config)
+    impl = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
+    try:
+        net = AutoModelForImageTextToText.from_pretrained(
+            model,
+            dtype=_resolve_dtype(dtype, dev),
+            attn_implementation=impl,
+            trust_remote_code=trust_remote_code,
+        )
+        processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise BackendError(f"cannot load model {model!r}: {e}") from None
+    processor.tokenizer.padding_side = "left"
+    options = {**arch.image_options, **(image_options or {})}
+    return Backend(str(model), net.to(dev).eval(), processor, arch, options)
+
+
+class Backend:
+    """A loaded model that turns (item, ordering, order) requests into records."""
+
+    def __init__(
+        self, model_id: str, model: Any, processor: Any, arch: Arch, image_options: dict[str, Any]
+    ) -> None:
+        self.model_id = model_id
+        self.model = model
+        self.processor = processor
+        self.arch = arch
+        self.image_options = image_options
+        text = model.config.get_text_config()
+        self.num_layers: int = text.num_hidden_layers
+        self.max_context: int = getattr(text, "max_position_embeddings", 1 << 30)
+        self.device = next(model.parameters()).device
+        self._tries: dict[tuple[str, int], LabelTrie] = {}
+
+    # ----------------------------------------------------------------- public
+
+    def records(
+        self,
+        requests: Iterable[Request],
+        *,
+        template: str = "vanilla",
+        scheme: LabelScheme,
+        batch_size: int = 1,
+        capture: str = "fast",
+    ) -> Iterator[Record]:
+        """One record per request, in request order, yielded as each batch finishes."""
+        if capture not in CAPTURE_MODES:
+            raise BackendError(
+                f"The 'capture' parameter must be one of {list(CAPTURE_MODES)}. "
+                f"Got {capture!r} instead."
+            )
+        if batch_size < 1:
+            raise BackendError(f"The 'batch_size' parameter must be >= 1. Got {batch_size}.")
+        for batch in _batches(requests, batch_size):
+            yield from self._score_batch(batch, template, scheme, capture)
+
+    def label_trie(self, scheme: LabelScheme, num_candidates: int) -> LabelTrie:
+        """The labels' trie for this model's tokenizer (cached per scheme and N)."""
+        key = (scheme.name, num_candidates)
+        if key not in self._tries:
+            labels = scheme.labels(num_candidates)
+            prompt = chat_text(self.processor, "x", 1)
+            tok = self.processor.tokenizer
+            ids = [label_token_ids(tok, prompt, label) for label in labels]
+            self._tries[key] = LabelTrie.build(ids, self.end_of_answer_id(), labels)
+        return self._tries[key]
+
+    def end_of_answer_id(self) -> int:
+        tok = self.processor.tokenizer
+        if self.arch.end_of_answer is not None:
+            eid = tok.convert_tokens_to_ids(self.arch.end_of_answer)
+            if eid is not None and eid != tok.unk_token_id:
+                return int(eid)
+        if tok.eos_token_id is None:
+            raise BackendError(f"{self.model_id}: the tokenizer has no end-of-answer (EOS) token")
+        return int(tok.eos_token_id)
+
+    # ----------------------------------------------------------------- steps
+
+    def build_prompts(
+        self, batch: list[Request], template: str, scheme: LabelScheme
+    ) -> tuple[list[str], list[list[Any]]]:
+        """Chat-template texts and the images in presentation order, one per request."""
+        texts, images = [], []
+        for item, _, order in batch:
+            _check_order(item, order)
+            n = item.num_candidates
+            texts.append(
+                chat_text(self.processor, render_prompt(template, item.query, scheme, n), n)
+            )
+            images.append([load_image(item.images[i]) for i in order])
+        return texts, images
+
+    def encode(
+        self, batch: list[Request], texts: list[str], images: list[list[Any]]
+    ) -> tuple[dict[str, Any], list[list[tuple[int, int]]]]:
+        tok = self.processor.tokenizer
+        markers = [tok.convert_tokens_to_ids(m) for m in self.arch.markers]
+        inputs, spans = encode(self.processor, texts, images, self.image_options, markers)
+        lengths = inputs["attention_mask"].sum(-1).tolist()
+        for (item, _, _), item_spans, length in zip(batch, spans, lengths, strict=True):
+            if len(item_spans) != item.num_candidates:
+                raise BackendError(
+                    f"item {item.id!r}: the prompt has {len(item_spans)} image spans but the item "
+                    f"has {item.num_candidates} images (chat template or processor dropped some)"
+                )
+            if length > self.max_context:
+                raise BackendError(
+                    f"item {item.id!r}: the prompt has {length} tokens, more than the model's "
+                    f"context of {self.max_context}; lower the image resolution/tiling options"
+                )
+        inputs = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in inputs.items()}
+        return inputs, spans
+
+    @torch.no_grad()
+    def prefill(self, inputs: dict[str, Any], capture: str) -> Prefill:
+        """One forward of the prompts; attention rows of the last prompt token in every layer."""
+        kwargs = dict(inputs)
+        if not self.arch.mrope:
+            kwargs["position_ids"] = _positions(inputs["attention_mask"])
+        if capture == "eager":
+            with self._eager_text_attention():
+                out = self.model(**kwargs, use_cache=True, logits_to_keep=1, output_attentions=True)
+            rows = torch.stack([a[:, :, -1, :].float().mean(1) for a in out.attentions], dim=1)
+        else:
+            with cap.capturing() as captured:
+                out = self.model(**kwargs, use_cache=True, logits_to_keep=1)
+            rows = self._stack_rows(captured.rows)
+        return Prefill(out.logits[:, -1].float(), out.cache, rows)
+
+    @torch.no_grad()
+    def decode_paths(self, trie: LabelTrie, pre: Prefill, mask: torch.Tensor) -> torch.Tensor:
+        """Logits after each token of each trie path, reusing the prompt's cache: (B, M, D, V)."""
+        b, m = mask.shape[0], len(trie.paths)
+        d = max(len(p) for p in trie.paths)
+        ids = torch.full((b * m, d), trie.eos, dtype=torch.long, device=mask.device)
+        step_mask = torch.zeros((b * m, d), dtype=mask.dtype, device=mask.device)
+        for j, path in enumerate(trie.paths):
+            ids[j::m, : len(path)] = torch.tensor(path, device=mask.device)
+            step_mask[j::m, : len(path)] = 1
+        cache = pre.cache
+        if m > 1:
+            cache.batch_repeat_interleave(m)  # (B*M, ...) in-place; the cache is not reused after
+        full_mask = torch.cat([mask.repeat_interleave(m, dim=0), step_mask], dim=1)
+        pos = _positions(full_mask)[:, -d:]
+        if self.arch.mrope:
+            deltas = self.model.model.rope_deltas.repeat_interleave(m, dim=0)
+            pos = (pos + deltas).unsqueeze(0).expand(3, -1, -1)  # (3, B*M, D)
+        out = self.model(
+            input_ids=ids, attention_mask=full_mask, position_ids=pos, cache=cache, use_cache=True
+        )
+        return out.logits.float().reshape(b, m, d, -1)
+
+    # ----------------------------------------------------------------- internals
+
+    def _score_batch(
+        self, batch: list[Request], template: str, scheme: LabelScheme, capture: str
+    ) -> Iterator[Record]:
+        n = batch[0][0].num_candidates
+        trie = self.label_trie(scheme, n)
+        texts, images = self.build_prompts(batch, template, scheme)
+        inputs, spans = self.encode(batch, texts, images)
+        pre = self.prefill(inputs, capture)
+        paths = self.decode_paths(trie, pre, inputs["attention_mask"]) if trie.paths else None
+        logprobs = label_logprobs(trie, pre.logits, paths).cpu()
+        lengths = inputs["attention_mask"].sum(-1).tolist()
+        for b, (item, ordering, order) in enumerate(batch):
+            yield Record(
+                item=item.id,
+                ordering=ordering,
+                order=list(order),
+                answer=list(order).index(item.answer),
+                logprobs=logprobs[b].tolist(),
+                attention=evidence(pre.rows[b], spans[b]).tolist(),
+                extra={
+                    "prompt_tokens": int(lengths[b]),
+                    "image_tokens": [e - s for s, e in spans[b]],
+                },
+            )
+
+    def _stack_rows(self, rows: dict[int, torch.Tensor]) -> torch.Tensor:
+        if len(rows) != self.num_layers:
+            impl = self.model.config.get_text_config()._attn_implementation
+            raise BackendError(
+                f"attention capture saw {len(rows)} of {self.num_layers} decoder layers: the "
+                f"language model's attention implementation {impl!r} bypasses lad's capture "
+                f"function; load it with attn_implementation text_config={cap.CAPTURE_IMPL!r}"
+            )
+        return torch.stack([rows[i] for i in range(self.num_layers)], dim=1)  # (B, L, T)
+
+    @contextmanager
+    def _eager_text_attention(self) -> Iterator[None]:
+        before = self.model.config.get_text_config()._attn_implementation
+        self.model.set_attn_implementation({"text_config": "eager"})
+        try:
+            yield
+        finally:
+            self.model.set_attn_implementation({"text_config": before})
+
+
+def evidence(rows: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:
+    """Eq. 6: attention rows (L, T) summed over each image's span -> (L, N), float64."""
+    return torch.stack([rows[:, s:e].double().sum(-1) for s, e in spans], dim=1).cpu()
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that skip left padding: (B, T)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _check_order(item: Item, order: list[int]) -> None:
+    if sorted(order) != list(range(item.num_candidates)):
+        raise BackendError(
+            f"item {item.id!r}: order {order} is not a permutation of its "
+            f"{item.num_candidates} image indices"
+        )
+
+
+def _batches(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
+    """Consecutive requests, at most `size` per batch, one N per batch (the trie depends on N)."""
+    batch: list[Request] = []
+    for req in requests:
+        if batch and (len(batch) == size or req[0].num_candidates != batch[0][0].num_candidates):
+            yield batch
+            batch = []
+        batch.append(req)
+    if batch:
+        yield batch

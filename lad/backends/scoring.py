@@ -1,0 +1,100 @@
+"""Exact label scoring (DESIGN.md "Candidate probability", paper Appendix B).
+
+log P(c_k|x) is the sum, over the steps of c_k's tokens, of a softmax restricted to the tokens that
+can validly come next (a trie of all labels' tokenisations); where a label is complete at a node
+that also continues, the end-of-answer token joins that node's valid set. A step with one valid
+token contributes 0, so only branching nodes below the root need a decoding step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lad.errors import BackendError
+
+Prefix = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LabelTrie:
+    """The labels' token sequences and the trie nodes that need next-token logits.
+
+    labels: (N,) token ids of each label, as the model would produce them after the prompt.
+    eos: the end-of-answer token id.
+    paths: the maximal prefixes fed to the decoding step; every branching non-root node is a
+           prefix of one of them (empty when one softmax at the prompt's end suffices).
+    """
+
+    labels: tuple[Prefix, ...]
+    eos: int
+    paths: tuple[Prefix, ...]
+
+    @classmethod
+    def build(cls, labels: list[list[int]], eos: int, names: list[str]) -> LabelTrie:
+        seqs = tuple(tuple(t) for t in labels)
+        for k, seq in enumerate(seqs):
+            if not seq:
+                raise BackendError(f"label {names[k]!r} tokenises to nothing")
+            if seqs.index(seq) != k:
+                raise BackendError(
+                    f"labels {names[seqs.index(seq)]!r} and {names[k]!r} tokenise identically"
+                )
+        trie = cls(seqs, eos, ())
+        needed = [p for p in trie.nodes() if p and len(trie.valid(p)) > 1]
+        paths = [p for p in needed if not any(len(q) > len(p) and q[: len(p)] == p for q in needed)]
+        return cls(seqs, eos, tuple(sorted(paths)))
+
+    def nodes(self) -> set[Prefix]:
+        return {seq[:i] for seq in self.labels for i in range(len(seq) + 1)}
+
+    def valid(self, prefix: Prefix) -> list[int]:
+        """Tokens that may follow `prefix`, sorted; the end-of-answer token if a label ends here."""
+        n = len(prefix)
+        nxt = {seq[n] for seq in self.labels if len(seq) > n and seq[:n] == prefix}
+        if nxt and prefix in self.labels:
+            nxt.add(self.eos)
+        return sorted(nxt)
+
+    def where(self, prefix: Prefix) -> tuple[int, int]:
+        """(path index, position in it) whose decoding-step logits follow a non-root prefix."""
+        for m, path in enumerate(self.paths):
+            if path[: len(prefix)] == prefix:
+                return m, len(prefix) - 1
+        raise AssertionError(f"prefix {prefix} is not on a decoding path")
+
+
+def restricted_logprob(logits: torch.Tensor, valid: list[int], token: int) -> torch.Tensor:
+    """log softmax over `valid` only, at `token`: logits (B, V) -> (B,)."""
+    if len(valid) == 1:
+        return torch.zeros(logits.shape[0], dtype=torch.float64, device=logits.device)
+    sub = logits[:, valid].double().log_softmax(dim=-1)  # (B, |valid|)
+    return sub[:, valid.index(token)]
+
+
+def label_logprobs(
+    trie: LabelTrie, root_logits: torch.Tensor, path_logits: torch.Tensor | None
+) -> torch.Tensor:
+    """log P(c_k|x) for every label: (B, N), float64.
+
+    root_logits (B, V): next-token logits at the prompt's last token.
+    path_logits (B, M, D, V): logits after each token of each decoding path (None if M == 0).
+    """
+    out = []
+    for seq in trie.labels:
+        total = torch.zeros(root_logits.shape[0], dtype=torch.float64, device=root_logits.device)
+        steps = [*seq, trie.eos] if trie.valid(seq) else list(seq)
+        for i, token in enumerate(steps):
+            prefix = seq[:i]
+            valid = trie.valid(prefix)
+            if len(valid) == 1:
+                continue
+            if prefix:
+                m, pos = trie.where(prefix)
+                logits = path_logits[:, m, pos]  # type: ignore[index]
+            else:
+                logits = root_logits
+            total = total + restricted_logprob(logits, valid, token)
+        out.append(total)
+    return torch.stack(out, dim=1)

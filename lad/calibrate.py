@@ -65,7 +65,7 @@ def check_symmetrised(records: RecordSet, *, allow_partial: bool = False, what: 
     if ((records.ordering < 0) | (records.ordering >= num)).any():
         i = int(np.flatnonzero((records.ordering < 0) | (records.ordering >= num))[0])
         raise CalibrationError(
-            f"{what}: item {records.items[i]!r} has ordering {records.ordering[i]}, but a "
+            f"{what}: item {str(records.items[i])!r} has ordering {records.ordering[i]}, but a "
             f"calibration record's ordering is its cyclic shift 0..{num - 1}"
         )
     # base[q] = order_s[(q - s) mod N]: undo each record's shift.
@@ -76,7 +76,7 @@ def check_symmetrised(records: RecordSet, *, allow_partial: bool = False, what: 
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise CalibrationError(
-            f"{what}: item {records.items[i]!r}, shift {records.ordering[i]}: order "
+            f"{what}: item {str(records.items[i])!r}, shift {records.ordering[i]}: order "
             f"{records.order[i].tolist()} is not a cyclic left-shift by {records.ordering[i]} "
             f"of the item's shift-0 order {base[first[inverse[i]]].tolist()}"
         )
@@ -88,7 +88,7 @@ def check_symmetrised(records: RecordSet, *, allow_partial: bool = False, what: 
     if missing.size:
         k, s = missing[0]
         raise CalibrationError(
-            f"{what}: item {names[k]!r} lacks cyclic shift {s} ({len(missing)} (item, shift) "
+            f"{what}: item {str(names[k])!r} lacks cyclic shift {s} ({len(missing)} (item, shift) "
             f"pairs missing); a symmetrised set has every item under all {num} shifts, or pass "
             "allow_partial / --allow-partial"
         )

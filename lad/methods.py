@@ -198,7 +198,7 @@ def _perm_avg(records: RecordSet, calibration, options, perm_records) -> np.ndar
     k = np.minimum(k, len(names) - 1)
     missing = names[k] != records.items
     if missing.any():
-        item = records.items[np.flatnonzero(missing)[0]]
+        item = str(records.items[np.flatnonzero(missing)[0]])
         raise RecordError(f"perm-avg records lack item {item!r} ({missing.sum()} records affected)")
     return np.take_along_axis(by_image[k], records.order, axis=1)
 

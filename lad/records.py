@@ -322,7 +322,7 @@ def _check_answer_image(records: RecordSet, where_of) -> None:
         i = int(np.flatnonzero(bad)[0])
         j = int(first[inverse[i]])
         raise RecordError(
-            f"{where_of(i)}item {records.items[i]!r}: the answer is image {image[i]} here but "
+            f"{where_of(i)}item {str(records.items[i])!r}: the answer is image {image[i]} here but "
             f"image {image[j]} at {where_of(j).rstrip(': ')}; 'answer' must follow 'order'"
         )
 
@@ -675,8 +675,9 @@ def predictions_by_method(
         missing = np.flatnonzero(arr == -2)
         if missing.size:
             i = int(missing[0])
+            item = str(records.items[i])
             raise RecordError(
-                f"{source}: method '{method}' has no prediction for item {records.items[i]!r}, "
+                f"{source}: method '{method}' has no prediction for item {item!r}, "
                 f"ordering {records.ordering[i]} ({missing.size} records lack one)"
             )
     return out

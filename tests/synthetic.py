@@ -26,7 +26,7 @@ from lad.records import RecordSet
 class SyntheticModel:
     num_candidates: int = 4
     num_layers: int = 12
-    informative_layers: tuple[int, ...] = (6, 9)
+    informative_layers: tuple[int, ...] | None = None  # default: layers L/2 and 3L/4
     bias: str = "conditional"  # or "none"
     margin: float = 1.5  # answer image's content advantage
     signal: float = 1.5  # β, weight of content in the log-probs
@@ -99,7 +99,7 @@ class SyntheticModel:
         logprobs = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
         informative = np.zeros(nl, dtype=bool)
-        informative[list(self.informative_layers)] = True
+        informative[list(self.informative_layers or (nl // 2, 3 * nl // 4))] = True
         mass = np.where(informative, 0.6, rng.uniform(0.05, 0.25, size=nl))  # (L,)
         structural = np.zeros(n)
         if self.bias == "conditional":

@@ -42,6 +42,7 @@ class TinySize:
     patch: int = 14
     image_side: int = 56
     max_positions: int = 8192
+    sliding_window: int = 32  # Gemma3's local layers; small, so tests see the window
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -67,12 +68,16 @@ def _default_words() -> set[str]:
 
 
 def build_tokenizer(
-    special_tokens: dict[str, str], extra_special: Iterable[str] = (), words: Iterable[str] = ()
+    special_tokens: dict[str, str],
+    extra_special: Iterable[str] = (),
+    words: Iterable[str] = (),
+    attrs: dict[str, str] | None = None,
 ) -> Any:
     """A fast tokenizer over the default words plus `words` (letters only; others are ignored).
 
     special_tokens: role -> token, roles among bos/eos/unk/pad (missing unk becomes "<unk>").
     extra_special: further special tokens (image placeholders, turn markers), never split.
+    attrs: tokenizer attributes some processors read, e.g. {"boi_token": "<start_of_image>"}.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -90,8 +95,9 @@ def build_tokenizer(
             vocab.setdefault(word, len(vocab))
             vocab.setdefault(_SPACE + word, len(vocab))
     # Greedy longest match: a known word is one token, an unknown one falls back to pieces.
-    model = models.WordPiece(vocab=vocab, unk_token=unk, continuing_subword_prefix="",
-                             max_input_chars_per_word=200)  # fmt: skip
+    model = models.WordPiece(
+        vocab=vocab, unk_token=unk, continuing_subword_prefix="", max_input_chars_per_word=200
+    )
     tok = Tokenizer(model)
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -106,7 +112,11 @@ def build_tokenizer(
     named = {k: v for k, v in special_tokens.items() if k in roles}
     extra = [t for t in specials if t not in named.values() and t != unk]
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token=unk, additional_special_tokens=extra, **named
+        tokenizer_object=tok,
+        unk_token=unk,
+        additional_special_tokens=extra,
+        **named,
+        **(attrs or {}),
     )
 
 
@@ -143,10 +153,12 @@ def _chatml(image: str, system: bool = True) -> str:
         else ""
     )
     return (
-        "{% for message in messages %}" + head + "<|im_start|>{{ message['role'] }}\n"
+        "{% for message in messages %}"
+        + head
+        + "<|im_start|>{{ message['role'] }}\n"
         + _content(image)
         + "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    )  # fmt: skip
+    )
 
 
 _CHATML = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
@@ -242,8 +254,14 @@ def _qwen_config(v25: bool) -> Callable[[Any, TinySize], Any]:
         half = s.hidden // s.heads // 2
         t = half // 4
         section = [half - 2 * t, t, t]
-        text = {**_text_kwargs(tok, s), "rope_parameters": {"rope_type": "default",
-                "rope_theta": 10000.0, "mrope_section": section}}  # fmt: skip
+        text = {
+            **_text_kwargs(tok, s),
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": section,
+            },
+        }
         ids = {
             name: tok.convert_tokens_to_ids(token)
             for name, token in (
@@ -273,10 +291,182 @@ def _qwen_processor(v25: bool) -> Callable[[Any, TinySize, str], Any]:
         images = Qwen2VLImageProcessor(**kw, merge_size=2, temporal_patch_size=2)
         video = Qwen2VLVideoProcessor(**kw, merge_size=2, temporal_patch_size=2)
         cls = Qwen2_5_VLProcessor if v25 else Qwen2VLProcessor
-        return cls(image_processor=images, tokenizer=tok, video_processor=video,
-                   chat_template=template)  # fmt: skip
+        return cls(
+            image_processor=images, tokenizer=tok, video_processor=video, chat_template=template
+        )
 
     return build
+
+
+def _siglip(s: TinySize) -> Any:
+    from transformers import SiglipVisionConfig
+
+    return SiglipVisionConfig(
+        hidden_size=s.vision_hidden,
+        intermediate_size=2 * s.vision_hidden,
+        num_hidden_layers=s.vision_layers,
+        num_attention_heads=s.vision_heads,
+        image_size=s.image_side,
+        patch_size=s.patch,
+    )
+
+
+def _qwen2_text(tok: Any, s: TinySize) -> Any:
+    from transformers import Qwen2Config
+
+    return Qwen2Config(**_text_kwargs(tok, s))
+
+
+def _onevision_config(tok: Any, s: TinySize) -> Any:
+    from transformers import LlavaOnevisionConfig
+
+    return LlavaOnevisionConfig(
+        vision_config=_siglip(s),
+        text_config=_qwen2_text(tok, s),
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        video_token_index=tok.convert_tokens_to_ids("<video>"),
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        image_grid_pinpoints=[[s.image_side, s.image_side]],
+    )
+
+
+def _onevision_processor(tok: Any, s: TinySize, template: str) -> Any:
+    from transformers import (
+        LlavaOnevisionImageProcessor,
+        LlavaOnevisionProcessor,
+        LlavaOnevisionVideoProcessor,
+    )
+
+    side = {"height": s.image_side, "width": s.image_side}
+    grid = [[s.image_side, s.image_side]]
+    return LlavaOnevisionProcessor(
+        image_processor=LlavaOnevisionImageProcessor(size=side, image_grid_pinpoints=grid),
+        video_processor=LlavaOnevisionVideoProcessor(size=side),
+        tokenizer=tok,
+        num_image_tokens=(s.image_side // s.patch) ** 2,
+        vision_feature_select_strategy="full",
+        chat_template=template,
+    )
+
+
+def _internvl_config(tok: Any, s: TinySize) -> Any:
+    from transformers import InternVLConfig, InternVLVisionConfig
+
+    vision = InternVLVisionConfig(
+        hidden_size=s.vision_hidden,
+        intermediate_size=2 * s.vision_hidden,
+        num_hidden_layers=s.vision_layers,
+        num_attention_heads=s.vision_heads,
+        image_size=(s.image_side, s.image_side),
+        patch_size=(s.patch, s.patch),
+    )
+    return InternVLConfig(
+        vision_config=vision,
+        text_config=_qwen2_text(tok, s),
+        image_token_id=tok.convert_tokens_to_ids("<IMG_CONTEXT>"),
+        image_seq_length=(s.image_side // s.patch) ** 2 // 4,
+        downsample_ratio=0.5,
+    )
+
+
+def _internvl_processor(tok: Any, s: TinySize, template: str) -> Any:
+    from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
+
+    side = {"height": s.image_side, "width": s.image_side}
+    return InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(size=side, crop_to_patches=True, max_patches=4),
+        video_processor=InternVLVideoProcessor(size=side),
+        tokenizer=tok,
+        image_seq_length=(s.image_side // s.patch) ** 2 // 4,
+        chat_template=template,
+    )
+
+
+def _idefics3_config(tok: Any, s: TinySize) -> Any:
+    from transformers import Idefics3Config, Idefics3VisionConfig, LlamaConfig
+
+    vision = Idefics3VisionConfig(
+        hidden_size=s.vision_hidden,
+        intermediate_size=2 * s.vision_hidden,
+        num_hidden_layers=s.vision_layers,
+        num_attention_heads=s.vision_heads,
+        image_size=s.image_side,
+        patch_size=s.patch,
+    )
+    return Idefics3Config(
+        vision_config=vision,
+        text_config=LlamaConfig(**_text_kwargs(tok, s)),
+        image_token_id=tok.convert_tokens_to_ids("<image>"),
+        scale_factor=2,
+    )
+
+
+def _idefics3_processor(tok: Any, s: TinySize, template: str) -> Any:
+    from transformers import Idefics3ImageProcessor, Idefics3Processor
+
+    edge = {"longest_edge": s.image_side}
+    images = Idefics3ImageProcessor(
+        size={"longest_edge": 2 * s.image_side}, max_image_size=edge, do_image_splitting=True
+    )
+    return Idefics3Processor(
+        image_processor=images,
+        tokenizer=tok,
+        image_seq_len=(s.image_side // s.patch) ** 2 // 4,
+        chat_template=template,
+    )
+
+
+def _gemma3_config(tok: Any, s: TinySize) -> Any:
+    from transformers import Gemma3Config, Gemma3TextConfig
+
+    head_dim = s.hidden // s.heads
+    text = Gemma3TextConfig(
+        **_text_kwargs(tok, s),
+        head_dim=head_dim,
+        query_pre_attn_scalar=head_dim,
+        sliding_window=s.sliding_window,
+    )
+    return Gemma3Config(
+        text_config=text,
+        vision_config=_siglip(s),
+        mm_tokens_per_image=(s.image_side // s.patch // 2) ** 2,
+        boi_token_index=tok.convert_tokens_to_ids("<start_of_image>"),
+        eoi_token_index=tok.convert_tokens_to_ids("<end_of_image>"),
+        image_token_index=tok.convert_tokens_to_ids("<image_soft_token>"),
+    )
+
+
+def _gemma3_processor(tok: Any, s: TinySize, template: str) -> Any:
+    from transformers import Gemma3ImageProcessor, Gemma3Processor
+
+    side = {"height": s.image_side, "width": s.image_side}
+    return Gemma3Processor(
+        image_processor=Gemma3ImageProcessor(size=side),
+        tokenizer=tok,
+        image_seq_length=(s.image_side // s.patch // 2) ** 2,
+        chat_template=template,
+    )
+
+
+_IDEFICS3_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}:"
+    + _content("<image>")
+    + "<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+_GEMMA3_TEMPLATE = (
+    "<bos>{% for message in messages %}<start_of_turn>"
+    "{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+    + _content("<start_of_image>")
+    + "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+_IDEFICS3_SPECIAL = (
+    "<|im_start|>",
+    "<fake_token_around_image>",
+    "<image>",
+    "<global-img>",
+    *(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)),
+)
 
 
 _QWEN_SPECIAL = (
@@ -317,6 +507,55 @@ ARCHITECTURES: dict[str, _Arch] = {
         processor=_qwen_processor(True),
         model_class="Qwen2_5_VLForConditionalGeneration",
     ),
+    "llava_onevision": _Arch(
+        special_tokens=_CHATML,
+        extra_special=("<|im_start|>", "<image>", "<video>"),
+        chat_template=_chatml("<image>"),
+        config=_onevision_config,
+        processor=_onevision_processor,
+        model_class="LlavaOnevisionForConditionalGeneration",
+    ),
+    "internvl": _Arch(
+        special_tokens=_CHATML,
+        extra_special=("<|im_start|>", "<img>", "</img>", "<IMG_CONTEXT>", "<video>"),
+        chat_template=_chatml("<IMG_CONTEXT>\n"),
+        config=_internvl_config,
+        processor=_internvl_processor,
+        model_class="InternVLForConditionalGeneration",
+        tokenizer_attrs={
+            "start_image_token": "<img>",
+            "end_image_token": "</img>",
+            "context_image_token": "<IMG_CONTEXT>",
+            "video_token": "<video>",
+        },
+    ),
+    "idefics3": _Arch(
+        special_tokens={"eos_token": "<end_of_utterance>", "pad_token": "<|endoftext|>"},
+        extra_special=_IDEFICS3_SPECIAL,
+        chat_template=_IDEFICS3_TEMPLATE,
+        config=_idefics3_config,
+        processor=_idefics3_processor,
+        model_class="Idefics3ForConditionalGeneration",
+    ),
+    "gemma3": _Arch(
+        special_tokens={"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
+        extra_special=(
+            "<start_of_turn>",
+            "<end_of_turn>",
+            "<start_of_image>",
+            "<end_of_image>",
+            "<image_soft_token>",
+        ),
+        chat_template=_GEMMA3_TEMPLATE,
+        config=_gemma3_config,
+        processor=_gemma3_processor,
+        model_class="Gemma3ForConditionalGeneration",
+        tokenizer_attrs={
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+            "image_token": "<image_soft_token>",
+        },
+    ),
 }
 
 
@@ -342,7 +581,7 @@ def build_tiny_model(
     spec = ARCHITECTURES[arch]
     size = size or TinySize()
     path = Path(path)
-    tok = build_tokenizer(spec.special_tokens, spec.extra_special, words)
+    tok = build_tokenizer(spec.special_tokens, spec.extra_special, words, spec.tokenizer_attrs)
     config = spec.config(tok, size)
     torch.manual_seed(seed)
     model = getattr(transformers, spec.model_class)(config).eval()

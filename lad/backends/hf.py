@@ -173,7 +173,8 @@ class Backend:
     ) -> tuple[dict[str, Any], list[list[tuple[int, int]]]]:
         tok = self.processor.tokenizer
         markers = [tok.convert_tokens_to_ids(m) for m in self.arch.markers]
-        inputs, spans = encode(self.processor, texts, images, self.image_options, markers)
+        special = set(tok.all_special_ids)
+        inputs, spans = encode(self.processor, texts, images, self.image_options, markers, special)
         lengths = inputs["attention_mask"].sum(-1).tolist()
         for (item, _, _), item_spans, length in zip(batch, spans, lengths, strict=True):
             if len(item_spans) != item.num_candidates:

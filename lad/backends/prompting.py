@@ -41,11 +41,13 @@ def encode(
     images: list[list[Any]],
     options: dict[str, Any],
     markers: list[int],
+    special: set[int],
 ) -> tuple[dict[str, Any], list[list[tuple[int, int]]]]:
     """Tokenise a batch (left padded) and find each image's token span [start, end).
 
-    A span is the tokens its placeholder expanded to (all tiles), widened by adjacent marker tokens
-    of the architecture (e.g. <|vision_start|> ... <|vision_end|>).
+    A span is the tokens its placeholder expanded to (all tiles), less plain-text tokens at its
+    ends (Gemma3 wraps images in blank lines), widened by adjacent marker tokens of the
+    architecture (e.g. <|vision_start|> ... <|vision_end|>). `special`: the special token ids.
     """
     enc = processor(
         text=texts,
@@ -63,15 +65,20 @@ def encode(
     spans = []
     for b in range(ids.shape[0]):
         images_b = [r["new_span"] for r in replacements[b] if r.get("type") == "image"]
-        spans.append([_token_span(offsets[b], ids[b], s, markers) for s in images_b])
+        spans.append([_token_span(offsets[b], ids[b], s, markers, special) for s in images_b])
     return inputs, spans
 
 
 def _token_span(
-    offsets: torch.Tensor, ids: torch.Tensor, chars: tuple[int, int], markers: list[int]
+    offsets: torch.Tensor,
+    ids: torch.Tensor,
+    chars: tuple[int, int],
+    markers: list[int],
+    special: set[int],
 ) -> tuple[int, int]:
     start, end = offsets[:, 0], offsets[:, 1]
     inside = (start >= chars[0]) & (end <= chars[1]) & (end > start)
+    inside &= torch.tensor([int(t) in special for t in ids.tolist()])
     where = inside.nonzero().flatten()
     if where.numel() == 0:
         raise BackendError(f"no tokens found for the image placeholder at characters {chars}")

@@ -123,6 +123,9 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
     )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
     p.add_argument("--batch-size", type=int, default=32, help="CLIP batch size")
+    p.add_argument(
+        "--skip-missing", action="store_true", help="leave out listed images absent on disk"
+    )
     p.add_argument("--out", required=True, help="output items file (.jsonl)")
     p.set_defaults(func=_run_real, dataset=name)
 
@@ -143,15 +146,23 @@ def _run_real(args: argparse.Namespace) -> int:
     if args.dataset == "coco":
         from lad.data.coco import load_coco
 
-        pool = load_coco(args.images, args.captions, args.instances)
+        pool = load_coco(args.images, args.captions, args.instances, skip_missing=args.skip_missing)
     else:
         from lad.data.flickr import load_flickr8k
 
-        pool = load_flickr8k(args.images, args.captions)
-    out, calibration = build_benchmark(pool, args.out, options)
-    print(f"Wrote {args.items} items to {out}")
-    if calibration is not None:
-        print(f"Wrote {args.calibration_items} calibration items to {calibration}")
+        pool = load_flickr8k(args.images, args.captions, skip_missing=args.skip_missing)
+    result = build_benchmark(pool, args.out, options)
+    print(f"Wrote {args.items} items to {result.items_path}")
+    if result.calibration_path is not None:
+        print(f"Wrote {args.calibration_items} calibration items to {result.calibration_path}")
+    if result.cache is not None:
+        hits, misses = result.cache.hits, result.cache.misses
+        print(
+            f"CLIP embeddings: {hits['images']} images and {hits['texts']} captions from the "
+            f"cache, {misses['images']} and {misses['texts']} computed"
+        )
+    if result.skipped_anchors:
+        print(f"{result.skipped_anchors} anchors skipped: too few images passed the filters")
     return 0
 
 

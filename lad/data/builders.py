@@ -9,10 +9,16 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+from PIL import Image, UnidentifiedImageError
 
+from lad.data.clip import DEFAULT_CLIP, CacheStats, ClipEmbedder, EmbeddingCache, cache_dir_for
+from lad.data.items import Item, write_items
 from lad.errors import DataError
 
 SETTINGS = ("random", "adversarial")
@@ -70,7 +76,8 @@ def random_distractors(
     anchor: int, pool: Sequence[int], k: int, rng: np.random.Generator
 ) -> list[int]:
     """k distinct pool members other than the anchor, uniformly at random."""
-    others = np.asarray([p for p in pool if p != anchor], dtype=np.int64)
+    pool = np.asarray(pool, dtype=np.int64)
+    others = pool[pool != anchor]
     if len(others) < k:
         raise DataError(f"the pool has {len(others)} images besides the anchor; {k} are needed")
     return others[rng.choice(len(others), size=k, replace=False)].tolist()
@@ -111,3 +118,189 @@ def nearest_visual(
     sims = image_embeddings[candidates] @ image_embeddings[anchor]
     order = np.lexsort((candidates, -sims))
     return candidates[order[:k]].tolist()
+
+
+@dataclass
+class Pool:
+    """A dataset's usable images with their captions (and category sets where the dataset has
+    them, i.e. MS-COCO). `source` names the annotation file, for messages."""
+
+    name: str
+    source: Path
+    images: list[Path]
+    captions: list[list[str]]
+    categories: list[frozenset[int]] | None = None
+
+
+@dataclass
+class BuildOptions:
+    """How to draw items from a pool (the `lad data coco|flickr8k` options)."""
+
+    num_candidates: int = 4
+    setting: str = "random"
+    items: int = 1000
+    calibration_items: int = 5
+    seed: int = 0
+    clip: str = DEFAULT_CLIP
+    device: str = "auto"
+    batch_size: int = 32
+    text_threshold: float = TEXT_SIMILARITY_THRESHOLD
+
+
+@dataclass
+class BuildResult:
+    """What a build wrote, and how much work the embedding cache saved."""
+
+    items_path: Path
+    calibration_path: Path | None
+    cache: CacheStats | None
+    skipped_anchors: int
+
+
+def calibration_path_for(out: Path) -> Path:
+    """`coco-adv-4.jsonl` → `coco-adv-4.calibration.jsonl`."""
+    return out.with_name(out.stem + ".calibration.jsonl")
+
+
+@dataclass
+class _Embeddings:
+    images: np.ndarray  # (M, D) ℓ2-normalised
+    captions: list[np.ndarray]  # per image: (captions of that image, D)
+
+
+def _embed(pool: Pool, options: BuildOptions, out: Path) -> tuple[_Embeddings, CacheStats]:
+    cache = EmbeddingCache(
+        cache_dir_for(out, options.clip),
+        ClipEmbedder(options.clip, device=options.device, batch_size=options.batch_size),
+    )
+    images = cache.images(pool.images)
+    flat = cache.texts([c for caps in pool.captions for c in caps])
+    bounds = np.cumsum([0, *(len(caps) for caps in pool.captions)])
+    captions = [flat[a:b] for a, b in itertools.pairwise(bounds)]
+    return _Embeddings(images, captions), cache.stats
+
+
+def _check_options(pool: Pool, options: BuildOptions) -> None:
+    check_setting(options.setting)
+    n = options.num_candidates
+    if n < 2:
+        raise DataError(f"--num-candidates must be at least 2. Got {n}.")
+    if options.items < 1 or options.calibration_items < 0:
+        raise DataError("--items must be at least 1 and --calibration-items at least 0")
+    if options.setting == "adversarial" and pool.name == "coco" and pool.categories is None:
+        raise DataError("the adversarial MS-COCO setting needs --instances (category sets)")
+    needed = options.calibration_items * n + max(options.items, n)
+    if len(pool.images) < needed:
+        raise DataError(
+            f"{pool.source}: {len(pool.images)} usable images, but {options.items} items and "
+            f"{options.calibration_items} calibration items of N = {n} need at least {needed}"
+        )
+
+
+def _distractors(
+    anchor: int,
+    query: int,
+    allowed: np.ndarray,
+    pool: Pool,
+    options: BuildOptions,
+    emb: _Embeddings | None,
+    rng: np.random.Generator,
+) -> list[int] | None:
+    """N−1 distractors for `anchor` whose caption number `query` is the item's query; None when
+    too few images pass the adversarial filters."""
+    k = options.num_candidates - 1
+    if options.setting == "random":
+        return random_distractors(anchor, allowed, k, rng)
+    assert emb is not None
+    query_embedding = emb.captions[anchor][query]
+    candidates = adversarial_filter(
+        anchor, allowed, query_embedding, emb.captions, pool.categories, options.text_threshold
+    )
+    if len(candidates) < k:
+        return None
+    return nearest_visual(anchor, candidates, emb.images, k)
+
+
+def _draw_items(
+    pool: Pool,
+    options: BuildOptions,
+    emb: _Embeddings | None,
+    anchors: list[int],
+    allowed: np.ndarray,
+    count: int,
+    id_prefix: str,
+    rng: np.random.Generator,
+) -> tuple[list[Item], int]:
+    """`count` items whose anchors come from `anchors` in order; returns them and the number of
+    anchors skipped because too few distractors passed the filters."""
+    positions = balanced_positions(count, options.num_candidates, rng)
+    built: list[Item] = []
+    skipped = 0
+    for anchor in anchors:
+        if len(built) == count:
+            break
+        query = int(rng.integers(len(pool.captions[anchor])))
+        distractors = _distractors(anchor, query, allowed, pool, options, emb, rng)
+        if distractors is None:
+            skipped += 1
+            continue
+        position = positions[len(built)]
+        chosen = place_answer(anchor, distractors, position)
+        extra = {
+            "setting": options.setting,
+            "source": pool.name,
+            "image": pool.images[anchor].name,
+            "caption_index": query,
+        }
+        item_id = f"{id_prefix}-{len(built):05d}"
+        images = [pool.images[i] for i in chosen]
+        built.append(Item(item_id, pool.captions[anchor][query], images, position, extra))
+    if len(built) < count:
+        raise DataError(
+            f"{pool.source}: only {len(built)} of {count} items could be built; for {skipped} "
+            f"anchors fewer than {options.num_candidates - 1} images passed the adversarial "
+            "filters. Ask for fewer items or candidates, or use a larger image set."
+        )
+    return built, skipped
+
+
+def check_readable(paths: Iterable[Path]) -> None:
+    """Every image opens and passes PIL's integrity check; the first that fails is an error."""
+    for path in dict.fromkeys(paths):
+        try:
+            with Image.open(path) as im:
+                im.verify()
+        except (OSError, UnidentifiedImageError, SyntaxError) as e:
+            raise DataError(f"{path}: unreadable image ({e})") from None
+
+
+def build_benchmark(pool: Pool, out: str | Path, options: BuildOptions) -> BuildResult:
+    """Write `options.items` evaluation items to `out` and the calibration items beside it.
+
+    Calibration items are drawn first; none of their images (anchors or distractors) is used by
+    any evaluation item. Evaluation anchors are distinct images; captions are chosen by the seed.
+    """
+    _check_options(pool, options)
+    out = Path(out)
+    emb, stats = (None, None)
+    if options.setting == "adversarial":
+        emb, stats = _embed(pool, options, out)
+    rng = seeded_rng(options.seed, pool.name, options.setting, options.num_candidates)
+    order = rng.permutation(len(pool.images)).tolist()
+    everyone = np.arange(len(pool.images))
+    prefix = f"{pool.name}-{options.setting}-n{options.num_candidates}"
+    calibration, skipped_cal = _draw_items(
+        pool, options, emb, order, everyone, options.calibration_items, prefix + "-cal", rng
+    )
+    index = {path: i for i, path in enumerate(pool.images)}
+    taken = {index[path] for it in calibration for path in it.images}
+    allowed = np.asarray([i for i in everyone if i not in taken], dtype=np.int64)
+    anchors = [i for i in order if i not in taken]
+    items, skipped = _draw_items(pool, options, emb, anchors, allowed, options.items, prefix, rng)
+    check_readable(p for it in [*calibration, *items] for p in it.images)
+    write_items(out, items)
+    cal_path = None
+    if calibration:
+        cal_path = calibration_path_for(out)
+        write_items(cal_path, calibration)
+    return BuildResult(out, cal_path, stats, skipped + skipped_cal)

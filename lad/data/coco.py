@@ -1,0 +1,104 @@
+"""MS-COCO from its own annotation files: `captions_*.json` and `instances_*.json`.
+
+captions: {"images": [{"id", "file_name"}, …], "annotations": [{"image_id", "caption"}, …]}
+instances: {"annotations": [{"image_id", "category_id"}, …]}; an image with no instance has the
+empty category set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from lad.data.builders import Pool
+from lad.errors import DataError, at
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such annotation file")
+    try:
+        with path.open(encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{at(path, e.lineno)}not valid JSON ({e.msg})") from None
+
+
+def field(obj: Any, key: str, kind: type, path: Path, where: str) -> Any:
+    """obj[key], which must be of `kind`; otherwise an error naming the file and the entry."""
+    if not isinstance(obj, dict) or key not in obj:
+        raise DataError(f"{path}: {where}: missing key {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise DataError(f"{path}: {where}: {key!r} must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def existing_images(
+    images_dir: str | Path, names: list[str], source: Path, skip_missing: bool
+) -> list[bool]:
+    """Which listed images are on disk; a missing one is an error unless `skip_missing`."""
+    images_dir = Path(images_dir)
+    if not images_dir.is_dir():
+        raise DataError(f"{images_dir}: no such image folder")
+    present = [(images_dir / n).is_file() for n in names]
+    missing = [n for n, ok in zip(names, present, strict=True) if not ok]
+    if missing and not skip_missing:
+        shown = ", ".join(missing[:3]) + (", …" if len(missing) > 3 else "")
+        raise DataError(
+            f"{source}: {len(missing)} listed images are not in {images_dir} ({shown}); "
+            "pass --skip-missing to leave them out"
+        )
+    return present
+
+
+def load_coco(
+    images_dir: str | Path,
+    captions_file: str | Path,
+    instances_file: str | Path | None = None,
+    *,
+    skip_missing: bool = False,
+) -> Pool:
+    """The images listed in the captions file that have at least one caption, with their captions
+    and (when `instances_file` is given) their category sets."""
+    captions_file = Path(captions_file)
+    data = read_json(captions_file)
+    names: dict[int, str] = {}
+    for i, entry in enumerate(field(data, "images", list, captions_file, "top level")):
+        where = f"images[{i}]"
+        names[field(entry, "id", int, captions_file, where)] = field(
+            entry, "file_name", str, captions_file, where
+        )
+    captions: dict[int, list[str]] = defaultdict(list)
+    for i, entry in enumerate(field(data, "annotations", list, captions_file, "top level")):
+        where = f"annotations[{i}]"
+        image_id = field(entry, "image_id", int, captions_file, where)
+        if image_id not in names:
+            raise DataError(f"{captions_file}: {where}: image_id {image_id} is not in 'images'")
+        captions[image_id].append(field(entry, "caption", str, captions_file, where).strip())
+    ids = sorted(i for i in names if captions[i])
+    present = existing_images(images_dir, [names[i] for i in ids], captions_file, skip_missing)
+    ids = [i for i, ok in zip(ids, present, strict=True) if ok]
+    categories = None if instances_file is None else _categories(Path(instances_file), names)
+    return Pool(
+        name="coco",
+        source=captions_file,
+        images=[Path(images_dir).resolve() / names[i] for i in ids],
+        captions=[captions[i] for i in ids],
+        categories=None if categories is None else [frozenset(categories[i]) for i in ids],
+    )
+
+
+def _categories(path: Path, names: dict[int, str]) -> dict[int, set[int]]:
+    data = read_json(path)
+    categories: dict[int, set[int]] = defaultdict(set)
+    for i, entry in enumerate(field(data, "annotations", list, path, "top level")):
+        where = f"annotations[{i}]"
+        image_id = field(entry, "image_id", int, path, where)
+        categories[image_id].add(field(entry, "category_id", int, path, where))
+    if categories and not set(categories) & set(names):
+        raise DataError(f"{path}: no image_id matches the captions file; is it the same split?")
+    return categories

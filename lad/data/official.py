@@ -1,0 +1,110 @@
+"""The paper's official evaluation files, `annotations_{N}_1_{mode}.json`, as lad items.
+
+Each file is a JSON list of entries `{"id", "image_ids": [path, …], "index", "caption",
+"target"}`: `index` is the 0-based position of the answer in `image_ids`, `target` (optional) the
+answer's file name. Paths are the authors' own; each is looked up under the given image folder,
+first as written, then by its file name. Importing keeps the entry's id and order, so results are
+comparable item for item, and keeps the original paths so `export_official` writes the same file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from lad.data.coco import read_json
+from lad.data.items import Item, write_items
+from lad.errors import DataError
+
+_NAME = re.compile(r"annotations_(\d+)_\d+_(random|adversarial)\.json$")
+
+
+def _resolve(path: str, images_dir: Path) -> Path | None:
+    for candidate in (images_dir / path, images_dir / Path(path).name, Path(path)):
+        if candidate.is_file():
+            return candidate.resolve()
+    return None
+
+
+def _caption(entry: dict, where: str) -> str:
+    caption = entry.get("caption")
+    if isinstance(caption, list) and caption and all(isinstance(c, str) for c in caption):
+        return caption[0]  # a list of captions: the first is the query
+    if not isinstance(caption, str) or not caption.strip():
+        raise DataError(f"{where}'caption' must be a non-empty string, got {caption!r}")
+    return caption
+
+
+def _entry_item(entry: Any, images_dir: Path, where: str, setting: str | None) -> Item:
+    if not isinstance(entry, dict):
+        raise DataError(f"{where}expected an object, got {type(entry).__name__}")
+    for key in ("id", "image_ids", "index", "caption"):
+        if key not in entry:
+            raise DataError(f"{where}missing key {key!r}")
+    paths, index = entry["image_ids"], entry["index"]
+    if not isinstance(paths, list) or len(paths) < 2 or not all(isinstance(p, str) for p in paths):
+        raise DataError(f"{where}'image_ids' must be a list of at least 2 paths")
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(paths):
+        raise DataError(f"{where}'index' {index!r} is not a position in its {len(paths)} images")
+    target = entry.get("target")
+    if target is not None and Path(paths[index]).name != target:
+        raise DataError(
+            f"{where}'target' {target!r} is not the image at 'index' {index} "
+            f"({Path(paths[index]).name!r})"
+        )
+    images = []
+    for p in paths:
+        resolved = _resolve(p, images_dir)
+        if resolved is None:
+            raise DataError(f"{where}image {p!r} is not in {images_dir}")
+        images.append(resolved)
+    extra = {"source": "official", "official_id": entry["id"], "image_ids": paths}
+    if setting is not None:
+        extra["setting"] = setting
+    if target is not None:
+        extra["target"] = target
+    return Item(str(entry["id"]), _caption(entry, where), images, index, extra)
+
+
+def read_official(path: str | Path, images_dir: str | Path) -> list[Item]:
+    """The entries of an official file as items, in file order."""
+    path, images_dir = Path(path), Path(images_dir)
+    if not images_dir.is_dir():
+        raise DataError(f"{images_dir}: no such image folder")
+    entries = read_json(path)
+    if not isinstance(entries, list) or not entries:
+        raise DataError(f"{path}: expected a non-empty JSON list of entries")
+    match = _NAME.search(path.name)
+    setting = match.group(2) if match else None
+    items = [
+        _entry_item(entry, images_dir, f"{path}: entry {i}: ", setting)
+        for i, entry in enumerate(entries)
+    ]
+    if match and any(it.num_candidates != int(match.group(1)) for it in items):
+        raise DataError(f"{path}: the file name says N = {match.group(1)}, but not every entry has")
+    ids = [it.id for it in items]
+    if len(set(ids)) != len(ids):
+        raise DataError(f"{path}: entry ids are not unique")
+    return items
+
+
+def import_official(path: str | Path, images_dir: str | Path, out: str | Path) -> int:
+    """Convert an official file into an items file; returns the number of items."""
+    items = read_official(path, images_dir)
+    write_items(out, items)
+    return len(items)
+
+
+def export_official(items: list[Item], path: str | Path) -> None:
+    """Write items in the official format. Imported items get back their original ids and paths."""
+    entries = []
+    for it in items:
+        paths = it.extra.get("image_ids") or [str(p) for p in it.images]
+        entry = {"id": it.extra.get("official_id", it.id), "image_ids": paths, "index": it.answer}
+        if "target" in it.extra or "official_id" not in it.extra:
+            entry["target"] = it.extra.get("target", Path(paths[it.answer]).name)
+        entry["caption"] = it.query
+        entries.append(entry)
+    Path(path).write_text(json.dumps(entries, indent=2), encoding="utf-8")

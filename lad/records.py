@@ -140,6 +140,11 @@ class RecordSet:
             extra=[self.extra[i] for i in idx],
         )
 
+    @staticmethod
+    def concat(sets: Sequence[RecordSet]) -> RecordSet:
+        """Same as the module-level `concat`."""
+        return concat(sets)
+
     def keys(self) -> list[tuple[str, int]]:
         """(item, ordering) of every record: what a prediction refers to."""
         return list(zip(self.items.tolist(), self.ordering.tolist(), strict=True))

@@ -71,6 +71,7 @@ def load_backend(
 
     cap.register()
     dev = _resolve_device(device)
+    torch_dtype = _resolve_dtype(dtype, dev)
     try:
         config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
@@ -80,7 +81,7 @@ def load_backend(
     try:
         net = AutoModelForImageTextToText.from_pretrained(
             model,
-            dtype=_resolve_dtype(dtype, dev),
+            dtype=torch_dtype,
             attn_implementation=impl,
             trust_remote_code=trust_remote_code,
         )

@@ -1,0 +1,113 @@
+"""Errors of the HF backend: each names what is wrong and where (one tiny architecture suffices)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lad.backends.hf as hf
+from lad.backends import load_backend
+from lad.backends.hf import Backend
+from lad.data.items import Item
+from lad.errors import BackendError, DataError
+from lad.labels import get_scheme
+from lad.tiny import build_tiny_model
+
+DIGITS = get_scheme("digits")
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Backend:
+    path = build_tiny_model("qwen2_vl", tmp_path_factory.mktemp("qwen") / "model")
+    return load_backend(str(path), device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def item(tmp_path: Path) -> Item:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(3):
+        paths.append(tmp_path / f"{i}.png")
+        Image.fromarray((rng.random((30, 30, 3)) * 255).astype("uint8")).save(paths[-1])
+    return Item("q0", "red ball", paths, 2)
+
+
+def _run(backend: Backend, item: Item, **kw) -> list:
+    return list(backend.records([(item, 0, [2, 0, 1])], scheme=DIGITS, **kw))
+
+
+def test_record_fields(backend: Backend, item: Item) -> None:
+    (rec,) = _run(backend, item)
+    assert (rec.item, rec.ordering, rec.order, rec.answer) == ("q0", 0, [2, 0, 1], 0)
+    assert len(rec.logprobs) == 3
+    assert np.array(rec.attention).shape == (backend.num_layers, 3)
+    assert rec.extra["prompt_tokens"] > sum(rec.extra["image_tokens"])
+
+
+def test_corrupt_and_missing_images_are_named(backend: Backend, item: Item) -> None:
+    item.images[1].write_bytes(b"not a png at all")
+    with pytest.raises(DataError, match=r"1\.png: cannot read image"):
+        _run(backend, item)
+    item.images[1].unlink()
+    with pytest.raises(DataError, match=r"1\.png"):
+        _run(backend, item)
+
+
+def test_image_span_count_mismatch(
+    backend: Backend, item: Item, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = hf.encode
+
+    def drop_one(*args, **kwargs):
+        inputs, spans = real(*args, **kwargs)
+        return inputs, [s[:-1] for s in spans]
+
+    monkeypatch.setattr(hf, "encode", drop_one)
+    with pytest.raises(BackendError, match="item 'q0': the prompt has 2 image spans but the item"):
+        _run(backend, item)
+
+
+def test_prompt_longer_than_context(
+    backend: Backend, item: Item, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(backend, "max_context", 20)
+    with pytest.raises(BackendError, match=r"the prompt has \d+ tokens, more than the model's"):
+        _run(backend, item)
+
+
+def test_attention_that_bypasses_capture(backend: Backend, item: Item) -> None:
+    backend.model.set_attn_implementation({"text_config": "sdpa"})
+    try:
+        with pytest.raises(BackendError, match="bypasses lad's capture"):
+            _run(backend, item)
+    finally:
+        backend.model.set_attn_implementation({"text_config": "lad_capture"})
+    assert len(_run(backend, item)) == 1
+
+
+def test_bad_arguments(backend: Backend, item: Item) -> None:
+    with pytest.raises(BackendError, match="'capture' parameter must be one of"):
+        _run(backend, item, capture="slow")
+    with pytest.raises(BackendError, match="'batch_size' parameter must be >= 1"):
+        _run(backend, item, batch_size=0)
+    with pytest.raises(BackendError, match=r"order \[0, 0, 1\] is not a permutation"):
+        list(backend.records([(item, 0, [0, 0, 1])], scheme=DIGITS))
+
+
+def test_unsupported_architecture_names_its_class(tmp_path: Path) -> None:
+    from transformers import LlamaConfig
+
+    LlamaConfig(architectures=["LlamaForCausalLM"]).save_pretrained(tmp_path)
+    with pytest.raises(BackendError, match="Unsupported model architecture LlamaForCausalLM"):
+        load_backend(str(tmp_path), device="cpu")
+
+
+def test_missing_model_and_bad_options(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="cannot load model"):
+        load_backend(str(tmp_path / "nowhere"), device="cpu")
+    with pytest.raises(BackendError, match="'dtype' parameter must be one of"):
+        load_backend(str(tmp_path), device="cpu", dtype="int8")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lad.cli import main
-from lad.data.builders import BuildOptions, build_benchmark
+from lad.data.builders import BuildOptions, build_benchmark, place_answer
 from lad.data.clip import ClipEmbedder, cache_dir_for
 from lad.data.coco import load_coco
 from lad.data.flickr import load_flickr8k
@@ -204,3 +204,12 @@ def test_cli_coco_and_flickr(tmp_path, clip, coco, flickr, capsys):
     flick = ["data", "flickr8k", "--images", str(flickr["images"]), "--captions"]
     assert main([*flick, str(tmp_path / "none.txt"), "--out", str(out)]) == 1
     assert capsys.readouterr().err.strip().endswith("none.txt: no such caption file")
+
+
+def test_distractors_are_placed_in_random_order_around_the_answer():
+    orders = set()
+    for seed in range(60):
+        candidates = place_answer(9, [1, 2, 3], 2, np.random.default_rng(seed))
+        assert candidates[2] == 9
+        orders.add(tuple(c for c in candidates if c != 9))
+    assert len(orders) == 6  # never the selection (nearest-first) order only

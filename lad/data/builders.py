@@ -64,9 +64,12 @@ def balanced_positions(
     return rng.permutation(positions).tolist()
 
 
-def place_answer(anchor: int, distractors: Sequence[int], position: int) -> list[int]:
-    """The candidate list with the anchor at `position` and the distractors, in order, around it."""
-    candidates = list(distractors)
+def place_answer(
+    anchor: int, distractors: Sequence[int], position: int, rng: np.random.Generator
+) -> list[int]:
+    """The candidate list: the anchor at `position`, the distractors in a random order around it
+    (never in selection order, which would put the hardest negatives at fixed positions)."""
+    candidates = [distractors[i] for i in rng.permutation(len(distractors))]
     candidates.insert(position, anchor)
     return candidates
 
@@ -253,7 +256,7 @@ def _draw_items(
             skipped += 1
             continue
         position = positions[len(built)]
-        chosen = place_answer(anchor, distractors, position)
+        chosen = place_answer(anchor, distractors, position, rng)
         extra = {
             "setting": options.setting,
             "source": pool.name,

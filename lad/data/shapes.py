@@ -126,17 +126,26 @@ def _distractor_scenes(
     others = [s for s in all_scenes(max_shapes) if s != answer]
     if setting == "random":
         return [others[i] for i in rng.choice(len(others), size=k, replace=False)]
-    same_size = [s for s in others if len(s) == len(answer)]
-    if len(same_size) < k:
-        raise DataError(
-            f"only {len(same_size)} scenes have {len(answer)} objects; {k} distractors are needed"
-        )
-    tie_break = rng.random(len(same_size))
-    order = sorted(
-        range(len(same_size)),
-        key=lambda i: (scene_distance(answer, same_size[i]), tie_break[i]),
-    )
-    return [same_size[i] for i in order[:k]]
+    by_distance = _neighbours(answer, max_shapes)
+    if sum(len(group) for group in by_distance) < k:
+        raise DataError(f"too few scenes have {len(answer)} objects for {k} distractors")
+    chosen: list[Scene] = []
+    for group in by_distance:  # nearest first; a random pick within the boundary group
+        take = min(k - len(chosen), len(group))
+        chosen += [group[i] for i in sorted(rng.choice(len(group), size=take, replace=False))]
+        if len(chosen) == k:
+            break
+    return chosen
+
+
+@cache
+def _neighbours(answer: Scene, max_shapes: int) -> tuple[tuple[Scene, ...], ...]:
+    """Other scenes with as many objects as `answer`, grouped by edit distance, nearest first."""
+    groups: dict[int, list[Scene]] = {}
+    for s in all_scenes(max_shapes):
+        if len(s) == len(answer) and s != answer:
+            groups.setdefault(scene_distance(answer, s), []).append(s)
+    return tuple(tuple(groups[d]) for d in sorted(groups))
 
 
 def _layout(scene: Scene, image_size: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
@@ -223,13 +232,15 @@ def build_shapes(
     image_dir = out_dir / "images"
     image_dir.mkdir(parents=True, exist_ok=True)
     answers = [s for s in all_scenes(max_shapes) if scene_split(s) == split]
+    if not answers:
+        raise DataError(f"no scene of at most {max_shapes} objects falls in split {split!r}")
     rng = seeded_rng(seed, "shapes", split, setting, num_candidates, max_shapes, image_size)
     positions = balanced_positions(items, num_candidates, rng, position_weights)
     built = []
     for i, position in enumerate(positions):
         answer = answers[int(rng.integers(len(answers)))]
         pool = [answer, *_distractor_scenes(answer, num_candidates - 1, setting, max_shapes, rng)]
-        slots = place_answer(0, range(1, num_candidates), position)  # indices into pool
+        slots = place_answer(0, range(1, num_candidates), position, rng)  # indices into pool
         item_id = f"shapes-{split}-{setting}-n{num_candidates}-{i:05d}"
         paths = []
         for p, j in enumerate(slots):

@@ -223,49 +223,78 @@ def _check_shapes(obj: dict, n: int, nl: int, where: str) -> None:
 
 
 def _as_array(values: list, dtype: type, name: str, where_of) -> np.ndarray:
+    """Stack numbers; JSON strings or booleans among them are an error naming the record."""
     try:
-        return np.array(values, dtype=dtype)
+        arr = np.array(values)
+        if arr.dtype.kind in "iu" or (arr.dtype.kind == "f" and dtype is np.float64):
+            return arr.astype(dtype, copy=False)
     except (TypeError, ValueError):
         pass
-    # Slow path, only on failure: find the first record whose values do not convert.
+    # Slow path, only for a bad file: find the first record whose values are not all numbers.
+    kinds = (int,) if dtype is np.int64 else (int, float)
     for i, v in enumerate(values):
-        try:
-            np.array(v, dtype=dtype)
-        except (TypeError, ValueError):
+        flat = [x for row in v for x in (row if isinstance(row, list) else [row])]
+        if not all(type(x) in kinds for x in flat):
             kind = "integers" if dtype is np.int64 else "numbers"
-            raise RecordError(f"{where_of(i)}{name!r} must hold only {kind}") from None
-        if dtype is np.int64 and any(isinstance(x, (bool, float)) for x in v):
-            raise RecordError(f"{where_of(i)}{name!r} must hold only integers") from None
+            raise RecordError(f"{where_of(i)}{name!r} must hold only {kind}")
     raise RecordError(f"{where_of(0)}{name!r} could not be read as numbers")
+
+
+_KEY_SETS = (frozenset(RECORD_KEYS), frozenset(RECORD_KEYS[:-1]))
+
+
+def _looks_right(obj: Any, n: int, nl: int) -> bool:
+    """Cheap test of keys, types and outer lengths; a False sends the record to the full check."""
+    return (
+        type(obj) is dict
+        and obj.keys() in _KEY_SETS
+        and type(obj["item"]) is str
+        and type(obj["ordering"]) is int
+        and type(obj["answer"]) is int
+        and type(obj["order"]) is list
+        and type(obj["logprobs"]) is list
+        and type(obj["attention"]) is list
+        and type(obj.get("extra", {})) is dict
+        and len(obj["order"]) == n
+        and len(obj["logprobs"]) == n
+        and len(obj["attention"]) == nl
+        and all(type(x) is int for x in obj["order"])
+    )
 
 
 def _from_objects(objs: list[dict], linenos: list[int], where) -> RecordSet:
     """Validate parsed record objects and stack them; `where(lineno)` prefixes messages."""
     if not objs:
         return RecordSet.empty()
-    for obj, lineno in zip(objs, linenos, strict=True):
-        _check_object(obj, where(lineno))
-    n, nl = len(objs[0]["logprobs"]), len(objs[0]["attention"])
-    if n < 2:
-        raise RecordError(f"{where(linenos[0])}a record needs at least 2 candidates, got {n}")
-    if nl < 1:
-        raise RecordError(f"{where(linenos[0])}'attention' must have at least one layer")
-    for obj, lineno in zip(objs, linenos, strict=True):
-        _check_shapes(obj, n, nl, where(lineno))
 
     def where_of(i: int) -> str:
         return where(linenos[i])
 
+    _check_object(objs[0], where_of(0))
+    n, nl = len(objs[0]["logprobs"]), len(objs[0]["attention"])
+    if n < 2:
+        raise RecordError(f"{where_of(0)}a record needs at least 2 candidates, got {n}")
+    if nl < 1:
+        raise RecordError(f"{where_of(0)}'attention' must have at least one layer")
     for i, obj in enumerate(objs):
-        if any(not isinstance(x, int) or isinstance(x, bool) for x in obj["order"]):
+        if not _looks_right(obj, n, nl):
+            _check_object(obj, where_of(i))
+            _check_shapes(obj, n, nl, where_of(i))
             raise RecordError(f"{where_of(i)}'order' must hold only integers")
+    try:
+        attention = _as_array([o["attention"] for o in objs], np.float64, "attention", where_of)
+    except RecordError:
+        # Slow path, only for a bad file: a record with ragged layers is the likelier fault.
+        for i, obj in enumerate(objs):
+            _check_shapes(obj, n, nl, where_of(i))
+        raise
     records = RecordSet(
         items=np.array([o["item"] for o in objs], dtype=str),
         ordering=np.array([o["ordering"] for o in objs], dtype=np.int64),
         order=np.array([o["order"] for o in objs], dtype=np.int64),
         answer=np.array([o["answer"] for o in objs], dtype=np.int64),
         logprobs=_as_array([o["logprobs"] for o in objs], np.float64, "logprobs", where_of),
-        attention=_as_array([o["attention"] for o in objs], np.float64, "attention", where_of),
+        attention=attention,
         extra=[o.get("extra", {}) for o in objs],
     )
     validate(records, where_of)
@@ -419,7 +448,7 @@ class RecordWriter:
 
     def __enter__(self) -> RecordWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _drop_partial_line(self.path)
+        drop_partial_line(self.path)
         self._file = self.path.open("ab")
         return self
 
@@ -435,7 +464,8 @@ class RecordWriter:
             self._file = None
 
 
-def _drop_partial_line(path: Path) -> None:
+def drop_partial_line(path: Path) -> None:
+    """Cut off a last line left without its newline by an interrupted write."""
     if not path.is_file() or path.stat().st_size == 0:
         return
     with path.open("rb+") as f:

@@ -11,7 +11,7 @@ import sys
 
 from lad.errors import LadError
 
-COMMAND_MODULES = ("data", "score")
+COMMAND_MODULES = ("run", "score", "data")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,207 @@
+"""The Python API: fit a calibration once, then debias many multi-image choices.
+
+from lad import Debiaser
+debiaser = Debiaser("Qwen/Qwen2.5-VL-3B-Instruct").fit(calibration_items)
+debiaser.save("calibration.json")
+choice = debiaser.predict("a dog on a red sofa", ["a.jpg", "b.jpg", "c.jpg", "d.jpg"])
+choice.lad, choice.prob_after, choice.posterior
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lad.calibrate import Calibration
+from lad.data.items import Item
+from lad.errors import CalibrationError, DataError, LadError
+from lad.evaluate import cyclic_requests, resolve_model
+from lad.labels import get_scheme
+from lad.methods import MethodOptions, lad_posterior, score, selected_layers
+from lad.prompts import prompt_sha256
+from lad.records import RecordSet, RecordWriter
+
+
+@dataclass
+class Choice:
+    """One debiased choice. Positions are 0-based; `labels[p]` is how the prompt named p."""
+
+    query: str
+    labels: list[str]
+    vanilla: int  # argmax_j log P(c_j | x)
+    lad: int  # argmax_j of Eq. 14
+    prob_before: list[float]  # P(c_j | x)
+    prob_after: list[float]  # softmax of Eq. 14's scores
+    posterior: list[float]  # π, Eq. 12
+    layers: list[int]  # L*, Eq. 9 (0-based decoder layers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self, images: Sequence[str | Path]) -> str:
+        lines = [
+            f"query: {self.query}",
+            "     image                          P before  P after   π",
+        ]
+        for p, image in enumerate(images):
+            mark = ("V" if p == self.vanilla else " ") + ("L" if p == self.lad else " ")
+            lines.append(
+                f"{mark} {self.labels[p]:>3} {str(image)[-30:]:<30} "
+                f"{100 * self.prob_before[p]:7.1f}% {100 * self.prob_after[p]:7.1f}% "
+                f"{self.posterior[p]:5.2f}"
+            )
+        lines.append(
+            f"vanilla chooses {self.labels[self.vanilla]}, LAD chooses {self.labels[self.lad]} "
+            f"(layers {', '.join(str(layer) for layer in self.layers)})"
+        )
+        return "\n".join(lines)
+
+
+class Debiaser:
+    """Attention-guided debiasing for one model (sklearn-like: `fit`, then `predict` many).
+
+    `fit` runs the symmetrised calibration set (§4.2) on a few items; `predict` costs one forward
+    pass per query. Fitted attributes end in `_`.
+    """
+
+    def __init__(
+        self,
+        model: str = "demo",
+        *,
+        labels: str = "digits",
+        top_k: int = 2,
+        tau: float = 5.0,
+        batch_size: int = 4,
+        device: str = "auto",
+        dtype: str = "auto",
+        quiet: bool = True,
+        backend: Any = None,
+    ) -> None:
+        self.model = model
+        self.labels = labels
+        self.top_k = top_k
+        self.tau = tau
+        self.batch_size = batch_size
+        self.device = device
+        self.dtype = dtype
+        self.quiet = quiet
+        self._backend = backend
+
+    @property
+    def backend(self) -> Any:
+        if self._backend is None:
+            from lad.backends import load_backend
+
+            self._backend = load_backend(
+                resolve_model(self.model), device=self.device, dtype=self.dtype
+            )
+        return self._backend
+
+    @property
+    def options(self) -> MethodOptions:
+        return MethodOptions(top_k=self.top_k, tau=self.tau)
+
+    def _fingerprint(self, n: int) -> tuple[list[str], str]:
+        scheme = get_scheme(self.labels)
+        return scheme.labels(n), prompt_sha256("vanilla", scheme, n)
+
+    def _records(self, requests: list, path: Path | None = None) -> RecordSet:
+        stream = self.backend.records(
+            requests,
+            template="vanilla",
+            scheme=get_scheme(self.labels),
+            batch_size=self.batch_size,
+        )
+        if path is None:
+            return RecordSet.from_records(list(stream))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        collected = []
+        with RecordWriter(path) as writer:
+            for rec in stream:
+                writer.write(rec)
+                collected.append(rec)
+        return RecordSet.from_records(collected)
+
+    def fit(self, items: Sequence[Item], *, records_path: str | Path | None = None) -> Debiaser:
+        """Calibrate on `items` (each shown under all N cyclic shifts)."""
+        if not items:
+            raise LadError("fit needs at least one calibration item")
+        sizes = {it.num_candidates for it in items}
+        if len(sizes) != 1:
+            raise DataError(f"calibration items must all have the same N; got N in {sorted(sizes)}")
+        records = self._records(
+            cyclic_requests(items), Path(records_path) if records_path else None
+        )
+        return self.fit_records(records)
+
+    def fit_records(self, records: RecordSet) -> Debiaser:
+        """Calibrate from calibration records made earlier (e.g. `calibration.jsonl`)."""
+        labels, sha = self._fingerprint(records.num_candidates)
+        self.calibration_ = Calibration().fit(
+            records, model=self.model, labels=labels, prompt_sha256=sha
+        )
+        return self
+
+    def save(self, path: str | Path) -> None:
+        self._check_fitted()
+        self.calibration_.save(path)
+
+    def load(self, path: str | Path) -> Debiaser:
+        """Use a calibration saved earlier (by `save`, `lad calibrate` or `lad eval`)."""
+        self.calibration_ = Calibration.load(path)
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "calibration_"):
+            raise CalibrationError(
+                "This Debiaser is not fitted yet. Call fit(items) or load(calibration.json) first."
+            )
+
+    def predict(self, query: str, images: Sequence[str | Path]) -> Choice:
+        """Which of `images` (in the order shown) matches `query`, before and after debiasing."""
+        return self.predict_many([(query, images)])[0]
+
+    def predict_many(self, queries: Sequence[tuple[str, Sequence[str | Path]]]) -> list[Choice]:
+        """Debias a batch of (query, images) choices; one forward pass each."""
+        self._check_fitted()
+        items = []
+        for i, (query, images) in enumerate(queries):
+            for image in images:
+                if not Path(image).is_file():
+                    raise DataError(f"image not found: {image}")
+            # The true answer is unknown here; the record's answer field is not used.
+            items.append(Item(f"query-{i}", query, [Path(p) for p in images], 0))
+        requests = [(it, 0, list(range(it.num_candidates))) for it in items]
+        records = self._records(requests)
+        labels, sha = self._fingerprint(records.num_candidates)
+        self.calibration_.check_compatible(
+            records, model=self.model, labels=labels, prompt_sha256=sha
+        )
+        return self._choices(items, records, labels)
+
+    def _choices(self, items: list[Item], records: RecordSet, labels: list[str]) -> list[Choice]:
+        options = self.options
+        debiased = score("lad", records, self.calibration_, options)
+        posterior = lad_posterior(records, self.calibration_, options)
+        layers = selected_layers(records, options)
+        prob_before = np.exp(records.logprobs)
+        prob_after = np.exp(debiased - debiased.max(axis=1, keepdims=True))
+        prob_after /= prob_after.sum(axis=1, keepdims=True)
+        return [
+            Choice(
+                query=it.query,
+                labels=labels,
+                vanilla=int(np.argmax(records.logprobs[r])),
+                lad=int(np.argmax(debiased[r])),
+                prob_before=prob_before[r].tolist(),
+                prob_after=prob_after[r].tolist(),
+                posterior=posterior[r].tolist(),
+                layers=[int(x) for x in layers[r]],
+            )
+            for r, it in enumerate(items)
+        ]

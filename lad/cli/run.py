@@ -1,0 +1,198 @@
+"""`lad eval`, `lad calibrate`, `lad predict`, `lad report`: thin over lad.evaluate, lad.api and
+lad.report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from lad.errors import LadError
+
+
+def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> None:
+    p.add_argument(
+        "--model",
+        default=default,
+        required=default is None,
+        help="hub id or local path of a supported model, or 'demo' (default: %(default)s)",
+    )
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 (default: auto)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
+    p.add_argument(
+        "--labels",
+        default="digits",
+        choices=["digits", "upper", "lower", "roman", "words"],
+        help="how positions are named in the prompt and answer (default: digits)",
+    )
+    p.add_argument("--batch-size", type=int, default=4, help="prompts per forward pass")
+
+
+def _methods(text: str) -> tuple[str, ...]:
+    return tuple(m.strip() for m in text.split(",") if m.strip())
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from lad.evaluate import DEFAULT_METHODS
+
+    p = subparsers.add_parser(
+        "eval",
+        help="calibrate, evaluate, score, report: one run directory",
+        description="Run a model on a benchmark under T shuffles, calibrate on held-out items, "
+        "score every method, and write records, metrics and a report into --out. Resumes an "
+        "interrupted run. Example: lad eval --num-candidates 8 --out runs/demo-n8",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _model_flags(p)
+    p.add_argument("--data", default="shapes", help="items .jsonl file, or 'shapes'")
+    p.add_argument("--num-candidates", "-n", type=int, default=4, help="N images per query")
+    p.add_argument(
+        "--setting",
+        default="random",
+        choices=["random", "adversarial"],
+        help="shapes benchmark setting (for --data shapes)",
+    )
+    p.add_argument(
+        "--items", type=int, default=None, help="evaluation items (default: all; 100 for shapes)"
+    )
+    cal = p.add_mutually_exclusive_group()
+    cal.add_argument("--calibration-data", default=None, help="items file for calibration")
+    cal.add_argument("--calibration", default=None, help="a saved calibration.json")
+    p.add_argument("--calibration-items", type=int, default=5, help="|D_cal|")
+    p.add_argument(
+        "--methods", type=_methods, default=DEFAULT_METHODS, help="comma-separated method names"
+    )
+    p.add_argument("--num-shuffles", type=int, default=5, help="T orderings per item")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--top-k", type=int, default=2, help="K layers for LAD (Eq. 9)")
+    p.add_argument("--tau", type=float, default=5.0, help="posterior temperature τ (Eq. 12)")
+    p.add_argument("--out", default="runs/default", help="run directory")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    p.set_defaults(func=_eval)
+
+    p = subparsers.add_parser(
+        "calibrate",
+        help="fit a calibration.json from a few items (§4.2)",
+        description="Run the symmetrised calibration set (every item under all N cyclic shifts) "
+        "and fit the bias matrix and attention prior. The records are kept beside the output. "
+        "Example: lad calibrate --model demo --data cal.jsonl --out calibration.json",
+    )
+    _model_flags(p)
+    p.add_argument("--data", required=True, help="items .jsonl file")
+    p.add_argument("--items", type=int, default=5, help="how many items of --data to use")
+    p.add_argument("--out", required=True, help="calibration.json to write")
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.set_defaults(func=_calibrate)
+
+    p = subparsers.add_parser(
+        "predict",
+        help="debias one multi-image choice",
+        description="Ask the model which image matches a query, and debias the answer with a "
+        "calibration. Example: lad predict --calibration calibration.json --query 'a red circle' "
+        "a.png b.png c.png d.png",
+    )
+    _model_flags(p)
+    p.add_argument("--calibration", required=True, help="calibration.json from lad calibrate/eval")
+    p.add_argument("--query", required=True, help="the caption to match")
+    p.add_argument("images", nargs="+", help="the candidate images, in the order shown")
+    p.add_argument("--top-k", type=int, default=2)
+    p.add_argument("--tau", type=float, default=5.0)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_predict)
+
+    p = subparsers.add_parser(
+        "report",
+        help="HTML report with figures for run directories",
+        description="Write an HTML page with PNG figures for one or more finished runs (runs "
+        "that differ in N also get accuracy against N). Example: lad report runs/n4 runs/n8",
+    )
+    p.add_argument("runs", nargs="+", help="run directories")
+    p.add_argument("--out", default=None, help="folder (default: RUN/report for one run)")
+    p.set_defaults(func=_report)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from lad.evaluate import EvalConfig, evaluate
+
+    config = EvalConfig(
+        model=args.model,
+        data=args.data,
+        num_candidates=args.num_candidates,
+        setting=args.setting,
+        items=args.items,
+        calibration_data=args.calibration_data,
+        calibration=args.calibration,
+        calibration_items=args.calibration_items,
+        num_shuffles=args.num_shuffles,
+        seed=args.seed,
+        labels=args.labels,
+        batch_size=args.batch_size,
+        device=args.device,
+        dtype=args.dtype,
+        methods=args.methods,
+        top_k=args.top_k,
+        tau=args.tau,
+        quiet=args.quiet,
+    )
+    result = evaluate(config, args.out)
+    print(result.table)
+    print(f"\nrun directory: {result.run_dir}")
+    print(f"metrics:       {result.run_dir / 'metrics.json'}")
+    if result.report:
+        print(f"report:        {result.report}")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from lad.api import Debiaser
+    from lad.data.items import read_items
+
+    items = read_items(args.data)[: args.items]
+    debiaser = Debiaser(
+        args.model,
+        labels=args.labels,
+        device=args.device,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        quiet=args.quiet,
+    )
+    out = Path(args.out)
+    debiaser.fit(items, records_path=out.with_name(out.stem + ".records.jsonl"))
+    debiaser.save(out)
+    cal = debiaser.calibration_
+    print(
+        f"calibration of {cal.num_items} items × {cal.num_candidates} shifts, γ = {cal.gamma:.3f}"
+    )
+    print(f"written: {out} (records: {out.with_name(out.stem + '.records.jsonl')})")
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from lad.api import Debiaser
+
+    debiaser = Debiaser(
+        args.model,
+        labels=args.labels,
+        device=args.device,
+        dtype=args.dtype,
+        top_k=args.top_k,
+        tau=args.tau,
+    ).load(args.calibration)
+    choice = debiaser.predict(args.query, args.images)
+    if args.json:
+        print(json.dumps(choice.to_dict(), indent=2))
+        return 0
+    print(choice.summary(args.images))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from lad.report import write_report
+
+    runs = [Path(r) for r in args.runs]
+    for r in runs:
+        if not r.is_dir():
+            raise LadError(f"{r}: no such run directory")
+    out = Path(args.out) if args.out else (runs[0] / "report" if len(runs) == 1 else Path("report"))
+    print(f"report: {write_report(runs, out)}")
+    return 0

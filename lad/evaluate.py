@@ -1,0 +1,530 @@
+"""`lad eval`: a run directory from items to report, resumable (DESIGN.md, "The pipeline").
+
+The model runs once per (item, ordering) and its records are appended as they are made; every
+method, metric and figure is then computed from the stored records. A run directory holds:
+
+    run.json             the arguments that define the records (checked on every rerun)
+    data/                the generated benchmark, when --data shapes
+    calibration.jsonl    calibration records: each calibration item under all N cyclic shifts
+    calibration.json     the fitted Calibration (§4.2)
+    records.jsonl        evaluation records: each item under T shuffles
+    perm_records.jsonl   each evaluation item under all N cyclic shifts (only for perm-avg)
+    predictions.jsonl    one line per (record, method)
+    metrics.json         DESIGN.md's metrics format
+    report/index.html    figures and tables (lad.report)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from lad.calibrate import Calibration
+from lad.data.items import Item, cyclic_shift, read_items, shuffle_orders
+from lad.errors import CalibrationError, DataError, RunError
+from lad.labels import get_scheme
+from lad.methods import METHODS, MethodOptions, score_methods
+from lad.metrics import compute_metrics, format_table
+from lad.prompts import prompt_sha256
+from lad.records import (
+    Record,
+    RecordSet,
+    RecordWriter,
+    drop_partial_line,
+    read_records,
+    write_predictions,
+)
+
+RUN_FORMAT = "lad-run/1"
+DEFAULT_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified", "perm-avg")
+Request = tuple[Item, int, list[int]]
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Everything `lad eval` takes. Fields in `RECORD_FIELDS` define the records; the rest only
+    change how stored records are scored, so they may differ on a rerun."""
+
+    model: str = "demo"
+    data: str = "shapes"
+    num_candidates: int = 4
+    setting: str = "random"
+    items: int | None = None
+    calibration_data: str | None = None
+    calibration: str | None = None
+    calibration_items: int = 5
+    num_shuffles: int = 5
+    seed: int = 0
+    labels: str = "digits"
+    batch_size: int = 4
+    device: str = "auto"
+    dtype: str = "auto"
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    top_k: int = 2
+    tau: float = 5.0
+    quiet: bool = False
+    image_options: dict[str, Any] = field(default_factory=dict)
+
+    RECORD_FIELDS = (
+        "model",
+        "data",
+        "num_candidates",
+        "setting",
+        "items",
+        "calibration_data",
+        "calibration",
+        "calibration_items",
+        "num_shuffles",
+        "seed",
+        "labels",
+        "batch_size",
+        "device",
+        "dtype",
+        "image_options",
+    )
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise RunError(
+                f"The 'methods' parameter must name methods from {sorted(METHODS)}. "
+                f"Got {unknown} instead."
+            )
+        if self.num_shuffles < 1 or self.calibration_items < 1 or self.batch_size < 1:
+            raise RunError("--num-shuffles, --calibration-items and --batch-size must be >= 1")
+        if self.setting not in ("random", "adversarial"):
+            raise RunError(
+                f"The 'setting' parameter must be 'random' or 'adversarial'. Got {self.setting!r}."
+            )
+
+    def identity(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.RECORD_FIELDS}
+
+    @property
+    def method_options(self) -> MethodOptions:
+        return MethodOptions(top_k=self.top_k, tau=self.tau)
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    metrics: dict[str, Any]
+    table: str
+    report: Path | None
+
+
+# ---------------------------------------------------------------- processes
+
+
+@dataclass(frozen=True)
+class World:
+    """The processes of one run, as `accelerate launch` or `torchrun` set them in the environment.
+
+    Work is split by whole batches, batch b going to rank b mod K, so every batch is padded exactly
+    as in a single-process run and the merged records are the same whatever K is.
+    """
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> World:
+        env = os.environ
+        return cls(
+            int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0))
+        )
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.size == 1:
+            return
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", rank=self.rank, world_size=self.size)
+        dist.barrier()
+
+    def device(self, device: str) -> str:
+        if device == "auto" and self.size > 1:
+            import torch
+
+            if torch.cuda.is_available():
+                return f"cuda:{self.local_rank}"
+        return device
+
+
+# ---------------------------------------------------------------- run directory and resume
+
+
+def check_run_dir(run_dir: Path, config: EvalConfig) -> None:
+    """Create run.json, or check that an existing one was made with the same record arguments."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "run.json"
+    wanted = json.loads(json.dumps(config.identity()))
+    if path.exists():
+        try:
+            stored = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise RunError(
+                f"{path}: not valid JSON ({e.msg}); delete it or use another --out"
+            ) from e
+        if stored.get("format") != RUN_FORMAT:
+            raise RunError(f"{path}: not a lad run (format {stored.get('format')!r})")
+        for name, value in wanted.items():
+            if stored["arguments"].get(name) != value:
+                flag = "--" + name.replace("_", "-")
+                raise RunError(
+                    f"{run_dir} was made with {flag} {stored['arguments'].get(name)!r}, not "
+                    f"{value!r}. Rerun with the same arguments to resume, or use another --out."
+                )
+        return
+    path.write_text(json.dumps({"format": RUN_FORMAT, "arguments": wanted}, indent=2) + "\n")
+
+
+def _resume_point(path: Path, requests: Sequence[Request], batch_size: int) -> int:
+    """How many leading requests already have records in `path`.
+
+    Only whole batches count: a batch cut off by an interruption is dropped and rerun, so a
+    resumed run pads and batches exactly as an uninterrupted one and writes identical files.
+    """
+    drop_partial_line(path)
+    done = read_records(path, missing_ok=True)
+    if len(done) > len(requests):
+        raise RunError(f"{path} holds {len(done)} records but this run makes {len(requests)}")
+    for i, (item_id, ordering) in enumerate(zip(done.items, done.ordering, strict=True)):
+        if (item_id, int(ordering)) != (requests[i][0].id, requests[i][1]):
+            raise RunError(
+                f"{path}: record {i + 1} is ({item_id!r}, ordering {ordering}), but this run's "
+                f"request {i + 1} is ({requests[i][0].id!r}, ordering {requests[i][1]}); the file "
+                "is from another run. Use another --out."
+            )
+    keep = len(done) if len(done) == len(requests) else len(done) - len(done) % batch_size
+    if keep < len(done):
+        write_records_prefix(path, done, keep)
+    return keep
+
+
+def write_records_prefix(path: Path, records: RecordSet, count: int) -> None:
+    tmp = path.with_suffix(".tmp")
+    with RecordWriter(tmp) as writer:
+        for rec in records.select(np.arange(count)).to_records():
+            writer.write(rec)
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------- requests
+
+
+def evaluation_requests(items: Sequence[Item], num_shuffles: int, seed: int) -> list[Request]:
+    """Each item under T orderings: the identity first, then seeded random permutations (§5.2)."""
+    return [
+        (item, t, order)
+        for item in items
+        for t, order in enumerate(shuffle_orders(item.id, item.num_candidates, num_shuffles, seed))
+    ]
+
+
+def cyclic_requests(items: Sequence[Item]) -> list[Request]:
+    """Each item under all N cyclic left-shifts: the symmetrised set of §4.2 (and of perm-avg)."""
+    return [
+        (item, s, cyclic_shift(item.num_candidates, s))
+        for item in items
+        for s in range(item.num_candidates)
+    ]
+
+
+# ---------------------------------------------------------------- stages
+
+
+def run_stage(
+    make_backend: Callable[[], Any],
+    requests: Sequence[Request],
+    path: Path,
+    config: EvalConfig,
+    desc: str,
+    world: World | None = None,
+) -> RecordSet:
+    """Make the records of `requests` that `path` does not hold yet; return all of them.
+
+    Under K processes each writes its own shard `path.shard{r}of{K}.jsonl` (resumable on its
+    own); the main process then merges them, in request order, into `path`.
+    """
+    world = world or World()
+    if world.size == 1:
+        _make_records(make_backend, requests, path, config, desc)
+        return read_records(path)
+    if not (path.exists() and len(read_records(path)) == len(requests)):
+        _check_shards(path, world.size)
+        batches = _batch_ranges(len(requests), config.batch_size)
+        mine = [requests[i] for b in batches[world.rank :: world.size] for i in b]
+        shard = _shard_path(path, world.rank, world.size)
+        _make_records(make_backend, mine, shard, config, f"{desc} [{world.rank}/{world.size}]")
+        world.barrier()
+        if world.is_main:
+            _merge_shards(path, world.size, batches, config.batch_size)
+    world.barrier()
+    return read_records(path)
+
+
+def _batch_ranges(count: int, batch_size: int) -> list[range]:
+    return [range(i, min(i + batch_size, count)) for i in range(0, count, batch_size)]
+
+
+def _shard_path(path: Path, rank: int, size: int) -> Path:
+    return path.with_name(f"{path.stem}.shard{rank}of{size}{path.suffix}")
+
+
+def _check_shards(path: Path, size: int) -> None:
+    """Refuse to mix a partial run made with another number of processes."""
+    others = [
+        p
+        for p in path.parent.glob(f"{path.stem}.shard*of*{path.suffix}")
+        if not p.name.endswith(f"of{size}{path.suffix}")
+    ]
+    if others or path.exists():
+        made = others[0].name if others else path.name
+        raise RunError(
+            f"{path.parent}: a partial run made with another number of processes is there "
+            f"({made}); resume it with that many processes, or use another --out."
+        )
+
+
+def _merge_shards(path: Path, size: int, batches: list[range], batch_size: int) -> None:
+    shards = [read_records(_shard_path(path, r, size)).to_records() for r in range(size)]
+    taken = [0] * size
+    tmp = path.with_suffix(".merging")
+    with RecordWriter(tmp) as writer:
+        for b, batch in enumerate(batches):
+            rank = b % size
+            for rec in shards[rank][taken[rank] : taken[rank] + len(batch)]:
+                writer.write(rec)
+            taken[rank] += len(batch)
+    tmp.replace(path)
+    for r in range(size):
+        _shard_path(path, r, size).unlink()
+
+
+def _make_records(
+    make_backend: Callable[[], Any],
+    requests: Sequence[Request],
+    path: Path,
+    config: EvalConfig,
+    desc: str,
+) -> None:
+    start = _resume_point(path, requests, config.batch_size)
+    if start == len(requests):
+        return
+    backend = make_backend()
+    with (
+        RecordWriter(path) as writer,
+        tqdm(total=len(requests), initial=start, desc=desc, disable=config.quiet) as bar,
+    ):
+        correct = 0
+        for done, rec in enumerate(_records(backend, requests[start:], config), 1):
+            writer.write(rec)
+            correct += int(np.argmax(rec.logprobs) == rec.answer)
+            bar.set_postfix_str(f"vanilla acc {100 * correct / done:.1f}%", refresh=False)
+            bar.update()
+
+
+def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> Iterator[Record]:
+    return backend.records(
+        requests,
+        template="vanilla",
+        scheme=get_scheme(config.labels),
+        batch_size=config.batch_size,
+    )
+
+
+class _LazyBackend:
+    """Loads the model on first use, so a finished run is rescored without touching it."""
+
+    def __init__(self, config: EvalConfig, device: str) -> None:
+        self.config = config
+        self.device = device
+        self.backend: Any = None
+
+    def __call__(self) -> Any:
+        if self.backend is None:
+            from lad.backends import load_backend
+
+            self.backend = load_backend(
+                resolve_model(self.config.model),
+                device=self.device,
+                dtype=self.config.dtype,
+                image_options=self.config.image_options or None,
+            )
+        return self.backend
+
+
+def resolve_model(model: str) -> str:
+    """`demo` is the model shipped inside the package (docs/demo-model.md)."""
+    if model == "demo":
+        from lad.demo import demo_model_path
+
+        return str(demo_model_path())
+    return model
+
+
+# ---------------------------------------------------------------- data
+
+
+def load_items(config: EvalConfig, run_dir: Path) -> tuple[list[Item], list[Item]]:
+    """(evaluation items, calibration items); the two never share an item id."""
+    n = config.num_candidates
+    if config.data == "shapes":
+        from lad.data.shapes import build_shapes
+
+        num_eval = config.items or 100
+        common = {"num_candidates": n, "setting": config.setting, "seed": config.seed}
+        eval_path = build_shapes(run_dir / "data/eval", items=num_eval, split="eval", **common)
+        cal_path = build_shapes(
+            run_dir / "data/calibration",
+            items=config.calibration_items,
+            split="calibration",
+            **common,
+        )
+        return read_items(eval_path, n), read_items(cal_path, n)
+    items = read_items(config.data, n)
+    if config.calibration_data:
+        calibration = read_items(config.calibration_data, n)
+    elif config.calibration:
+        calibration = []
+    else:
+        # No separate calibration file: hold out a seeded choice of items from the data.
+        if len(items) <= config.calibration_items:
+            raise DataError(
+                f"{config.data}: {len(items)} items leave none for evaluation after holding out "
+                f"--calibration-items {config.calibration_items}; pass --calibration-data"
+            )
+        rng = np.random.default_rng(config.seed)
+        held = set(rng.choice(len(items), config.calibration_items, replace=False).tolist())
+        calibration = [it for i, it in enumerate(items) if i in held]
+        items = [it for i, it in enumerate(items) if i not in held]
+    calibration = calibration[: config.calibration_items]
+    overlap = {it.id for it in items} & {it.id for it in calibration}
+    if overlap:
+        raise DataError(
+            f"calibration items must be disjoint from evaluation items; shared ids: "
+            f"{sorted(overlap)[:5]}"
+        )
+    if config.items:
+        items = items[: config.items]
+    return items, calibration
+
+
+# ---------------------------------------------------------------- the whole run
+
+
+def fit_or_load_calibration(
+    config: EvalConfig, run_dir: Path, calibration_records: RecordSet | None
+) -> Calibration:
+    scheme = get_scheme(config.labels)
+    labels = scheme.labels(config.num_candidates)
+    sha = prompt_sha256("vanilla", scheme, config.num_candidates)
+    if config.calibration:
+        calibration = Calibration.load(config.calibration)
+    else:
+        assert calibration_records is not None
+        calibration = Calibration().fit(
+            calibration_records, model=config.model, labels=labels, prompt_sha256=sha
+        )
+    calibration.save(run_dir / "calibration.json")
+    return calibration
+
+
+def evaluate(
+    config: EvalConfig, run_dir: str | Path, world: World | None = None
+) -> RunResult | None:
+    """Run (or resume) one evaluation into `run_dir` and return its metrics.
+
+    Under several processes (accelerate launch, torchrun) each makes its share of the records;
+    the main process merges, scores and reports, and the others return None.
+    """
+    run_dir = Path(run_dir)
+    world = world or World.from_env()
+    if world.is_main:
+        check_run_dir(run_dir, config)
+        load_items(config, run_dir)  # builds generated data once, before the others read it
+    world.barrier()
+    eval_items, cal_items = load_items(config, run_dir)
+    make_backend = _LazyBackend(config, world.device(config.device))
+
+    def stage(requests: list[Request], name: str, desc: str) -> RecordSet:
+        return run_stage(make_backend, requests, run_dir / name, config, desc, world)
+
+    cal_records = None
+    if not config.calibration:
+        cal_records = stage(cyclic_requests(cal_items), "calibration.jsonl", "calibration")
+    requests = evaluation_requests(eval_items, config.num_shuffles, config.seed)
+    stage(requests, "records.jsonl", "evaluation")
+    if "perm-avg" in config.methods:
+        stage(cyclic_requests(eval_items), "perm_records.jsonl", "perm-avg")
+    if not world.is_main:
+        return None
+    fit_or_load_calibration(config, run_dir, cal_records)
+    return score_run(run_dir, config.methods, config.method_options, quiet=config.quiet)
+
+
+def score_run(
+    run_dir: Path,
+    methods: Sequence[str],
+    options: MethodOptions,
+    *,
+    quiet: bool = False,
+    write_report: bool = True,
+) -> RunResult:
+    """Predictions, metrics.json and the report, from the run directory's files alone."""
+    records = read_records(run_dir / "records.jsonl")
+    calibration = Calibration.load(run_dir / "calibration.json")
+    arguments = json.loads((run_dir / "run.json").read_text())["arguments"]
+    scheme = get_scheme(arguments["labels"])
+    calibration_check(calibration, records, arguments, scheme)
+    perm_path = run_dir / "perm_records.jsonl"
+    perm_records = read_records(perm_path) if "perm-avg" in methods else None
+
+    scores = score_methods(list(methods), records, calibration, options, perm_records)
+    write_predictions(run_dir / "predictions.jsonl", records, scores)
+    predictions = {m: s.argmax(axis=1) for m, s in scores.items()}
+    costs = {m: METHODS[m].forward_passes(records.num_candidates) for m in methods}
+    metrics = compute_metrics(records, predictions, costs=costs)
+    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    table = format_table(metrics)
+    report = None
+    if write_report:
+        from lad.report import write_report as _write_report
+
+        report = _write_report([run_dir], run_dir / "report")
+    return RunResult(run_dir, metrics, table, report)
+
+
+def calibration_check(
+    calibration: Calibration, records: RecordSet, arguments: dict[str, Any], scheme: Any
+) -> None:
+    n = records.num_candidates
+    try:
+        calibration.check_compatible(
+            records,
+            model=arguments["model"],
+            labels=scheme.labels(n),
+            prompt_sha256=prompt_sha256("vanilla", scheme, n),
+        )
+    except CalibrationError as e:
+        raise CalibrationError(f"{arguments.get('calibration') or 'calibration.json'}: {e}") from e
+
+
+def config_from_dict(values: dict[str, Any]) -> EvalConfig:
+    names = {f.name for f in dataclasses.fields(EvalConfig)}
+    return EvalConfig(**{k: v for k, v in values.items() if k in names})

@@ -1,0 +1,216 @@
+"""HTML report with PNG figures for one or more run directories (`lad report`).
+
+Figures: confusion matrices vanilla vs LAD (paper Fig. 1), recall at each position, the
+logit-vs-attention divergence at each answer position (Fig. 3), the calibration's bias matrix
+(Eqs. 1, 5), and accuracy against N when the runs differ in N (Fig. 5).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from lad.errors import RunError
+from lad.labels import get_scheme
+
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+    "table{border-collapse:collapse;margin:1em 0}"
+    "td,th{padding:4px 10px;border-bottom:1px solid #ddd;"
+    "text-align:right}th:first-child,td:first-child{text-align:left}img{max-width:100%}"
+    "code{background:#f4f4f4;padding:1px 4px}"
+)
+
+
+def _load_run(run_dir: Path) -> dict[str, Any]:
+    metrics_path = run_dir / "metrics.json"
+    if not metrics_path.is_file():
+        raise RunError(f"{run_dir}: no metrics.json; finish the run with `lad eval` first")
+    run: dict[str, Any] = {"dir": run_dir, "metrics": json.loads(metrics_path.read_text())}
+    run_json = run_dir / "run.json"
+    run["arguments"] = json.loads(run_json.read_text())["arguments"] if run_json.is_file() else {}
+    cal_path = run_dir / "calibration.json"
+    run["calibration"] = json.loads(cal_path.read_text()) if cal_path.is_file() else None
+    n = run["metrics"]["num_candidates"]
+    run["labels"] = get_scheme(run["arguments"].get("labels", "digits")).labels(n)
+    return run
+
+
+def _heatmap(ax: Any, matrix: np.ndarray, labels: list[str], title: str, xlabel: str) -> None:
+    ax.imshow(matrix, cmap="Blues", vmin=0, vmax=100)
+    n = len(labels)
+    ax.set_xticks(range(n), labels)
+    ax.set_yticks(range(n), labels)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("ground-truth position")
+    ax.set_title(title)
+    if n <= 12:
+        for i in range(n):
+            for j in range(n):
+                v = matrix[i, j]
+                ax.text(
+                    j,
+                    i,
+                    f"{v:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if v > 60 else "black",
+                )
+
+
+def _confusion_figure(run: dict[str, Any], path: Path) -> None:
+    methods = run["metrics"]["methods"]
+    shown = [m for m in ("vanilla", "lad") if m in methods] or list(methods)[:2]
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.6 * len(shown), 4.2), squeeze=False)
+    for ax, name in zip(axes[0], shown, strict=True):
+        m = methods[name]
+        _heatmap(
+            ax,
+            np.asarray(m["confusion"]),
+            run["labels"],
+            f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}",
+            "selected position",
+        )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _recall_figure(run: dict[str, Any], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    x = np.arange(len(run["labels"]))
+    for name, m in run["metrics"]["methods"].items():
+        ax.plot(x, m["recall_by_position"], marker="o", label=name)
+    ax.set_xticks(x, run["labels"])
+    ax.set_ylim(-2, 102)
+    ax.set_xlabel("ground-truth position")
+    ax.set_ylabel("recall (%)")
+    ax.set_title("Recall at each position")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
+    """Fig. 3: where the logits fail, does the attention still find the answer?"""
+    methods = run["metrics"]["methods"]
+    if "vanilla" not in methods or "attn" not in methods:
+        return False
+    x = np.arange(len(run["labels"]))
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.bar(x - 0.2, methods["vanilla"]["recall_by_position"], 0.4, label="logits (vanilla)")
+    ax.bar(x + 0.2, methods["attn"]["recall_by_position"], 0.4, label="attention (attn)")
+    ax.set_xticks(x, run["labels"])
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("ground-truth position")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Logit-attention divergence")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _bias_figure(run: dict[str, Any], path: Path) -> bool:
+    cal = run["calibration"]
+    if cal is None:
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(9.2, 4.2))
+    obs = 100 * np.exp(np.asarray(cal["log_obs"]))
+    bias = 100 * np.exp(np.asarray(cal["log_bias"]))  # rows need not sum to 1 (Eq. 5)
+    _heatmap(axes[0], obs, run["labels"], "P_obs(j | i), Eq. 1", "predicted position j")
+    _heatmap(
+        axes[1],
+        bias,
+        run["labels"],
+        f"P_bias(j | i), Eq. 5 (γ = {cal['gamma']:.2f})",
+        "predicted position j",
+    )
+    axes[1].set_ylabel("")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
+    ns = sorted({r["metrics"]["num_candidates"] for r in runs})
+    if len(ns) < 2:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    names = sorted({m for r in runs for m in r["metrics"]["methods"]})
+    for name in names:
+        points = sorted(
+            (r["metrics"]["num_candidates"], r["metrics"]["methods"][name]["acc"])
+            for r in runs
+            if name in r["metrics"]["methods"]
+        )
+        ax.plot(*zip(*points, strict=True), marker="o", label=name)
+    ax.set_xlabel("number of candidates N")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Accuracy against N")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _table_html(metrics: dict[str, Any]) -> str:
+    rows = ["<tr><th>method</th><th>Acc</th><th>RStd ↓</th><th>Cons.</th><th>passes/item</th></tr>"]
+    for name, m in metrics["methods"].items():
+        passes = m.get("forward_passes_per_item", float("nan"))
+        rows.append(
+            f"<tr><td>{html.escape(name)}</td><td>{m['acc']:.1f} ± {m['acc_std']:.1f}</td>"
+            f"<td>{m['rstd']:.1f}</td><td>{m['cons']:.1f}</td><td>{passes:g}</td></tr>"
+        )
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
+    """Write `out_dir/index.html` and its figures; return the page's path."""
+    runs = [_load_run(Path(d)) for d in run_dirs]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parts = [
+        "<!doctype html><meta charset=utf-8><title>lad report</title>",
+        f"<style>{_STYLE}</style><h1>lad report</h1>",
+    ]
+
+    def img(name: str, alt: str) -> str:
+        return f'<p><img src="{name}" alt="{html.escape(alt)}"></p>'
+
+    if _acc_vs_n_figure(runs, out_dir / "acc_vs_n.png"):
+        parts.append("<h2>Accuracy against N</h2>" + img("acc_vs_n.png", "accuracy against N"))
+    for i, run in enumerate(runs):
+        tag = "" if len(runs) == 1 else f"_{i + 1}"
+        args = run["arguments"]
+        parts.append(f"<h2>{html.escape(str(run['dir']))}</h2>")
+        desc = ", ".join(f"{k}={v}" for k, v in args.items() if v not in (None, {}, ""))
+        m = run["metrics"]
+        parts.append(
+            f"<p>N = {m['num_candidates']}, {m['num_items']} items × {m['num_shuffles']} shuffles."
+            f"<br><code>{html.escape(desc)}</code></p>" + _table_html(m)
+        )
+        _confusion_figure(run, out_dir / f"confusion{tag}.png")
+        parts.append("<h3>Confusion (% of answers at each position)</h3>")
+        parts.append(img(f"confusion{tag}.png", "confusion matrices"))
+        if _divergence_figure(run, out_dir / f"divergence{tag}.png"):
+            parts.append("<h3>Logits vs attention</h3>" + img(f"divergence{tag}.png", "divergence"))
+        _recall_figure(run, out_dir / f"recall{tag}.png")
+        parts.append("<h3>Recall by position</h3>" + img(f"recall{tag}.png", "recall"))
+        if _bias_figure(run, out_dir / f"bias{tag}.png"):
+            parts.append("<h3>Calibration</h3>" + img(f"bias{tag}.png", "bias matrix"))
+    page = out_dir / "index.html"
+    page.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    return page

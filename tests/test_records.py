@@ -1,4 +1,5 @@
 import json
+import re
 
 import numpy as np
 import pytest
@@ -183,3 +184,20 @@ def test_bad_prediction_line(tmp_path):
     _write_lines(path, [good, {**good, "prediction": 2}])
     with pytest.raises(RecordError, match=r"p.jsonl:2: 'prediction' 2 is not a position"):
         read_predictions(path)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"attention": [[0.1, 0.2, 0.3], [0.1, 0.2]]}, "attention[1] must be a list of N = 3"),
+        ({"attention": [[0.1, 0.2, 0.3], 5]}, "attention[1] must be a list of N = 3"),
+        ({"attention": [[0.1, 0.2, 0.3], [0.1, "0.2", 0.3]]}, "'attention' must hold only numbers"),
+        ({"logprobs": [0.1, "0.2", 0.3]}, "'logprobs' must hold only numbers"),
+        ({"extra": []}, "'extra' must be an object"),
+    ],
+)
+def test_bad_values_deep_in_a_file(tmp_path, bad, message):
+    path = tmp_path / "records.jsonl"
+    _write_lines(path, [_record(item=f"i{k}") for k in range(5)] + [_record(item="z", **bad)])
+    with pytest.raises(RecordError, match=r"records.jsonl:6: " + re.escape(message)):
+        read_records(path)

@@ -34,7 +34,12 @@ def _add(commands: argparse._SubParsersAction, name: str, help_text: str, exampl
 
 def _common(p: argparse.ArgumentParser, items_default: int) -> None:
     p.add_argument("--num-candidates", "-n", type=int, default=4, help="images per item, N")
-    p.add_argument("--setting", choices=["random", "adversarial"], default="random")
+    p.add_argument(
+        "--setting",
+        choices=["random", "adversarial"],
+        default="random",
+        help="how distractors are chosen (default: random)",
+    )
     p.add_argument("--items", type=int, default=items_default, help="number of items")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
 

@@ -4,3 +4,7 @@ Implements Attention-Guided Debiasing from "Logit-Attention Divergence" (Xian et
 """
 
 __version__ = "0.1.0"
+
+from lad.api import Choice, Debiaser
+
+__all__ = ["Choice", "Debiaser"]

@@ -223,7 +223,7 @@ def _check_shapes(obj: dict, n: int, nl: int, where: str) -> None:
 
 
 def _as_array(values: list, dtype: type, name: str, where_of) -> np.ndarray:
-    """Stack numbers; JSON strings or booleans among them are an error naming the record."""
+    """Stack numbers; a string among them is an error naming the record."""
     try:
         arr = np.array(values)
         if arr.dtype.kind in "iu" or (arr.dtype.kind == "f" and dtype is np.float64):

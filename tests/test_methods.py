@@ -219,11 +219,14 @@ def test_lad_beats_vanilla_and_pride_under_conditional_bias(num_candidates):
             assert acc[better] > acc[worse] + 10, acc
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("num_candidates", [4, 8])
-def test_lad_matches_vanilla_without_bias(num_candidates):
-    model = SyntheticModel(num_candidates=num_candidates, bias="none", seed=2)
+def test_lad_matches_vanilla_without_bias(num_candidates, seed):
+    # 20 calibration items: with 5, the calibration's sampling noise alone moves LAD by up to
+    # ~1.8 points either way on this generator (seen over 12 seeds); with 20, by under 0.8.
+    model = SyntheticModel(num_candidates=num_candidates, bias="none", seed=seed)
     records = model.eval_records(400, num_shuffles=5)
-    cal = Calibration().fit(model.calibration_records(5))
+    cal = Calibration().fit(model.calibration_records(20))
     assert abs(_accuracy(records, cal, "lad") - _accuracy(records, cal, "vanilla")) <= 1.0
 
 

@@ -23,11 +23,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_metrics(subparsers)
 
 
-def _parser(subparsers, name: str, help_text: str, example: str) -> argparse.ArgumentParser:
+def _parser(
+    subparsers, name: str, short: str, description: str, example: str
+) -> argparse.ArgumentParser:
     return subparsers.add_parser(
         name,
-        help=help_text,
-        description=help_text,
+        help=short,
+        description=description,
         epilog="example:\n  " + example,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -56,6 +58,7 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     p = _parser(
         subparsers,
         "score",
+        "score stored records with methods, write predictions",
         "Score stored records with one or more methods and write predictions.jsonl.",
         "lad score --records run/records.jsonl --calibration-records run/calibration.jsonl "
         "--method vanilla --method lad --out run/predictions.jsonl",
@@ -145,6 +148,7 @@ def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
     p = _parser(
         subparsers,
         "metrics",
+        "Acc, RStd, Cons. of predictions",
         "Acc ± std, RStd, Cons. (§5.2) of predictions against their records.",
         "lad metrics --records run/records.jsonl --predictions run/predictions.jsonl --json",
     )

@@ -44,8 +44,10 @@ def _load_run(run_dir: Path) -> dict[str, Any]:
     return run
 
 
-def _heatmap(ax: Any, matrix: np.ndarray, labels: list[str], title: str, xlabel: str) -> None:
-    ax.imshow(matrix, cmap="Blues", vmin=0, vmax=100)
+def _heatmap(
+    ax: Any, matrix: np.ndarray, labels: list[str], title: str, xlabel: str, vmax: float = 100
+) -> None:
+    ax.imshow(matrix, cmap="Blues", vmin=0, vmax=vmax)
     n = len(labels)
     ax.set_xticks(range(n), labels)
     ax.set_yticks(range(n), labels)
@@ -63,7 +65,7 @@ def _heatmap(ax: Any, matrix: np.ndarray, labels: list[str], title: str, xlabel:
                     ha="center",
                     va="center",
                     fontsize=7,
-                    color="white" if v > 60 else "black",
+                    color="white" if v > 0.6 * vmax else "black",
                 )
 
 
@@ -129,13 +131,15 @@ def _bias_figure(run: dict[str, Any], path: Path) -> bool:
     fig, axes = plt.subplots(1, 2, figsize=(9.2, 4.2))
     obs = 100 * np.exp(np.asarray(cal["log_obs"]))
     bias = 100 * np.exp(np.asarray(cal["log_bias"]))  # rows need not sum to 1 (Eq. 5)
-    _heatmap(axes[0], obs, run["labels"], "P_obs(j | i), Eq. 1", "predicted position j")
+    vmax = float(max(obs.max(), bias.max()))
+    _heatmap(axes[0], obs, run["labels"], "P_obs(j | i) (%), Eq. 1", "predicted position j", vmax)
     _heatmap(
         axes[1],
         bias,
         run["labels"],
-        f"P_bias(j | i), Eq. 5 (γ = {cal['gamma']:.2f})",
+        f"P_bias(j | i) (%), Eq. 5 (γ = {cal['gamma']:.2f})",
         "predicted position j",
+        vmax,
     )
     axes[1].set_ylabel("")
     fig.tight_layout()

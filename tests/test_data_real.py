@@ -213,3 +213,21 @@ def test_distractors_are_placed_in_random_order_around_the_answer():
         assert candidates[2] == 9
         orders.add(tuple(c for c in candidates if c != 9))
     assert len(orders) == 6  # never the selection (nearest-first) order only
+
+
+def test_bad_device_and_broken_cache_are_clear_errors(tmp_path, clip, coco):
+    import torch
+
+    from lad.errors import BackendError
+
+    if not torch.cuda.is_available():
+        with pytest.raises(BackendError, match="--device cuda was asked for, but no CUDA"):
+            ClipEmbedder(clip, device="cuda")
+    with pytest.raises(BackendError, match="--device must be auto, cpu or cuda"):
+        ClipEmbedder(clip, device="tpu")
+    pool = load_coco(coco["images"], coco["captions"], coco["instances"])
+    build_benchmark(pool, tmp_path / "a.jsonl", _options(clip, setting="adversarial"))
+    listing = cache_dir_for(tmp_path / "a.jsonl", clip) / "images.txt"
+    listing.write_text("\n".join(listing.read_text().splitlines()[:-1]) + "\n")
+    with pytest.raises(DataError, match=r"cache is inconsistent .* delete the folder"):
+        build_benchmark(pool, tmp_path / "b.jsonl", _options(clip, setting="adversarial"))

@@ -262,11 +262,11 @@ def run_stage(
     own); the main process then merges them, in request order, into `path`.
     """
     world = world or World()
+    _check_shards(path, world.size, len(requests))
     if world.size == 1:
         _make_records(make_backend, requests, path, config, desc)
         return read_records(path)
     if not (path.exists() and len(read_records(path)) == len(requests)):
-        _check_shards(path, world.size)
         batches = _batch_ranges(len(requests), config.batch_size)
         mine = [requests[i] for b in batches[world.rank :: world.size] for i in b]
         shard = _shard_path(path, world.rank, world.size)
@@ -286,14 +286,15 @@ def _shard_path(path: Path, rank: int, size: int) -> Path:
     return path.with_name(f"{path.stem}.shard{rank}of{size}{path.suffix}")
 
 
-def _check_shards(path: Path, size: int) -> None:
+def _check_shards(path: Path, size: int, count: int) -> None:
     """Refuse to mix a partial run made with another number of processes."""
     others = [
         p
         for p in path.parent.glob(f"{path.stem}.shard*of*{path.suffix}")
-        if not p.name.endswith(f"of{size}{path.suffix}")
+        if size == 1 or not p.name.endswith(f"of{size}{path.suffix}")
     ]
-    if others or path.exists():
+    partial_single = size > 1 and path.exists() and len(read_records(path)) < count
+    if others or partial_single:
         made = others[0].name if others else path.name
         raise RunError(
             f"{path.parent}: a partial run made with another number of processes is there "

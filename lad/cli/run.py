@@ -135,6 +135,8 @@ def _eval(args: argparse.Namespace) -> int:
         quiet=args.quiet,
     )
     result = evaluate(config, args.out)
+    if result is None:  # not the main process of a distributed run
+        return 0
     print(result.table)
     print(f"\nrun directory: {result.run_dir}")
     print(f"metrics:       {result.run_dir / 'metrics.json'}")

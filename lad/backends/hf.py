@@ -7,8 +7,9 @@ prefill (+ capture) → decode the label trie's open prefixes on the prompt's KV
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+import copy
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,8 @@ from lad.prompts import render_prompt
 from lad.records import Record
 
 Request = tuple[Item, int, list[int]]
+# Entered around a batch's prompt forward (and its label decoding) with (inputs, image spans).
+MaskScope = Callable[[dict[str, Any], list[list[tuple[int, int]]]], AbstractContextManager[Any]]
 CAPTURE_MODES = ("fast", "eager")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -109,6 +112,8 @@ class Backend:
         self.max_context: int = getattr(text, "max_position_embeddings", 1 << 30)
         self.device = next(model.parameters()).device
         self._tries: dict[tuple[str, int], LabelTrie] = {}
+        # Hook for mask-level changes such as SoFA (lad.backends.sofa); None = the causal mask.
+        self.mask_scope: MaskScope | None = None
 
     # ----------------------------------------------------------------- public
 
@@ -192,18 +197,21 @@ class Backend:
         return inputs, spans
 
     @torch.no_grad()
-    def prefill(self, inputs: dict[str, Any], capture: str) -> Prefill:
-        """One forward of the prompts; attention rows of the last prompt token in every layer."""
-        kwargs = dict(inputs)
+    def prefill(self, inputs: dict[str, Any], capture: str, keep_cache: bool = True) -> Prefill:
+        """One forward of the prompts; attention rows of the last prompt token in every layer.
+
+        keep_cache: keep the KV cache for decoding steps (not needed when every label is one token).
+        """
+        kwargs = dict(inputs, use_cache=keep_cache, logits_to_keep=1)
         if not self.arch.mrope:
             kwargs["position_ids"] = _positions(inputs["attention_mask"])
         if capture == "eager":
             with self._eager_text_attention():
-                out = self.model(**kwargs, use_cache=True, logits_to_keep=1, output_attentions=True)
+                out = self.model(**kwargs, output_attentions=True)
             rows = torch.stack([a[:, :, -1, :].float().mean(1) for a in out.attentions], dim=1)
         else:
             with cap.capturing() as captured:
-                out = self.model(**kwargs, use_cache=True, logits_to_keep=1)
+                out = self.model(**kwargs)
             rows = self._stack_rows(captured.rows)
         return Prefill(out.logits[:, -1].float(), out.cache, rows)
 
@@ -235,16 +243,36 @@ class Backend:
     def _score_batch(
         self, batch: list[Request], template: str, scheme: LabelScheme, capture: str
     ) -> Iterator[Record]:
+        yield from self.prompt_pass(batch, template, scheme, capture)[0]
+
+    def prompt_pass(
+        self,
+        batch: list[Request],
+        template: str,
+        scheme: LabelScheme,
+        capture: str = "fast",
+        keep_cache: bool = False,
+    ) -> tuple[list[Record], Prefill, dict[str, Any]]:
+        """Records of one batch from one prompt forward; also that forward and its inputs.
+
+        keep_cache: the returned Prefill's cache still holds exactly the prompt (label decoding
+        runs on a copy), so generation can continue from the same pass.
+        """
         n = batch[0][0].num_candidates
         trie = self.label_trie(scheme, n)
         texts, images = self.build_prompts(batch, template, scheme)
         inputs, spans = self.encode(batch, texts, images)
-        pre = self.prefill(inputs, capture)
-        paths = self.decode_paths(trie, pre, inputs["attention_mask"]) if trie.paths else None
+        scope = self.mask_scope(inputs, spans) if self.mask_scope else nullcontext()
+        with scope:
+            pre = self.prefill(inputs, capture, keep_cache=keep_cache or bool(trie.paths))
+            kept = pre.cache
+            if trie.paths and keep_cache:
+                kept = copy.deepcopy(pre.cache)
+            paths = self.decode_paths(trie, pre, inputs["attention_mask"]) if trie.paths else None
         logprobs = label_logprobs(trie, pre.logits, paths).cpu()
         lengths = inputs["attention_mask"].sum(-1).tolist()
-        for b, (item, ordering, order) in enumerate(batch):
-            yield Record(
+        records = [
+            Record(
                 item=item.id,
                 ordering=ordering,
                 order=list(order),
@@ -256,6 +284,9 @@ class Backend:
                     "image_tokens": [e - s for s, e in spans[b]],
                 },
             )
+            for b, (item, ordering, order) in enumerate(batch)
+        ]
+        return records, Prefill(pre.logits, kept, pre.rows), inputs
 
     def _stack_rows(self, rows: dict[int, torch.Tensor]) -> torch.Tensor:
         if len(rows) != self.num_layers:

@@ -15,6 +15,8 @@ import numpy as np
 
 from lad.calibrate import Calibration, check_symmetrised, log_attention, log_softmax, logsumexp
 from lad.errors import CalibrationError, LadError, RecordError
+from lad.labels import get_scheme
+from lad.parsing import UNPARSEABLE, majority_vote, parse_answer, parse_answer_is, parse_cot
 from lad.records import RecordSet
 
 LAYER_STRATEGIES = ("top-k", "all")
@@ -34,6 +36,7 @@ class MethodOptions:
     attn_mean:   Eq. 11 averages log attention over layers ("log", paper), or takes the log of
                  the layers' mean raw attention ("raw", official code).
     layer_range: (first, last) 0-based inclusive; top-K searches only there (official code).
+    labels:      the label scheme the records were made with; generated replies are parsed in it.
     """
 
     top_k: int = 2
@@ -44,8 +47,10 @@ class MethodOptions:
     mixture: str = "prob"
     attn_mean: str = "log"
     layer_range: tuple[int, int] | None = None
+    labels: str = "digits"
 
     def __post_init__(self) -> None:
+        get_scheme(self.labels)
         _choice("obs_mean", self.obs_mean, ("prob", "logit"))
         _choice("mixture", self.mixture, ("prob", "log"))
         _choice("attn_mean", self.attn_mean, ("log", "raw"))
@@ -203,18 +208,74 @@ def _perm_avg(records: RecordSet, calibration, options, perm_records) -> np.ndar
     return np.take_along_axis(by_image[k], records.order, axis=1)
 
 
+# ---------------------------------------------------------------------------------------------
+# Generation-based baselines (§5.1): replies in `extra["replies"]`, parsed by lad.parsing.
+
+
+def _replies(records: RecordSet, method: str) -> list[list[str]]:
+    out = []
+    for i, extra in enumerate(records.extra):
+        replies = extra.get("replies")
+        if not isinstance(replies, list) or not all(isinstance(r, str) for r in replies):
+            raise RecordError(
+                f"'{method}' reads generated replies, but record {i + 1} (item "
+                f"{records.items[i]!r}) has no list of strings extra['replies']; make its records "
+                "with lad eval --methods {method}"
+            )
+        out.append(replies)
+    return out
+
+
+def parsed_paths(method: str, records: RecordSet, labels: list[str]) -> list[list[int]]:
+    """Per record, the position each generated path names (-1 = unparseable)."""
+    parse = METHODS[method].parse
+    assert parse is not None, method
+    return [[parse(reply, labels) for reply in replies] for replies in _replies(records, method)]
+
+
+def _generated_choice(
+    method: str, records: RecordSet, options: MethodOptions
+) -> tuple[np.ndarray, np.ndarray]:
+    """(R, N) votes per position and (R,) the majority (a single path: its own answer, or -1)."""
+    labels = get_scheme(options.labels).labels(records.num_candidates)
+    paths = parsed_paths(method, records, labels)
+    votes = np.zeros((len(records), records.num_candidates))
+    for r, positions in enumerate(paths):
+        for p in positions:
+            if p != UNPARSEABLE:
+                votes[r, p] += 1
+    prediction = np.array([majority_vote(p) for p in paths], dtype=np.int64)
+    return votes, prediction
+
+
 @dataclass(frozen=True)
 class Method:
-    """A scoring method: `scores(records, calibration, options, perm_records) -> (R, N)`."""
+    """A scoring method: `scores(records, calibration, options, perm_records) -> (R, N)`.
+
+    stage: which records it reads: "records" (the vanilla prompt's), or its own stage's records
+    ("instruction", "cot", "self-consistency", "sofa"), made for the same (item, ordering) keys.
+    parse: for generation methods, reply -> position (-1 unparseable); their scores are votes.
+    """
 
     name: str
     scores: Callable[..., np.ndarray]
     description: str
     passes: str = "1"  # forward passes per prediction: "1" or "N"
+    stage: str = "records"
+    parse: Callable[[str, list[str]], int] | None = None
 
     def forward_passes(self, num_candidates: int) -> float:
         return float(num_candidates if self.passes == "N" else 1)
 
+
+def _votes(name: str) -> Callable[..., np.ndarray]:
+    def votes(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+        return _generated_choice(name, records, options)[0]
+
+    return votes
+
+
+GENERATION_METHODS = ("instruction", "cot", "self-consistency")
 
 METHODS: dict[str, Method] = {
     m.name: m
@@ -225,6 +286,30 @@ METHODS: dict[str, Method] = {
         Method("attn", _attn, "raw attention readout: mean over L* of log a_k"),
         Method("attn-purified", _attn_purified, "purified attention: log π (Eq. 12)"),
         Method("perm-avg", _perm_avg, "log P averaged per image over N cyclic shifts", "N"),
+        Method(
+            "instruction",
+            _votes("instruction"),
+            "fairness-instruction prompt, greedy reply parsed",
+            stage="instruction",
+            parse=parse_answer,
+        ),
+        Method(
+            "cot",
+            _votes("cot"),
+            "chain-of-thought prompt, greedy, the index after </think>",
+            stage="cot",
+            parse=parse_cot,
+        ),
+        Method(
+            "self-consistency",
+            _votes("self-consistency"),
+            "sampled paths, majority of 'The answer is <k>'",
+            stage="self-consistency",
+            parse=parse_answer_is,
+        ),
+        Method(
+            "sofa", _vanilla, "vanilla readout of records made under the SoFA mask", stage="sofa"
+        ),
     )
 }
 
@@ -265,8 +350,23 @@ def predict(
     options: MethodOptions = MethodOptions(),
     perm_records: RecordSet | None = None,
 ) -> np.ndarray:
-    """(R,) chosen positions: argmax of `score` (the first on ties)."""
-    return score(method, records, calibration, options, perm_records).argmax(axis=1)
+    """(R,) chosen positions: argmax of `score` (the first on ties); for generation methods
+    the parsed reply (majority for self-consistency), -1 where unparseable."""
+    return choose(method, records, calibration, options, perm_records)[1]
+
+
+def choose(
+    method: str,
+    records: RecordSet,
+    calibration: Calibration | None = None,
+    options: MethodOptions = MethodOptions(),
+    perm_records: RecordSet | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """((R, N) scores, (R,) chosen positions) of `method`; positions may be -1 (unparseable)."""
+    scores = score(method, records, calibration, options, perm_records)
+    if METHODS[method].parse is not None and len(records):
+        return scores, _generated_choice(method, records, options)[1]
+    return scores, scores.argmax(axis=1)
 
 
 def score_methods(

@@ -71,8 +71,8 @@ def test_costs_default_and_override():
     metrics = compute_metrics(records, {"perm-avg": preds, "sofa": preds}, costs={"sofa": 1})
     assert metrics["methods"]["perm-avg"]["forward_passes_per_item"] == 4.0
     assert metrics["methods"]["sofa"]["forward_passes_per_item"] == 1.0
-    unknown = compute_metrics(records, {"self-consistency": preds})["methods"]
-    assert unknown["self-consistency"]["forward_passes_per_item"] is None
+    unknown = compute_metrics(records, {"my-method": preds})["methods"]
+    assert unknown["my-method"]["forward_passes_per_item"] is None
 
 
 def test_a_position_without_answers_has_no_recall():

@@ -9,6 +9,12 @@ method, metric and figure is then computed from the stored records. A run direct
     calibration.json     the fitted Calibration (§4.2)
     records.jsonl        evaluation records: each item under T shuffles
     perm_records.jsonl   each evaluation item under all N cyclic shifts (only for perm-avg)
+    instruction_records.jsonl, cot_records.jsonl, sc_records.jsonl
+                         the evaluation requests under each generation baseline's prompt, replies
+                         in `extra` (only for instruction, cot, self-consistency)
+    sofa_records.jsonl   the evaluation requests under the SoFA mask (only for sofa)
+    sofa_grid/sigma*.jsonl, sofa.json
+                         calibration requests under each σ of the grid (only for --sofa-sigma auto)
     predictions.jsonl    one line per (record, method)
     metrics.json         DESIGN.md's metrics format
     report/index.html    figures and tables (lad.report)
@@ -31,7 +37,7 @@ from lad.calibrate import Calibration
 from lad.data.items import Item, cyclic_shift, read_items, shuffle_orders
 from lad.errors import CalibrationError, DataError, RunError
 from lad.labels import get_scheme
-from lad.methods import METHODS, MethodOptions, score_methods
+from lad.methods import METHODS, MethodOptions, choose
 from lad.metrics import compute_metrics, format_table
 from lad.prompts import prompt_sha256
 from lad.records import (
@@ -39,6 +45,7 @@ from lad.records import (
     RecordSet,
     RecordWriter,
     drop_partial_line,
+    predictions_for,
     read_records,
     write_predictions,
 )
@@ -46,6 +53,15 @@ from lad.records import (
 RUN_FORMAT = "lad-run/1"
 DEFAULT_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified", "perm-avg")
 Request = tuple[Item, int, list[int]]
+# The records file each method stage reads (lad.methods.Method.stage).
+STAGE_FILES = {
+    "records": "records.jsonl",
+    "instruction": "instruction_records.jsonl",
+    "cot": "cot_records.jsonl",
+    "self-consistency": "sc_records.jsonl",
+    "sofa": "sofa_records.jsonl",
+}
+SOFA_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,12 @@ class EvalConfig:
     tau: float = 5.0
     quiet: bool = False
     image_options: dict[str, Any] = field(default_factory=dict)
+    max_new_tokens: int = 1024
+    sc_samples: int = 10
+    sc_temperature: float = 0.7
+    sc_top_k: int = 40
+    sofa_sigma: float | str = 0.5
+    sofa_within_image: bool = False
 
     RECORD_FIELDS = (
         "model",
@@ -89,6 +111,12 @@ class EvalConfig:
         "device",
         "dtype",
         "image_options",
+        "max_new_tokens",
+        "sc_samples",
+        "sc_temperature",
+        "sc_top_k",
+        "sofa_sigma",
+        "sofa_within_image",
     )
 
     def __post_init__(self) -> None:
@@ -100,6 +128,15 @@ class EvalConfig:
             )
         if self.num_shuffles < 1 or self.calibration_items < 1 or self.batch_size < 1:
             raise RunError("--num-shuffles, --calibration-items and --batch-size must be >= 1")
+        if self.max_new_tokens < 1 or self.sc_samples < 1 or self.sc_top_k < 0:
+            raise RunError("--max-new-tokens and --sc-samples must be >= 1, --sc-top-k >= 0")
+        if not self.sc_temperature > 0:
+            raise RunError(f"--sc-temperature must be > 0. Got {self.sc_temperature}.")
+        sigma = self.sofa_sigma
+        if sigma != "auto" and not (
+            isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and 0 <= sigma <= 1
+        ):
+            raise RunError(f"--sofa-sigma must be a number in [0, 1] or 'auto'. Got {sigma!r}.")
         if self.setting not in ("random", "adversarial"):
             raise RunError(
                 f"The 'setting' parameter must be 'random' or 'adversarial'. Got {self.setting!r}."
@@ -110,7 +147,7 @@ class EvalConfig:
 
     @property
     def method_options(self) -> MethodOptions:
-        return MethodOptions(top_k=self.top_k, tau=self.tau)
+        return MethodOptions(top_k=self.top_k, tau=self.tau, labels=self.labels)
 
 
 @dataclass
@@ -255,8 +292,11 @@ def run_stage(
     config: EvalConfig,
     desc: str,
     world: World | None = None,
+    kind: Stage | None = None,
 ) -> RecordSet:
     """Make the records of `requests` that `path` does not hold yet; return all of them.
+
+    `kind` says how (default: the vanilla prompt); see `Stage`.
 
     Under K processes each writes its own shard `path.shard{r}of{K}.jsonl` (resumable on its
     own); the main process then merges them, in request order, into `path`.
@@ -264,13 +304,14 @@ def run_stage(
     world = world or World()
     _check_shards(path, world.size, len(requests))
     if world.size == 1:
-        _make_records(make_backend, requests, path, config, desc)
+        _make_records(make_backend, requests, path, config, desc, kind)
         return read_records(path)
     if not (path.exists() and len(read_records(path)) == len(requests)):
         batches = _batch_ranges(len(requests), config.batch_size)
         mine = [requests[i] for b in batches[world.rank :: world.size] for i in b]
         shard = _shard_path(path, world.rank, world.size)
-        _make_records(make_backend, mine, shard, config, f"{desc} [{world.rank}/{world.size}]")
+        where = f"{desc} [{world.rank}/{world.size}]"
+        _make_records(make_backend, mine, shard, config, where, kind)
         world.barrier()
         if world.is_main:
             _merge_shards(path, world.size, batches, config.batch_size)
@@ -323,6 +364,7 @@ def _make_records(
     path: Path,
     config: EvalConfig,
     desc: str,
+    kind: Stage | None = None,
 ) -> None:
     start = _resume_point(path, requests, config.batch_size)
     if start == len(requests):
@@ -333,7 +375,8 @@ def _make_records(
         tqdm(total=len(requests), initial=start, desc=desc, disable=config.quiet) as bar,
     ):
         correct = 0
-        for done, rec in enumerate(_records(backend, requests[start:], config), 1):
+        made = _stage_records(backend, requests[start:], config, kind or Stage())
+        for done, rec in enumerate(made, 1):
             writer.write(rec)
             correct += int(np.argmax(rec.logprobs) == rec.answer)
             bar.set_postfix_str(f"vanilla acc {100 * correct / done:.1f}%", refresh=False)
@@ -347,6 +390,59 @@ def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> I
         scheme=get_scheme(config.labels),
         batch_size=config.batch_size,
     )
+
+
+@dataclass(frozen=True)
+class Stage:
+    """How a stage's records are made: `template` of lad.prompts ("vanilla", "instruction", "cot",
+    "self-consistency"; the last three also generate replies), and `sofa_sigma` (None: the
+    model's own mask; a number: the SoFA mask with that σ)."""
+
+    template: str = "vanilla"
+    sofa_sigma: float | None = None
+
+
+def _stage_records(
+    backend: Any, requests: Sequence[Request], config: EvalConfig, kind: Stage
+) -> Iterator[Record]:
+    if kind.template == "vanilla" and kind.sofa_sigma is None:
+        yield from _records(backend, requests, config)
+        return
+    scheme = get_scheme(config.labels)
+    if kind.sofa_sigma is not None:
+        from lad.backends.sofa import SofaOptions, sofa_applied
+
+        options = SofaOptions(kind.sofa_sigma, config.sofa_within_image)
+        with sofa_applied(backend, options):
+            for rec in backend.records(requests, scheme=scheme, batch_size=config.batch_size):
+                rec.extra["sofa_sigma"] = options.sigma
+                yield rec
+        return
+    from lad.backends.generate import generation_records
+
+    yield from generation_records(
+        backend,
+        requests,
+        template=kind.template,
+        scheme=scheme,
+        options=generation_options(config, kind.template),
+        batch_size=config.batch_size,
+    )
+
+
+def generation_options(config: EvalConfig, template: str) -> Any:
+    """Greedy decoding for instruction and cot; sampled paths for self-consistency (§5.1)."""
+    from lad.backends.generate import GenerationOptions
+
+    if template == "self-consistency":
+        return GenerationOptions(
+            max_new_tokens=config.max_new_tokens,
+            samples=config.sc_samples,
+            temperature=config.sc_temperature,
+            top_k=config.sc_top_k,
+            seed=config.seed,
+        )
+    return GenerationOptions(max_new_tokens=config.max_new_tokens)
 
 
 class _LazyBackend:
@@ -473,10 +569,61 @@ def evaluate(
     stage(requests, "records.jsonl", "evaluation")
     if "perm-avg" in config.methods:
         stage(cyclic_requests(eval_items), "perm_records.jsonl", "perm-avg")
+    for template in ("instruction", "cot", "self-consistency"):
+        if template in config.methods:
+            path = run_dir / STAGE_FILES[template]
+            run_stage(make_backend, requests, path, config, template, world, Stage(template))
+    if "sofa" in config.methods:
+        sigma = sofa_sigma(config, run_dir, make_backend, cal_items, world)
+        path = run_dir / STAGE_FILES["sofa"]
+        run_stage(
+            make_backend,
+            requests,
+            path,
+            config,
+            f"sofa σ={sigma:g}",
+            world,
+            Stage(sofa_sigma=sigma),
+        )
     if not world.is_main:
         return None
     fit_or_load_calibration(config, run_dir, cal_records)
     return score_run(run_dir, config.methods, config.method_options, quiet=config.quiet)
+
+
+def sofa_sigma(
+    config: EvalConfig,
+    run_dir: Path,
+    make_backend: Callable[[], Any],
+    cal_items: Sequence[Item],
+    world: World,
+) -> float:
+    """σ for SoFA: the given number, or with `auto` the σ of SOFA_GRID whose vanilla readout is
+    most accurate on the symmetrised calibration set (ties: the σ nearest 0.5, then the smaller);
+    the choice is written to sofa.json."""
+    if config.sofa_sigma != "auto":
+        return float(config.sofa_sigma)
+    if not cal_items:
+        raise RunError("--sofa-sigma auto chooses σ on calibration items; pass --calibration-data")
+    requests = cyclic_requests(cal_items)
+    accuracy = {}
+    for sigma in SOFA_GRID:
+        path = run_dir / "sofa_grid" / f"sigma{sigma:g}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        kind = Stage(sofa_sigma=sigma)
+        recs = run_stage(
+            make_backend, requests, path, config, f"sofa grid σ={sigma:g}", world, kind
+        )
+        accuracy[sigma] = float(np.mean(recs.logprobs.argmax(axis=1) == recs.answer))
+    best = max(SOFA_GRID, key=lambda s: (accuracy[s], -abs(s - 0.5), -s))
+    if world.is_main:
+        choice = {
+            "grid": list(SOFA_GRID),
+            "accuracy": [accuracy[s] for s in SOFA_GRID],
+            "sigma": best,
+        }
+        (run_dir / "sofa.json").write_text(json.dumps(choice, indent=2) + "\n")
+    return best
 
 
 def score_run(
@@ -495,12 +642,24 @@ def score_run(
     calibration_check(calibration, records, arguments, scheme)
     perm_path = run_dir / "perm_records.jsonl"
     perm_records = read_records(perm_path) if "perm-avg" in methods else None
+    options = dataclasses.replace(options, labels=scheme.name)
 
-    scores = score_methods(list(methods), records, calibration, options, perm_records)
-    write_predictions(run_dir / "predictions.jsonl", records, scores)
-    predictions = {m: s.argmax(axis=1) for m, s in scores.items()}
+    stages = {"records": records}
+    predictions, written, tokens = {}, [], {}
+    for method in methods:
+        stage_name = METHODS[method].stage
+        if stage_name not in stages:
+            stages[stage_name] = stage_records(run_dir, stage_name, records)
+        stage = stages[stage_name]
+        scores, predictions[method] = choose(method, stage, calibration, options, perm_records)
+        written += predictions_for(records, method, scores, predictions[method])
+        if METHODS[method].parse is not None:
+            tokens[method] = generated_tokens_per_item(stage)
+    write_predictions(run_dir / "predictions.jsonl", written)
     costs = {m: METHODS[m].forward_passes(records.num_candidates) for m in methods}
     metrics = compute_metrics(records, predictions, costs=costs)
+    for method, count in tokens.items():
+        metrics["methods"][method]["generated_tokens_per_item"] = count
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     table = format_table(metrics)
     report = None
@@ -509,6 +668,26 @@ def score_run(
 
         report = _write_report([run_dir], run_dir / "report")
     return RunResult(run_dir, metrics, table, report)
+
+
+def stage_records(run_dir: Path, stage: str, records: RecordSet) -> RecordSet:
+    """A method stage's records; they must answer the evaluation records' requests, in order."""
+    path = run_dir / STAGE_FILES[stage]
+    if not path.is_file():
+        raise RunError(f"{path}: missing; rerun lad eval with --methods including {stage}")
+    made = read_records(path)
+    if made.keys() != records.keys() or not np.array_equal(made.order, records.order):
+        raise RunError(
+            f"{path}: its (item, ordering) records differ from records.jsonl; the file is "
+            "from another run or incomplete. Rerun lad eval to finish it."
+        )
+    return made
+
+
+def generated_tokens_per_item(records: RecordSet) -> float:
+    """Mean, over records, of the tokens generated for a record (all its paths together)."""
+    counts = [sum(extra.get("generated_tokens", [])) for extra in records.extra]
+    return float(np.mean(counts)) if counts else 0.0
 
 
 def calibration_check(

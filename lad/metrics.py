@@ -124,10 +124,14 @@ def compute_metrics(
 
 
 def format_table(metrics: dict[str, Any]) -> str:
-    """The paper's layout: methods as rows; Acc (mean ± std), RStd, Cons., passes."""
+    """The paper's layout: methods as rows; Acc (mean ± std), RStd, Cons., passes (and generated
+    tokens per item and the unparsed share when generation methods are present)."""
     methods = metrics["methods"]
     with_parse = any("parse_failure" in m for m in methods.values())
+    with_tokens = any("generated_tokens_per_item" in m for m in methods.values())
     head = f"{'Method':<18}{'Acc (↑)':>16}{'RStd (↓)':>10}{'Cons. (↑)':>11}{'Passes':>8}"
+    if with_tokens:
+        head += f"{'Gen. tok':>10}"
     if with_parse:
         head += f"{'Unparsed':>10}"
     lines = [
@@ -141,6 +145,9 @@ def format_table(metrics: dict[str, Any]) -> str:
         acc = f"{m['acc']:.2f}±{m['acc_std']:.2f}"
         row = f"{name:<18}{acc:>16}{m['rstd']:>10.2f}{m['cons']:>11.2f}"
         row += f"{'?' if passes is None else f'{passes:g}':>8}"
+        if with_tokens:
+            tokens = m.get("generated_tokens_per_item")
+            row += f"{'-' if tokens is None else f'{tokens:.1f}':>10}"
         if with_parse:
             row += f"{m.get('parse_failure', 0.0):>9.2f}%"
         lines.append(row)

@@ -32,6 +32,38 @@ def _methods(text: str) -> tuple[str, ...]:
     return tuple(m.strip() for m in text.split(",") if m.strip())
 
 
+def _sigma(text: str) -> float | str:
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number in [0, 1] or 'auto', got {text!r}"
+        ) from None
+
+
+def _baseline_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("baselines (docs/baselines.md)")
+    g.add_argument(
+        "--max-new-tokens", type=int, default=1024, help="reply length limit (instruction, cot, sc)"
+    )
+    g.add_argument("--sc-samples", type=int, default=10, help="self-consistency paths")
+    g.add_argument("--sc-temperature", type=float, default=0.7, help="self-consistency sampling")
+    g.add_argument("--sc-top-k", type=int, default=40, help="self-consistency top-k")
+    g.add_argument(
+        "--sofa-sigma",
+        type=_sigma,
+        default=0.5,
+        help="SoFA weight σ of future image tokens, or 'auto' (grid on calibration items)",
+    )
+    g.add_argument(
+        "--sofa-within-image",
+        action="store_true",
+        help="SoFA also opens later tokens of the same image (else across images only)",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lad.evaluate import DEFAULT_METHODS
 
@@ -40,7 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="calibrate, evaluate, score, report: one run directory",
         description="Run a model on a benchmark under T shuffles, calibrate on held-out items, "
         "score every method, and write records, metrics and a report into --out. Resumes an "
-        "interrupted run. Example: lad eval --num-candidates 8 --out runs/demo-n8",
+        "interrupted run. Methods: vanilla, pride, lad, attn, attn-purified, perm-avg, "
+        "instruction, cot, self-consistency, sofa. "
+        "Example: lad eval --num-candidates 8 --out runs/demo-n8",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     _model_flags(p)
@@ -66,6 +100,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top-k", type=int, default=2, help="K layers for LAD (Eq. 9)")
     p.add_argument("--tau", type=float, default=5.0, help="posterior temperature τ (Eq. 12)")
+    _baseline_flags(p)
     p.add_argument("--out", default="runs/default", help="run directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     p.set_defaults(func=_eval)
@@ -133,6 +168,12 @@ def _eval(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         tau=args.tau,
         quiet=args.quiet,
+        max_new_tokens=args.max_new_tokens,
+        sc_samples=args.sc_samples,
+        sc_temperature=args.sc_temperature,
+        sc_top_k=args.sc_top_k,
+        sofa_sigma=args.sofa_sigma,
+        sofa_within_image=args.sofa_within_image,
     )
     result = evaluate(config, args.out)
     if result is None:  # not the main process of a distributed run

@@ -18,19 +18,24 @@ CAPTURE_IMPL = "lad_capture"
 
 
 class Capture:
-    """Rows captured during one forward: layer index -> (B, T_kv) head-averaged attention."""
+    """Rows captured during one forward: layer index -> (B, T_kv) head-averaged attention.
 
-    def __init__(self) -> None:
+    offset: tokens appended after the prompt in the same forward; the captured query is the one
+    `offset` places before the end, and keys after it are left out (causal).
+    """
+
+    def __init__(self, offset: int = 0) -> None:
         self.rows: dict[int, torch.Tensor] = {}
+        self.offset = offset
 
 
 _active: list[Capture] = []
 
 
 @contextmanager
-def capturing() -> Iterator[Capture]:
-    """Record the last query row of every decoder layer run inside this block."""
-    cap = Capture()
+def capturing(offset: int = 0) -> Iterator[Capture]:
+    """Record the last prompt query's row of every decoder layer run inside this block."""
+    cap = Capture(offset)
     _active.append(cap)
     try:
         yield cap
@@ -44,20 +49,22 @@ def last_row_attention(
     mask: torch.Tensor | None,
     scaling: float,
     softcap: float | None = None,
+    offset: int = 0,
 ) -> torch.Tensor:
-    """Head-averaged attention of the last query onto every key, in float32: (B, T_kv).
+    """Head-averaged attention of query row q-1-offset onto keys, in float32: (B, T_kv - offset).
 
-    query (B, H, q, D); key (B, H_kv, T_kv, D); mask None (causal, nothing hidden from the last
-    row), bool (B, 1, q, T_kv) with True = attend, or additive float of the same shape.
+    query (B, H, q, D); key (B, H_kv, T_kv, D); mask None (causal: the row sees every key up to
+    its own), bool (B, 1, q, T_kv) with True = attend, or additive float of the same shape.
     """
-    b, h, _, d = query.shape
-    h_kv = key.shape[1]
-    q = query[:, :, -1, :].float().reshape(b, h_kv, h // h_kv, d)  # (B, H_kv, G, D)
-    scores = torch.matmul(q, key.float().transpose(-1, -2)) * scaling  # (B, H_kv, G, T_kv)
+    b, h, q_len, d = query.shape
+    h_kv, t_kv = key.shape[1], key.shape[2] - offset
+    q = query[:, :, q_len - 1 - offset, :].float().reshape(b, h_kv, h // h_kv, d)  # (B, H_kv, G, D)
+    keys = key[:, :, :t_kv, :].float()  # (B, H_kv, T_kv, D)
+    scores = torch.matmul(q, keys.transpose(-1, -2)) * scaling  # (B, H_kv, G, T_kv)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if mask is not None:
-        last = mask[:, :, -1, : key.shape[2]].unsqueeze(2)  # (B, 1, 1, T_kv)
+        last = mask[:, :, q_len - 1 - offset, :t_kv].unsqueeze(2)  # (B, 1, 1, T_kv)
         if last.dtype == torch.bool:
             scores = scores.masked_fill(~last, float("-inf"))
         else:
@@ -79,8 +86,9 @@ def lad_capture_attention(
 
     if _active:
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        row = last_row_attention(query, key, attention_mask, scale, kwargs.get("softcap"))
-        _active[-1].rows[module.layer_idx] = row
+        c = _active[-1]
+        row = last_row_attention(query, key, attention_mask, scale, kwargs.get("softcap"), c.offset)
+        c.rows[module.layer_idx] = row
     return sdpa_attention_forward(
         module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
     )

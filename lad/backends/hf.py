@@ -18,7 +18,7 @@ import torch
 from lad.backends import capture as cap
 from lad.backends.archs import Arch, arch_for
 from lad.backends.prompting import chat_text, encode, label_token_ids, load_image
-from lad.backends.scoring import LabelTrie, label_logprobs
+from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
 from lad.data.items import Item
 from lad.errors import BackendError
 from lad.labels import LabelScheme
@@ -34,11 +34,13 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 
 @dataclass
 class Prefill:
-    """What one prompt forward gives: root logits (B, V), the KV cache, attention rows (B, L, T)."""
+    """What one prompt forward gives: root logits (B, V), the KV cache, attention rows (B, L, T),
+    and, when label tokens rode along in the same forward, their logits (B, 1, D, V)."""
 
     logits: torch.Tensor
     cache: Any
     rows: torch.Tensor
+    path_logits: torch.Tensor | None = None
 
 
 def _resolve_device(device: str) -> torch.device:
@@ -197,23 +199,31 @@ class Backend:
         return inputs, spans
 
     @torch.no_grad()
-    def prefill(self, inputs: dict[str, Any], capture: str, keep_cache: bool = True) -> Prefill:
+    def prefill(
+        self, inputs: dict[str, Any], capture: str, keep_cache: bool = True, append: Prefix = ()
+    ) -> Prefill:
         """One forward of the prompts; attention rows of the last prompt token in every layer.
 
         keep_cache: keep the KV cache for decoding steps (not needed when every label is one token).
+        append: label tokens fed after the prompt in this same forward (one trie path); causal
+        masking leaves the prompt's computation as it was, and no cache has to be kept.
         """
-        kwargs = dict(inputs, use_cache=keep_cache, logits_to_keep=1)
+        d = len(append)
+        kwargs = dict(_extend(inputs, append), use_cache=keep_cache, logits_to_keep=d + 1)
         if not self.arch.mrope:
-            kwargs["position_ids"] = _positions(inputs["attention_mask"])
+            kwargs["position_ids"] = _positions(kwargs["attention_mask"])
         if capture == "eager":
             with self._eager_text_attention():
                 out = self.model(**kwargs, output_attentions=True)
-            rows = torch.stack([a[:, :, -1, :].float().mean(1) for a in out.attentions], dim=1)
+            t = out.attentions[0].shape[-1] - d
+            rows = torch.stack([a[:, :, t - 1, :t].float().mean(1) for a in out.attentions], 1)
         else:
-            with cap.capturing() as captured:
+            with cap.capturing(offset=d) as captured:
                 out = self.model(**kwargs)
             rows = self._stack_rows(captured.rows)
-        return Prefill(out.logits[:, -1].float(), out.cache, rows)
+        logits = out.logits.float()  # (B, D + 1, V)
+        paths = logits[:, None, 1:] if d else None  # (B, 1, D, V)
+        return Prefill(logits[:, 0], out.cache, rows, paths)
 
     @torch.no_grad()
     def decode_paths(self, trie: LabelTrie, pre: Prefill, mask: torch.Tensor) -> torch.Tensor:
@@ -263,12 +273,20 @@ class Backend:
         texts, images = self.build_prompts(batch, template, scheme)
         inputs, spans = self.encode(batch, texts, images)
         scope = self.mask_scope(inputs, spans) if self.mask_scope else nullcontext()
+        ride_along = len(trie.paths) == 1 and not keep_cache and self.mask_scope is None
         with scope:
-            pre = self.prefill(inputs, capture, keep_cache=keep_cache or bool(trie.paths))
+            if ride_along:  # e.g. "1" of "10".."12": no cache, no second forward
+                pre = self.prefill(inputs, capture, keep_cache=False, append=trie.paths[0])
+                paths = pre.path_logits
+            else:
+                pre = self.prefill(inputs, capture, keep_cache=keep_cache or bool(trie.paths))
             kept = pre.cache
             if trie.paths and keep_cache:
                 kept = copy.deepcopy(pre.cache)
-            paths = self.decode_paths(trie, pre, inputs["attention_mask"]) if trie.paths else None
+            if not ride_along:
+                paths = (
+                    self.decode_paths(trie, pre, inputs["attention_mask"]) if trie.paths else None
+                )
         logprobs = label_logprobs(trie, pre.logits, paths).cpu()
         lengths = inputs["attention_mask"].sum(-1).tolist()
         records = [
@@ -311,6 +329,20 @@ class Backend:
 def evidence(rows: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:
     """Eq. 6: attention rows (L, T) summed over each image's span -> (L, N), float64."""
     return torch.stack([rows[:, s:e].double().sum(-1) for s, e in spans], dim=1).cpu()
+
+
+def _extend(inputs: dict[str, Any], tokens: Prefix) -> dict[str, Any]:
+    """The prompts' inputs with the same `tokens` appended to every row (rows end aligned)."""
+    if not tokens:
+        return dict(inputs)
+    ids = inputs["input_ids"]
+    new = torch.tensor(tokens, dtype=ids.dtype, device=ids.device).expand(ids.shape[0], -1)
+    out = dict(inputs, input_ids=torch.cat([ids, new], dim=1))
+    for key in ("attention_mask", "token_type_ids", "mm_token_type_ids"):
+        if key in inputs:
+            fill = torch.full_like(new, int(key == "attention_mask"), dtype=inputs[key].dtype)
+            out[key] = torch.cat([inputs[key], fill], dim=1)
+    return out
 
 
 def _positions(mask: torch.Tensor) -> torch.Tensor:

@@ -172,3 +172,17 @@ def test_generation_methods_need_replies():
     records.extra[0] = {}
     with pytest.raises(RecordError, match=r"record 1 .* extra\['replies'\]"):
         choose("cot", records)
+
+
+def test_lad_score_parses_replies_and_keeps_unparseable(tmp_path, capsys):
+    from lad.cli import main
+    from lad.records import read_predictions, write_records
+
+    records = _records([["<think>x</think> II"], ["<think>II or III"]], 3)
+    path = tmp_path / "cot_records.jsonl"
+    write_records(path, records)
+    out = tmp_path / "pred.jsonl"
+    args = ["score", "--records", str(path), "--method", "cot", "--labels", "roman"]
+    assert main([*args, "--out", str(out)]) == 0
+    assert [p.prediction for p in read_predictions(out)] == [1, -1]
+    assert "Unparsed" in capsys.readouterr().out

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from lad.calibrate import Calibration
 from lad.errors import LadError
-from lad.methods import METHODS, MethodOptions, score_methods
+from lad.methods import METHODS, MethodOptions, choose
 from lad.metrics import compute_metrics, format_table
 from lad.records import (
     predictions_by_method,
+    predictions_for,
     read_predictions,
     read_records,
     write_predictions,
@@ -104,6 +105,12 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--perm-records", help="each item under all N cyclic shifts (for perm-avg)")
     p.add_argument(
+        "--labels",
+        default="digits",
+        choices=["digits", "upper", "lower", "roman", "words"],
+        help="label scheme of the records (parses replies of instruction, cot, self-consistency)",
+    )
+    p.add_argument(
         "--allow-partial", action="store_true", help="accept calibration items missing shifts"
     )
     p.add_argument("--save-calibration", help="also write the fitted calibration.json here")
@@ -121,6 +128,7 @@ def run_score(args: argparse.Namespace) -> int:
         mixture=args.mixture,
         attn_mean=args.attn_mean,
         layer_range=args.layer_range,
+        labels=args.labels,
     )
     records = read_records(args.records)
     calibration = None
@@ -136,9 +144,11 @@ def run_score(args: argparse.Namespace) -> int:
         calibration.save(args.save_calibration)
     perm = read_records(args.perm_records) if args.perm_records else None
     methods = list(dict.fromkeys(args.method))
-    scores = score_methods(methods, records, calibration, options, perm_records=perm)
-    write_predictions(args.out, records, scores)
-    chosen = {m: s.argmax(axis=1) for m, s in scores.items()}
+    chosen, written = {}, []
+    for method in methods:  # generation methods choose -1 for an unparseable reply
+        scores, chosen[method] = choose(method, records, calibration, options, perm)
+        written += predictions_for(records, method, scores, chosen[method])
+    write_predictions(args.out, written)
     print(format_table(compute_metrics(records, chosen)))
     print(f"written: {args.out} ({len(records)} records × {len(methods)} methods)")
     return 0

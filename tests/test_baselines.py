@@ -102,26 +102,33 @@ def test_every_baseline_runs_through_lad_eval(model_path, bench, tmp_path):
     assert "Gen. tok" in result.table
 
 
-def test_sofa_at_sigma_zero_is_vanilla_and_changes_the_logits_otherwise(model_path, bench):
-    backend = load_backend(model_path, device="cpu", dtype="float32")
+@pytest.mark.parametrize("scheme_name", ["digits", "roman"])
+def test_sofa_at_sigma_zero_is_vanilla_and_changes_the_logits_otherwise(
+    model_path, bench, scheme_name
+):
     from lad.data.items import read_items
 
-    items = read_items(bench[0])
-    requests = [(it, 0, [2, 0, 1]) for it in items]
-    scheme = get_scheme("roman")  # multi-token labels: the decoding steps run under SoFA too
+    backend = load_backend(model_path, device="cpu", dtype="float32")
+    requests = [(it, 0, [2, 0, 1]) for it in read_items(bench[0])]
+    # roman: multi-token labels, so the label decoding steps run on the SoFA prompt's cache.
+    scheme = get_scheme(scheme_name)
     vanilla = list(backend.records(requests, scheme=scheme, batch_size=2))
     with sofa_applied(backend, SofaOptions(0.0)):
         zero = list(backend.records(requests, scheme=scheme, batch_size=2))
     with sofa_applied(backend, SofaOptions(1.0, within_image=True)):
         opened = list(backend.records(requests, scheme=scheme, batch_size=2))
     for v, z in zip(vanilla, zero, strict=True):
-        assert v.logprobs == z.logprobs and v.attention == z.attention
+        if scheme_name == "digits":  # one softmax at the prompt's end: the very same computation
+            assert v.logprobs == z.logprobs and v.attention == z.attention
+        else:  # vanilla may score the label paths inside the prompt's forward instead
+            np.testing.assert_allclose(v.logprobs, z.logprobs, atol=1e-7, rtol=0)
+            np.testing.assert_allclose(v.attention, z.attention, atol=1e-7, rtol=0)
     changed = max(
         np.abs(np.subtract(v.logprobs, o.logprobs)).max()
         for v, o in zip(vanilla, opened, strict=True)
     )
     # Gemma3's tiny model only has sliding-window layers narrower than the prompt.
-    assert changed > 1e-6 or backend.arch.name == "Gemma3"
+    assert changed > 1e-5 or backend.arch.name == "Gemma3"
     assert backend.model.config.get_text_config()._attn_implementation == "lad_capture"
 
 

@@ -272,22 +272,8 @@ class Backend:
         trie = self.label_trie(scheme, n)
         texts, images = self.build_prompts(batch, template, scheme)
         inputs, spans = self.encode(batch, texts, images)
-        scope = self.mask_scope(inputs, spans) if self.mask_scope else nullcontext()
-        ride_along = len(trie.paths) == 1 and not keep_cache and self.mask_scope is None
-        with scope:
-            if ride_along:  # e.g. "1" of "10".."12": no cache, no second forward
-                pre = self.prefill(inputs, capture, keep_cache=False, append=trie.paths[0])
-                paths = pre.path_logits
-            else:
-                pre = self.prefill(inputs, capture, keep_cache=keep_cache or bool(trie.paths))
-            kept = pre.cache
-            if trie.paths and keep_cache:
-                kept = copy.deepcopy(pre.cache)
-            if not ride_along:
-                paths = (
-                    self.decode_paths(trie, pre, inputs["attention_mask"]) if trie.paths else None
-                )
-        logprobs = label_logprobs(trie, pre.logits, paths).cpu()
+        pre, logprobs = self.score_encoded(inputs, spans, trie, capture, keep_cache)
+        logprobs = logprobs.cpu()
         lengths = inputs["attention_mask"].sum(-1).tolist()
         records = [
             Record(
@@ -304,7 +290,35 @@ class Backend:
             )
             for b, (item, ordering, order) in enumerate(batch)
         ]
-        return records, Prefill(pre.logits, kept, pre.rows), inputs
+        return records, pre, inputs
+
+    def score_encoded(
+        self,
+        inputs: dict[str, Any],
+        spans: list[list[tuple[int, int]]],
+        trie: LabelTrie,
+        capture: str = "fast",
+        keep_cache: bool = False,
+    ) -> tuple[Prefill, torch.Tensor]:
+        """The prompt forward (+ capture) and exact label log-probs (B, N) of encoded prompts.
+
+        keep_cache: the returned Prefill's cache still holds exactly the prompt (label decoding
+        runs on a copy), so generation can continue from the same pass.
+        """
+        scope = self.mask_scope(inputs, spans) if self.mask_scope else nullcontext()
+        ride_along = len(trie.paths) == 1 and not keep_cache
+        with scope:
+            if ride_along:  # e.g. the "1" of "10".."12": no cache kept, no second forward
+                pre = self.prefill(inputs, capture, keep_cache=False, append=trie.paths[0])
+                paths = pre.path_logits
+            else:
+                pre = self.prefill(inputs, capture, keep_cache=keep_cache or bool(trie.paths))
+                kept = copy.deepcopy(pre.cache) if trie.paths and keep_cache else pre.cache
+                paths = None
+                if trie.paths:
+                    paths = self.decode_paths(trie, pre, inputs["attention_mask"])
+                pre = Prefill(pre.logits, kept, pre.rows)
+        return pre, label_logprobs(trie, pre.logits, paths)
 
     def _stack_rows(self, rows: dict[int, torch.Tensor]) -> torch.Tensor:
         if len(rows) != self.num_layers:

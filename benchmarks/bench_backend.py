@@ -1,0 +1,238 @@
+"""python benchmarks/bench_backend.py [--layers 24] [--ns 4 8 12] [--out FILE.json]
+
+Per-prompt cost of lad's record versus a plain forward, on a tiny random-init LLaVA-1.5 whose
+shape is realistic where the cost comes from: 24 decoder layers, 256 image tokens per image, so a
+12-image prompt is ~3,200 tokens. For N = 4, 8, 12:
+  (a) plain: one SDPA forward that yields vanilla's next-token logits;
+  (b) lad:   lad's record: the same forward through the capture function (Eq. 6 rows for every
+             layer), with the "1" of "10".."12" riding along, and exact scoring;
+  (c) eager: capture through eager `output_attentions`, the way the paper's code does it.
+Targets: (b)/(a) <= 1.05 in time and <= 1.02 in peak memory at every N. Times are the minimum
+(least disturbed by other load) and median over interleaved repeats; peak memory is measured in
+a fresh process per (N, mode): CUDA peak allocated, or on CPU the resident set sampled every
+millisecond during the work (total, and the increment over the resident set just before it,
+i.e. over the loaded model and prepared inputs).
+Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from lad.backends import load_backend
+from lad.backends.hf import Backend, evidence
+from lad.data.items import Item
+from lad.labels import get_scheme
+from lad.tiny import TinySize, build_tiny_model
+
+MODES = ("plain", "lad", "eager")
+DIGITS = get_scheme("digits")
+
+
+def make_model(folder: Path, layers: int) -> Path:
+    size = TinySize(
+        text_layers=layers,
+        hidden=256,
+        heads=4,
+        kv_heads=2,
+        intermediate=688,
+        vision_layers=1,
+        vision_hidden=64,
+        image_side=224,  # 16x16 patches of 14 px: 256 image tokens per image
+    )
+    return build_tiny_model("llava", folder / "model", size=size)
+
+
+def make_item(folder: Path, n: int) -> Item:
+    from PIL import Image
+
+    gen = torch.Generator().manual_seed(n)
+    paths = []
+    for i in range(n):
+        pixels = (torch.rand(240, 320, 3, generator=gen) * 255).to(torch.uint8).numpy()
+        paths.append(folder / f"n{n}_{i}.png")
+        Image.fromarray(pixels).save(paths[-1])
+    return Item(f"n{n}", "a red circle next to a blue square", paths, 0)
+
+
+def prepared(backend: Backend, item: Item) -> tuple[Any, dict[str, Any], Any]:
+    req = (item, 0, list(range(item.num_candidates)))
+    texts, images = backend.build_prompts([req], "vanilla", DIGITS)
+    inputs, spans = backend.encode([req], texts, images)
+    return req, inputs, spans
+
+
+def run_mode(backend: Backend, mode: str, inputs: dict[str, Any], spans: Any) -> None:
+    """One prompt's worth of work in `mode` (inputs already tokenised; same for every mode)."""
+    n = len(spans[0])
+    if mode == "plain":
+        with torch.no_grad():
+            backend.model(**inputs, use_cache=False, logits_to_keep=1)
+        return
+    if mode == "lad":
+        pre, _ = backend.score_encoded(inputs, spans, backend.label_trie(DIGITS, n))
+    else:
+        pre = backend.prefill(inputs, "eager", keep_cache=False)
+    evidence(pre.rows[0], spans[0])
+
+
+def set_mode(backend: Backend, mode: str) -> None:
+    impl = {"plain": "sdpa", "lad": "lad_capture", "eager": "lad_capture"}[mode]
+    backend.model.set_attn_implementation({"text_config": impl})
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def time_all(backend: Backend, item: Item, repeats: int) -> tuple[dict[str, float], ...]:
+    _, inputs, spans = prepared(backend, item)
+    times: dict[str, list[float]] = {m: [] for m in MODES}
+    for r in range(repeats + 1):
+        for mode in MODES:
+            set_mode(backend, mode)
+            sync()
+            start = time.perf_counter()
+            run_mode(backend, mode, inputs, spans)
+            sync()
+            if r:  # the first round warms up
+                times[mode].append(time.perf_counter() - start)
+    set_mode(backend, "lad")
+    return {m: min(t) for m, t in times.items()}, {
+        m: statistics.median(t) for m, t in times.items()
+    }
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def _sampled_peak(work: Any) -> float:
+    """Peak resident set (MiB) while `work()` runs, sampled every millisecond by a thread."""
+    peak = [_rss_mib()]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_mib())
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=sample)
+    thread.start()
+    try:
+        work()
+    finally:
+        done.set()
+        thread.join()
+    return max(peak[0], _rss_mib())
+
+
+def memory_child(model: str, folder: str, n: int, mode: str, device: str) -> None:
+    """Runs in a fresh process: prints {"before": MiB, "peak": MiB} of one prompt in `mode`."""
+    backend = load_backend(model, device=device)
+    item = make_item(Path(folder), n)
+    _, inputs, spans = prepared(backend, item)
+    set_mode(backend, mode)
+    if backend.device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated() / 2**20
+        run_mode(backend, mode, inputs, spans)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        before = _rss_mib()
+        peak = _sampled_peak(lambda: run_mode(backend, mode, inputs, spans))
+    print(json.dumps({"before": before, "peak": peak}))
+
+
+def memory(model: Path, folder: Path, n: int, mode: str, device: str) -> dict[str, float]:
+    cmd = [sys.executable, __file__, "--child", str(model), str(folder), str(n), mode, device]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, default=24)
+    parser.add_argument("--ns", type=int, nargs="+", default=[4, 8, 12])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--out", default=str(Path(__file__).with_suffix(".json")))
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        model, folder, n, mode, device = args.child
+        memory_child(model, folder, int(n), mode, device)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        model = make_model(folder, args.layers)
+        backend = load_backend(str(model), device=args.device)
+        rows = []
+        for n in args.ns:
+            item = make_item(folder, n)
+            _, inputs, _ = prepared(backend, item)
+            secs, medians = time_all(backend, item, args.repeats)
+            mem = {m: memory(model, folder, n, m, args.device) for m in MODES}
+            tokens = int(inputs["input_ids"].shape[1])
+            rows.append(
+                {"n": n, "tokens": tokens, "seconds": secs, "median_seconds": medians,
+                 "memory_mib": mem}
+            )  # fmt: skip
+    report_table(rows)
+    report = {
+        "benchmark": "bench_backend",
+        "device": str(backend.device),
+        "cpu": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "layers": args.layers,
+        "repeats": args.repeats,
+        "rows": rows,
+    }
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(f"written: {args.out}")
+
+
+def report_table(rows: list[dict[str, Any]]) -> None:
+    head = (
+        f"{'N':>3} {'tokens':>6} | {'plain s':>8} {'lad s':>8} {'eager s':>8} | {'b/a time':>8} "
+        f"{'c/b time':>8} | {'peak a':>8} {'peak b':>8} {'peak c':>8} MiB | {'b/a mem':>7} "
+        f"{'b/a +mem':>8} {'c/b +mem':>8}"
+    )
+    print(head)
+    print("-" * len(head))
+    for row in rows:
+        s, m = row["seconds"], row["memory_mib"]
+        inc = {k: v["peak"] - v["before"] for k, v in m.items()}
+        print(
+            f"{row['n']:>3} {row['tokens']:>6} | {s['plain']:>8.3f} {s['lad']:>8.3f} "
+            f"{s['eager']:>8.3f} | {s['lad'] / s['plain']:>8.3f} {s['eager'] / s['lad']:>8.2f} | "
+            f"{m['plain']['peak']:>8.0f} {m['lad']['peak']:>8.0f} {m['eager']['peak']:>8.0f}     | "
+            f"{m['lad']['peak'] / m['plain']['peak']:>7.3f} "
+            f"{inc['lad'] / max(inc['plain'], 1e-9):>8.3f} "
+            f"{inc['eager'] / max(inc['lad'], 1e-9):>8.2f}"
+        )
+    print("+mem: peak increment over the loaded model and prepared inputs, as a ratio.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""`lad demo train`: retrain the embedded demo model (docs/demo-model.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="the embedded demo model: retrain it",
+        description="lad's embedded demo model, a tiny Qwen2-VL trained on the shapes benchmark.",
+        epilog="example:\n  lad demo train --out lad/demo/model",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="demo_command", required=True, metavar="COMMAND")
+    p = commands.add_parser(
+        "train",
+        help="train the demo model from scratch on CPU (seeded, reproducible)",
+        description="Train the demo model from scratch on the shapes training split, on CPU.",
+        epilog="example:\n  lad demo train --out lad/demo/model",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from lad.demo.train import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=_train)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from lad.demo.train import config_from_args, train
+
+    path = train(config_from_args(args), args.out)
+    print(f"Wrote the demo model to {path}")
+    return 0

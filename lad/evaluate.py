@@ -219,12 +219,15 @@ def check_run_dir(run_dir: Path, config: EvalConfig) -> None:
             ) from e
         if stored.get("format") != RUN_FORMAT:
             raise RunError(f"{path}: not a lad run (format {stored.get('format')!r})")
+        defaults = json.loads(json.dumps(EvalConfig().identity()))
         for name, value in wanted.items():
-            if stored["arguments"].get(name) != value:
+            # A run made before an argument existed was made with its default.
+            made = stored["arguments"].get(name, defaults[name])
+            if made != value:
                 flag = "--" + name.replace("_", "-")
                 raise RunError(
-                    f"{run_dir} was made with {flag} {stored['arguments'].get(name)!r}, not "
-                    f"{value!r}. Rerun with the same arguments to resume, or use another --out."
+                    f"{run_dir} was made with {flag} {made!r}, not {value!r}. "
+                    "Rerun with the same arguments to resume, or use another --out."
                 )
         return
     path.write_text(json.dumps({"format": RUN_FORMAT, "arguments": wanted}, indent=2) + "\n")

@@ -186,3 +186,18 @@ def test_lad_score_parses_replies_and_keeps_unparseable(tmp_path, capsys):
     assert main([*args, "--out", str(out)]) == 0
     assert [p.prediction for p in read_predictions(out)] == [1, -1]
     assert "Unparsed" in capsys.readouterr().out
+
+
+def test_run_made_before_the_baseline_flags_still_resumes(model, bench, tmp_path):
+    from lad.errors import RunError
+
+    run = tmp_path / "old"
+    evaluate(_config(model, bench, methods=("vanilla",), num_shuffles=1), run)
+    stored = json.loads((run / "run.json").read_text())
+    for name in ("max_new_tokens", "sc_samples", "sofa_sigma", "sofa_within_image"):
+        del stored["arguments"][name]
+    (run / "run.json").write_text(json.dumps(stored))
+    same = {"methods": ("vanilla",), "num_shuffles": 1, "max_new_tokens": 1024}
+    evaluate(_config(model, bench, **same), run)
+    with pytest.raises(RunError, match="--sc-samples 10, not 3"):
+        evaluate(_config(model, bench, **same, sc_samples=3), run)

@@ -201,3 +201,20 @@ def test_run_made_before_the_baseline_flags_still_resumes(model, bench, tmp_path
     evaluate(_config(model, bench, **same), run)
     with pytest.raises(RunError, match="--sc-samples 10, not 3"):
         evaluate(_config(model, bench, **same, sc_samples=3), run)
+
+
+def test_cli_eval_takes_the_baseline_flags(model, bench, tmp_path, capsys):
+    from lad.cli import main
+
+    args = ["eval", "--model", model, "--data", str(bench[0]), "--calibration-data", str(bench[1])]
+    args += ["-n", "3", "--calibration-items", "1", "--num-shuffles", "1", "--quiet"]
+    args += ["--device", "cpu", "--labels", "upper", "--methods", "vanilla,self-consistency,sofa"]
+    args += ["--max-new-tokens", "2", "--sc-samples", "2", "--sc-temperature", "1.0"]
+    args += ["--sc-top-k", "5", "--sofa-sigma", "0.25", "--sofa-within-image"]
+    assert main([*args, "--out", str(tmp_path / "run")]) == 0
+    assert "Gen. tok" in capsys.readouterr().out
+    stored = json.loads((tmp_path / "run" / "run.json").read_text())["arguments"]
+    assert [stored[k] for k in ("sofa_sigma", "sofa_within_image", "sc_top_k")] == [0.25, True, 5]
+    with pytest.raises(SystemExit):
+        main([*args[:-3], "--sofa-sigma", "half", "--out", str(tmp_path / "bad")])
+    assert "'auto'" in capsys.readouterr().err

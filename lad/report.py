@@ -44,6 +44,11 @@ def _load_run(run_dir: Path) -> dict[str, Any]:
     return run
 
 
+def _values(values: list[float | None]) -> np.ndarray:
+    """metrics.json holds null for a position no answer fell on; plot it as a gap."""
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
 def _heatmap(
     ax: Any, matrix: np.ndarray, labels: list[str], title: str, xlabel: str, vmax: float = 100
 ) -> None:
@@ -91,7 +96,7 @@ def _recall_figure(run: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     x = np.arange(len(run["labels"]))
     for name, m in run["metrics"]["methods"].items():
-        ax.plot(x, m["recall_by_position"], marker="o", label=name)
+        ax.plot(x, _values(m["recall_by_position"]), marker="o", label=name)
     ax.set_xticks(x, run["labels"])
     ax.set_ylim(-2, 102)
     ax.set_xlabel("ground-truth position")
@@ -110,8 +115,10 @@ def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
         return False
     x = np.arange(len(run["labels"]))
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ax.bar(x - 0.2, methods["vanilla"]["recall_by_position"], 0.4, label="logits (vanilla)")
-    ax.bar(x + 0.2, methods["attn"]["recall_by_position"], 0.4, label="attention (attn)")
+    ax.bar(
+        x - 0.2, _values(methods["vanilla"]["recall_by_position"]), 0.4, label="logits (vanilla)"
+    )
+    ax.bar(x + 0.2, _values(methods["attn"]["recall_by_position"]), 0.4, label="attention (attn)")
     ax.set_xticks(x, run["labels"])
     ax.set_ylim(0, 105)
     ax.set_xlabel("ground-truth position")
@@ -172,13 +179,25 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
 
 
 def _table_html(metrics: dict[str, Any]) -> str:
-    rows = ["<tr><th>method</th><th>Acc</th><th>RStd ↓</th><th>Cons.</th><th>passes/item</th></tr>"]
-    for name, m in metrics["methods"].items():
-        passes = m.get("forward_passes_per_item", float("nan"))
-        rows.append(
+    methods = metrics["methods"]
+    gen = any("generated_tokens_per_item" in m for m in methods.values())
+    fails = any("parse_failure" in m for m in methods.values())
+    head = "<tr><th>method</th><th>Acc</th><th>RStd ↓</th><th>Cons.</th><th>passes/item</th>"
+    head += ("<th>gen. tokens/item</th>" if gen else "") + ("<th>unparseable</th>" if fails else "")
+    rows = [head + "</tr>"]
+    for name, m in methods.items():
+        passes = m.get("forward_passes_per_item")
+        row = (
             f"<tr><td>{html.escape(name)}</td><td>{m['acc']:.1f} ± {m['acc_std']:.1f}</td>"
-            f"<td>{m['rstd']:.1f}</td><td>{m['cons']:.1f}</td><td>{passes:g}</td></tr>"
+            f"<td>{m['rstd']:.1f}</td><td>{m['cons']:.1f}</td>"
+            f"<td>{'' if passes is None else f'{passes:g}'}</td>"
         )
+        if gen:
+            tokens = m.get("generated_tokens_per_item")
+            row += f"<td>{'' if tokens is None else f'{tokens:.1f}'}</td>"
+        if fails:
+            row += f"<td>{m['parse_failure']:.1f}%</td>" if "parse_failure" in m else "<td></td>"
+        rows.append(row + "</tr>")
     return "<table>" + "".join(rows) + "</table>"
 
 

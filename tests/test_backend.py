@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lad.backends import load_backend
-from lad.backends.hf import Backend
+from lad.backends.hf import Backend, evidence
 from lad.data.items import Item
 from lad.labels import get_scheme
 from lad.tiny import ARCHITECTURES, build_tiny_model
@@ -141,3 +141,22 @@ def test_batch_size_invariance_and_determinism(backend: Backend, images: list[Pa
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
         np.testing.assert_allclose(a.attention, b.attention, atol=1e-5)
         assert (b.logprobs, b.attention) == (c.logprobs, c.attention)
+
+
+def test_ride_along_label_tokens_leave_the_prompt_unchanged(
+    backend: Backend, images: list[Path]
+) -> None:
+    # N = 12 digits: the "1" of "10".."12" is appended to the prompt's own forward.
+    reqs = _requests(_items(images, 12)[:2])
+    trie = backend.label_trie(DIGITS, 12)
+    assert len(trie.paths) == 1
+    fast = list(backend.records(reqs, scheme=DIGITS, batch_size=2))
+    eager = list(backend.records(reqs, scheme=DIGITS, batch_size=2, capture="eager"))
+    texts, imgs = backend.build_prompts(reqs, "vanilla", DIGITS)
+    inputs, spans = backend.encode(reqs, texts, imgs)
+    alone = backend.prefill(inputs, "fast", keep_cache=False)  # the prompt only
+    for b, (f, e) in enumerate(zip(fast, eager, strict=True)):
+        reference = evidence(alone.rows[b], spans[b]).numpy()
+        np.testing.assert_allclose(f.attention, reference, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(e.attention, reference, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(f.logprobs, e.logprobs, atol=1e-5, rtol=0)

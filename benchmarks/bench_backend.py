@@ -9,9 +9,9 @@ shape is realistic where the cost comes from: 24 decoder layers, 256 image token
   (c) eager: capture through eager `output_attentions`, the way the paper's code does it.
 Targets: (b)/(a) <= 1.05 in time and <= 1.02 in peak memory at every N. Times are the minimum
 (least disturbed by other load) and median over interleaved repeats; peak memory is measured in
-a fresh process per (N, mode): CUDA peak allocated, or on CPU the resident set sampled every
-millisecond during the work (total, and the increment over the resident set just before it,
-i.e. over the loaded model and prepared inputs).
+a fresh process per (N, mode): CUDA peak allocated over the loaded model, or on CPU the peak
+of tensor storage allocated during the work and alive at once (tracked per op), and the peak
+resident set of the process (sampled every millisecond; noisy by tens of MiB from the allocator).
 Prints a table and writes JSON.
 """
 
@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,51 @@ def _sampled_peak(work: Any) -> float:
     return max(peak[0], _rss_mib())
 
 
+class _LiveTensors:
+    """Peak bytes of tensor storage created and alive during a block (CPU stand-in for CUDA's
+    peak allocated): every op's outputs are counted once per storage until they are freed."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        tracker = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t in torch.utils._pytree.tree_leaves(out):
+                    if isinstance(t, torch.Tensor):
+                        tracker.add(t)
+                return out
+
+        self.mode = Mode()
+        self.live = 0
+        self.peak = 0
+        self.seen: set[int] = set()
+
+    def add(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key in self.seen or storage.nbytes() == 0:
+            return
+        self.seen.add(key)
+        self.live += storage.nbytes()
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(storage, self.drop, key, storage.nbytes())
+
+    def drop(self, key: int, nbytes: int) -> None:
+        self.seen.discard(key)
+        self.live -= nbytes
+
+
+def _tensor_peak(work: Any) -> float:
+    """Peak MiB of tensors allocated by `work()` and alive at the same time."""
+    tracker = _LiveTensors()
+    with tracker.mode:
+        work()
+    return tracker.peak / 2**20
+
+
 def memory_child(model: str, folder: str, n: int, mode: str, device: str) -> None:
     """Runs in a fresh process: prints {"before": MiB, "peak": MiB} of one prompt in `mode`."""
     backend = load_backend(model, device=device)
@@ -157,10 +203,12 @@ def memory_child(model: str, folder: str, n: int, mode: str, device: str) -> Non
         run_mode(backend, mode, inputs, spans)
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() / 2**20
+        tensors = peak - before
     else:
         before = _rss_mib()
         peak = _sampled_peak(lambda: run_mode(backend, mode, inputs, spans))
-    print(json.dumps({"before": before, "peak": peak}))
+        tensors = _tensor_peak(lambda: run_mode(backend, mode, inputs, spans))
+    print(json.dumps({"before": before, "peak": peak, "tensors": tensors}))
 
 
 def memory(model: Path, folder: Path, n: int, mode: str, device: str) -> dict[str, float]:
@@ -214,24 +262,28 @@ def main() -> None:
 
 def report_table(rows: list[dict[str, Any]]) -> None:
     head = (
-        f"{'N':>3} {'tokens':>6} | {'plain s':>8} {'lad s':>8} {'eager s':>8} | {'b/a time':>8} "
-        f"{'c/b time':>8} | {'peak a':>8} {'peak b':>8} {'peak c':>8} MiB | {'b/a mem':>7} "
-        f"{'b/a +mem':>8} {'c/b +mem':>8}"
+        f"{'N':>3} {'tokens':>6} | {'plain s':>7} {'lad s':>7} {'eager s':>7} | {'b/a':>5} "
+        f"{'c/b':>5} | {'tensors a':>9} {'b':>7} {'c':>7} MiB | {'b/a':>5} {'c/b':>5} | "
+        f"{'RSS a':>6} {'b':>6} {'c':>6} MiB | {'b/a':>5}"
     )
     print(head)
     print("-" * len(head))
     for row in rows:
         s, m = row["seconds"], row["memory_mib"]
-        inc = {k: v["peak"] - v["before"] for k, v in m.items()}
+        ten = {k: v["tensors"] for k, v in m.items()}
+        rss = {k: v["peak"] for k, v in m.items()}
         print(
-            f"{row['n']:>3} {row['tokens']:>6} | {s['plain']:>8.3f} {s['lad']:>8.3f} "
-            f"{s['eager']:>8.3f} | {s['lad'] / s['plain']:>8.3f} {s['eager'] / s['lad']:>8.2f} | "
-            f"{m['plain']['peak']:>8.0f} {m['lad']['peak']:>8.0f} {m['eager']['peak']:>8.0f}     | "
-            f"{m['lad']['peak'] / m['plain']['peak']:>7.3f} "
-            f"{inc['lad'] / max(inc['plain'], 1e-9):>8.3f} "
-            f"{inc['eager'] / max(inc['lad'], 1e-9):>8.2f}"
+            f"{row['n']:>3} {row['tokens']:>6} | {s['plain']:>7.2f} {s['lad']:>7.2f} "
+            f"{s['eager']:>7.2f} | {s['lad'] / s['plain']:>5.2f} {s['eager'] / s['lad']:>5.2f} | "
+            f"{ten['plain']:>9.1f} {ten['lad']:>7.1f} {ten['eager']:>7.1f}     | "
+            f"{ten['lad'] / ten['plain']:>5.3f} {ten['eager'] / ten['lad']:>5.1f} | "
+            f"{rss['plain']:>6.0f} {rss['lad']:>6.0f} {rss['eager']:>6.0f}     | "
+            f"{rss['lad'] / rss['plain']:>5.3f}"
         )
-    print("+mem: peak increment over the loaded model and prepared inputs, as a ratio.")
+    print(
+        "time: minimum over repeats. tensors: peak of tensor storage allocated during the work "
+        "(CUDA: peak allocated over the loaded model). RSS: peak resident set of the process."
+    )
 
 
 if __name__ == "__main__":

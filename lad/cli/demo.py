@@ -30,6 +30,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _train(args: argparse.Namespace) -> int:
     from lad.demo.train import config_from_args, train
 
-    path = train(config_from_args(args), args.out)
+    path = train(config_from_args(args), args.out, init=args.init)
     print(f"Wrote the demo model to {path}")
     return 0

@@ -254,8 +254,14 @@ CHAT_TEMPLATE = (
 )
 
 
-def train(config: TrainConfig, out: str | Path, *, log: Any = print) -> Path:
-    """Build, train and save the demo model into `out` (save_pretrained); returns `out`."""
+def train(
+    config: TrainConfig, out: str | Path, *, init: str | Path | None = None, log: Any = print
+) -> Path:
+    """Train the demo model and save it into `out` (save_pretrained); returns `out`.
+
+    init: a checkpoint to continue from (the second stage of the recipe); by default a fresh
+    random-init model (lad.tiny) is built from the config.
+    """
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     _check(config)
@@ -264,10 +270,14 @@ def train(config: TrainConfig, out: str | Path, *, log: Any = print) -> Path:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lad-demo-") as tmp:
         work = Path(tmp)
-        _initial_model(config, work / "init")
+        if init is None:
+            init = work / "init"
+            _initial_model(config, init)
+        elif not (Path(init) / "config.json").is_file():
+            raise LadError(f"--init {init}: not a model folder (no config.json)")
         pool = _load_pool(config, work / "data")
-        processor = AutoProcessor.from_pretrained(work / "init")
-        model = AutoModelForImageTextToText.from_pretrained(work / "init", dtype=torch.float32)
+        processor = AutoProcessor.from_pretrained(init)
+        model = AutoModelForImageTextToText.from_pretrained(init, dtype=torch.float32)
     log(f"data and init: {time.perf_counter() - start:.0f}s, {len(pool.queries)} items")
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -330,6 +340,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--caption-share", type=float, default=d.caption_share,
                    help="share of single-image captioning examples (alignment stage)")  # fmt: skip
     p.add_argument("--threads", type=int, default=d.threads, help="CPU threads")
+    p.add_argument("--init", default=None,
+                   help="start from this checkpoint (stage 2), not a fresh model")  # fmt: skip
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -360,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        train(config_from_args(args), args.out)
+        train(config_from_args(args), args.out, init=args.init)
     except LadError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1

@@ -1,8 +1,8 @@
 """The embedded demo model end to end: `lad eval`'s pipeline on the shipped weights.
 
-Asserts what docs/demo-model.md claims: the bias is real (vanilla RStd well above zero) and LAD's
-accuracy is not below vanilla's. The card's numbers use 100 items; this uses fewer for time, so
-its thresholds leave room for the smaller sample.
+Asserts what docs/demo-model.md claims: the trained primacy bias is real (vanilla RStd >= 15).
+The issue's "LAD not below vanilla" is a strict expected failure: the card's finding is that
+these weights have not learned matching, so LAD has nothing to work with (see the card).
 """
 
 from __future__ import annotations

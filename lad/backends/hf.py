@@ -8,6 +8,7 @@ prefill (+ capture) → decode the label trie's open prefixes on the prompt's KV
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -83,19 +84,23 @@ def load_backend(
         raise BackendError(f"cannot load model {model!r}: {e}") from None
     arch = arch_for(config)
     impl = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
+    # One process with several GPUs and --device auto: spread a model too large for one GPU
+    # over all of them (device_map). Under a launcher each process keeps its own GPU instead.
+    spread = device == "auto" and torch.cuda.device_count() > 1 and "WORLD_SIZE" not in os.environ
     try:
         net = AutoModelForImageTextToText.from_pretrained(
             model,
             dtype=torch_dtype,
             attn_implementation=impl,
             trust_remote_code=trust_remote_code,
+            device_map="auto" if spread else None,
         )
         processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
         raise BackendError(f"cannot load model {model!r}: {e}") from None
     processor.tokenizer.padding_side = "left"
     options = {**arch.image_options, **(image_options or {})}
-    return Backend(str(model), net.to(dev).eval(), processor, arch, options)
+    return Backend(str(model), (net if spread else net.to(dev)).eval(), processor, arch, options)
 
 
 class Backend:
@@ -328,7 +333,8 @@ class Backend:
                 f"language model's attention implementation {impl!r} bypasses lad's capture "
                 f"function; load it with attn_implementation text_config={cap.CAPTURE_IMPL!r}"
             )
-        return torch.stack([rows[i] for i in range(self.num_layers)], dim=1)  # (B, L, T)
+        # Layers may sit on several GPUs (device_map): gather the rows on the input device.
+        return torch.stack([rows[i].to(self.device) for i in range(self.num_layers)], dim=1)
 
     @contextmanager
     def _eager_text_attention(self) -> Iterator[None]:

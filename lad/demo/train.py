@@ -48,6 +48,7 @@ class TrainConfig:
     max_candidates: int = 4
     position_decay: float = 0.6  # answer-position weight ∝ decay**p: the data's primacy
     caption_share: float = 0.25  # share of single-image captioning examples
+    refer_share: float = 0.0  # share of "Describe picture k." examples over 2..4 images
     image_size: int = 64
     max_shapes: int = 2
     text_layers: int = 4
@@ -73,8 +74,11 @@ def _check(config: TrainConfig) -> None:
             "--min-candidates and --max-candidates must satisfy 2 <= min <= max <= 9. "
             f"Got {config.min_candidates} and {config.max_candidates}."
         )
-    if not 0 <= config.caption_share < 1:
-        raise LadError(f"--caption-share must be in [0, 1). Got {config.caption_share}.")
+    if not 0 <= config.caption_share + config.refer_share < 1 or config.refer_share < 0:
+        raise LadError(
+            "--caption-share and --refer-share must be >= 0 with a sum below 1. "
+            f"Got {config.caption_share} and {config.refer_share}."
+        )
     if not 0 < config.position_decay <= 1:
         raise LadError(f"--position-decay must be in (0, 1]. Got {config.position_decay}.")
     for name in ("steps", "batch_size", "train_items", "threads"):
@@ -92,6 +96,7 @@ class _Pool:
     queries: list[str]
     answers: list[Any]
     distractors: list[list[Any]]
+    distractor_texts: list[list[str]]
 
 
 def _load_pool(config: TrainConfig, work: Path) -> _Pool:
@@ -101,7 +106,7 @@ def _load_pool(config: TrainConfig, work: Path) -> _Pool:
     from lad.data.items import read_items
     from lad.data.shapes import build_shapes
 
-    pool = _Pool([], [], [])
+    pool = _Pool([], [], [], [])
     for setting in config.settings:
         path = build_shapes(
             work / setting,
@@ -118,6 +123,8 @@ def _load_pool(config: TrainConfig, work: Path) -> _Pool:
             pool.queries.append(it.query)
             pool.answers.append(images[it.answer])
             pool.distractors.append([im for i, im in enumerate(images) if i != it.answer])
+            texts = it.extra["descriptions"]
+            pool.distractor_texts.append([t for i, t in enumerate(texts) if i != it.answer])
     return pool
 
 
@@ -131,9 +138,17 @@ def _draw_example(
     alignment stage): one image, target = its description.
     """
     i = int(rng.integers(len(pool.queries)))
-    if rng.random() < config.caption_share:
+    u = rng.random()
+    if u < config.caption_share:
         return None, [pool.answers[i]], pool.queries[i]
     n = int(rng.integers(config.min_candidates, config.max_candidates + 1))
+    if u < config.caption_share + config.refer_share:
+        # Referring (multi-image grounding data): describe the picture named by its index.
+        chosen = rng.choice(len(pool.distractors[i]), size=n - 1, replace=False)
+        images = [pool.answers[i], *(pool.distractors[i][j] for j in chosen)]
+        texts = [pool.queries[i], *(pool.distractor_texts[i][j] for j in chosen)]
+        k = int(rng.integers(n))
+        return f"{REFER_PROMPT}{k + 1}.", images, texts[k]
     position = int(rng.choice(n, p=config.position_weights(n)))
     chosen = rng.choice(len(pool.distractors[i]), size=n - 1, replace=False)
     images = [pool.distractors[i][j] for j in chosen]
@@ -161,6 +176,7 @@ def prompt_text(processor: Any, query: str, num_candidates: int) -> str:
 
 
 CAPTION_PROMPT = "Describe the image."
+REFER_PROMPT = "Describe picture "
 
 
 def _batch(
@@ -174,6 +190,8 @@ def _batch(
     for query, imgs, target in examples:
         if query is None:
             prompt = chat_text(processor, CAPTION_PROMPT, 1)
+        elif query.startswith(REFER_PROMPT):
+            prompt = chat_text(processor, query, len(imgs))
         else:
             prompt = prompt_text(processor, query, len(imgs))
         prompts.append(prompt)
@@ -227,7 +245,7 @@ def _initial_model(config: TrainConfig, out: Path) -> None:
         image_side=56,  # 4 tokens per image after the 2×2 merge: one per cell of a shapes scene
         max_positions=2048,
     )
-    words = [*shapes_vocabulary(), "Picture", "Describe"]
+    words = [*shapes_vocabulary(), "Picture", "picture", "Describe"]
     build_tiny_model(ARCH, out, size=size, words=words, seed=config.seed)
     processor = AutoProcessor.from_pretrained(out)
     processor.chat_template = CHAT_TEMPLATE
@@ -339,6 +357,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="answer at position p with weight decay**p (1 = uniform)")  # fmt: skip
     p.add_argument("--caption-share", type=float, default=d.caption_share,
                    help="share of single-image captioning examples (alignment stage)")  # fmt: skip
+    p.add_argument("--refer-share", type=float, default=d.refer_share,
+                   help="share of 'Describe picture k.' examples (grounding)")  # fmt: skip
     p.add_argument("--threads", type=int, default=d.threads, help="CPU threads")
     p.add_argument("--init", default=None,
                    help="start from this checkpoint (stage 2), not a fresh model")  # fmt: skip
@@ -355,6 +375,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         max_candidates=args.max_candidates,
         position_decay=args.position_decay,
         caption_share=args.caption_share,
+        refer_share=args.refer_share,
         threads=args.threads,
     )
 

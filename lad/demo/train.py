@@ -38,7 +38,7 @@ class TrainConfig:
     """Everything that defines the demo model. Same config and seed → same weights (on CPU)."""
 
     seed: int = 0
-    steps: int = 2500
+    steps: int = 5000
     batch_size: int = 16
     lr: float = 2e-3
     warmup: int = 100
@@ -47,8 +47,8 @@ class TrainConfig:
     min_candidates: int = 2
     max_candidates: int = 4
     position_decay: float = 0.6  # answer-position weight ∝ decay**p: the data's primacy
-    caption_share: float = 0.25  # share of single-image captioning examples
-    refer_share: float = 0.0  # share of "Describe picture k." examples over 2..4 images
+    caption_share: float = 0.2  # share of single-image captioning examples
+    refer_share: float = 0.3  # share of "Describe picture k." examples over 2..4 images
     image_size: int = 64
     max_shapes: int = 2
     text_layers: int = 4

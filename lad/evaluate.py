@@ -458,8 +458,12 @@ class _LazyBackend:
 
     def __call__(self) -> Any:
         if self.backend is None:
+            from transformers.utils import logging as hf_logging
+
             from lad.backends import load_backend
 
+            if self.config.quiet:
+                hf_logging.disable_progress_bar()  # transformers' "Loading weights" bars
             self.backend = load_backend(
                 resolve_model(self.config.model),
                 device=self.device,

@@ -57,6 +57,15 @@ def test_corrupt_and_missing_images_are_named(backend: Backend, item: Item) -> N
         _run(backend, item)
 
 
+def test_non_finite_output_is_refused_before_any_record(
+    backend: Backend, item: Item, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = hf.evidence
+    monkeypatch.setattr(hf, "evidence", lambda rows, spans: real(rows, spans) * float("nan"))
+    with pytest.raises(BackendError, match=r"item 'q0', ordering 0: .*NaN or infinite"):
+        _run(backend, item)
+
+
 def test_image_span_count_mismatch(
     backend: Backend, item: Item, monkeypatch: pytest.MonkeyPatch
 ) -> None:

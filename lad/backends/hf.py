@@ -44,6 +44,18 @@ class Prefill:
     path_logits: torch.Tensor | None = None
 
 
+def _check_finite(
+    batch: list[Request], logprobs: torch.Tensor, evidences: list[torch.Tensor]
+) -> None:
+    """Refuse NaN/inf (e.g. a float16 overflow) before any record of the batch is written."""
+    for b, (item, ordering, _) in enumerate(batch):
+        if not (torch.isfinite(logprobs[b]).all() and torch.isfinite(evidences[b]).all()):
+            raise BackendError(
+                f"item {item.id!r}, ordering {ordering}: the model gave NaN or infinite "
+                "log-probabilities or attention; try --dtype float32 (or bfloat16 on GPU)"
+            )
+
+
 def _resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -279,6 +291,8 @@ class Backend:
         inputs, spans = self.encode(batch, texts, images)
         pre, logprobs = self.score_encoded(inputs, spans, trie, capture, keep_cache)
         logprobs = logprobs.cpu()
+        evidences = [evidence(pre.rows[b], spans[b]) for b in range(len(batch))]
+        _check_finite(batch, logprobs, evidences)
         lengths = inputs["attention_mask"].sum(-1).tolist()
         records = [
             Record(
@@ -287,7 +301,7 @@ class Backend:
                 order=list(order),
                 answer=list(order).index(item.answer),
                 logprobs=logprobs[b].tolist(),
-                attention=evidence(pre.rows[b], spans[b]).tolist(),
+                attention=evidences[b].tolist(),
                 extra={
                     "prompt_tokens": int(lengths[b]),
                     "image_tokens": [e - s for s, e in spans[b]],

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from lad.cli.flags import add_lad_flags
 from lad.errors import LadError
 
 
@@ -98,8 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--num-shuffles", type=int, default=5, help="T orderings per item")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--top-k", type=int, default=2, help="K layers for LAD (Eq. 9)")
-    p.add_argument("--tau", type=float, default=5.0, help="posterior temperature τ (Eq. 12)")
+    add_lad_flags(p)
     _baseline_flags(p)
     p.add_argument("--out", default="runs/default", help="run directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
@@ -130,8 +130,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--calibration", required=True, help="calibration.json from lad calibrate/eval")
     p.add_argument("--query", required=True, help="the caption to match")
     p.add_argument("images", nargs="+", help="the candidate images, in the order shown")
-    p.add_argument("--top-k", type=int, default=2)
-    p.add_argument("--tau", type=float, default=5.0)
+    add_lad_flags(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_predict)
 

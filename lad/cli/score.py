@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from lad.calibrate import Calibration
+from lad.cli.flags import add_lad_flags
 from lad.errors import LadError
 from lad.methods import METHODS, MethodOptions, choose
 from lad.metrics import compute_metrics, format_table
@@ -75,8 +76,7 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
         choices=list(METHODS),
         help="method to score; repeat for several",
     )
-    p.add_argument("--top-k", type=int, default=2, help="K layers selected by Eq. 9 (default 2)")
-    p.add_argument("--tau", type=float, default=5.0, help="τ of Eq. 12 (default 5)")
+    add_lad_flags(p)
     p.add_argument(
         "--layers",
         type=_layers,

@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from lad import rundir
 from lad.calibrate import Calibration
 from lad.data.items import Item, cyclic_shift, read_items, shuffle_orders
 from lad.errors import CalibrationError, DataError, RunError
@@ -40,17 +39,9 @@ from lad.labels import get_scheme
 from lad.methods import METHODS, MethodOptions, choose
 from lad.metrics import compute_metrics, format_table
 from lad.prompts import prompt_sha256
-from lad.records import (
-    Record,
-    RecordSet,
-    RecordWriter,
-    drop_partial_line,
-    predictions_for,
-    read_records,
-    write_predictions,
-)
+from lad.records import Record, RecordSet, predictions_for, read_records, write_predictions
+from lad.rundir import World
 
-RUN_FORMAT = "lad-run/1"
 DEFAULT_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified", "perm-avg")
 Request = tuple[Item, int, list[int]]
 # The records file each method stage reads (lad.methods.Method.stage).
@@ -158,112 +149,6 @@ class RunResult:
     report: Path | None
 
 
-# ---------------------------------------------------------------- processes
-
-
-@dataclass(frozen=True)
-class World:
-    """The processes of one run, as `accelerate launch` or `torchrun` set them in the environment.
-
-    Work is split by whole batches, batch b going to rank b mod K, so every batch is padded exactly
-    as in a single-process run and the merged records are the same whatever K is.
-    """
-
-    rank: int = 0
-    size: int = 1
-    local_rank: int = 0
-
-    @classmethod
-    def from_env(cls) -> World:
-        env = os.environ
-        return cls(
-            int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0))
-        )
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def barrier(self) -> None:
-        if self.size == 1:
-            return
-        import torch.distributed as dist
-
-        if not dist.is_initialized():
-            dist.init_process_group("gloo", rank=self.rank, world_size=self.size)
-        dist.barrier()
-
-    def device(self, device: str) -> str:
-        if device == "auto" and self.size > 1:
-            import torch
-
-            if torch.cuda.is_available():
-                return f"cuda:{self.local_rank}"
-        return device
-
-
-# ---------------------------------------------------------------- run directory and resume
-
-
-def check_run_dir(run_dir: Path, config: EvalConfig) -> None:
-    """Create run.json, or check that an existing one was made with the same record arguments."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "run.json"
-    wanted = json.loads(json.dumps(config.identity()))
-    if path.exists():
-        try:
-            stored = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise RunError(
-                f"{path}: not valid JSON ({e.msg}); delete it or use another --out"
-            ) from e
-        if stored.get("format") != RUN_FORMAT:
-            raise RunError(f"{path}: not a lad run (format {stored.get('format')!r})")
-        defaults = json.loads(json.dumps(EvalConfig().identity()))
-        for name, value in wanted.items():
-            # A run made before an argument existed was made with its default.
-            made = stored["arguments"].get(name, defaults[name])
-            if made != value:
-                flag = "--" + name.replace("_", "-")
-                raise RunError(
-                    f"{run_dir} was made with {flag} {made!r}, not {value!r}. "
-                    "Rerun with the same arguments to resume, or use another --out."
-                )
-        return
-    path.write_text(json.dumps({"format": RUN_FORMAT, "arguments": wanted}, indent=2) + "\n")
-
-
-def _resume_point(path: Path, requests: Sequence[Request], batch_size: int) -> int:
-    """How many leading requests already have records in `path`.
-
-    Only whole batches count: a batch cut off by an interruption is dropped and rerun, so a
-    resumed run pads and batches exactly as an uninterrupted one and writes identical files.
-    """
-    drop_partial_line(path)
-    done = read_records(path, missing_ok=True)
-    if len(done) > len(requests):
-        raise RunError(f"{path} holds {len(done)} records but this run makes {len(requests)}")
-    for i, (item_id, ordering) in enumerate(zip(done.items, done.ordering, strict=True)):
-        if (item_id, int(ordering)) != (requests[i][0].id, requests[i][1]):
-            raise RunError(
-                f"{path}: record {i + 1} is ({item_id!r}, ordering {ordering}), but this run's "
-                f"request {i + 1} is ({requests[i][0].id!r}, ordering {requests[i][1]}); the file "
-                "is from another run. Use another --out."
-            )
-    keep = len(done) if len(done) == len(requests) else len(done) - len(done) % batch_size
-    if keep < len(done):
-        write_records_prefix(path, done, keep)
-    return keep
-
-
-def write_records_prefix(path: Path, records: RecordSet, count: int) -> None:
-    tmp = path.with_suffix(".tmp")
-    with RecordWriter(tmp) as writer:
-        for rec in records.select(np.arange(count)).to_records():
-            writer.write(rec)
-    tmp.replace(path)
-
-
 # ---------------------------------------------------------------- requests
 
 
@@ -297,93 +182,21 @@ def run_stage(
     world: World | None = None,
     kind: Stage | None = None,
 ) -> RecordSet:
-    """Make the records of `requests` that `path` does not hold yet; return all of them.
+    """Make the records of `requests` that `path` does not hold yet (lad.rundir); return all.
+    `kind` says how (default: the vanilla prompt); see `Stage`."""
 
-    `kind` says how (default: the vanilla prompt); see `Stage`.
+    def make(todo: Sequence[Request]) -> Iterator[Record]:
+        return _stage_records(make_backend(), todo, config, kind or Stage())
 
-    Under K processes each writes its own shard `path.shard{r}of{K}.jsonl` (resumable on its
-    own); the main process then merges them, in request order, into `path`.
-    """
-    world = world or World()
-    _check_shards(path, world.size, len(requests))
-    if world.size == 1:
-        _make_records(make_backend, requests, path, config, desc, kind)
-        return read_records(path)
-    if not (path.exists() and len(read_records(path)) == len(requests)):
-        batches = _batch_ranges(len(requests), config.batch_size)
-        mine = [requests[i] for b in batches[world.rank :: world.size] for i in b]
-        shard = _shard_path(path, world.rank, world.size)
-        where = f"{desc} [{world.rank}/{world.size}]"
-        _make_records(make_backend, mine, shard, config, where, kind)
-        world.barrier()
-        if world.is_main:
-            _merge_shards(path, world.size, batches, config.batch_size)
-    world.barrier()
-    return read_records(path)
-
-
-def _batch_ranges(count: int, batch_size: int) -> list[range]:
-    return [range(i, min(i + batch_size, count)) for i in range(0, count, batch_size)]
-
-
-def _shard_path(path: Path, rank: int, size: int) -> Path:
-    return path.with_name(f"{path.stem}.shard{rank}of{size}{path.suffix}")
-
-
-def _check_shards(path: Path, size: int, count: int) -> None:
-    """Refuse to mix a partial run made with another number of processes."""
-    others = [
-        p
-        for p in path.parent.glob(f"{path.stem}.shard*of*{path.suffix}")
-        if size == 1 or not p.name.endswith(f"of{size}{path.suffix}")
-    ]
-    partial_single = size > 1 and path.exists() and len(read_records(path)) < count
-    if others or partial_single:
-        made = others[0].name if others else path.name
-        raise RunError(
-            f"{path.parent}: a partial run made with another number of processes is there "
-            f"({made}); resume it with that many processes, or use another --out."
-        )
-
-
-def _merge_shards(path: Path, size: int, batches: list[range], batch_size: int) -> None:
-    shards = [read_records(_shard_path(path, r, size)).to_records() for r in range(size)]
-    taken = [0] * size
-    tmp = path.with_suffix(".merging")
-    with RecordWriter(tmp) as writer:
-        for b, batch in enumerate(batches):
-            rank = b % size
-            for rec in shards[rank][taken[rank] : taken[rank] + len(batch)]:
-                writer.write(rec)
-            taken[rank] += len(batch)
-    tmp.replace(path)
-    for r in range(size):
-        _shard_path(path, r, size).unlink()
-
-
-def _make_records(
-    make_backend: Callable[[], Any],
-    requests: Sequence[Request],
-    path: Path,
-    config: EvalConfig,
-    desc: str,
-    kind: Stage | None = None,
-) -> None:
-    start = _resume_point(path, requests, config.batch_size)
-    if start == len(requests):
-        return
-    backend = make_backend()
-    with (
-        RecordWriter(path) as writer,
-        tqdm(total=len(requests), initial=start, desc=desc, disable=config.quiet) as bar,
-    ):
-        correct = 0
-        made = _stage_records(backend, requests[start:], config, kind or Stage())
-        for done, rec in enumerate(made, 1):
-            writer.write(rec)
-            correct += int(np.argmax(rec.logprobs) == rec.answer)
-            bar.set_postfix_str(f"vanilla acc {100 * correct / done:.1f}%", refresh=False)
-            bar.update()
+    return rundir.run_stage(
+        path,
+        requests,
+        make,
+        batch_size=config.batch_size,
+        desc=desc,
+        quiet=config.quiet,
+        world=world,
+    )
 
 
 def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> Iterator[Record]:
@@ -560,7 +373,7 @@ def evaluate(
     run_dir = Path(run_dir)
     world = world or World.from_env()
     if world.is_main:
-        check_run_dir(run_dir, config)
+        rundir.check_run_dir(run_dir, config.identity(), EvalConfig().identity())
         load_items(config, run_dir)  # builds generated data once, before the others read it
     world.barrier()
     eval_items, cal_items = load_items(config, run_dir)

@@ -5,6 +5,10 @@ debiaser = Debiaser("Qwen/Qwen2.5-VL-3B-Instruct").fit(calibration_items)
 debiaser.save("calibration.json")
 choice = debiaser.predict("a dog on a red sofa", ["a.jpg", "b.jpg", "c.jpg", "d.jpg"])
 choice.lad, choice.prob_after, choice.posterior
+
+Multi-image questions of your own: calibrate on items that carry a `question` (e.g. from
+`lad data mmiu`), then `debiaser.predict(question="Which image is forged?", images=[...])`; a
+template of your own goes in `Debiaser(..., prompt_template=PromptTemplate.from_file(path))`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from lad.errors import CalibrationError, DataError, LadError
 from lad.evaluate import cyclic_requests, resolve_model
 from lad.labels import get_scheme
 from lad.methods import MethodOptions, lad_posterior, score, selected_layers
-from lad.prompts import prompt_sha256
+from lad.prompts import PromptTemplate, prompt_sha256, vanilla_template
 from lad.records import RecordSet, RecordWriter
 
 
@@ -30,7 +34,7 @@ from lad.records import RecordSet, RecordWriter
 class Choice:
     """One debiased choice. Positions are 0-based; `labels[p]` is how the prompt named p."""
 
-    query: str
+    query: str  # the text asked: the question, if one was given
     labels: list[str]
     vanilla: int  # argmax_j log P(c_j | x)
     lad: int  # argmax_j of Eq. 14
@@ -38,13 +42,14 @@ class Choice:
     prob_after: list[float]  # softmax of Eq. 14's scores
     posterior: list[float]  # π, Eq. 12
     layers: list[int]  # L*, Eq. 9 (0-based decoder layers)
+    question: bool = False  # `query` was asked as a question (lad.prompts)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def summary(self, images: Sequence[str | Path]) -> str:
         lines = [
-            f"query: {self.query}",
+            f"{'question' if self.question else 'query'}: {self.query}",
             "     image                          P before  P after   π",
         ]
         for p, image in enumerate(images):
@@ -66,6 +71,11 @@ class Debiaser:
 
     `fit` runs the symmetrised calibration set (§4.2) on a few items; `predict` costs one forward
     pass per query. Fitted attributes end in `_`.
+
+    prompt_template: the vanilla prompt for every query (lad.prompts); None: the paper's caption
+        template, or its question variant for items and queries that carry a question.
+    check_calibration: refuse a calibration fitted with another model, label scheme or prompt
+        template (False: only N and the layer count are checked).
     """
 
     def __init__(
@@ -79,6 +89,8 @@ class Debiaser:
         device: str = "auto",
         dtype: str = "auto",
         quiet: bool = True,
+        prompt_template: PromptTemplate | None = None,
+        check_calibration: bool = True,
         backend: Any = None,
     ) -> None:
         self.model = model
@@ -89,6 +101,8 @@ class Debiaser:
         self.device = device
         self.dtype = dtype
         self.quiet = quiet
+        self.prompt_template = prompt_template
+        self.check_calibration = check_calibration
         self._backend = backend
 
     @property
@@ -105,14 +119,19 @@ class Debiaser:
     def options(self) -> MethodOptions:
         return MethodOptions(top_k=self.top_k, tau=self.tau)
 
-    def _fingerprint(self, n: int) -> tuple[list[str], str]:
-        scheme = get_scheme(self.labels)
-        return scheme.labels(n), prompt_sha256("vanilla", scheme, n)
+    def _template(self, items: Sequence[Item]) -> PromptTemplate:
+        return vanilla_template(items, self.prompt_template)
 
-    def _records(self, requests: list, path: Path | None = None) -> RecordSet:
+    def _fingerprint(self, n: int, template: PromptTemplate) -> tuple[list[str], str]:
+        scheme = get_scheme(self.labels)
+        return scheme.labels(n), prompt_sha256(template, scheme, n)
+
+    def _records(
+        self, requests: list, template: PromptTemplate, path: Path | None = None
+    ) -> RecordSet:
         stream = self.backend.records(
             requests,
-            template="vanilla",
+            template=template,
             scheme=get_scheme(self.labels),
             batch_size=self.batch_size,
         )
@@ -134,14 +153,19 @@ class Debiaser:
         sizes = {it.num_candidates for it in items}
         if len(sizes) != 1:
             raise DataError(f"calibration items must all have the same N; got N in {sorted(sizes)}")
+        template = self._template(items)
         records = self._records(
-            cyclic_requests(items), Path(records_path) if records_path else None
+            cyclic_requests(items), template, Path(records_path) if records_path else None
         )
-        return self.fit_records(records)
+        return self.fit_records(records, template=template)
 
-    def fit_records(self, records: RecordSet) -> Debiaser:
-        """Calibrate from calibration records made earlier (e.g. `calibration.jsonl`)."""
-        labels, sha = self._fingerprint(records.num_candidates)
+    def fit_records(
+        self, records: RecordSet, *, template: PromptTemplate | None = None
+    ) -> Debiaser:
+        """Calibrate from calibration records made earlier (e.g. `calibration.jsonl`) under
+        `template` (default: this Debiaser's prompt_template, else the paper's caption one)."""
+        template = template or vanilla_template([], self.prompt_template)
+        labels, sha = self._fingerprint(records.num_candidates, template)
         self.calibration_ = Calibration().fit(
             records, model=self.model, labels=labels, prompt_sha256=sha
         )
@@ -162,26 +186,68 @@ class Debiaser:
                 "This Debiaser is not fitted yet. Call fit(items) or load(calibration.json) first."
             )
 
-    def predict(self, query: str, images: Sequence[str | Path]) -> Choice:
-        """Which of `images` (in the order shown) matches `query`, before and after debiasing."""
-        return self.predict_many([(query, images)])[0]
+    def predict(
+        self,
+        query: str | None = None,
+        images: Sequence[str | Path] = (),
+        *,
+        question: str | None = None,
+    ) -> Choice:
+        """Which of `images` (in the order shown) matches `query`, or answers `question`, before
+        and after debiasing. A question is asked with the question template (lad.prompts)."""
+        if (query is None) == (question is None):
+            got = "both" if question is not None else "neither"
+            raise LadError(
+                f"predict needs exactly one of query (a caption) and question; got {got}"
+            )
+        text = query if question is None else question
+        return self.predict_many([(text, images)], questions=question is not None)[0]
 
-    def predict_many(self, queries: Sequence[tuple[str, Sequence[str | Path]]]) -> list[Choice]:
-        """Debias a batch of (query, images) choices; one forward pass each."""
+    def predict_many(
+        self,
+        queries: Sequence[tuple[str, Sequence[str | Path]]],
+        *,
+        questions: bool = False,
+    ) -> list[Choice]:
+        """Debias a batch of (query, images) choices; one forward pass each. With `questions`,
+        each text is a question of its own (as an item's `question`)."""
         self._check_fitted()
+        if not queries:
+            raise LadError("predict_many needs at least one (query, images) pair")
         items = []
-        for i, (query, images) in enumerate(queries):
+        for i, (text, images) in enumerate(queries):
+            if not isinstance(text, str) or not text.strip():
+                raise LadError(f"query {i + 1}: the text to ask is empty")
+            if len(images) < 2:
+                raise DataError(f"query {i + 1}: needs at least 2 images, got {len(images)}")
             for image in images:
                 if not Path(image).is_file():
                     raise DataError(f"image not found: {image}")
             # The true answer is unknown here; the record's answer field is not used.
-            items.append(Item(f"query-{i}", query, [Path(p) for p in images], 0))
+            paths = [Path(p) for p in images]
+            question = text if questions else None
+            items.append(Item(f"query-{i}", text, paths, 0, question=question))
+        sizes = {it.num_candidates for it in items}
+        if len(sizes) > 1:
+            raise DataError(f"predict_many needs the same N for every query; got {sorted(sizes)}")
+        template = self._template(items)
+        labels, sha = self._fingerprint(items[0].num_candidates, template)
         requests = [(it, 0, list(range(it.num_candidates))) for it in items]
-        records = self._records(requests)
-        labels, sha = self._fingerprint(records.num_candidates)
+        # What can be checked before the model runs; the layer count after.
+        if self.calibration_.num_candidates != len(labels):
+            raise CalibrationError(
+                f"the calibration is for N = {self.calibration_.num_candidates} candidates but "
+                f"the query has N = {len(labels)}; calibrate with items of the same N"
+            )
         self.calibration_.check_compatible(
-            records, model=self.model, labels=labels, prompt_sha256=sha
+            RecordSet.from_records([]),
+            model=self.model,
+            labels=labels,
+            prompt_sha256=sha,
+            strict=self.check_calibration,
         )
+        records = self._records(requests, template)
+        self.calibration_.check_compatible(records, strict=False)
         return self._choices(items, records, labels)
 
     def _choices(self, items: list[Item], records: RecordSet, labels: list[str]) -> list[Choice]:
@@ -202,6 +268,7 @@ class Debiaser:
                 prob_after=prob_after[r].tolist(),
                 posterior=posterior[r].tolist(),
                 layers=[int(x) for x in layers[r]],
+                question=it.question is not None,
             )
             for r, it in enumerate(items)
         ]

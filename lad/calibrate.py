@@ -195,9 +195,11 @@ class Calibration:
         model: str | None = None,
         labels: list[str] | None = None,
         prompt_sha256: str | None = None,
+        *,
+        strict: bool = True,
     ) -> None:
-        """Refuse records of another N or L, or (when both sides know it) another model,
-        label scheme or prompt."""
+        """Refuse records of another N or L, or (when both sides know it and `strict`) another
+        model, label scheme or prompt."""
         self.check_fitted()
         if len(records) and records.num_candidates != self.num_candidates:
             raise CalibrationError(
@@ -209,6 +211,8 @@ class Calibration:
                 f"the calibration has L = {self.num_layers} attention layers but the records "
                 f"have L = {records.num_layers}; was it made with another model?"
             )
+        if not strict:
+            return
         for name, mine, theirs in (
             ("model", self.model, model),
             ("labels", list(self.labels), list(labels or [])),
@@ -217,7 +221,8 @@ class Calibration:
             if mine and theirs and mine != theirs:
                 raise CalibrationError(
                     f"the calibration's {name} is {mine!r} but the records' is {theirs!r}; "
-                    "recalibrate with the same model, label scheme and prompt"
+                    "recalibrate with the same model, label scheme and prompt template, or skip "
+                    "this check on purpose (--no-calibration-check)"
                 )
 
     # -- files ---------------------------------------------------------------------------------

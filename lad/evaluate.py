@@ -38,7 +38,7 @@ from lad.errors import CalibrationError, DataError, RunError
 from lad.labels import get_scheme
 from lad.methods import METHODS, MethodOptions, choose
 from lad.metrics import compute_metrics, format_table
-from lad.prompts import prompt_sha256
+from lad.prompts import CAPTION, PromptTemplate, check_template, prompt_sha256, vanilla_template
 from lad.records import Record, RecordSet, predictions_for, read_records, write_predictions
 from lad.rundir import World
 
@@ -85,6 +85,8 @@ class EvalConfig:
     sc_top_k: int = 40
     sofa_sigma: float | str = 0.5
     sofa_within_image: bool = False
+    prompt_template: str | None = None  # the vanilla template's text (lad.prompts); None: built-in
+    calibration_check: bool = True  # refuse a calibration of another model, scheme or prompt
 
     RECORD_FIELDS = (
         "model",
@@ -108,6 +110,7 @@ class EvalConfig:
         "sc_top_k",
         "sofa_sigma",
         "sofa_within_image",
+        "prompt_template",
     )
 
     def __post_init__(self) -> None:
@@ -128,6 +131,8 @@ class EvalConfig:
             isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and 0 <= sigma <= 1
         ):
             raise RunError(f"--sofa-sigma must be a number in [0, 1] or 'auto'. Got {sigma!r}.")
+        if self.prompt_template is not None:
+            check_template(self.prompt_template, "--prompt-template")
         if self.setting not in ("random", "adversarial"):
             raise RunError(
                 f"The 'setting' parameter must be 'random' or 'adversarial'. Got {self.setting!r}."
@@ -139,6 +144,11 @@ class EvalConfig:
     @property
     def method_options(self) -> MethodOptions:
         return MethodOptions(top_k=self.top_k, tau=self.tau, labels=self.labels)
+
+    @property
+    def template(self) -> str | PromptTemplate:
+        """The records' prompt: the given template, else the built-in by name (lad.prompts)."""
+        return "vanilla" if self.prompt_template is None else PromptTemplate(self.prompt_template)
 
 
 @dataclass
@@ -202,7 +212,7 @@ def run_stage(
 def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> Iterator[Record]:
     return backend.records(
         requests,
-        template="vanilla",
+        template=config.template,
         scheme=get_scheme(config.labels),
         batch_size=config.batch_size,
     )
@@ -230,7 +240,10 @@ def _stage_records(
 
         options = SofaOptions(kind.sofa_sigma, config.sofa_within_image)
         with sofa_applied(backend, options):
-            for rec in backend.records(requests, scheme=scheme, batch_size=config.batch_size):
+            made = backend.records(
+                requests, template=config.template, scheme=scheme, batch_size=config.batch_size
+            )
+            for rec in made:
                 rec.extra["sofa_sigma"] = options.sigma
                 yield rec
         return
@@ -284,6 +297,24 @@ class _LazyBackend:
                 image_options=self.config.image_options or None,
             )
         return self.backend
+
+
+def resolve_prompt(config: EvalConfig) -> EvalConfig:
+    """The run with its vanilla template fixed: --prompt-template, else the built-in question
+    template when the evaluation items ask their own questions (stored in run.json, so the
+    records, the calibration's fingerprint and every rescoring agree), else the paper's."""
+    if config.prompt_template is not None or config.data == "shapes":
+        return config
+    template = vanilla_template(read_items(config.data, config.num_candidates))
+    if template == CAPTION:
+        return config
+    return dataclasses.replace(config, prompt_template=template.text)
+
+
+def run_prompt_sha256(prompt_template: str | None, scheme: Any, num_candidates: int) -> str:
+    """The fingerprint of a run's vanilla prompt (`prompt_template` as in EvalConfig)."""
+    template = CAPTION if prompt_template is None else PromptTemplate(prompt_template)
+    return prompt_sha256(template, scheme, num_candidates)
 
 
 def resolve_model(model: str) -> str:
@@ -350,7 +381,7 @@ def fit_or_load_calibration(
 ) -> Calibration:
     scheme = get_scheme(config.labels)
     labels = scheme.labels(config.num_candidates)
-    sha = prompt_sha256("vanilla", scheme, config.num_candidates)
+    sha = run_prompt_sha256(config.prompt_template, scheme, config.num_candidates)
     if config.calibration:
         calibration = Calibration.load(config.calibration)
     else:
@@ -372,6 +403,7 @@ def evaluate(
     """
     run_dir = Path(run_dir)
     world = world or World.from_env()
+    config = resolve_prompt(config)
     if world.is_main:
         rundir.check_run_dir(run_dir, config.identity(), EvalConfig().identity())
         load_items(config, run_dir)  # builds generated data once, before the others read it
@@ -408,7 +440,13 @@ def evaluate(
     if not world.is_main:
         return None
     fit_or_load_calibration(config, run_dir, cal_records)
-    return score_run(run_dir, config.methods, config.method_options, quiet=config.quiet)
+    return score_run(
+        run_dir,
+        config.methods,
+        config.method_options,
+        quiet=config.quiet,
+        check_calibration=config.calibration_check,
+    )
 
 
 def sofa_sigma(
@@ -453,13 +491,17 @@ def score_run(
     *,
     quiet: bool = False,
     write_report: bool = True,
+    check_calibration: bool = True,
 ) -> RunResult:
-    """Predictions, metrics.json and the report, from the run directory's files alone."""
+    """Predictions, metrics.json and the report, from the run directory's files alone.
+
+    check_calibration: refuse a calibration.json of another model, label scheme or prompt.
+    """
     records = read_records(run_dir / "records.jsonl")
     calibration = Calibration.load(run_dir / "calibration.json")
     arguments = json.loads((run_dir / "run.json").read_text())["arguments"]
     scheme = get_scheme(arguments["labels"])
-    calibration_check(calibration, records, arguments, scheme)
+    calibration_check(calibration, records, arguments, scheme, strict=check_calibration)
     perm_path = run_dir / "perm_records.jsonl"
     perm_records = read_records(perm_path) if "perm-avg" in methods else None
     options = dataclasses.replace(options, labels=scheme.name)
@@ -511,7 +553,11 @@ def generated_tokens_per_item(records: RecordSet) -> float:
 
 
 def calibration_check(
-    calibration: Calibration, records: RecordSet, arguments: dict[str, Any], scheme: Any
+    calibration: Calibration,
+    records: RecordSet,
+    arguments: dict[str, Any],
+    scheme: Any,
+    strict: bool = True,
 ) -> None:
     n = records.num_candidates
     try:
@@ -519,7 +565,8 @@ def calibration_check(
             records,
             model=arguments["model"],
             labels=scheme.labels(n),
-            prompt_sha256=prompt_sha256("vanilla", scheme, n),
+            prompt_sha256=run_prompt_sha256(arguments.get("prompt_template"), scheme, n),
+            strict=strict,
         )
     except CalibrationError as e:
         raise CalibrationError(f"{arguments.get('calibration') or 'calibration.json'}: {e}") from e

@@ -1,4 +1,8 @@
-"""Label schemes: the strings c_1 … c_N a model answers with (paper D.2, Fig. 8)."""
+"""Label schemes: the strings c_1 … c_N a model answers with (paper D.2, Fig. 8).
+
+Two schemes name positions by ordinals: `words` ("first", "second", …) and `image-ordinals`
+("the first image", "the second image", …, as MMIU's options do; paper Table 5).
+"""
 
 from __future__ import annotations
 
@@ -37,6 +41,8 @@ class LabelScheme:
             return [chr(ord("a") + i) for i in range(n)]
         if self.name == "roman":
             return _ROMAN[:n]
+        if self.name == "image-ordinals":
+            return [f"the {word} image" for word in _ORDINALS[:n]]
         return _ORDINALS[:n]
 
 
@@ -48,6 +54,7 @@ LABEL_SCHEMES: dict[str, LabelScheme] = {
         LabelScheme("lower", "letter", 26),
         LabelScheme("roman", "numeral", 12),
         LabelScheme("words", "word", 12),
+        LabelScheme("image-ordinals", "phrase", 12),
     )
 }
 

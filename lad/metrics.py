@@ -4,6 +4,8 @@ Acc is the accuracy per shuffle index (record `ordering`), reported as mean ± s
 T shuffles; RStd is the sample std over the N positions of the recall at each position; Cons. is
 the share of items for which the same *image* (via `order`) is chosen under all their orderings.
 A prediction of -1 (an unparseable reply) counts as wrong and is reported as `parse_failure`.
+When vanilla is among the methods, each method also gets `delta_rstd`, its RStd minus vanilla's
+(Table 5's ΔRStd: negative is less position bias).
 
     metrics = compute_metrics(records, {"vanilla": predict("vanilla", records)})
     print(format_table(metrics))
@@ -114,6 +116,9 @@ def compute_metrics(
         cost = known.get(method)
         m["forward_passes_per_item"] = None if cost is None else float(cost)
         methods[method] = m
+    if "vanilla" in methods:
+        for m in methods.values():
+            m["delta_rstd"] = m["rstd"] - methods["vanilla"]["rstd"]
     return {
         "num_candidates": n,
         "num_items": len(names),
@@ -124,12 +129,16 @@ def compute_metrics(
 
 
 def format_table(metrics: dict[str, Any]) -> str:
-    """The paper's layout: methods as rows; Acc (mean ± std), RStd, Cons., passes (and generated
-    tokens per item and the unparsed share when generation methods are present)."""
+    """The paper's layout: methods as rows; Acc (mean ± std), RStd, ΔRStd against vanilla, Cons.,
+    passes (and generated tokens per item and the unparsed share when generation methods are
+    present)."""
     methods = metrics["methods"]
     with_parse = any("parse_failure" in m for m in methods.values())
     with_tokens = any("generated_tokens_per_item" in m for m in methods.values())
-    head = f"{'Method':<18}{'Acc (↑)':>16}{'RStd (↓)':>10}{'Cons. (↑)':>11}{'Passes':>8}"
+    with_delta = all("delta_rstd" in m for m in methods.values())
+    head = f"{'Method':<18}{'Acc (↑)':>16}{'RStd (↓)':>10}"
+    head += f"{'ΔRStd':>8}" if with_delta else ""
+    head += f"{'Cons. (↑)':>11}{'Passes':>8}"
     if with_tokens:
         head += f"{'Gen. tok':>10}"
     if with_parse:
@@ -143,7 +152,9 @@ def format_table(metrics: dict[str, Any]) -> str:
     for name, m in methods.items():
         passes = m.get("forward_passes_per_item")
         acc = f"{m['acc']:.2f}±{m['acc_std']:.2f}"
-        row = f"{name:<18}{acc:>16}{m['rstd']:>10.2f}{m['cons']:>11.2f}"
+        row = f"{name:<18}{acc:>16}{m['rstd']:>10.2f}"
+        row += f"{m['delta_rstd']:>+8.2f}" if with_delta else ""
+        row += f"{m['cons']:>11.2f}"
         row += f"{'?' if passes is None else f'{passes:g}':>8}"
         if with_tokens:
             tokens = m.get("generated_tokens_per_item")

@@ -1,15 +1,40 @@
-"""The paper's prompt templates (Appendix E, Table 9), for any label scheme.
+"""The paper's prompt templates (Appendix E, Table 9), for any label scheme, and user templates.
 
 Images come first (one slot per candidate, in presentation order), then this text; the backend
 wraps both in the model's own chat template. PriDe and LAD use the vanilla prompt.
+
+An item with a `question` (a multi-image question of its own, e.g. MMIU's "Which image is most
+likely to be a fake photograph?") is asked with the question variant of each template, which asks
+to answer the question where the paper's asks to match the caption. A run may instead give its own
+vanilla template (`--prompt-template FILE`, `PromptTemplate`), with these placeholders:
+
+    {query}      the item's question if it has one, else its query (the caption);
+                 {question} and {caption} are the same text under other names
+    {n}          N, the number of images
+    {labels}     the labels c_1 … c_N, comma-separated ("1, 2, 3, 4")
+    {first}      c_1;  {last}: c_N
+    {noun}       the scheme's label noun ("number", "letter", "numeral", "word", "phrase")
+    {single}     "integer" for digits, else the noun (Table 9's CoT wording)
+
+`{{` and `}}` are literal braces. The prompt fingerprint (`prompt_sha256`, stored in
+calibration.json) covers the template's text, so a calibration fitted under one template is
+refused under another.
 """
 
 from __future__ import annotations
 
 import hashlib
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from lad.errors import LadError
+from lad.errors import DataError, LadError
 from lad.labels import LabelScheme
+
+if TYPE_CHECKING:
+    from lad.data.items import Item
 
 _TASK = (
     "Given {n} images indexed from {first} to {last}, identify the image that best matches "
@@ -39,28 +64,147 @@ TEMPLATES: dict[str, str] = {
     "self-consistency": _TASK + _SC + _TAIL,
 }
 
+# The same prompts for an item's own question: only the task sentence and the tail differ.
+_TASK_Q = (
+    "Given {n} images indexed from {first} to {last}, answer the question about them by choosing "
+    "one image."
+)
+_TAIL_Q = "\nQuestion: {question}\nAnswer:"
+QUESTION_TEMPLATES: dict[str, str] = {
+    name: text.replace(_TASK, _TASK_Q).replace(_TAIL, _TAIL_Q) for name, text in TEMPLATES.items()
+}
 
-def render_prompt(template: str, caption: str, scheme: LabelScheme, num_candidates: int) -> str:
-    """The text part of the prompt for one query."""
-    if template not in TEMPLATES:
+QUERY_PLACEHOLDERS = ("query", "question", "caption")
+PLACEHOLDERS = (*QUERY_PLACEHOLDERS, "n", "labels", "first", "last", "noun", "single")
+
+
+def check_template(text: str, source: str = "the prompt template") -> str:
+    """`text` if it is a valid template (placeholders above, one of them the query)."""
+    if not isinstance(text, str) or not text.strip():
+        raise LadError(f"{source} is empty; it must hold the prompt text with a {{query}}")
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(text)]
+    except ValueError as e:
+        raise LadError(f"{source}: {e} (write literal braces as {{{{ and }}}})") from None
+    used = set()
+    for name, spec, conv in fields:
+        if name is None:
+            continue
+        if name not in PLACEHOLDERS or spec or conv:
+            shown = "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            raise LadError(
+                f"{source}: unknown placeholder {shown}; the placeholders are "
+                f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)} (literal braces: {{{{ }}}})"
+            )
+        used.add(name)
+    if not used & set(QUERY_PLACEHOLDERS):
         raise LadError(
-            f"The 'template' parameter must be one of {sorted(TEMPLATES)}. "
-            f"Got {template!r} instead."
+            f"{source} never shows the item's question or caption; put {{query}} where it goes"
         )
+    return text
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """A vanilla prompt's text with the placeholders of this module, checked when made."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        check_template(self.text)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> PromptTemplate:
+        """The file's text (UTF-8), less one final newline if it ends with one."""
+        path = Path(path)
+        if not path.is_file():
+            raise LadError(f"{path}: no such prompt template file")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise LadError(f"{path}: cannot read the prompt template ({e})") from None
+        text = text[:-1] if text.endswith("\n") else text
+        return cls(check_template(text, str(path)))
+
+
+CAPTION = PromptTemplate(TEMPLATES["vanilla"])
+QUESTION = PromptTemplate(QUESTION_TEMPLATES["vanilla"])
+
+
+def fill(text: str, query: str, scheme: LabelScheme, num_candidates: int) -> str:
+    """`text` with every placeholder filled for one query."""
     labels = scheme.labels(num_candidates)
-    single = "integer" if scheme.name == "digits" else scheme.noun
-    return TEMPLATES[template].format(
+    return text.format(
         n=num_candidates,
+        labels=", ".join(labels),
         first=labels[0],
         last=labels[-1],
         noun=scheme.noun,
-        single=single,
-        caption=caption,
+        single="integer" if scheme.name == "digits" else scheme.noun,
+        query=query,
+        question=query,
+        caption=query,
     )
 
 
-def prompt_sha256(template: str, scheme: LabelScheme, num_candidates: int) -> str:
-    """Fingerprint of a prompt format, stored in calibration.json so a mismatch is caught."""
+def render_prompt(
+    template: str | PromptTemplate,
+    caption: str,
+    scheme: LabelScheme,
+    num_candidates: int,
+    *,
+    question: bool = False,
+) -> str:
+    """The text part of the prompt for one query: a template of TEMPLATES by name (its question
+    variant with `question`), or a PromptTemplate."""
+    if isinstance(template, PromptTemplate):
+        return fill(template.text, caption, scheme, num_candidates)
+    if template not in TEMPLATES:
+        raise LadError(
+            f"The 'template' parameter must be one of {sorted(TEMPLATES)} or a PromptTemplate. "
+            f"Got {template!r} instead."
+        )
+    texts = QUESTION_TEMPLATES if question else TEMPLATES
+    return fill(texts[template], caption, scheme, num_candidates)
+
+
+def render_item(
+    template: str | PromptTemplate, item: Item, scheme: LabelScheme, num_candidates: int
+) -> str:
+    """The text part of one item's prompt: its question if it has one, else its query."""
+    asked = item.question is not None
+    text = item.question if item.question is not None else item.query
+    return render_prompt(template, text, scheme, num_candidates, question=asked)
+
+
+def vanilla_template(items: Sequence[Item], custom: PromptTemplate | None = None) -> PromptTemplate:
+    """The vanilla prompt that `items` are asked with: `custom` if given, else the question
+    template when every item has a `question`, the caption template when none has."""
+    if custom is not None:
+        return custom
+    asks = {it.question is not None for it in items}
+    if len(asks) > 1:
+        with_q = next(it.id for it in items if it.question is not None)
+        without = next(it.id for it in items if it.question is None)
+        raise DataError(
+            f"items mix their own questions (e.g. {with_q!r}) with captions (e.g. {without!r}); "
+            "give every item a 'question' or none, or pass one --prompt-template for all"
+        )
+    return QUESTION if asks == {True} else CAPTION
+
+
+def prompt_sha256(template: str | PromptTemplate, scheme: LabelScheme, num_candidates: int) -> str:
+    """Fingerprint of a prompt format, stored in calibration.json so a mismatch is caught.
+
+    `template` is a name of TEMPLATES or a PromptTemplate; the paper's vanilla template keeps the
+    fingerprint it always had, whichever way it is given.
+    """
+    if isinstance(template, PromptTemplate):
+        if template.text != TEMPLATES["vanilla"]:
+            labels = "|".join(scheme.labels(num_candidates))
+            key = f"template\n{scheme.name}\n{labels}\n{template.text}"
+            return hashlib.sha256(key.encode()).hexdigest()
+        template = "vanilla"
     text = render_prompt(template, "{caption}", scheme, num_candidates)
     key = f"{template}\n{scheme.name}\n{'|'.join(scheme.labels(num_candidates))}\n{text}"
     return hashlib.sha256(key.encode()).hexdigest()

@@ -2,7 +2,8 @@
 
 Figures: confusion matrices vanilla vs LAD (paper Fig. 1), recall at each position, the
 logit-vs-attention divergence at each answer position (Fig. 3), the calibration's bias matrix
-(Eqs. 1, 5), and accuracy against N when the runs differ in N (Fig. 5).
+(Eqs. 1, 5), and accuracy against N when the runs differ in N (Fig. 5); a table of vanilla,
+PurAttn (attn-purified) and LAD accuracy with LAD's ΔRStd, one row per run (Table 5's layout).
 """
 
 from __future__ import annotations
@@ -178,20 +179,48 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
+def _delta_rstd(methods: dict[str, Any], name: str) -> float | None:
+    """RStd of `name` minus vanilla's (metrics.json's delta_rstd; older files lack it)."""
+    if name not in methods or "vanilla" not in methods:
+        return None
+    return float(methods[name]["rstd"] - methods["vanilla"]["rstd"])
+
+
+def _table5_html(runs: list[dict[str, Any]]) -> str:
+    """Table 5's layout: per run, Acc of vanilla, PurAttn, LAD and LAD's ΔRStd."""
+    shown = ("vanilla", "attn-purified", "lad")
+    rows = [
+        "<tr><th>run</th><th>Vanilla ↑</th><th>PurAttn ↑</th><th>LAD ↑</th><th>ΔRStd ↓</th></tr>"
+    ]
+    for run in runs:
+        methods = run["metrics"]["methods"]
+        if not all(m in methods for m in shown):
+            continue
+        cells = "".join(f"<td>{methods[m]['acc']:.1f}</td>" for m in shown)
+        delta = _delta_rstd(methods, "lad")
+        rows.append(
+            f"<tr><td>{html.escape(Path(run['dir']).name)}</td>{cells}<td>{delta:+.1f}</td></tr>"
+        )
+    return "<table>" + "".join(rows) + "</table>" if len(rows) > 1 else ""
+
+
 def _table_html(metrics: dict[str, Any]) -> str:
     methods = metrics["methods"]
     gen = any("generated_tokens_per_item" in m for m in methods.values())
     fails = any("parse_failure" in m for m in methods.values())
-    head = "<tr><th>method</th><th>Acc</th><th>RStd ↓</th><th>Cons.</th><th>passes/item</th>"
+    delta = "vanilla" in methods
+    head = "<tr><th>method</th><th>Acc</th><th>RStd ↓</th>"
+    head += ("<th>ΔRStd ↓</th>" if delta else "") + "<th>Cons.</th><th>passes/item</th>"
     head += ("<th>gen. tokens/item</th>" if gen else "") + ("<th>unparseable</th>" if fails else "")
     rows = [head + "</tr>"]
     for name, m in methods.items():
         passes = m.get("forward_passes_per_item")
         row = (
             f"<tr><td>{html.escape(name)}</td><td>{m['acc']:.1f} ± {m['acc_std']:.1f}</td>"
-            f"<td>{m['rstd']:.1f}</td><td>{m['cons']:.1f}</td>"
-            f"<td>{'' if passes is None else f'{passes:g}'}</td>"
+            f"<td>{m['rstd']:.1f}</td>"
         )
+        row += f"<td>{_delta_rstd(methods, name):+.1f}</td>" if delta else ""
+        row += f"<td>{m['cons']:.1f}</td><td>{'' if passes is None else f'{passes:g}'}</td>"
         if gen:
             tokens = m.get("generated_tokens_per_item")
             row += f"<td>{'' if tokens is None else f'{tokens:.1f}'}</td>"
@@ -213,6 +242,9 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     def img(name: str, alt: str) -> str:
         return f'<p><img src="{name}" alt="{html.escape(alt)}"></p>'
 
+    table5 = _table5_html(runs)
+    if table5:
+        parts.append("<h2>Vanilla, PurAttn and LAD</h2>" + table5)
     if _acc_vs_n_figure(runs, out_dir / "acc_vs_n.png"):
         parts.append("<h2>Accuracy against N</h2>" + img("acc_vs_n.png", "accuracy against N"))
     for i, run in enumerate(runs):

@@ -23,7 +23,7 @@ from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
 from lad.data.items import Item
 from lad.errors import BackendError
 from lad.labels import LabelScheme
-from lad.prompts import render_prompt
+from lad.prompts import PromptTemplate, render_item
 from lad.records import Record
 
 Request = tuple[Item, int, list[int]]
@@ -140,12 +140,16 @@ class Backend:
         self,
         requests: Iterable[Request],
         *,
-        template: str = "vanilla",
+        template: str | PromptTemplate = "vanilla",
         scheme: LabelScheme,
         batch_size: int = 1,
         capture: str = "fast",
     ) -> Iterator[Record]:
-        """One record per request, in request order, yielded as each batch finishes."""
+        """One record per request, in request order, yielded as each batch finishes.
+
+        template: a prompt of lad.prompts.TEMPLATES by name (an item with a `question` gets its
+        question variant), or a PromptTemplate for every item.
+        """
         if capture not in CAPTURE_MODES:
             raise BackendError(
                 f"The 'capture' parameter must be one of {list(CAPTURE_MODES)}. "
@@ -180,16 +184,14 @@ class Backend:
     # ----------------------------------------------------------------- steps
 
     def build_prompts(
-        self, batch: list[Request], template: str, scheme: LabelScheme
+        self, batch: list[Request], template: str | PromptTemplate, scheme: LabelScheme
     ) -> tuple[list[str], list[list[Any]]]:
         """Chat-template texts and the images in presentation order, one per request."""
         texts, images = [], []
         for item, _, order in batch:
             _check_order(item, order)
             n = item.num_candidates
-            texts.append(
-                chat_text(self.processor, render_prompt(template, item.query, scheme, n), n)
-            )
+            texts.append(chat_text(self.processor, render_item(template, item, scheme, n), n))
             images.append([load_image(item.images[i]) for i in order])
         return texts, images
 
@@ -268,14 +270,18 @@ class Backend:
     # ----------------------------------------------------------------- internals
 
     def _score_batch(
-        self, batch: list[Request], template: str, scheme: LabelScheme, capture: str
+        self,
+        batch: list[Request],
+        template: str | PromptTemplate,
+        scheme: LabelScheme,
+        capture: str,
     ) -> Iterator[Record]:
         yield from self.prompt_pass(batch, template, scheme, capture)[0]
 
     def prompt_pass(
         self,
         batch: list[Request],
-        template: str,
+        template: str | PromptTemplate,
         scheme: LabelScheme,
         capture: str = "fast",
         keep_cache: bool = False,

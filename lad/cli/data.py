@@ -1,4 +1,4 @@
-"""`lad data shapes|coco|flickr8k|import`: build benchmark items files."""
+"""`lad data shapes|coco|flickr8k|import|mmiu`: build benchmark items files."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from lad.errors import DataError
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "data",
-        help="build benchmark items: shapes, MS-COCO, Flickr8k, official files",
+        help="build benchmark items: shapes, MS-COCO, Flickr8k, official files, MMIU",
         description="Build benchmark items files (DESIGN.md format).",
         epilog="example:\n  lad data shapes --num-candidates 4 --items 100 --out data/shapes",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -20,6 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_real(commands, "coco")
     _register_real(commands, "flickr8k")
     _register_import(commands)
+    _register_mmiu(commands)
 
 
 def _add(commands: argparse._SubParsersAction, name: str, help_text: str, example: str):
@@ -191,4 +192,64 @@ def _run_import(args: argparse.Namespace) -> int:
         raise DataError(f"--out must be a .jsonl file. Got {args.out!r}.")
     count = import_official(args.file, args.images, args.out)
     print(f"Wrote {count} items to {args.out}")
+    return 0
+
+
+def _register_mmiu(commands: argparse._SubParsersAction) -> None:
+    p = _add(
+        commands,
+        "mmiu",
+        "Convert one MMIU task (its released question file) into items with their own question, "
+        "for the tasks whose options are the images (paper Table 5); other questions are skipped "
+        "and counted. Ask them with --labels image-ordinals.",
+        "lad data mmiu MMIU/Low-level-semantic/forensic_detection_forgerynet/metadata_info.json "
+        "--images MMIU --out forgerynet.jsonl",
+    )
+    p.add_argument("file", help="MMIU question file: a task's metadata_info.json, or all.json")
+    p.add_argument("--task", help="the task to convert (needed when the file holds several)")
+    p.add_argument(
+        "--images",
+        help="the MMIU folder the image paths are relative to (default: beside the file)",
+    )
+    p.add_argument(
+        "--num-candidates", "-n", type=int, help="keep only questions with N images (else all)"
+    )
+    p.add_argument("--items", type=int, default=None, help="evaluation items (default: all)")
+    p.add_argument(
+        "--calibration-items",
+        type=int,
+        default=5,
+        help="questions held out to OUT's .calibration.jsonl sibling (default 5)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
+    p.add_argument(
+        "--skip-missing", action="store_true", help="leave out questions whose images are absent"
+    )
+    p.add_argument("--out", required=True, help="output items file (.jsonl)")
+    p.set_defaults(func=_run_mmiu)
+
+
+def _run_mmiu(args: argparse.Namespace) -> int:
+    from lad.data.mmiu import import_mmiu
+
+    if not args.out.endswith(".jsonl"):
+        raise DataError(f"--out must be a .jsonl file. Got {args.out!r}.")
+    result = import_mmiu(
+        args.file,
+        args.out,
+        task=args.task,
+        images_dir=args.images,
+        num_candidates=args.num_candidates,
+        items=args.items,
+        calibration_items=args.calibration_items,
+        seed=args.seed,
+        skip_missing=args.skip_missing,
+    )
+    print(f"Wrote {result.items} items of task {result.task} to {result.items_path}")
+    if result.calibration_path is not None:
+        print(f"Wrote {result.calibration_items} calibration items to {result.calibration_path}")
+    skipped = sum(result.skipped.values())
+    if skipped:
+        reasons = ", ".join(f"{reason}: {count}" for reason, count in result.skipped.items())
+        print(f"Skipped {skipped} questions ({reasons})")
     return 0

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from lad.cli.flags import add_lad_flags
 from lad.errors import LadError
+from lad.labels import LABEL_SCHEMES
 
 
 def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> None:
@@ -23,10 +25,34 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
     p.add_argument(
         "--labels",
         default="digits",
-        choices=["digits", "upper", "lower", "roman", "words"],
+        choices=list(LABEL_SCHEMES),
         help="how positions are named in the prompt and answer (default: digits)",
     )
     p.add_argument("--batch-size", type=int, default=4, help="prompts per forward pass")
+    p.add_argument(
+        "--prompt-template",
+        metavar="FILE",
+        default=None,
+        help="your own prompt text with placeholders {query} (the question or caption), {n}, "
+        "{labels}, {first}, {last}, {noun} (lad.prompts); default: the paper's template, or its "
+        "question variant for items with a 'question'",
+    )
+
+
+def _calibration_check_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-calibration-check",
+        dest="calibration_check",
+        action="store_false",
+        help="use a calibration made with another model, label scheme or prompt template",
+    )
+
+
+def _template(path: str | None) -> Any:
+    """The --prompt-template FILE, read and checked (lad.prompts.PromptTemplate), or None."""
+    from lad.prompts import PromptTemplate
+
+    return None if path is None else PromptTemplate.from_file(path)
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -100,6 +126,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--num-shuffles", type=int, default=5, help="T orderings per item")
     p.add_argument("--seed", type=int, default=0)
     add_lad_flags(p)
+    _calibration_check_flag(p)
     _baseline_flags(p)
     p.add_argument("--out", default="runs/default", help="run directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
@@ -122,15 +149,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "predict",
         help="debias one multi-image choice",
-        description="Ask the model which image matches a query, and debias the answer with a "
-        "calibration. Example: lad predict --calibration calibration.json --query 'a red circle' "
-        "a.png b.png c.png d.png",
+        description="Ask the model which image matches a query (or answers a question of your "
+        "own), and debias the answer with a calibration fitted under the same prompt. Example: "
+        "lad predict --calibration calibration.json --query 'a red circle' a.png b.png c.png "
+        "d.png; lad predict --calibration mmiu-cal.json --labels image-ordinals --question "
+        "'Which image is most likely to be a fake photograph?' a.jpg b.jpg c.jpg d.jpg",
     )
     _model_flags(p)
     p.add_argument("--calibration", required=True, help="calibration.json from lad calibrate/eval")
-    p.add_argument("--query", required=True, help="the caption to match")
+    asked = p.add_mutually_exclusive_group(required=True)
+    asked.add_argument("--query", help="the caption to match")
+    asked.add_argument("--question", help="a question of your own that one of the images answers")
     p.add_argument("images", nargs="+", help="the candidate images, in the order shown")
     add_lad_flags(p)
+    _calibration_check_flag(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_predict)
 
@@ -173,6 +205,8 @@ def _eval(args: argparse.Namespace) -> int:
         sc_top_k=args.sc_top_k,
         sofa_sigma=args.sofa_sigma,
         sofa_within_image=args.sofa_within_image,
+        prompt_template=getattr(_template(args.prompt_template), "text", None),
+        calibration_check=args.calibration_check,
     )
     result = evaluate(config, args.out)
     if result is None:  # not the main process of a distributed run
@@ -197,6 +231,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         batch_size=args.batch_size,
         quiet=args.quiet,
+        prompt_template=_template(args.prompt_template),
     )
     out = Path(args.out)
     debiaser.fit(items, records_path=out.with_name(out.stem + ".records.jsonl"))
@@ -219,8 +254,10 @@ def _predict(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         top_k=args.top_k,
         tau=args.tau,
+        prompt_template=_template(args.prompt_template),
+        check_calibration=args.calibration_check,
     ).load(args.calibration)
-    choice = debiaser.predict(args.query, args.images)
+    choice = debiaser.predict(args.query, args.images, question=args.question)
     if args.json:
         print(json.dumps(choice.to_dict(), indent=2))
         return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 from lad.calibrate import Calibration
 from lad.cli.flags import add_lad_flags
 from lad.errors import LadError
+from lad.labels import LABEL_SCHEMES
 from lad.methods import METHODS, MethodOptions, choose
 from lad.metrics import compute_metrics, format_table
 from lad.records import (
@@ -107,7 +108,7 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--labels",
         default="digits",
-        choices=["digits", "upper", "lower", "roman", "words"],
+        choices=list(LABEL_SCHEMES),
         help="label scheme of the records (parses replies of instruction, cot, self-consistency)",
     )
     p.add_argument(

@@ -1,5 +1,11 @@
 """Benchmark items (DESIGN.md): `{"id", "query", "images", "answer"}` per jsonl line, and the
-orderings each item is shown in."""
+orderings each item is shown in.
+
+Optional (additive to DESIGN.md's contract): `"question": str`, a multi-image question of the
+item's own ("Which image is most likely to be a fake photograph?"). When present it is what the
+prompt asks, with the question variant of the template (lad.prompts), instead of asking to match
+the caption; `query` stays required (`lad data mmiu` writes the question there too).
+"""
 
 from __future__ import annotations
 
@@ -18,13 +24,17 @@ from lad.errors import DataError, at
 
 @dataclass
 class Item:
-    """One query with its N candidate images. `answer` indexes `images` (0-based)."""
+    """One query with its N candidate images. `answer` indexes `images` (0-based).
+
+    question: the item's own question, asked instead of the caption template (None: a caption).
+    """
 
     id: str
     query: str
     images: list[Path]
     answer: int
     extra: dict[str, Any] = field(default_factory=dict)
+    question: str | None = None
 
     @property
     def num_candidates(self) -> int:
@@ -78,6 +88,9 @@ def _parse_item(
         raise DataError(
             f"{where}'answer' {obj['answer']} is not an index into its {len(images)} images"
         )
+    question = obj.get("question")
+    if question is not None and (not isinstance(question, str) or not question.strip()):
+        raise DataError(f"{where}'question' must be a non-empty string, got {question!r}")
     if obj["id"] in seen:
         raise DataError(f"{where}duplicate item id {obj['id']!r}")
     seen.add(obj["id"])
@@ -85,8 +98,10 @@ def _parse_item(
     for p in resolved:
         if not p.is_file():
             raise DataError(f"{where}image not found: {p}")
-    extra = {k: v for k, v in obj.items() if k not in ("id", "query", "images", "answer")}
-    return Item(obj["id"], obj["query"], resolved, obj["answer"], extra)
+    extra = {
+        k: v for k, v in obj.items() if k not in ("id", "query", "images", "answer", "question")
+    }
+    return Item(obj["id"], obj["query"], resolved, obj["answer"], extra, question)
 
 
 def write_items(path: str | Path, items: Iterable[Item]) -> None:
@@ -101,6 +116,8 @@ def write_items(path: str | Path, items: Iterable[Item]) -> None:
                 p = Path(p).resolve()
                 images.append(str(p.relative_to(base)) if p.is_relative_to(base) else str(p))
             obj = {"id": it.id, "query": it.query, "images": images, "answer": it.answer}
+            if it.question is not None:
+                obj["question"] = it.question
             f.write(json.dumps({**obj, **it.extra}) + "\n")
 
 

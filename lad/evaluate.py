@@ -404,6 +404,8 @@ def evaluate(
     run_dir = Path(run_dir)
     world = world or World.from_env()
     config = resolve_prompt(config)
+    if config.calibration:
+        check_given_calibration(config)
     if world.is_main:
         rundir.check_run_dir(run_dir, config.identity(), EvalConfig().identity())
         load_items(config, run_dir)  # builds generated data once, before the others read it
@@ -550,6 +552,29 @@ def generated_tokens_per_item(records: RecordSet) -> float:
     """Mean, over records, of the tokens generated for a record (all its paths together)."""
     counts = [sum(extra.get("generated_tokens", [])) for extra in records.extra]
     return float(np.mean(counts)) if counts else 0.0
+
+
+def check_given_calibration(config: EvalConfig) -> None:
+    """Refuse a --calibration of another N, model, label scheme or prompt before any model work
+    (the layer count is checked once records exist)."""
+    calibration = Calibration.load(config.calibration)
+    scheme = get_scheme(config.labels)
+    n = config.num_candidates
+    try:
+        if calibration.num_candidates != n:
+            raise CalibrationError(
+                f"the calibration is for N = {calibration.num_candidates} candidates but this "
+                f"run has N = {n}; calibrate with items of the same N"
+            )
+        calibration.check_compatible(
+            RecordSet.from_records([]),
+            model=config.model,
+            labels=scheme.labels(n),
+            prompt_sha256=run_prompt_sha256(config.prompt_template, scheme, n),
+            strict=config.calibration_check,
+        )
+    except CalibrationError as e:
+        raise CalibrationError(f"{config.calibration}: {e}") from e
 
 
 def calibration_check(

@@ -284,6 +284,7 @@ def test_a_calibration_from_another_template_is_refused(qwen, tmp_path, capsys, 
     }
     evaluate(EvalConfig(**common, calibration_data=cal_data), tmp_path / "paper")
     paper_cal = str(tmp_path / "paper" / "calibration.json")
+    asked.clear()
     mine = "Which picture shows {query}? Choose {first} to {last}.\nAnswer:"
     given = {**common, "calibration": paper_cal, "prompt_template": mine}
     with pytest.raises(

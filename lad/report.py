@@ -50,12 +50,18 @@ def _values(values: list[float | None]) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], dtype=float)
 
 
+def _xticks(ax: Any, x: Any, labels: list[str]) -> None:
+    """Position labels on the x axis, slanted when they are words ("the first image")."""
+    slant = max(len(label) for label in labels) > 4
+    ax.set_xticks(x, labels, rotation=30 if slant else 0, ha="right" if slant else "center")
+
+
 def _heatmap(
     ax: Any, matrix: np.ndarray, labels: list[str], title: str, xlabel: str, vmax: float = 100
 ) -> None:
     ax.imshow(matrix, cmap="Blues", vmin=0, vmax=vmax)
     n = len(labels)
-    ax.set_xticks(range(n), labels)
+    _xticks(ax, range(n), labels)
     ax.set_yticks(range(n), labels)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("ground-truth position")
@@ -98,7 +104,7 @@ def _recall_figure(run: dict[str, Any], path: Path) -> None:
     x = np.arange(len(run["labels"]))
     for name, m in run["metrics"]["methods"].items():
         ax.plot(x, _values(m["recall_by_position"]), marker="o", label=name)
-    ax.set_xticks(x, run["labels"])
+    _xticks(ax, x, run["labels"])
     ax.set_ylim(-2, 102)
     ax.set_xlabel("ground-truth position")
     ax.set_ylabel("recall (%)")
@@ -120,7 +126,7 @@ def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
         x - 0.2, _values(methods["vanilla"]["recall_by_position"]), 0.4, label="logits (vanilla)"
     )
     ax.bar(x + 0.2, _values(methods["attn"]["recall_by_position"]), 0.4, label="attention (attn)")
-    ax.set_xticks(x, run["labels"])
+    _xticks(ax, x, run["labels"])
     ax.set_ylim(0, 105)
     ax.set_xlabel("ground-truth position")
     ax.set_ylabel("accuracy (%)")
@@ -244,7 +250,10 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
 
     table5 = _table5_html(runs)
     if table5:
-        parts.append("<h2>Vanilla, PurAttn and LAD</h2>" + table5)
+        parts.append(
+            "<h2>Vanilla, PurAttn and LAD</h2><p>Accuracy (%) per run in the paper's Table 5 "
+            "layout; ΔRStd is LAD's RStd minus vanilla's.</p>" + table5
+        )
     if _acc_vs_n_figure(runs, out_dir / "acc_vs_n.png"):
         parts.append("<h2>Accuracy against N</h2>" + img("acc_vs_n.png", "accuracy against N"))
     for i, run in enumerate(runs):

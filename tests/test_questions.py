@@ -177,6 +177,24 @@ def test_bad_templates_are_refused_before_any_model_work(text, message, tmp_path
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    ("method", "reply", "expected"),
+    [
+        ("instruction", "The third image.", 2),
+        ("instruction", "**the Second Image**", 1),
+        ("instruction", "the second image is the fake one", 1),
+        ("instruction", "second", -1),  # not a label of this scheme
+        ("instruction", "the first image or the second image", -1),
+        ("cot", "The first looks real.</think> the fourth image", 3),
+        ("self-consistency", "So the answer is the first image, since ...", 0),
+    ],
+)
+def test_image_ordinal_replies_parse(method, reply, expected):
+    from lad.methods import METHODS
+
+    assert METHODS[method].parse(reply, ORDINALS.labels(4)) == expected
+
+
 # ----------------------------------------------------------------------------- exact scoring
 
 

@@ -1,19 +1,22 @@
 """MMIU's released question files (Meng et al., 2024) as lad items: the tasks whose options are the
 images themselves, as in the paper's Table 5.
 
-MMIU ships each task's questions as a JSON list (`<category>/<task>/metadata_info.json` in the
-dataset, every task together in `all.json`), one object per question:
+MMIU keeps its questions as JSON lists (one per task, `<task>/.../metadata_info.json`, and all
+tasks together in `VLMEvalKit/all.json` of its repository), one object per question:
 
     {"task": "forensic_detection_forgerynet", "visual_input_component": ..., "source": ...,
      "options": "A: the first image\\nB: the second image\\n...", "question": "Which image is ...?",
      "context": ..., "input_image_path": ["./Low-level-semantic/<task>/<task>_0_0.jpg", ...],
      "output": "B"}
 
-Image paths are relative to the dataset's root folder. A question becomes an item when its options
-name the images one each: every option reads "the <ordinal> image" (any case, a final period
-aside) and the options name every input image exactly once. The item asks MMIU's `question` (its
-`question` and `query`), its images are the input images in their order, and its answer is the
-image that the correct option names. Every other question is skipped and counted by reason:
+Image paths are relative to the folder MMIU was unpacked in; each is looked up under the given
+image folder, then beside the question file, as written and then by file name.
+
+A question becomes an item when its options name the images one each: every option reads
+"the <ordinal> image" (any case, a final period aside) and the options name every input image
+exactly once. The item asks MMIU's `question` (its `question` and `query`), its images are the
+input images in their order, and its answer is the image that the correct option names. Every
+other question is skipped and counted by reason:
 
     options not images        an option is not an image, e.g. q_bench+'s "A: Yes"
     not one option per image  the options leave an image out or name one twice, e.g.

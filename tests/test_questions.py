@@ -198,9 +198,9 @@ def test_image_ordinal_replies_parse(method, reply, expected):
 # ----------------------------------------------------------------------------- exact scoring
 
 
-def _reply_tokens(processor, messages: list[dict], label: str) -> list[int]:
-    """The label's tokens as the model's own chat template writes the reply: from the end of the
-    generation prompt through the label's last token (before the end-of-turn token)."""
+def _reply_tokens(processor, messages: list[dict], label: str) -> tuple[list[int], int]:
+    """The label's tokens as the model's own chat template writes the reply, from the end of the
+    generation prompt through the label's last token, and the end-of-turn token after them."""
     tok = processor.tokenizer
     prompt = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     reply = [*messages, {"role": "assistant", "content": [{"type": "text", "text": label}]}]
@@ -211,24 +211,29 @@ def _reply_tokens(processor, messages: list[dict], label: str) -> list[int]:
     assert ids[: len(head)] == head
     rest = ids[len(head) :]
     special = set(tok.all_special_ids)
-    return rest[: next(i for i, t in enumerate(rest) if t in special)]
+    end = next(i for i, t in enumerate(rest) if t in special)
+    return rest[:end], rest[end]
 
 
-def _brute_force(model, processor, images: list, text: str, labels: list[str]) -> np.ndarray:
+def _brute_force(backend, images: list, text: str, labels: list[str]) -> np.ndarray:
     """log P(c_k|x) with one full forward (no cache) per label prefix and a softmax restricted to
-    the tokens that may follow it (DESIGN.md, "Candidate probability")."""
+    the tokens that may follow it (DESIGN.md, "Candidate probability"). Only the model, its
+    processor and the architecture's image options (tiling) are taken from the backend."""
     from PIL import Image
 
+    model, processor = backend.model, backend.processor
     n = len(images)
     content = [*[{"type": "image"}] * n, {"type": "text", "text": text}]
     messages = [{"role": "user", "content": content}]
     prompt = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     pictures = [Image.open(p).convert("RGB") for p in images]
-    inputs = dict(processor(text=[prompt], images=[pictures], return_tensors="pt"))
+    options = backend.image_options
+    inputs = dict(processor(text=[prompt], images=[pictures], return_tensors="pt", **options))
     t = inputs["input_ids"].shape[1]
-    seqs = [tuple(_reply_tokens(processor, messages, label)) for label in labels]
+    replies = [_reply_tokens(processor, messages, label) for label in labels]
+    seqs = [tuple(tokens) for tokens, _ in replies]
     assert len(set(seqs)) == n and all(seqs)
-    end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    end = replies[0][1]
 
     def following(prefix: tuple[int, ...]) -> list[int]:
         nxt = {s[len(prefix)] for s in seqs if len(s) > len(prefix) and s[: len(prefix)] == prefix}
@@ -257,9 +262,10 @@ def _brute_force(model, processor, images: list, text: str, labels: list[str]) -
     return np.array(out)
 
 
-@pytest.mark.parametrize("n", [5, 12])
-def test_image_ordinals_score_exactly(qwen, tmp_path, n):
-    backend = load_backend(qwen, device="cpu", dtype="float32")
+@pytest.mark.parametrize(("arch", "n"), [("qwen2_vl", 5), ("qwen2_vl", 12), ("idefics3", 5)])
+def test_image_ordinals_score_exactly(qwen, tmp_path, arch, n):
+    model = qwen if arch == "qwen2_vl" else build_tiny_model(arch, tmp_path / arch)
+    backend = load_backend(str(model), device="cpu", dtype="float32")
     images = _pictures(tmp_path / "img", n, seed=n)
     order = np.random.default_rng(n).permutation(n).tolist()
     item = Item("f", "caption", images, 0, question=FORGED)
@@ -272,7 +278,7 @@ def test_image_ordinals_score_exactly(qwen, tmp_path, n):
         f"nothing else.\nQuestion: {FORGED}\nAnswer:"
     )
     shown = [images[i] for i in order]
-    reference = _brute_force(backend.model, backend.processor, shown, text, labels)
+    reference = _brute_force(backend, shown, text, labels)
     np.testing.assert_allclose(record.logprobs, reference, atol=1e-5)
     assert np.exp(record.logprobs).sum() == pytest.approx(1.0, abs=1e-9)
 

@@ -420,3 +420,37 @@ def test_debiaser_predicts_questions_under_a_custom_template(qwen, questions, as
         strict.predict(question=FORGED, images=items[0].images)
     strict.check_calibration = False
     assert strict.predict(question=FORGED, images=items[0].images).question
+
+
+# ----------------------------------------------------------------------------- Table 5's view
+
+
+def test_metrics_and_report_give_table_5s_columns(tmp_path):
+    from lad.metrics import compute_metrics, format_table
+    from lad.report import write_report
+    from tests.test_metrics import hand_records
+
+    # Hand-worked (tests/test_metrics.py's case): answers at positions [0, 1, 1, 0].
+    # vanilla [0, 1, 0, 0]: recall 100 / 50, RStd 35.36, Acc 75; lad always right: RStd 0, Acc
+    # 100; attn-purified always 1: recall 0 / 100, RStd 70.71, Acc 50.
+    predictions = {"vanilla": [0, 1, 0, 0], "attn-purified": [1, 1, 1, 1], "lad": [0, 1, 1, 0]}
+    metrics = compute_metrics(hand_records(), {k: np.array(v) for k, v in predictions.items()})
+    methods = metrics["methods"]
+    assert methods["lad"]["delta_rstd"] == pytest.approx(-(50 / np.sqrt(2)))
+    assert methods["attn-purified"]["delta_rstd"] == pytest.approx(50 / np.sqrt(2))
+    assert methods["vanilla"]["delta_rstd"] == 0.0
+    table = format_table(metrics)
+    assert "ΔRStd" in table.splitlines()[1]
+    assert "-35.36" in next(line for line in table.splitlines() if line.startswith("lad "))
+    runs = []
+    for name in ("forgery", "emotion"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps(metrics))
+        runs.append(tmp_path / name)
+    page = write_report(runs, tmp_path / "report").read_text()
+    for name in ("forgery", "emotion"):
+        assert f"<tr><td>{name}</td><td>75.0</td><td>50.0</td><td>100.0</td><td>-35.4</td>" in page
+    del metrics["methods"]["attn-purified"]
+    (runs[1] / "metrics.json").write_text(json.dumps(metrics))
+    page = write_report(runs, tmp_path / "report").read_text()
+    assert "<td>forgery</td>" in page and "<td>emotion</td><td>" not in page

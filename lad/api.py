@@ -76,6 +76,11 @@ class Debiaser:
         template, or its question variant for items and queries that carry a question.
     check_calibration: refuse a calibration fitted with another model, label scheme or prompt
         template (False: only N and the layer count are checked).
+    top_k, tau, mixture, attn_mean, layer_range: as lad.methods.MethodOptions. obs_mean: how
+    `fit` averages Eq. 1 ("prob" when None); a loaded calibration keeps its own, and stating
+    another is an error. image_size, image_options: as lad.backends.load_backend. The official
+    code's choices: obs_mean="logit", mixture="log", attn_mean="raw", layer_range=(21, 35),
+    image_size=336 (lad.presets.OFFICIAL).
     """
 
     def __init__(
@@ -85,6 +90,12 @@ class Debiaser:
         labels: str = "digits",
         top_k: int = 2,
         tau: float = 5.0,
+        obs_mean: str | None = None,
+        mixture: str = "prob",
+        attn_mean: str = "log",
+        layer_range: tuple[int, int] | None = None,
+        image_size: int | None = None,
+        image_options: dict[str, Any] | None = None,
         batch_size: int = 4,
         device: str = "auto",
         dtype: str = "auto",
@@ -97,6 +108,12 @@ class Debiaser:
         self.labels = labels
         self.top_k = top_k
         self.tau = tau
+        self.obs_mean = obs_mean
+        self.mixture = mixture
+        self.attn_mean = attn_mean
+        self.layer_range = layer_range
+        self.image_size = image_size
+        self.image_options = image_options
         self.batch_size = batch_size
         self.device = device
         self.dtype = dtype
@@ -111,13 +128,29 @@ class Debiaser:
             from lad.backends import load_backend
 
             self._backend = load_backend(
-                resolve_model(self.model), device=self.device, dtype=self.dtype
+                resolve_model(self.model),
+                device=self.device,
+                dtype=self.dtype,
+                image_options=self.image_options,
+                image_size=self.image_size,
             )
         return self._backend
 
     @property
     def options(self) -> MethodOptions:
-        return MethodOptions(top_k=self.top_k, tau=self.tau)
+        return MethodOptions(
+            top_k=self.top_k,
+            tau=self.tau,
+            obs_mean=self._obs_mean(),
+            mixture=self.mixture,
+            attn_mean=self.attn_mean,
+            layer_range=self.layer_range,
+        )
+
+    def _obs_mean(self) -> str:
+        """Eq. 1's average: a fitted calibration's own, else the one `fit` would use."""
+        fitted = getattr(self, "calibration_", None)
+        return fitted.obs_mean if fitted is not None else self.obs_mean or "prob"
 
     def _template(self, items: Sequence[Item]) -> PromptTemplate:
         return vanilla_template(items, self.prompt_template)
@@ -166,7 +199,7 @@ class Debiaser:
         `template` (default: this Debiaser's prompt_template, else the paper's caption one)."""
         template = template or vanilla_template([], self.prompt_template)
         labels, sha = self._fingerprint(records.num_candidates, template)
-        self.calibration_ = Calibration().fit(
+        self.calibration_ = Calibration(obs_mean=self.obs_mean or "prob").fit(
             records, model=self.model, labels=labels, prompt_sha256=sha
         )
         return self
@@ -177,7 +210,14 @@ class Debiaser:
 
     def load(self, path: str | Path) -> Debiaser:
         """Use a calibration saved earlier (by `save`, `lad calibrate` or `lad eval`)."""
-        self.calibration_ = Calibration.load(path)
+        calibration = Calibration.load(path)
+        if self.obs_mean is not None and self.obs_mean != calibration.obs_mean:
+            raise CalibrationError(
+                f"{path} was fitted with obs_mean {calibration.obs_mean!r} (Eq. 1), not "
+                f"{self.obs_mean!r}; refit it (lad calibrate --obs-mean {self.obs_mean}) or drop "
+                "the option to use the file's"
+            )
+        self.calibration_ = calibration
         return self
 
     def _check_fitted(self) -> None:

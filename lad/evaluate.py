@@ -36,7 +36,7 @@ from lad.calibrate import Calibration
 from lad.data.items import Item, cyclic_shift, read_items, shuffle_orders
 from lad.errors import CalibrationError, DataError, RunError
 from lad.labels import get_scheme
-from lad.methods import METHODS, MethodOptions, choose
+from lad.methods import METHODS, MethodOptions, check_layer_range, choose
 from lad.metrics import compute_metrics, format_table
 from lad.prompts import CAPTION, PromptTemplate, check_template, prompt_sha256, vanilla_template
 from lad.records import Record, RecordSet, predictions_for, read_records, write_predictions
@@ -53,6 +53,9 @@ STAGE_FILES = {
     "sofa": "sofa_records.jsonl",
 }
 SOFA_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+# Where the calibration items come from: held out from the evaluation items (the paper, §4.2),
+# or the first |D_cal| evaluation items, scored too (the official code).
+CALIBRATE_ON = ("held-out", "evaluation")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,15 @@ class EvalConfig:
     sofa_within_image: bool = False
     prompt_template: str | None = None  # the vanilla template's text (lad.prompts); None: built-in
     calibration_check: bool = True  # refuse a calibration of another model, scheme or prompt
+    # How records are made (docs/methods.md, "The official code's variants").
+    image_size: int | None = None  # every picture resized to this square first (official: 336)
+    orders: str | None = None  # jsonl of (item, order): the orderings to evaluate, not shuffles
+    calibrate_on: str = "held-out"  # or "evaluation": the first |D_cal| evaluation items
+    # How stored records are scored (MethodOptions; obs_mean also how calibration.json is fitted).
+    obs_mean: str = "prob"
+    mixture: str = "prob"
+    attn_mean: str = "log"
+    layer_range: tuple[int, int] | None = None
 
     RECORD_FIELDS = (
         "model",
@@ -111,6 +123,9 @@ class EvalConfig:
         "sofa_sigma",
         "sofa_within_image",
         "prompt_template",
+        "image_size",
+        "orders",
+        "calibrate_on",
     )
 
     def __post_init__(self) -> None:
@@ -137,13 +152,35 @@ class EvalConfig:
             raise RunError(
                 f"The 'setting' parameter must be 'random' or 'adversarial'. Got {self.setting!r}."
             )
+        if self.calibrate_on not in CALIBRATE_ON:
+            raise RunError(
+                f"The 'calibrate_on' parameter must be one of {list(CALIBRATE_ON)}. "
+                f"Got {self.calibrate_on!r}."
+            )
+        if self.calibrate_on == "evaluation" and (self.calibration_data or self.calibration):
+            raise RunError(
+                "--calibrate-on evaluation calibrates on the first evaluation items; it cannot "
+                "be combined with --calibration-data or --calibration"
+            )
+        size = self.image_size
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+            raise RunError(f"--image-size must be a positive number of pixels. Got {size!r}.")
+        _ = self.method_options  # MethodOptions checks the scoring options before any work
 
     def identity(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.RECORD_FIELDS}
 
     @property
     def method_options(self) -> MethodOptions:
-        return MethodOptions(top_k=self.top_k, tau=self.tau, labels=self.labels)
+        return MethodOptions(
+            top_k=self.top_k,
+            tau=self.tau,
+            obs_mean=self.obs_mean,
+            mixture=self.mixture,
+            attn_mean=self.attn_mean,
+            layer_range=None if self.layer_range is None else tuple(self.layer_range),
+            labels=self.labels,
+        )
 
     @property
     def template(self) -> str | PromptTemplate:
@@ -168,6 +205,21 @@ def evaluation_requests(items: Sequence[Item], num_shuffles: int, seed: int) -> 
         (item, t, order)
         for item in items
         for t, order in enumerate(shuffle_orders(item.id, item.num_candidates, num_shuffles, seed))
+    ]
+
+
+def run_requests(config: EvalConfig, items: Sequence[Item]) -> list[Request]:
+    """The evaluation requests of a run: each item under the orders of `config.orders` when
+    given (lad.data.orders), else under T seeded shuffles."""
+    if config.orders is None:
+        return evaluation_requests(items, config.num_shuffles, config.seed)
+    from lad.data.orders import orders_for, read_orders
+
+    given = orders_for(items, read_orders(config.orders, config.num_candidates), config.orders)
+    return [
+        (item, t, order)
+        for item, mine in zip(items, given, strict=True)
+        for t, order in enumerate(mine)
     ]
 
 
@@ -295,7 +347,10 @@ class _LazyBackend:
                 device=self.device,
                 dtype=self.config.dtype,
                 image_options=self.config.image_options or None,
+                image_size=self.config.image_size,
             )
+            # Before any record: a layer range past the model's layers would fail only at scoring.
+            check_layer_range(self.config.layer_range, self.backend.num_layers)
         return self.backend
 
 
@@ -330,14 +385,20 @@ def resolve_model(model: str) -> str:
 
 
 def load_items(config: EvalConfig, run_dir: Path) -> tuple[list[Item], list[Item]]:
-    """(evaluation items, calibration items); the two never share an item id."""
+    """(evaluation items, calibration items). Held out (the default), the two never share an item
+    id; with `calibrate_on` "evaluation" the calibration items are the first |D_cal| items of the
+    data, which are evaluated too (the official code's choice)."""
     n = config.num_candidates
+    on_eval = config.calibrate_on == "evaluation"
     if config.data == "shapes":
         from lad.data.shapes import build_shapes
 
         num_eval = config.items or 100
         common = {"num_candidates": n, "setting": config.setting, "seed": config.seed}
         eval_path = build_shapes(run_dir / "data/eval", items=num_eval, split="eval", **common)
+        if on_eval:
+            items = read_items(eval_path, n)
+            return items, items[: config.calibration_items]
         cal_path = build_shapes(
             run_dir / "data/calibration",
             items=config.calibration_items,
@@ -346,6 +407,8 @@ def load_items(config: EvalConfig, run_dir: Path) -> tuple[list[Item], list[Item
         )
         return read_items(eval_path, n), read_items(cal_path, n)
     items = read_items(config.data, n)
+    if on_eval:
+        return items[: config.items or len(items)], items[: config.calibration_items]
     if config.calibration_data:
         calibration = read_items(config.calibration_data, n)
     elif config.calibration:
@@ -386,7 +449,7 @@ def fit_or_load_calibration(
         calibration = Calibration.load(config.calibration)
     else:
         assert calibration_records is not None
-        calibration = Calibration().fit(
+        calibration = Calibration(obs_mean=config.obs_mean).fit(
             calibration_records, model=config.model, labels=labels, prompt_sha256=sha
         )
     calibration.save(run_dir / "calibration.json")
@@ -416,10 +479,10 @@ def evaluate(
     def stage(requests: list[Request], name: str, desc: str) -> RecordSet:
         return run_stage(make_backend, requests, run_dir / name, config, desc, world)
 
+    requests = run_requests(config, eval_items)  # a bad --orders file fails before model work
     cal_records = None
     if not config.calibration:
         cal_records = stage(cyclic_requests(cal_items), "calibration.jsonl", "calibration")
-    requests = evaluation_requests(eval_items, config.num_shuffles, config.seed)
     stage(requests, "records.jsonl", "evaluation")
     if "perm-avg" in config.methods:
         stage(cyclic_requests(eval_items), "perm_records.jsonl", "perm-avg")

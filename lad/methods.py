@@ -35,7 +35,8 @@ class MethodOptions:
     mixture:     Eq. 13 in probability space ("prob", paper) or log space ("log", official code).
     attn_mean:   Eq. 11 averages log attention over layers ("log", paper), or takes the log of
                  the layers' mean raw attention ("raw", official code).
-    layer_range: (first, last) 0-based inclusive; top-K searches only there (official code).
+    layer_range: (first, last) 0-based inclusive; top-K searches only there (official code),
+                 clipped to the records' layers as the official code's hooks are.
     labels:      the label scheme the records were made with; generated replies are parsed in it.
     """
 
@@ -96,12 +97,22 @@ def selected_layers(records: RecordSet, options: MethodOptions = MethodOptions()
             raise LadError(f"layers {bad} are out of range: the records have L = {nl} layers")
         return np.broadcast_to(np.array(options.layers, dtype=np.int64), (r, len(options.layers)))
     first, last = options.layer_range or (0, nl - 1)
-    if last >= nl:
-        raise LadError(f"layer_range {options.layer_range} is out of range: L = {nl} layers")
+    check_layer_range(options.layer_range, nl)
+    last = min(last, nl - 1)  # a range past the last layer is clipped, as in the official code
     strength = records.attention[:, first : last + 1, :].sum(axis=2)  # Eq. 8, (R, L')
     k = min(options.top_k, last - first + 1)
     # Stable sort of −S: ties go to the lower layer, so selection is deterministic (Eq. 9).
     return np.argsort(-strength, axis=1, kind="stable")[:, :k] + first
+
+
+def check_layer_range(layer_range: tuple[int, int] | None, num_layers: int) -> None:
+    """A layer range must start at one of the model's L layers (its end is clipped to them)."""
+    if layer_range is not None and layer_range[0] >= num_layers:
+        raise LadError(
+            f"layer_range {tuple(layer_range)} starts past the last layer: the model has "
+            f"L = {num_layers} decoder layers (0..{num_layers - 1}); pass --layer-range "
+            "FIRST,LAST within them"
+        )
 
 
 def _gather_layers(values: np.ndarray, layers: np.ndarray) -> np.ndarray:

@@ -22,6 +22,8 @@ class Arch:
     image_options: processor call defaults (resolution / tiling), overridable by the user.
     end_of_answer: the token that ends an assistant turn, when it is not the tokenizer's EOS.
     mrope: Qwen-style (3, B, T) position ids, offset by `model.model.rope_deltas` after prefill.
+    pixel_budget: the processor resizes each image to a pixel count within
+                  size["shortest_edge"]..size["longest_edge"] (lad's min_pixels / max_pixels).
     """
 
     name: str
@@ -30,6 +32,33 @@ class Arch:
     image_options: dict[str, Any] = field(default_factory=dict)
     end_of_answer: str | None = None
     mrope: bool = False
+    pixel_budget: bool = False
+
+    def processor_options(self, options: dict[str, Any] | None) -> dict[str, Any]:
+        """The processor call's keyword arguments: this architecture's defaults, updated by the
+        user's `options`, whose "min_pixels" / "max_pixels" set a pixel-budget processor's size
+        (a processor call's own min_pixels / max_pixels are deprecated in transformers 5)."""
+        user = dict(options or {})
+        pixels = {k: user.pop(k) for k in ("min_pixels", "max_pixels") if k in user}
+        merged = {**self.image_options, **user}
+        if not pixels:
+            return merged
+        if not self.pixel_budget:
+            budget = ", ".join(a.name for a in ARCHS if a.pixel_budget)
+            raise BackendError(
+                f"--min-pixels/--max-pixels set the pixel budget of {budget} processors; "
+                f"{self.name} has none: use --image-size, or its own processor option with "
+                "--image-option KEY=VALUE (docs/backends.md)"
+            )
+        size = dict(merged.get("size") or {})
+        for key, edge in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
+            if key in pixels:
+                size[edge] = pixels[key]
+        if size.get("shortest_edge", 0) > size.get("longest_edge", float("inf")):
+            raise BackendError(
+                f"--min-pixels {size['shortest_edge']} exceeds --max-pixels {size['longest_edge']}"
+            )
+        return {**merged, "size": size}
 
 
 _QWEN_MARKERS = ("<|vision_start|>", "<|vision_end|>")
@@ -38,8 +67,8 @@ _QWEN_PIXELS = {"size": {"shortest_edge": 56 * 56, "longest_edge": 256 * 28 * 28
 
 ARCHS: tuple[Arch, ...] = (
     Arch("LLaVA-1.5", ("llava",)),
-    Arch("Qwen2-VL", ("qwen2_vl",), _QWEN_MARKERS, _QWEN_PIXELS, mrope=True),
-    Arch("Qwen2.5-VL", ("qwen2_5_vl",), _QWEN_MARKERS, _QWEN_PIXELS, mrope=True),
+    Arch("Qwen2-VL", ("qwen2_vl",), _QWEN_MARKERS, _QWEN_PIXELS, mrope=True, pixel_budget=True),
+    Arch("Qwen2.5-VL", ("qwen2_5_vl",), _QWEN_MARKERS, _QWEN_PIXELS, mrope=True, pixel_budget=True),
     Arch("LLaVA-OneVision", ("llava_onevision",)),
     Arch("InternVL", ("internvl",), ("<img>", "</img>"), {"crop_to_patches": False}),
     Arch("Idefics3/SmolVLM", ("idefics3", "smolvlm"), image_options={"do_image_splitting": False}),

@@ -83,8 +83,13 @@ def load_backend(
     dtype: str = "auto",
     trust_remote_code: bool = False,
     image_options: dict[str, Any] | None = None,
+    image_size: int | None = None,
 ) -> Backend:
-    """Load a hub id or local checkpoint; its language decoder runs through the capture function."""
+    """Load a hub id or local checkpoint; its language decoder runs through the capture function.
+
+    image_options: processor options over the architecture's defaults (Arch.processor_options);
+    image_size: resize every picture to this square (bicubic) before the processor.
+    """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
     cap.register()
@@ -95,6 +100,7 @@ def load_backend(
     except (OSError, ValueError) as e:
         raise BackendError(f"cannot load model {model!r}: {e}") from None
     arch = arch_for(config)
+    options = arch.processor_options(image_options)  # refuses bad options before the weights load
     impl = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
     # One process with several GPUs and --device auto: spread a model too large for one GPU
     # over all of them (device_map). Under a launcher each process keeps its own GPU instead.
@@ -111,21 +117,29 @@ def load_backend(
     except (OSError, ValueError) as e:
         raise BackendError(f"cannot load model {model!r}: {e}") from None
     processor.tokenizer.padding_side = "left"
-    options = {**arch.image_options, **(image_options or {})}
-    return Backend(str(model), (net if spread else net.to(dev)).eval(), processor, arch, options)
+    net = (net if spread else net.to(dev)).eval()
+    return Backend(str(model), net, processor, arch, options, image_size=image_size)
 
 
 class Backend:
     """A loaded model that turns (item, ordering, order) requests into records."""
 
     def __init__(
-        self, model_id: str, model: Any, processor: Any, arch: Arch, image_options: dict[str, Any]
+        self,
+        model_id: str,
+        model: Any,
+        processor: Any,
+        arch: Arch,
+        image_options: dict[str, Any],
+        *,
+        image_size: int | None = None,
     ) -> None:
         self.model_id = model_id
         self.model = model
         self.processor = processor
         self.arch = arch
         self.image_options = image_options
+        self.image_size = image_size  # resize every picture to this square first (None: as is)
         text = model.config.get_text_config()
         self.num_layers: int = text.num_hidden_layers
         self.max_context: int = getattr(text, "max_position_embeddings", 1 << 30)
@@ -192,8 +206,18 @@ class Backend:
             _check_order(item, order)
             n = item.num_candidates
             texts.append(chat_text(self.processor, render_item(template, item, scheme, n), n))
-            images.append([load_image(item.images[i]) for i in order])
+            images.append([self.picture(item.images[i]) for i in order])
         return texts, images
+
+    def picture(self, path: Any) -> Any:
+        """One candidate image as the processor gets it: decoded, then resized to
+        `image_size`² (bicubic, as the official code's 336×336) when one is set."""
+        image = load_image(path)
+        if self.image_size is None:
+            return image
+        from PIL import Image
+
+        return image.resize((self.image_size, self.image_size), Image.Resampling.BICUBIC)
 
     def encode(
         self, batch: list[Request], texts: list[str], images: list[list[Any]]

@@ -1,11 +1,121 @@
-"""Flags shared by several commands, declared once."""
+"""Flags shared by several commands, declared once.
+
+Options a preset can set (lad.presets) default to None here, so `resolved` can tell a stated flag
+from an unstated one: a stated flag wins, then the preset, then lad's default (the paper's).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
+
+from lad.presets import PRESETS, preset_options
 
 
-def add_lad_flags(p: argparse.ArgumentParser) -> None:
-    """LAD's inference options (§4.3); defaults are the paper's."""
+def add_preset_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default="paper",
+        help="paper: the paper's equations (default); official: the paper's released code, item "
+        "for item (docs/methods.md lists what it sets; stated flags still win)",
+    )
+
+
+def add_lad_flags(p: argparse.ArgumentParser, *, calibration: bool = True) -> None:
+    """LAD's inference options (§4.3), their official-code variants, and --preset; defaults are
+    the paper's. `calibration`: also --obs-mean, how a calibration is fitted (Eq. 1)."""
+    add_preset_flag(p)
     p.add_argument("--top-k", type=int, default=2, help="K layers selected by Eq. 9 (default 2)")
     p.add_argument("--tau", type=float, default=5.0, help="τ of Eq. 12 (default 5)")
+    p.add_argument(
+        "--layer-range",
+        type=_layer_range,
+        metavar="FIRST,LAST",
+        help="0-based decoder layers Eq. 9 searches, clipped to the model's (default: all; "
+        "official: 21,35)",
+    )
+    p.add_argument(
+        "--mixture",
+        choices=["prob", "log"],
+        help="Eq. 13 in probability space (paper, default) or log space (official code)",
+    )
+    p.add_argument(
+        "--attn-mean",
+        choices=["log", "raw"],
+        help="Eq. 11 mean of log attention (paper, default) or log of mean attention (official)",
+    )
+    if calibration:
+        add_obs_mean_flag(p)
+
+
+def add_obs_mean_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--obs-mean",
+        choices=["prob", "logit"],
+        help="Eq. 1 over probabilities (paper, default) or logits (official code)",
+    )
+
+
+def add_image_flags(p: argparse.ArgumentParser) -> None:
+    """How pictures are prepared for the processor; they define the records (run.json)."""
+    g = p.add_argument_group("image resolution (define the records)")
+    g.add_argument(
+        "--image-size",
+        type=int,
+        metavar="PIXELS",
+        help="resize every picture to PIXELS×PIXELS (bicubic) before the processor (default: as "
+        "it is; official: 336, 144 tokens per image on Qwen2.5-VL)",
+    )
+    g.add_argument(
+        "--max-pixels", type=int, help="pixel budget's upper end (Qwen2-VL, Qwen2.5-VL processors)"
+    )
+    g.add_argument(
+        "--min-pixels", type=int, help="pixel budget's lower end (Qwen2-VL, Qwen2.5-VL processors)"
+    )
+    g.add_argument(
+        "--image-option",
+        action="append",
+        type=_image_option,
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other processor option, VALUE as JSON if it parses (e.g. max_patches=6 for "
+        "InternVL); repeat for several",
+    )
+
+
+def image_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The processor options the image flags ask for (lad.backends.archs.Arch.processor_options)."""
+    options = dict(args.image_option)
+    for key in ("min_pixels", "max_pixels"):
+        if getattr(args, key) is not None:
+            options[key] = getattr(args, key)
+    return options
+
+
+def resolved(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
+    """The options among `names` that were stated or that args.preset sets (stated wins)."""
+    values = {k: v for k, v in preset_options(args.preset).items() if k in names}
+    for name in names:
+        if getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
+    return values
+
+
+def _layer_range(text: str) -> tuple[int, int]:
+    try:
+        first, last = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected FIRST,LAST (0-based), got {text!r}") from None
+    return first, last
+
+
+def _image_option(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value

@@ -5,12 +5,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from lad.cli.flags import add_lad_flags
+from lad.cli.flags import (
+    add_image_flags,
+    add_lad_flags,
+    add_obs_mean_flag,
+    add_preset_flag,
+    image_options,
+    resolved,
+)
 from lad.errors import LadError
 from lad.labels import LABEL_SCHEMES
+
+# The options a preset may set, per command (lad.presets).
+EVAL_PRESET = ("obs_mean", "mixture", "attn_mean", "layer_range", "image_size", "calibrate_on")
+PREDICT_PRESET = ("obs_mean", "mixture", "attn_mean", "layer_range", "image_size")
+CALIBRATE_PRESET = ("obs_mean", "image_size")
 
 
 def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> None:
@@ -121,12 +134,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cal.add_argument("--calibration", default=None, help="a saved calibration.json")
     p.add_argument("--calibration-items", type=int, default=5, help="|D_cal|")
     p.add_argument(
+        "--calibrate-on",
+        choices=["held-out", "evaluation"],
+        default=None,
+        help="calibration items held out from --data (paper; default) or the first "
+        "--calibration-items evaluation items, scored too (official code; warns)",
+    )
+    p.add_argument(
         "--methods", type=_methods, default=DEFAULT_METHODS, help="comma-separated method names"
     )
-    p.add_argument("--num-shuffles", type=int, default=5, help="T orderings per item")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--num-shuffles", type=int, default=5, help="T orderings per item")
+    shown.add_argument(
+        "--orders",
+        metavar="FILE",
+        default=None,
+        help="jsonl of {item, order}: evaluate exactly these orderings (a records.jsonl works)",
+    )
     p.add_argument("--seed", type=int, default=0)
     add_lad_flags(p)
     _calibration_check_flag(p)
+    add_image_flags(p)
     _baseline_flags(p)
     p.add_argument("--out", default="runs/default", help="run directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
@@ -142,6 +170,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _model_flags(p)
     p.add_argument("--data", required=True, help="items .jsonl file")
     p.add_argument("--items", type=int, default=5, help="how many items of --data to use")
+    add_preset_flag(p)
+    add_obs_mean_flag(p)
+    add_image_flags(p)
     p.add_argument("--out", required=True, help="calibration.json to write")
     p.add_argument("--quiet", "-q", action="store_true")
     p.set_defaults(func=_calibrate)
@@ -163,6 +194,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("images", nargs="+", help="the candidate images, in the order shown")
     add_lad_flags(p)
     _calibration_check_flag(p)
+    add_image_flags(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_predict)
 
@@ -180,6 +212,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from lad.evaluate import EvalConfig, evaluate
 
+    if (args.calibration_data or args.calibration) and args.calibrate_on is None:
+        args.calibrate_on = "held-out"  # a stated calibration source wins over the preset's
     config = EvalConfig(
         model=args.model,
         data=args.data,
@@ -207,7 +241,17 @@ def _eval(args: argparse.Namespace) -> int:
         sofa_within_image=args.sofa_within_image,
         prompt_template=getattr(_template(args.prompt_template), "text", None),
         calibration_check=args.calibration_check,
+        orders=args.orders,
+        image_options=image_options(args),
+        **resolved(args, EVAL_PRESET),
     )
+    if config.calibrate_on == "evaluation":
+        print(
+            f"Warning: calibrating on the first {config.calibration_items} evaluation items, "
+            "which are scored too (the official code's choice); results on them are not held "
+            "out (§4.2)",
+            file=sys.stderr,
+        )
     result = evaluate(config, args.out)
     if result is None:  # not the main process of a distributed run
         return 0
@@ -232,6 +276,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         quiet=args.quiet,
         prompt_template=_template(args.prompt_template),
+        image_options=image_options(args),
+        **resolved(args, CALIBRATE_PRESET),
     )
     out = Path(args.out)
     debiaser.fit(items, records_path=out.with_name(out.stem + ".records.jsonl"))
@@ -256,6 +302,8 @@ def _predict(args: argparse.Namespace) -> int:
         tau=args.tau,
         prompt_template=_template(args.prompt_template),
         check_calibration=args.calibration_check,
+        image_options=image_options(args),
+        **resolved(args, PREDICT_PRESET),
     ).load(args.calibration)
     choice = debiaser.predict(args.query, args.images, question=args.question)
     if args.json:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from lad.calibrate import Calibration
-from lad.cli.flags import add_lad_flags
+from lad.cli.flags import add_lad_flags, resolved
 from lad.errors import LadError
 from lad.labels import LABEL_SCHEMES
 from lad.methods import METHODS, MethodOptions, choose
@@ -49,14 +49,6 @@ def _layers(text: str) -> str | tuple[int, ...]:
         ) from None
 
 
-def _layer_range(text: str) -> tuple[int, int]:
-    try:
-        first, last = (int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected FIRST,LAST (0-based), got {text!r}") from None
-    return first, last
-
-
 def _register_score(subparsers: argparse._SubParsersAction) -> None:
     p = _parser(
         subparsers,
@@ -84,26 +76,7 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
         default="top-k",
         help="top-k (default), all, or comma-separated 0-based layer indices",
     )
-    p.add_argument("--layer-range", type=_layer_range, help="FIRST,LAST layers top-k searches")
     p.add_argument("--no-prior", action="store_true", help="do not divide by the attention prior")
-    p.add_argument(
-        "--obs-mean",
-        choices=["prob", "logit"],
-        default="prob",
-        help="Eq. 1 over probabilities (paper, default) or logits (official code)",
-    )
-    p.add_argument(
-        "--mixture",
-        choices=["prob", "log"],
-        default="prob",
-        help="Eq. 13 in probability space (paper, default) or log space (official code)",
-    )
-    p.add_argument(
-        "--attn-mean",
-        choices=["log", "raw"],
-        default="log",
-        help="Eq. 11 mean of log attention (paper, default) or log of mean attention (official)",
-    )
     p.add_argument("--perm-records", help="each item under all N cyclic shifts (for perm-avg)")
     p.add_argument(
         "--labels",
@@ -120,25 +93,24 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_score(args: argparse.Namespace) -> int:
+    values = resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range"))
+    records = read_records(args.records)
+    calibration = None
+    if args.calibration:
+        calibration = Calibration.load(args.calibration)
+        values.setdefault("obs_mean", calibration.obs_mean)  # unless stated: the file's own
+    elif args.calibration_records:
+        calibration = Calibration(obs_mean=values.get("obs_mean", "prob")).fit(
+            read_records(args.calibration_records), allow_partial=args.allow_partial
+        )
     options = MethodOptions(
         top_k=args.top_k,
         tau=args.tau,
         layers=args.layers,
         use_prior=not args.no_prior,
-        obs_mean=args.obs_mean,
-        mixture=args.mixture,
-        attn_mean=args.attn_mean,
-        layer_range=args.layer_range,
         labels=args.labels,
+        **values,
     )
-    records = read_records(args.records)
-    calibration = None
-    if args.calibration:
-        calibration = Calibration.load(args.calibration)
-    elif args.calibration_records:
-        calibration = Calibration(obs_mean=args.obs_mean).fit(
-            read_records(args.calibration_records), allow_partial=args.allow_partial
-        )
     if args.save_calibration:
         if calibration is None:
             raise LadError("--save-calibration needs --calibration-records to fit one")

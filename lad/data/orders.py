@@ -1,0 +1,103 @@
+"""Explicit orderings (`lad eval --orders FILE`): evaluate exactly the image orders another tool
+used, instead of lad's seeded shuffles.
+
+The file is jsonl, one line per (item, ordering): `{"item": str, "order": [int]*N}`, where
+`order[p]` indexes the item's `images` shown at position p (the record's `order`, DESIGN.md). An
+item's orderings are numbered 0, 1, … in file order, or by an `"ordering"` int when every line
+has one. Other keys are ignored, so a lad `records.jsonl` is itself an orders file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lad.data.items import Item
+from lad.errors import DataError, at
+
+
+def read_orders(path: str | Path, num_candidates: int) -> dict[str, list[list[int]]]:
+    """{item id: its orders, by ordering number}; every order is a permutation of 0..N-1."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such orders file")
+    numbered: dict[str, dict[int, list[int]]] = {}
+    has_ordering: set[bool] = set()
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            item, ordering, order = _parse_line(line, at(path, lineno), num_candidates)
+            has_ordering.add(ordering is not None)
+            if len(has_ordering) > 1:
+                raise DataError(
+                    f"{at(path, lineno)}give an 'ordering' on every line or on none "
+                    "(without it an item's orderings are numbered in file order)"
+                )
+            mine = numbered.setdefault(item, {})
+            ordering = len(mine) if ordering is None else ordering
+            if ordering in mine:
+                raise DataError(f"{at(path, lineno)}item {item!r} has ordering {ordering} twice")
+            mine[ordering] = order
+    if not numbered:
+        raise DataError(f"{path}: the orders file is empty")
+    orders = {}
+    for item, mine in numbered.items():
+        if sorted(mine) != list(range(len(mine))):
+            raise DataError(
+                f"{path}: item {item!r} has orderings {sorted(mine)}; they must be 0..T-1"
+            )
+        orders[item] = [mine[t] for t in range(len(mine))]
+    return orders
+
+
+def _parse_line(line: str, where: str, num_candidates: int) -> tuple[str, int | None, list[int]]:
+    try:
+        obj: Any = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}not valid JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}expected a JSON object, got {type(obj).__name__}")
+    for key in ("item", "order"):
+        if key not in obj:
+            raise DataError(f"{where}missing key {key!r}")
+    item, order, ordering = obj["item"], obj["order"], obj.get("ordering")
+    if not isinstance(item, str):
+        raise DataError(f"{where}'item' must be an item id (a string), got {item!r}")
+    if not (
+        isinstance(order, list)
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in order)
+        and sorted(order) == list(range(num_candidates))
+    ):
+        raise DataError(
+            f"{where}'order' {order!r} is not a permutation of 0..{num_candidates - 1} "
+            f"(N = {num_candidates})"
+        )
+    if ordering is not None and (
+        not isinstance(ordering, int) or isinstance(ordering, bool) or ordering < 0
+    ):
+        raise DataError(f"{where}'ordering' must be an integer >= 0, got {ordering!r}")
+    return item, ordering, order
+
+
+def orders_for(
+    items: Sequence[Item], orders: dict[str, list[list[int]]], path: str | Path
+) -> list[list[list[int]]]:
+    """Each item's orders; every item must have some, and all the same number T (Acc is per
+    ordering index, §5.2). Orders of items not evaluated are ignored."""
+    missing = [it.id for it in items if it.id not in orders]
+    if missing:
+        raise DataError(
+            f"{path}: no orders for {len(missing)} evaluation item(s), e.g. {missing[:3]}; "
+            "its 'item' values must be the items' ids"
+        )
+    counts = {len(orders[it.id]) for it in items}
+    if len(counts) > 1:
+        few = min(items, key=lambda it: len(orders[it.id]))
+        raise DataError(
+            f"{path}: items have different numbers of orderings ({sorted(counts)}; e.g. "
+            f"{few.id!r} has {len(orders[few.id])}); every evaluation item needs the same T"
+        )
+    return [orders[it.id] for it in items]

@@ -1,0 +1,34 @@
+"""Named option sets. `official` makes lad compute what the paper's released code
+(github.com/brightXian/LAD) computes, item for item; docs/methods.md lists each difference.
+
+A preset only gives defaults: an option the user states explicitly wins over it. The values are
+the names of `lad.evaluate.EvalConfig` fields (the scoring ones are also `MethodOptions` fields).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lad.errors import LadError
+
+# The official code's defaults (its evaluate.py and agd.py): Eq. 1 over logits, Eq. 13 in log
+# space, Eq. 11 on the selected layers' mean raw attention, top-K searched in decoder layers
+# 21..35; every picture resized to 336×336 (bicubic) before the processor; calibration on the
+# first 5 evaluation items, which are scored too.
+OFFICIAL: dict[str, Any] = {
+    "obs_mean": "logit",
+    "mixture": "log",
+    "attn_mean": "raw",
+    "layer_range": (21, 35),
+    "image_size": 336,
+    "calibrate_on": "evaluation",
+}
+
+PRESETS: dict[str, dict[str, Any]] = {"paper": {}, "official": OFFICIAL}
+
+
+def preset_options(name: str) -> dict[str, Any]:
+    """The option values a preset sets (a copy); `paper` sets none, its defaults being lad's."""
+    if name not in PRESETS:
+        raise LadError(f"The 'preset' parameter must be one of {list(PRESETS)}. Got {name!r}.")
+    return dict(PRESETS[name])

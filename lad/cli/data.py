@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from lad.errors import DataError
 
@@ -190,8 +191,14 @@ def _run_import(args: argparse.Namespace) -> int:
 
     if not args.out.endswith(".jsonl"):
         raise DataError(f"--out must be a .jsonl file. Got {args.out!r}.")
-    count = import_official(args.file, args.images, args.out)
-    print(f"Wrote {count} items to {args.out}")
+    imported = import_official(args.file, args.images, args.out)
+    print(f"Wrote {imported.items} items to {args.out}")
+    if imported.derived_ids:
+        stem = Path(args.file).stem
+        print(
+            f"The entries have no 'id': each item's id is the file's name and the entry's "
+            f"position ({stem}-0 … {stem}-{imported.items - 1})"
+        )
     return 0
 
 

@@ -5,12 +5,15 @@ Each file is a JSON list of entries `{"id", "image_ids": [path, …], "index", "
 answer's file name. Paths are the authors' own; each is looked up under the given image folder,
 first as written, then by its file name. Importing keeps the entry's id and order, so results are
 comparable item for item, and keeps the original paths so `export_official` writes the same file.
+Files whose entries have no `id` (the official code knows an entry by its position) get one
+derived from the file's name and the position: `annotations_4_1_random-0`, `…-1`, ….
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +40,13 @@ def _caption(entry: dict, where: str) -> str:
     return caption
 
 
-def _entry_item(entry: Any, images_dir: Path, where: str, setting: str | None) -> Item:
+def _entry_item(
+    entry: Any, images_dir: Path, where: str, setting: str | None, derived_id: str | None
+) -> Item:
+    """One entry as an item; `derived_id` is its id when the file's entries have none."""
     if not isinstance(entry, dict):
         raise DataError(f"{where}expected an object, got {type(entry).__name__}")
-    for key in ("id", "image_ids", "index", "caption"):
+    for key in ("image_ids", "index", "caption"):  # "id": checked for all entries at once
         if key not in entry:
             raise DataError(f"{where}missing key {key!r}")
     paths, index = entry["image_ids"], entry["index"]
@@ -60,12 +66,29 @@ def _entry_item(entry: Any, images_dir: Path, where: str, setting: str | None) -
         if resolved is None:
             raise DataError(f"{where}image {p!r} is not in {images_dir}")
         images.append(resolved)
-    extra = {"source": "official", "official_id": entry["id"], "image_ids": paths}
+    extra: dict[str, Any] = {"source": "official", "image_ids": paths}
+    if derived_id is None:
+        extra["official_id"] = entry["id"]
     if setting is not None:
         extra["setting"] = setting
     if target is not None:
         extra["target"] = target
-    return Item(str(entry["id"]), _caption(entry, where), images, index, extra)
+    item_id = derived_id if derived_id is not None else str(entry["id"])
+    return Item(item_id, _caption(entry, where), images, index, extra)
+
+
+def _derived_ids(path: Path, entries: list) -> list[str | None]:
+    """Per entry: None where the file's entries carry ids, else `{file stem}-{position}`."""
+    has_id = ["id" in e if isinstance(e, dict) else True for e in entries]
+    if all(has_id):
+        return [None] * len(entries)
+    if any(has_id):
+        first = has_id.index(False)
+        raise DataError(
+            f"{path}: entry {first} has no 'id' but entry {has_id.index(True)} has one; give "
+            "every entry an id, or none (lad then derives them from the file name and position)"
+        )
+    return [f"{path.stem}-{i}" for i in range(len(entries))]
 
 
 def read_official(path: str | Path, images_dir: str | Path) -> list[Item]:
@@ -79,8 +102,8 @@ def read_official(path: str | Path, images_dir: str | Path) -> list[Item]:
     match = _NAME.search(path.name)
     setting = match.group(2) if match else None
     items = [
-        _entry_item(entry, images_dir, f"{path}: entry {i}: ", setting)
-        for i, entry in enumerate(entries)
+        _entry_item(entry, images_dir, f"{path}: entry {i}: ", setting, derived)
+        for i, (entry, derived) in enumerate(zip(entries, _derived_ids(path, entries), strict=True))
     ]
     if match and any(it.num_candidates != int(match.group(1)) for it in items):
         raise DataError(f"{path}: the file name says N = {match.group(1)}, but not every entry has")
@@ -90,20 +113,33 @@ def read_official(path: str | Path, images_dir: str | Path) -> list[Item]:
     return items
 
 
-def import_official(path: str | Path, images_dir: str | Path, out: str | Path) -> int:
-    """Convert an official file into an items file; returns the number of items."""
+@dataclass(frozen=True)
+class Imported:
+    """What `import_official` wrote: how many items, and whether their ids were derived."""
+
+    items: int
+    derived_ids: bool
+
+
+def import_official(path: str | Path, images_dir: str | Path, out: str | Path) -> Imported:
+    """Convert an official file into an items file."""
     items = read_official(path, images_dir)
     write_items(out, items)
-    return len(items)
+    return Imported(len(items), "official_id" not in items[0].extra)
 
 
 def export_official(items: list[Item], path: str | Path) -> None:
-    """Write items in the official format. Imported items get back their original ids and paths."""
+    """Write items in the official format. Imported items get back their original ids (none, if
+    they had none) and paths."""
     entries = []
     for it in items:
         paths = it.extra.get("image_ids") or [str(p) for p in it.images]
-        entry = {"id": it.extra.get("official_id", it.id), "image_ids": paths, "index": it.answer}
-        if "target" in it.extra or "official_id" not in it.extra:
+        official = it.extra.get("source") == "official"
+        entry: dict[str, Any] = {}
+        if not official or "official_id" in it.extra:  # an imported id-less entry stays so
+            entry["id"] = it.extra.get("official_id", it.id)
+        entry.update(image_ids=paths, index=it.answer)
+        if "target" in it.extra or not official:
             entry["target"] = it.extra.get("target", Path(paths[it.answer]).name)
         entry["caption"] = it.query
         entries.append(entry)

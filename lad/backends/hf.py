@@ -18,7 +18,13 @@ import torch
 
 from lad.backends import capture as cap
 from lad.backends.archs import Arch, arch_for
-from lad.backends.prompting import chat_text, encode, label_token_ids, load_image
+from lad.backends.prompting import (
+    chat_text,
+    check_round_trip,
+    encode,
+    label_token_ids,
+    load_image,
+)
 from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
 from lad.data.items import Item
 from lad.errors import BackendError
@@ -30,6 +36,7 @@ Request = tuple[Item, int, list[int]]
 # Entered around a batch's prompt forward (and its label decoding) with (inputs, image spans).
 MaskScope = Callable[[dict[str, Any], list[list[tuple[int, int]]]], AbstractContextManager[Any]]
 CAPTURE_MODES = ("fast", "eager")
+PROBE_CAPTION = "Two dogs run on the beach, and a red kite flies above them."
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -145,6 +152,7 @@ class Backend:
         self.max_context: int = getattr(text, "max_position_embeddings", 1 << 30)
         self.device = next(model.parameters()).device
         self._tries: dict[tuple[str, int], LabelTrie] = {}
+        self._round_tripped: set[tuple[str, str, int]] = set()  # (template, scheme, N) checked
         # Hook for mask-level changes such as SoFA (lad.backends.sofa); None = the causal mask.
         self.mask_scope: MaskScope | None = None
 
@@ -207,7 +215,21 @@ class Backend:
             n = item.num_candidates
             texts.append(chat_text(self.processor, render_item(template, item, scheme, n), n))
             images.append([self.picture(item.images[i]) for i in order])
+        self.check_tokenizer(template, scheme, batch[0][0].num_candidates)
         return texts, images
+
+    def check_tokenizer(self, template: str, scheme: LabelScheme, num_candidates: int) -> None:
+        """Once per prompt template and N: the prompt's tokens must decode back to its text
+        (lad.backends.prompting.check_round_trip). The caption is a fixed ASCII probe: a word the
+        vocabulary lacks (an <unk>) is the data's matter, not a tokenizer loaded wrongly."""
+        key = (repr(template), scheme.name, num_candidates)
+        if key in self._round_tripped:
+            return
+        text = render_prompt(template, PROBE_CAPTION, scheme, num_candidates)
+        check_round_trip(
+            self.processor.tokenizer, chat_text(self.processor, text, num_candidates), self.model_id
+        )
+        self._round_tripped.add(key)
 
     def picture(self, path: Any) -> Any:
         """One candidate image as the processor gets it: decoded, then resized to
@@ -316,6 +338,7 @@ class Backend:
         runs on a copy), so generation can continue from the same pass.
         """
         n = batch[0][0].num_candidates
+        self.check_tokenizer(template, scheme, n)  # before the labels are tokenised too
         trie = self.label_trie(scheme, n)
         texts, images = self.build_prompts(batch, template, scheme)
         inputs, spans = self.encode(batch, texts, images)

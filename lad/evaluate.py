@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -333,9 +335,11 @@ class _LazyBackend:
         self.config = config
         self.device = device
         self.backend: Any = None
+        self.load_seconds = 0.0
 
     def __call__(self) -> Any:
         if self.backend is None:
+            start = time.perf_counter()
             from transformers.utils import logging as hf_logging
 
             from lad.backends import load_backend
@@ -351,7 +355,31 @@ class _LazyBackend:
             )
             # Before any record: a layer range past the model's layers would fail only at scoring.
             check_layer_range(self.config.layer_range, self.backend.num_layers)
+            self.load_seconds = time.perf_counter() - start
         return self.backend
+
+
+class _Clock:
+    """Adds each stage's wall time in this session to run.json's "timing" (lad.rundir.add_times),
+    the model's load apart as "model_load". Only a stage with records still to make counts, so a
+    rerun that only rescores adds nothing; the main process writes (its time includes waiting for
+    the others)."""
+
+    def __init__(self, run_dir: Path, world: World, backend: _LazyBackend) -> None:
+        self.run_dir, self.world, self.backend = run_dir, world, backend
+
+    @contextmanager
+    def __call__(self, name: str, path: Path, count: int) -> Iterator[None]:
+        if not self.world.is_main or (path.is_file() and path.read_bytes().count(b"\n") >= count):
+            yield
+            return
+        start, loaded = time.perf_counter(), self.backend.load_seconds
+        try:
+            yield
+        finally:  # an interrupted session's time counts too: it was spent
+            load = self.backend.load_seconds - loaded
+            times = {name: time.perf_counter() - start - load}
+            rundir.add_times(self.run_dir, {**times, "model_load": load} if load else times)
 
 
 def resolve_prompt(config: EvalConfig) -> EvalConfig:
@@ -475,9 +503,14 @@ def evaluate(
     world.barrier()
     eval_items, cal_items = load_items(config, run_dir)
     make_backend = _LazyBackend(config, world.device(config.device))
+    clock = _Clock(run_dir, world, make_backend)
 
-    def stage(requests: list[Request], name: str, desc: str) -> RecordSet:
-        return run_stage(make_backend, requests, run_dir / name, config, desc, world)
+    def stage(
+        requests: list[Request], file: str, name: str, kind: Stage | None = None, desc: str = ""
+    ) -> RecordSet:
+        path = run_dir / file
+        with clock(name, path, len(requests)):
+            return run_stage(make_backend, requests, path, config, desc or name, world, kind)
 
     requests = run_requests(config, eval_items)  # a bad --orders file fails before model work
     cal_records = None
@@ -488,20 +521,11 @@ def evaluate(
         stage(cyclic_requests(eval_items), "perm_records.jsonl", "perm-avg")
     for template in ("instruction", "cot", "self-consistency"):
         if template in config.methods:
-            path = run_dir / STAGE_FILES[template]
-            run_stage(make_backend, requests, path, config, template, world, Stage(template))
+            stage(requests, STAGE_FILES[template], template, Stage(template))
     if "sofa" in config.methods:
-        sigma = sofa_sigma(config, run_dir, make_backend, cal_items, world)
-        path = run_dir / STAGE_FILES["sofa"]
-        run_stage(
-            make_backend,
-            requests,
-            path,
-            config,
-            f"sofa σ={sigma:g}",
-            world,
-            Stage(sofa_sigma=sigma),
-        )
+        sigma = sofa_sigma(config, run_dir, make_backend, cal_items, world, clock)
+        kind = Stage(sofa_sigma=sigma)
+        stage(requests, STAGE_FILES["sofa"], "sofa", kind, f"sofa σ={sigma:g}")
     if not world.is_main:
         return None
     fit_or_load_calibration(config, run_dir, cal_records)
@@ -520,6 +544,7 @@ def sofa_sigma(
     make_backend: Callable[[], Any],
     cal_items: Sequence[Item],
     world: World,
+    clock: _Clock | None = None,
 ) -> float:
     """σ for SoFA: the given number, or with `auto` the σ of SOFA_GRID whose vanilla readout is
     most accurate on the symmetrised calibration set (ties: the σ nearest 0.5, then the smaller);
@@ -534,9 +559,9 @@ def sofa_sigma(
         path = run_dir / "sofa_grid" / f"sigma{sigma:g}.jsonl"
         path.parent.mkdir(exist_ok=True)
         kind = Stage(sofa_sigma=sigma)
-        recs = run_stage(
-            make_backend, requests, path, config, f"sofa grid σ={sigma:g}", world, kind
-        )
+        with clock("sofa grid", path, len(requests)) if clock else nullcontext():
+            desc = f"sofa grid σ={sigma:g}"
+            recs = run_stage(make_backend, requests, path, config, desc, world, kind)
         accuracy[sigma] = float(np.mean(recs.logprobs.argmax(axis=1) == recs.answer))
     best = max(SOFA_GRID, key=lambda s: (accuracy[s], -abs(s - 0.5), -s))
     if world.is_main:
@@ -571,6 +596,7 @@ def score_run(
     perm_records = read_records(perm_path) if "perm-avg" in methods else None
     options = dataclasses.replace(options, labels=scheme.name)
 
+    start = time.perf_counter()
     stages = {"records": records}
     predictions, written, tokens = {}, [], {}
     for method in methods:
@@ -587,6 +613,9 @@ def score_run(
     metrics = compute_metrics(records, predictions, costs=costs)
     for method, count in tokens.items():
         metrics["methods"][method]["generated_tokens_per_item"] = count
+    # Wall seconds per stage (run.json's, summed over sessions) and of this scoring.
+    scoring = round(time.perf_counter() - start, 3)
+    metrics["timing"] = {**rundir.stage_times(run_dir), "scoring": scoring}
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     table = format_table(metrics)
     report = None

@@ -57,6 +57,24 @@ def check_run_dir(run_dir: Path, arguments: dict[str, Any], defaults: dict[str, 
     path.write_text(json.dumps({"format": RUN_FORMAT, "arguments": wanted}, indent=2) + "\n")
 
 
+def add_times(run_dir: Path, seconds: dict[str, float]) -> None:
+    """Add wall times (seconds per stage) to run.json's "timing", the sum over every session that
+    worked on a stage. It sits beside "arguments", so a rerun's check never compares it."""
+    path = run_dir / "run.json"
+    stored = json.loads(path.read_text())
+    timing = stored.setdefault("timing", {})
+    for stage, s in seconds.items():
+        timing[stage] = round(timing.get(stage, 0.0) + s, 3)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(stored, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def stage_times(run_dir: Path) -> dict[str, float]:
+    """run.json's "timing" (empty for a run made before lad recorded it)."""
+    return json.loads((run_dir / "run.json").read_text()).get("timing", {})
+
+
 # ---------------------------------------------------------------- processes
 
 

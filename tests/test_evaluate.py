@@ -13,6 +13,7 @@ from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import CalibrationError, DataError, RunError
 from lad.evaluate import EvalConfig, evaluate
 from lad.tiny import build_tiny_model
+from tests.runfiles import comparable
 
 N = 3
 RUN_FILES = (
@@ -90,15 +91,30 @@ def test_eval_writes_every_file(full_run):
 
 
 def test_rerun_recomputes_nothing_and_rescoring_needs_no_model(full_run, tiny, bench, monkeypatch):
-    before = {n: (full_run / n).read_bytes() for n in RUN_FILES}
+    before = {n: comparable(full_run / n) for n in RUN_FILES}
 
     def no_model(*a, **k):
         raise AssertionError("a finished run must not load the model again")
 
     monkeypatch.setattr("lad.backends.load_backend", no_model)
     evaluate(_config(tiny, bench), full_run)
-    after = {n: (full_run / n).read_bytes() for n in RUN_FILES}
+    after = {n: comparable(full_run / n) for n in RUN_FILES}
     assert before == after
+
+
+def test_wall_time_per_stage_is_recorded_and_a_rescoring_adds_none(full_run, tiny, bench, tmp_path):
+    import shutil
+
+    timing = json.loads((full_run / "run.json").read_text())["timing"]
+    assert set(timing) == {"model_load", "calibration", "evaluation", "perm-avg"}
+    assert all(isinstance(s, float) and s > 0 for s in timing.values())
+    metrics = json.loads((full_run / "metrics.json").read_text())
+    scoring = metrics["timing"].pop("scoring")
+    assert metrics["timing"] == timing and 0 <= scoring < 60
+    run = tmp_path / "copy"
+    shutil.copytree(full_run, run)
+    evaluate(_config(tiny, bench, methods=("vanilla", "lad")), run)  # only rescores
+    assert json.loads((run / "run.json").read_text())["timing"] == timing
 
 
 def test_interrupted_run_resumes_to_identical_files(full_run, tiny, bench, tmp_path, monkeypatch):
@@ -127,7 +143,7 @@ def test_interrupted_run_resumes_to_identical_files(full_run, tiny, bench, tmp_p
     # the whole batches (2) are kept, so the resumed call makes the other 4.
     assert calls == [6, 4, 8, 12]
     for name in RUN_FILES:
-        assert (run / name).read_bytes() == (full_run / name).read_bytes(), name
+        assert comparable(run / name) == comparable(full_run / name), name
 
 
 def test_rerun_with_other_arguments_names_the_argument(full_run, tiny, bench):

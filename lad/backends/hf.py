@@ -29,7 +29,7 @@ from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
 from lad.data.items import Item
 from lad.errors import BackendError
 from lad.labels import LabelScheme
-from lad.prompts import PromptTemplate, render_item
+from lad.prompts import PromptTemplate, render_item, render_prompt
 from lad.records import Record
 
 Request = tuple[Item, int, list[int]]
@@ -218,7 +218,9 @@ class Backend:
         self.check_tokenizer(template, scheme, batch[0][0].num_candidates)
         return texts, images
 
-    def check_tokenizer(self, template: str, scheme: LabelScheme, num_candidates: int) -> None:
+    def check_tokenizer(
+        self, template: str | PromptTemplate, scheme: LabelScheme, num_candidates: int
+    ) -> None:
         """Once per prompt template and N: the prompt's tokens must decode back to its text
         (lad.backends.prompting.check_round_trip). The caption is a fixed ASCII probe: a word the
         vocabulary lacks (an <unk>) is the data's matter, not a tokenizer loaded wrongly."""

@@ -256,7 +256,9 @@ def _eval(args: argparse.Namespace) -> int:
     if result is None:  # not the main process of a distributed run
         return 0
     print(result.table)
-    print(f"\nrun directory: {result.run_dir}")
+    timing = result.metrics.get("timing", {})
+    print("\nwall time:     " + ", ".join(f"{stage} {s:.1f} s" for stage, s in timing.items()))
+    print(f"run directory: {result.run_dir}")
     print(f"metrics:       {result.run_dir / 'metrics.json'}")
     if result.report:
         print(f"report:        {result.report}")

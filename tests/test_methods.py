@@ -110,6 +110,12 @@ def test_layer_strategies():
     assert selected_layers(records, MethodOptions(top_k=1)).tolist() == [[1]]
     assert selected_layers(records, MethodOptions(top_k=9)).tolist() == [[1, 2, 0]]
     assert selected_layers(records, MethodOptions(layer_range=(0, 0))).tolist() == [[0]]
+    # A range past the last layer is clipped to the records' layers, as the official code's hooks
+    # are (its default 21..35 on a 28-layer model searches 21..27); one starting past them fails.
+    assert selected_layers(records, MethodOptions(layer_range=(2, 40))).tolist() == [[2]]
+    assert selected_layers(records, MethodOptions(top_k=1, layer_range=(1, 9))).tolist() == [[1]]
+    with pytest.raises(LadError, match=r"layer_range \(3, 35\) starts past the last layer"):
+        selected_layers(records, MethodOptions(layer_range=(3, 35)))
     with pytest.raises(LadError, match=r"layers \[5\] are out of range"):
         selected_layers(records, MethodOptions(layers=(1, 5)))
     # Without the attention prior, π comes from the raw attention of L*: [0.1, 0.2, 0.1].

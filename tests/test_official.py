@@ -304,3 +304,20 @@ def test_orders_must_cover_every_evaluation_item_the_same_number_of_times(data, 
     config = EvalConfig(**common, orders=str(_write_orders(tmp_path / "b.jsonl", rows)))
     with pytest.raises(DataError, match=r"different numbers of orderings \(\[1, 2\]"):
         evaluate(config, tmp_path / "b")
+
+
+def test_predict_with_the_preset_and_the_official_runs_calibration(
+    official_run, qwen, data, capsys
+):
+    images = [str(p) for p in read_items(data)[0].images]
+    calibration = str(official_run / "calibration.json")
+    argv = ["predict", "--model", qwen, "--device", "cpu", "--calibration", calibration]
+    argv += ["--query", "a red circle", "--json", *images]
+    assert main([*argv, "--preset", "official", "--layer-range", "0,1"]) == 0
+    official = json.loads(capsys.readouterr().out)
+    assert len(official["posterior"]) == N and set(official["layers"]) <= {0, 1}
+    # Unstated, Eq. 1's average is the calibration's own; stating another is refused.
+    assert main([*argv, "--image-size", "336"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--obs-mean", "prob"]) == 1
+    assert "was fitted with obs_mean 'logit' (Eq. 1), not 'prob'" in capsys.readouterr().err

@@ -647,8 +647,8 @@ def generated_tokens_per_item(records: RecordSet) -> float:
 
 
 def check_given_calibration(config: EvalConfig) -> None:
-    """Refuse a --calibration of another N, model, label scheme or prompt before any model work
-    (the layer count is checked once records exist)."""
+    """Refuse a --calibration of another N, Eq. 1 average, model, label scheme or prompt before
+    any model work (the layer count is checked once records exist)."""
     calibration = Calibration.load(config.calibration)
     scheme = get_scheme(config.labels)
     n = config.num_candidates
@@ -657,6 +657,11 @@ def check_given_calibration(config: EvalConfig) -> None:
             raise CalibrationError(
                 f"the calibration is for N = {calibration.num_candidates} candidates but this "
                 f"run has N = {n}; calibrate with items of the same N"
+            )
+        if calibration.obs_mean != config.obs_mean:
+            raise CalibrationError(
+                f"it was fitted with Eq. 1 over {calibration.obs_mean!r} but this run asks for "
+                f"--obs-mean {config.obs_mean}; pass --obs-mean {calibration.obs_mean}"
             )
         calibration.check_compatible(
             RecordSet.from_records([]),

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from lad.errors import LadError
+from lad.prompts import OFFICIAL as OFFICIAL_PROMPT
 
 # The official code's defaults (its evaluate.py and agd.py): Eq. 1 over logits, Eq. 13 in log
 # space, Eq. 11 on the selected layers' mean raw attention, top-K searched in decoder layers
 # 21..35; every picture resized to 336×336 (bicubic) before the processor; calibration on the
-# first 5 evaluation items, which are scored too.
+# first 5 evaluation items, which are scored too; the prompt ends with "Answer: " (a space).
 OFFICIAL: dict[str, Any] = {
     "obs_mean": "logit",
     "mixture": "log",
@@ -22,6 +23,7 @@ OFFICIAL: dict[str, Any] = {
     "layer_range": (21, 35),
     "image_size": 336,
     "calibrate_on": "evaluation",
+    "prompt_template": OFFICIAL_PROMPT.text,
 }
 
 PRESETS: dict[str, dict[str, Any]] = {"paper": {}, "official": OFFICIAL}

@@ -129,6 +129,9 @@ class PromptTemplate:
 
 CAPTION = PromptTemplate(TEMPLATES["vanilla"])
 QUESTION = PromptTemplate(QUESTION_TEMPLATES["vanilla"])
+# The official code's vanilla prompt (github.com/brightXian/LAD): Table 9's, but ending with
+# "Answer: ", a trailing space the model reads as a token of its own (`--preset official`).
+OFFICIAL = PromptTemplate(TEMPLATES["vanilla"] + " ")
 
 
 def fill(text: str, query: str, scheme: LabelScheme, num_candidates: int) -> str:

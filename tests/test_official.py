@@ -32,6 +32,11 @@ OFFICIAL = {
     "layer_range": (21, 35),
     "image_size": 336,
     "calibrate_on": "evaluation",
+    "prompt_template": (
+        "Given {n} images indexed from {first} to {last}, identify the image that best matches the "
+        "provided caption. Respond with the index {noun} only and nothing else.\nCaption: "
+        "{caption}\nAnswer: "
+    ),
 }
 
 
@@ -146,6 +151,20 @@ def test_official_run_records_its_arguments_and_scores_as_lad_score_with_the_var
         np.testing.assert_allclose(p.scores, twin.scores, rtol=0, atol=1e-9)
     calibration = json.loads((official_run / "calibration.json").read_text())
     assert calibration["obs_mean"] == "logit"
+    assert arguments["prompt_template"] == OFFICIAL["prompt_template"]
+
+
+def test_the_official_prompt_is_the_papers_with_a_space_after_answer(qwen, data):
+    from lad.prompts import PromptTemplate
+
+    backend = load_backend(qwen, device="cpu", dtype="float32")
+    item = read_items(data)[0]
+    request = [(item, 0, list(range(N)))]
+    paper = backend.build_prompts(request, "vanilla", get_scheme("digits"))[0][0]
+    official = PromptTemplate(OFFICIAL["prompt_template"])
+    text = backend.build_prompts(request, official, get_scheme("digits"))[0][0]
+    assert paper.count("\nAnswer:<|im_end|>") == 1
+    assert text == paper.replace("\nAnswer:<|im_end|>", "\nAnswer: <|im_end|>")
 
 
 def test_calibration_on_evaluation_items_uses_the_first_ones_and_scores_them(official_run, data):
@@ -307,7 +326,7 @@ def test_orders_must_cover_every_evaluation_item_the_same_number_of_times(data, 
 
 
 def test_predict_with_the_preset_and_the_official_runs_calibration(
-    official_run, qwen, data, capsys
+    official_run, qwen, data, capsys, tmp_path
 ):
     images = [str(p) for p in read_items(data)[0].images]
     calibration = str(official_run / "calibration.json")
@@ -316,8 +335,29 @@ def test_predict_with_the_preset_and_the_official_runs_calibration(
     assert main([*argv, "--preset", "official", "--layer-range", "0,1"]) == 0
     official = json.loads(capsys.readouterr().out)
     assert len(official["posterior"]) == N and set(official["layers"]) <= {0, 1}
-    # Unstated, Eq. 1's average is the calibration's own; stating another is refused.
-    assert main([*argv, "--image-size", "336"]) == 0
+    # Without the preset the prompt lacks its final space: the fingerprint refuses the calibration.
+    assert main([*argv, "--image-size", "336"]) == 1
+    assert "prompt_sha256" in capsys.readouterr().err
+    # The official prompt as a template file: Eq. 1's average is then the calibration's own, and
+    # stating another is refused.
+    template = tmp_path / "official.txt"
+    template.write_text(OFFICIAL["prompt_template"] + "\n")
+    argv += ["--prompt-template", str(template), "--image-size", "336"]
+    assert main(argv) == 0
     capsys.readouterr()
     assert main([*argv, "--obs-mean", "prob"]) == 1
     assert "was fitted with obs_mean 'logit' (Eq. 1), not 'prob'" in capsys.readouterr().err
+
+
+def test_a_given_calibration_of_another_eq1_average_is_refused_before_model_work(
+    official_run, qwen, data, tmp_path
+):
+    from lad.errors import CalibrationError
+
+    config = EvalConfig(model=qwen, data=str(data), num_candidates=N, calibration_items=2,
+                        calibration=str(official_run / "calibration.json"))  # fmt: skip
+    with pytest.raises(
+        CalibrationError, match=r"over 'logit' but this run asks for --obs-mean prob"
+    ):
+        evaluate(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

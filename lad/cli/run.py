@@ -21,9 +21,10 @@ from lad.errors import LadError
 from lad.labels import LABEL_SCHEMES
 
 # The options a preset may set, per command (lad.presets).
-EVAL_PRESET = ("obs_mean", "mixture", "attn_mean", "layer_range", "image_size", "calibrate_on")
-PREDICT_PRESET = ("obs_mean", "mixture", "attn_mean", "layer_range", "image_size")
-CALIBRATE_PRESET = ("obs_mean", "image_size")
+_SCORING = ("obs_mean", "mixture", "attn_mean", "layer_range")
+EVAL_PRESET = (*_SCORING, "image_size", "calibrate_on", "prompt_template")
+PREDICT_PRESET = (*_SCORING, "image_size", "prompt_template")
+CALIBRATE_PRESET = ("obs_mean", "image_size", "prompt_template")
 
 
 def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> None:
@@ -66,6 +67,21 @@ def _template(path: str | None) -> Any:
     from lad.prompts import PromptTemplate
 
     return None if path is None else PromptTemplate.from_file(path)
+
+
+def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
+    """The preset's options among `names`, overridden by stated flags (lad.cli.flags.resolved);
+    "prompt_template" is the template's text, from --prompt-template FILE when given."""
+    text = getattr(_template(args.prompt_template), "text", None)
+    return resolved(argparse.Namespace(**{**vars(args), "prompt_template": text}), names)
+
+
+def _prompt(values: dict[str, Any]) -> Any:
+    """Take the template text out of `values`, as the PromptTemplate Debiaser wants (or None)."""
+    from lad.prompts import PromptTemplate
+
+    text = values.pop("prompt_template", None)
+    return None if text is None else PromptTemplate(text)
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -239,11 +255,10 @@ def _eval(args: argparse.Namespace) -> int:
         sc_top_k=args.sc_top_k,
         sofa_sigma=args.sofa_sigma,
         sofa_within_image=args.sofa_within_image,
-        prompt_template=getattr(_template(args.prompt_template), "text", None),
         calibration_check=args.calibration_check,
         orders=args.orders,
         image_options=image_options(args),
-        **resolved(args, EVAL_PRESET),
+        **_options(args, EVAL_PRESET),
     )
     if config.calibrate_on == "evaluation":
         print(
@@ -270,6 +285,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     from lad.data.items import read_items
 
     items = read_items(args.data)[: args.items]
+    values = _options(args, CALIBRATE_PRESET)
+    prompt = _prompt(values)
     debiaser = Debiaser(
         args.model,
         labels=args.labels,
@@ -277,9 +294,9 @@ def _calibrate(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         batch_size=args.batch_size,
         quiet=args.quiet,
-        prompt_template=_template(args.prompt_template),
+        prompt_template=prompt,
         image_options=image_options(args),
-        **resolved(args, CALIBRATE_PRESET),
+        **values,
     )
     out = Path(args.out)
     debiaser.fit(items, records_path=out.with_name(out.stem + ".records.jsonl"))
@@ -295,6 +312,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     from lad.api import Debiaser
 
+    values = _options(args, PREDICT_PRESET)
+    prompt = _prompt(values)
     debiaser = Debiaser(
         args.model,
         labels=args.labels,
@@ -302,10 +321,10 @@ def _predict(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         top_k=args.top_k,
         tau=args.tau,
-        prompt_template=_template(args.prompt_template),
+        prompt_template=prompt,
         check_calibration=args.calibration_check,
         image_options=image_options(args),
-        **resolved(args, PREDICT_PRESET),
+        **values,
     ).load(args.calibration)
     choice = debiaser.predict(args.query, args.images, question=args.question)
     if args.json:

@@ -378,8 +378,8 @@ class _Clock:
             yield
         finally:  # an interrupted session's time counts too: it was spent
             load = self.backend.load_seconds - loaded
-            times = {name: time.perf_counter() - start - load}
-            rundir.add_times(self.run_dir, {**times, "model_load": load} if load else times)
+            times = {"model_load": load} if load else {}
+            rundir.add_times(self.run_dir, {**times, name: time.perf_counter() - start - load})
 
 
 def resolve_prompt(config: EvalConfig) -> EvalConfig:

@@ -24,6 +24,7 @@ from lad.prompts import TEMPLATES, render_prompt
 from lad.tiny import ARCHITECTURES, build_tiny_model
 
 ENV = "LAD_REAL_CHECKPOINTS"
+PROMPTS = len(TEMPLATES) * len(LABEL_SCHEMES) * 3  # every template and label scheme, N = 2, 4, 12
 PROMPT = "Given 4 images indexed from 1 to 4, pick one.\nCaption: a dog  on a sofa.\nAnswer: "
 
 
@@ -94,7 +95,7 @@ def test_quiet_on_every_tiny_model_and_the_demo(tiny_models):
     from transformers import AutoProcessor
 
     for name, path in tiny_models.items():
-        assert _every_prompt(AutoProcessor.from_pretrained(path), name) == 60
+        assert _every_prompt(AutoProcessor.from_pretrained(path), name) == PROMPTS
 
 
 def _real_checkpoints() -> list[Path]:
@@ -115,7 +116,7 @@ def test_quiet_on_the_real_checkpoint_files():
 
     for path in _real_checkpoints():
         processor = AutoProcessor.from_pretrained(path)
-        assert _every_prompt(processor, path.name) == 60
+        assert _every_prompt(processor, path.name) == PROMPTS
         # Captions from the wild: non-ASCII, a tab, double and trailing spaces.
         text = render_prompt("vanilla", "Ünïcödé café\tnaïve  “quoted” ", get_scheme("digits"), 4)
         check_round_trip(processor.tokenizer, chat_text(processor, text + " ", 4), path.name)

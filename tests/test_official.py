@@ -361,3 +361,26 @@ def test_a_given_calibration_of_another_eq1_average_is_refused_before_model_work
     ):
         evaluate(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_rerun_with_other_eq1_and_scoring_variants_rescores_without_the_model(
+    official_run, qwen, data, tmp_path, monkeypatch, capsys
+):
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(official_run, run)
+
+    def no_model(*a, **k):
+        raise AssertionError("rescoring must not load the model")
+
+    monkeypatch.setattr("lad.backends.load_backend", no_model)
+    common = ["--num-shuffles", "2", "--preset", "official"]
+    paper_scoring = ["--obs-mean", "prob", "--mixture", "prob", "--attn-mean", "log"]
+    assert _eval(qwen, data, run, *common, *paper_scoring, "--layer-range", "1,1") == 0
+    assert json.loads((run / "calibration.json").read_text())["obs_mean"] == "prob"
+    assert {p.prediction for p in read_predictions(run / "predictions.jsonl")} <= set(range(N))
+    # Without the preset the records would differ (picture size, prompt, calibration items).
+    capsys.readouterr()
+    assert _eval(qwen, data, run, "--num-shuffles", "2") == 1
+    assert "was made with --prompt-template" in capsys.readouterr().err

@@ -23,9 +23,9 @@ def add_preset_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_lad_flags(p: argparse.ArgumentParser, *, calibration: bool = True) -> None:
-    """LAD's inference options (§4.3), their official-code variants, and --preset; defaults are
-    the paper's. `calibration`: also --obs-mean, how a calibration is fitted (Eq. 1)."""
+def add_lad_flags(p: argparse.ArgumentParser) -> None:
+    """LAD's inference options (§4.3), their official-code variants (with --obs-mean, how a
+    calibration is fitted, Eq. 1) and --preset; defaults are the paper's."""
     add_preset_flag(p)
     p.add_argument("--top-k", type=int, default=2, help="K layers selected by Eq. 9 (default 2)")
     p.add_argument("--tau", type=float, default=5.0, help="τ of Eq. 12 (default 5)")
@@ -46,8 +46,7 @@ def add_lad_flags(p: argparse.ArgumentParser, *, calibration: bool = True) -> No
         choices=["log", "raw"],
         help="Eq. 11 mean of log attention (paper, default) or log of mean attention (official)",
     )
-    if calibration:
-        add_obs_mean_flag(p)
+    add_obs_mean_flag(p)
 
 
 def add_obs_mean_flag(p: argparse.ArgumentParser) -> None:

@@ -8,6 +8,8 @@ prediction is the argmax. docs/methods.md states what each computes.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,6 +22,8 @@ from lad.parsing import UNPARSEABLE, majority_vote, parse_answer, parse_answer_i
 from lad.records import RecordSet
 
 LAYER_STRATEGIES = ("top-k", "all")
+# log of the smallest positive normal double: where a score would be log 0 (attn-purified at τ = ∞).
+LOG_ZERO = math.log(np.finfo(np.float64).tiny)
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,7 @@ class MethodOptions:
     """Options of the attention-guided methods (defaults: the paper's).
 
     top_k:       K, how many layers Eq. 9 selects.
-    tau:         τ of Eq. 12 (>= 0).
+    tau:         τ of Eq. 12 (>= 0); math.inf gives the limit τ → ∞ (π one-hot at argmax π̃).
     layers:      "top-k" (Eq. 9, per record), "all", or a tuple of 0-based layer indices.
     use_prior:   divide attention by the attention prior (Eq. 11); off = Table 4's "no prior".
     obs_mean:    Eq. 1 over probabilities ("prob", paper) or log-probs ("logit", official code);
@@ -64,8 +68,11 @@ class MethodOptions:
             )
         if not isinstance(self.top_k, int) or self.top_k < 1:
             raise LadError(f"The 'top_k' parameter must be an integer >= 1. Got {self.top_k!r}.")
-        if not (np.isfinite(self.tau) and self.tau >= 0):
-            raise LadError(f"The 'tau' parameter must be a finite number >= 0. Got {self.tau!r}.")
+        if not (isinstance(self.tau, numbers.Real) and self.tau >= 0):  # NaN fails `>= 0`
+            raise LadError(
+                f"The 'tau' parameter must be a number >= 0 (math.inf for the limit). "
+                f"Got {self.tau!r}."
+            )
         if self.layer_range is not None and (
             len(self.layer_range) != 2 or not 0 <= self.layer_range[0] <= self.layer_range[1]
         ):
@@ -145,8 +152,16 @@ def log_purified(
 def lad_log_posterior(
     records: RecordSet, calibration: Calibration | None, options: MethodOptions = MethodOptions()
 ) -> np.ndarray:
-    """(R, N) log π = log softmax(τ · log π̃) (Eq. 12)."""
-    return log_softmax(options.tau * log_purified(records, calibration, options), axis=1)
+    """(R, N) log π = log softmax(τ · log π̃) (Eq. 12).
+
+    τ = ∞ gives the limit: π uniform over the positions where π̃ is largest (one-hot without a
+    tie), log 0 = -inf elsewhere. τ = 0 gives the uniform π.
+    """
+    log_pt = log_purified(records, calibration, options)
+    if math.isinf(options.tau):
+        top = log_pt == log_pt.max(axis=1, keepdims=True)
+        return np.where(top, -np.log(top.sum(axis=1, keepdims=True)), -np.inf)
+    return log_softmax(options.tau * log_pt, axis=1)
 
 
 def lad_posterior(
@@ -192,7 +207,9 @@ def _attn(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
 
 
 def _attn_purified(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
-    return lad_log_posterior(records, calibration, options)
+    log_pi = lad_log_posterior(records, calibration, options)
+    # At τ = ∞, log π is -inf off the argmax; scores stay finite (the argmax is unchanged).
+    return np.maximum(log_pi, LOG_ZERO) if math.isinf(options.tau) else log_pi
 
 
 def _perm_avg(records: RecordSet, calibration, options, perm_records) -> np.ndarray:

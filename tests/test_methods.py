@@ -88,6 +88,35 @@ def test_tau_sharpens_the_posterior():
     np.testing.assert_allclose(pi, [[0.25 / 5.25, 4 / 5.25, 1 / 5.25]])
 
 
+def test_tau_limits():
+    records, cal = one_record(), hand_calibration()
+    # τ = 0: π uniform, so P_prior is the mean of P̂_bias's rows = [0.8, 1.05, 1.15] / 3.
+    pi0 = lad_posterior(records, cal, MethodOptions(tau=0.0))
+    np.testing.assert_allclose(pi0, [[1 / 3] * 3])
+    p_prior0 = np.array([0.8, 1.05, 1.15]) / 3
+    np.testing.assert_allclose(
+        np.exp(log_mixture_prior(records, cal, MethodOptions(tau=0.0))), [p_prior0]
+    )
+    # τ = ∞: π one-hot at argmax π̃ = position 1, so P_prior = P̂_bias(·|1) = [0.2, 0.2, 0.6].
+    inf = MethodOptions(tau=math.inf)
+    np.testing.assert_array_equal(lad_posterior(records, cal, inf), [[0.0, 1.0, 0.0]])
+    np.testing.assert_allclose(np.exp(log_mixture_prior(records, cal, inf)), [BIAS[1]])
+    np.testing.assert_allclose(score("lad", records, cal, inf), np.log([PROBS]) - np.log([BIAS[1]]))
+    purified = score("attn-purified", records, cal, inf)
+    assert np.isfinite(purified).all() and purified.argmax() == 1 and purified[0, 1] == 0.0
+    # ... the limit of large finite τ, also under the log-space mixture.
+    for mixture in ("prob", "log"):
+        big = score("lad", records, cal, MethodOptions(tau=200.0, mixture=mixture))
+        limit = score("lad", records, cal, MethodOptions(tau=math.inf, mixture=mixture))
+        np.testing.assert_allclose(big, limit, atol=1e-9)
+
+
+def test_tau_infinity_splits_ties_evenly():
+    # Without the prior and with K = 1 (layer 1 attends [0.2, 0.2, 0.2]): a three-way tie.
+    options = MethodOptions(tau=math.inf, use_prior=False, top_k=1)
+    np.testing.assert_allclose(lad_posterior(one_record(), None, options), [[1 / 3] * 3])
+
+
 def test_official_code_variants():
     records, cal = one_record(), hand_calibration()
     # Eq. 13 in log space: Σ_k π_k log P̂_bias(j|k).
@@ -201,7 +230,8 @@ def test_errors_are_clear():
         score("lad", records)
     with pytest.raises(CalibrationError, match="refit it with Calibration"):
         score("lad", records, hand_calibration(), MethodOptions(obs_mean="logit"))
-    for bad in ({"tau": -1.0}, {"top_k": 0}, {"layers": "some"}, {"mixture": "geo"}):
+    bad_options = ({"tau": -1.0}, {"tau": math.nan}, {"tau": "5"}, {"top_k": 0}, {"layers": "x"})
+    for bad in (*bad_options, {"mixture": "geo"}):
         with pytest.raises(LadError, match="parameter must"):
             MethodOptions(**bad)
     wrong_n = SyntheticModel(num_candidates=4, num_layers=3).eval_records(1, 1)

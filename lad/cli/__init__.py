@@ -11,7 +11,7 @@ import sys
 
 from lad.errors import LadError
 
-COMMAND_MODULES = ("run", "score", "data", "demo")
+COMMAND_MODULES = ("run", "score", "ablate", "data", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

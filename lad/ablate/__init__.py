@@ -1,0 +1,101 @@
+"""The paper's analyses of finished runs, from their stored records alone (`lad ablate`).
+
+Figure 5 (accuracy against N), Table 3 (calibration transfer), Table 4 (ablation of the
+attention-guided mechanisms), Figure 6(a) (calibration size |D_cal|), Figure 6(b) (temperature
+τ), Table 7 (logits vs attention at each ground-truth position) and Table 8 (cost). Every number
+is a metric (lad.metrics) of predictions from lad.methods on a run's stored records, with a
+calibration from lad.calibrate; nothing needs the model again. lad.ablate.report writes them as
+Markdown, JSON, figures and an HTML page.
+
+    runs = load_runs(["runs/n4", "runs/n8"])
+    result = ablate(runs)  # every analysis the runs support; result.missing says what is not
+    write_ablation(result, "runs/ablate")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from lad.ablate.across import accuracy_vs_n, transfer_table
+from lad.ablate.report import write_ablation
+from lad.ablate.runs import (
+    ANALYSIS_FILES,
+    DEFAULTS,
+    AblateOptions,
+    Ablation,
+    AnalysisError,
+    Missing,
+    Run,
+    Table,
+    load_run,
+    load_runs,
+)
+from lad.ablate.within import (
+    ablation_table,
+    calibration_size_sweep,
+    calibration_subsets,
+    cost_table,
+    divergence_table,
+    temperature_sweep,
+)
+from lad.errors import LadError
+
+# Keys and order as in ANALYSIS_FILES.
+ANALYSES: dict[str, Callable[[list[Run], AblateOptions], Table]] = {
+    "fig5": accuracy_vs_n,
+    "table3": transfer_table,
+    "table4": ablation_table,
+    "fig6a": calibration_size_sweep,
+    "fig6b": temperature_sweep,
+    "table7": divergence_table,
+    "table8": cost_table,
+}
+
+
+def ablate(
+    runs: Sequence[Run], options: AblateOptions = DEFAULTS, only: Sequence[str] | None = None
+) -> Ablation:
+    """Every analysis of ANALYSES (or those in `only`) the runs support; one they cannot support
+    is listed in `missing` with the reason and what would make it possible."""
+    if not runs:
+        raise LadError("no runs given; pass run directories made by lad eval")
+    keys = list(dict.fromkeys(only or ANALYSES))
+    unknown = [k for k in keys if k not in ANALYSES]
+    if unknown:
+        raise LadError(f"Unknown analyses {unknown}. Analyses: {list(ANALYSES)}")
+    tables, missing = [], []
+    for key in keys:
+        try:
+            table = ANALYSES[key](list(runs), options)
+        except AnalysisError as e:
+            missing.append(Missing(key, e.reason, e.fix))
+            continue
+        tables.append(table)
+        missing += table.missing
+    return Ablation(tables, missing, [r.name for r in runs])
+
+
+assert list(ANALYSES) == list(ANALYSIS_FILES)
+
+__all__ = [
+    "ANALYSES",
+    "ANALYSIS_FILES",
+    "AblateOptions",
+    "Ablation",
+    "AnalysisError",
+    "Missing",
+    "Run",
+    "Table",
+    "ablate",
+    "ablation_table",
+    "accuracy_vs_n",
+    "calibration_size_sweep",
+    "calibration_subsets",
+    "cost_table",
+    "divergence_table",
+    "load_run",
+    "load_runs",
+    "temperature_sweep",
+    "transfer_table",
+    "write_ablation",
+]

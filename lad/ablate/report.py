@@ -1,0 +1,318 @@
+"""Writes `lad ablate`'s results: per analysis a Markdown table, a JSON table and a PNG figure,
+then `index.html` with all of them and `summary.json` (what was made, what was not and why).
+
+    page = write_ablation(ablate(load_runs(["runs/n4"])), "runs/n4/ablate")
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from lad.ablate.runs import ANALYSIS_FILES, Ablation, Missing, Table
+from lad.ablate.within import DIVERGENCE_METHODS
+from lad.report import _STYLE
+
+FILES = ANALYSIS_FILES
+
+
+def write_ablation(result: Ablation, out_dir: str | Path) -> Path:
+    """Write every table of `result` into out_dir; return the path of index.html."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for table in result.tables:
+        stem = FILES[table.key]
+        (out / f"{stem}.md").write_text(markdown(table, f"{stem}.png"), encoding="utf-8")
+        (out / f"{stem}.json").write_text(_dumps(table_json(table)) + "\n", encoding="utf-8")
+        FIGURES[table.key](table, out / f"{stem}.png")
+    summary = {
+        "runs": result.runs,
+        "analyses": {t.key: FILES[t.key] for t in result.tables},
+        "missing": [_missing_json(m) for m in result.missing],
+    }
+    (out / "summary.json").write_text(_dumps(summary) + "\n", encoding="utf-8")
+    page = out / "index.html"
+    page.write_text(_html(result), encoding="utf-8")
+    return page
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=False)
+
+
+def _missing_json(m: Missing) -> dict[str, str]:
+    return {"analysis": m.analysis, "reason": m.reason, "fix": m.fix}
+
+
+def table_json(table: Table) -> dict[str, Any]:
+    return {
+        "analysis": table.key,
+        "title": table.title,
+        "caption": table.caption,
+        "columns": table.columns,
+        "rows": table.rows,
+        "data": table.data,
+        "missing": [_missing_json(m) for m in table.missing],
+    }
+
+
+def cell_text(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def missing_text(m: Missing) -> str:
+    return f"{m.analysis}: {m.reason}" + (f"; to get it: {m.fix}" if m.fix else "")
+
+
+def markdown(table: Table, figure: str | None = None) -> str:
+    """The table as GitHub Markdown, with its caption, what it leaves out, and its figure."""
+
+    def row(cells: list[Any]) -> str:
+        return "| " + " | ".join(cell_text(c).replace("|", "\\|") for c in cells) + " |"
+
+    lines = [f"## {table.title}", "", table.caption, "", row(table.columns)]
+    lines.append("|" + "|".join("---" for _ in table.columns) + "|")
+    lines += [row(r) for r in table.rows]
+    if table.missing:
+        lines += ["", "Not shown:", ""] + [f"- {missing_text(m)}" for m in table.missing]
+    if figure:
+        lines += ["", f"![{table.title}]({figure})"]
+    return "\n".join(lines) + "\n"
+
+
+def _html(result: Ablation) -> str:
+    esc = html.escape
+    parts = [
+        "<!doctype html><meta charset=utf-8><title>lad ablate</title>",
+        f"<style>{_STYLE}</style><h1>lad ablate</h1>",
+        "<p>Runs: " + ", ".join(f"<code>{esc(r)}</code>" for r in result.runs) + "</p>",
+    ]
+    for table in result.tables:
+        stem = FILES[table.key]
+        head = "".join(f"<th>{esc(c)}</th>" for c in table.columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{esc(cell_text(c))}</td>" for c in r) + "</tr>"
+            for r in table.rows
+        )
+        parts += [
+            f'<h2 id="{stem}">{esc(table.title)}</h2>',
+            f"<p>{esc(table.caption)}</p>",
+            f"<table><tr>{head}</tr>{body}</table>",
+            f'<p><img src="{stem}.png" alt="{esc(table.title)}"></p>',
+            f'<p><a href="{stem}.md">{stem}.md</a> · <a href="{stem}.json">{stem}.json</a></p>',
+        ]
+    if result.missing:
+        parts.append("<h2>Not possible with these runs</h2><ul>")
+        parts += [f"<li>{esc(missing_text(m))}</li>" for m in result.missing]
+        parts.append("</ul>")
+    return "\n".join(parts) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures, one per analysis, drawn from the table's `data`.
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _by_run(items: list[dict[str, Any]], key: str = "run") -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for item in items:
+        out.setdefault(item[key], []).append(item)
+    return out
+
+
+def _ablation_figure(table: Table, path: Path) -> None:
+    runs = _by_run(table.data["rows"])
+    first = next(iter(runs.values()))
+    labels = [
+        f"{r['strategy']} {'✓' if r['prior'] else '–'}" + ("" if r["k"] is None else f" K={r['k']}")
+        for r in first
+    ]
+    y = np.arange(len(labels))
+    height = 0.8 / len(runs)
+    fig, ax = plt.subplots(figsize=(7.2, 0.45 * len(labels) * max(1, len(runs) ** 0.5) + 1.2))
+    for i, (name, rows) in enumerate(runs.items()):
+        acc = [r["acc"] for r in rows]
+        err = [r["acc_std"] for r in rows]
+        ax.barh(y + (i - (len(runs) - 1) / 2) * height, acc, height, xerr=err, label=name)
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("accuracy (%)")
+    ax.set_title("Table 4: ablation (strategy, prior, K)")
+    ax.legend(fontsize=8, loc="lower right")
+    _save(fig, path)
+
+
+def _size_figure(table: Table, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    for i, (name, points) in enumerate(_by_run(table.data["points"]).items()):
+        colour = f"C{i}"
+        x = [p["size"] for p in points]
+        for method, style, label in (("lad", "-o", "LAD"), ("pride", "--s", "PriDe")):
+            mean = np.array([p[f"{method}_mean"] for p in points])
+            std = np.array([p[f"{method}_std"] for p in points])
+            ax.plot(x, mean, style, color=colour, label=f"{label} ({name})")
+            ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.15)
+    ax.set_xscale("log")
+    sizes = sorted({p["size"] for p in table.data["points"]})
+    ax.set_xticks(sizes, [str(s) for s in sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("|D_cal| (calibration items)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Figure 6(a): calibration size (mean ± std over subsets)")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def _tau_position(tau: float | str, finite_max: float) -> float:
+    return finite_max + 2.0 if tau == "inf" else float(tau)
+
+
+def _temperature_figure(table: Table, path: Path) -> None:
+    points = table.data["points"]
+    finite = [p["tau"] for p in points if p["tau"] != "inf"]
+    top = max(finite, default=0.0)
+    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    for i, (name, rows) in enumerate(_by_run(points).items()):
+        colour = f"C{i}"
+        x = np.array([_tau_position(r["tau"], top) for r in rows])
+        acc = np.array([r["acc"] for r in rows])
+        std = np.array([r["acc_std"] for r in rows])
+        limit = np.array([r["tau"] == "inf" for r in rows])
+        ax.plot(x[~limit], acc[~limit], "-o", color=colour, label=f"LAD ({name})")
+        ax.fill_between(
+            x[~limit], (acc - std)[~limit], (acc + std)[~limit], color=colour, alpha=0.15
+        )
+        if limit.any() and (~limit).any():  # τ = ∞: a limit, joined by a dotted line
+            last = np.flatnonzero(~limit)[-1]
+            j = np.flatnonzero(limit)[0]
+            ax.plot(x[[last, j]], acc[[last, j]], ":", color=colour)
+            ax.errorbar(x[j], acc[j], yerr=std[j], fmt="o", color=colour, capsize=3)
+        ax.axhline(rows[0]["pride_acc"], color=colour, ls="--", lw=1, label=f"PriDe ({name})")
+    taus = sorted({p["tau"] for p in points}, key=lambda t: _tau_position(t, top))
+    ax.set_xticks(
+        [_tau_position(t, top) for t in taus], ["∞" if t == "inf" else f"{t:g}" for t in taus]
+    )
+    ax.set_xlabel("τ (Eq. 12)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Figure 6(b): temperature (mean ± std over shuffles)")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def _n_figure(table: Table, path: Path) -> None:
+    panels = table.data["panels"]
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(5.6 * len(panels), 3.9), squeeze=False, sharey=True
+    )
+    for ax, panel in zip(axes[0], panels, strict=True):
+        for name, points in panel["series"].items():
+            ns = [n for n in panel["ns"] if str(n) in points]
+            acc = [points[str(n)]["acc"] for n in ns]
+            err = [points[str(n)]["acc_std"] for n in ns]
+            ax.errorbar(ns, acc, yerr=err, marker="o", capsize=3, label=name)
+        ax.set_xticks(panel["ns"])
+        ax.set_xlabel("number of candidates N")
+        ax.set_title(f"{panel['setting'] or 'runs'} ({Path(panel['model']).name or '?'})")
+        ax.legend(fontsize=8, ncol=2)
+    axes[0][0].set_ylabel("accuracy (%)")
+    fig.suptitle("Figure 5: accuracy against N")
+    _save(fig, path)
+
+
+def _transfer_figure(table: Table, path: Path) -> None:
+    pairs = table.data["pairs"]
+    x = np.arange(len(pairs))
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.7 * len(pairs) + 2), 4.2))
+    for offset, key, label in ((-0.2, "transferred", "A's calibration"), (0.2, "own", "B's own")):
+        ax.bar(
+            x + offset,
+            [p[key]["acc"] for p in pairs],
+            0.4,
+            yerr=[p[key]["acc_std"] for p in pairs],
+            label=label,
+        )
+    ax.set_xticks(x, [f"{p['calibration']}→{p['records']}\n{p['method']}" for p in pairs])
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Table 3: calibration transfer (A → B)")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def _divergence_figure(table: Table, path: Path) -> None:
+    runs = table.data["runs"]
+    fig, axes = plt.subplots(len(runs), 1, figsize=(7.2, 3.4 * len(runs)), squeeze=False)
+    for ax, run in zip(axes[:, 0], runs, strict=True):
+        methods = run["methods"]
+        n = len(next(iter(methods.values()))["recall_by_position"])
+        x = np.arange(n + 1)
+        width = 0.8 / len(methods)
+        for i, (name, m) in enumerate(methods.items()):
+            values = [np.nan if v is None else v for v in m["recall_by_position"]] + [m["acc"]]
+            offset = (i - (len(methods) - 1) / 2) * width
+            ax.bar(x + offset, values, width, label=DIVERGENCE_METHODS[name])
+        ax.set_xticks(x, [str(p + 1) for p in range(n)] + ["all"])
+        ax.set_ylim(0, 119)  # room for the legend above 100
+        ax.set_xlabel("ground-truth position")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_title(f"Table 7: logits vs attention ({run['run']})")
+        ax.legend(fontsize=8, ncol=4)
+    _save(fig, path)
+
+
+COST_COLOURS = {"vanilla": "C0", "sofa": "C1", "perm-avg": "C2", "lad": "C3"}
+
+
+def _cost_figure(table: Table, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    markers = "os^Dv<>p"
+    for i, (name, rows) in enumerate(_by_run(table.data["rows"]).items()):
+        for r in rows:
+            ax.scatter(
+                r["forward_passes_per_item"],
+                r["acc"],
+                color=COST_COLOURS.get(r["method"], "0.5"),
+                marker=markers[i % len(markers)],
+                s=50,
+                label=f"{r['method']} ({name})",
+            )
+    passes = sorted({r["forward_passes_per_item"] for r in table.data["rows"]})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(passes, [f"{p:g}" for p in passes])
+    ax.minorticks_off()
+    ax.set_xlim(min(passes) / 1.6, max(passes) * 1.6)
+    ax.set_xlabel("forward passes per prompt")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Table 8: accuracy against cost")
+    ax.legend(fontsize=7, ncol=2)
+    _save(fig, path)
+
+
+FIGURES = {
+    "fig5": _n_figure,
+    "table3": _transfer_figure,
+    "table4": _ablation_figure,
+    "fig6a": _size_figure,
+    "fig6b": _temperature_figure,
+    "table7": _divergence_figure,
+    "table8": _cost_figure,
+}

@@ -1,0 +1,302 @@
+"""Runs for `lad ablate`: a finished run's stored evidence, and the shape of an analysis's result.
+
+`load_run(dir)` reads a `lad eval` run directory; `Run.metrics(method, options, calibration)` is
+metrics.json's entry for a method scored by lad.methods on the run's records, the one place every
+number of lad.ablate comes from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lad.calibrate import Calibration
+from lad.errors import LadError, RunError
+from lad.evaluate import RUN_FORMAT, STAGE_FILES, calibration_check, config_from_dict
+from lad.labels import get_scheme
+from lad.methods import METHODS, MethodOptions, choose
+from lad.metrics import compute_metrics
+from lad.records import RecordSet, read_records
+
+RECORD_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified")
+# Every analysis by key, in the paper's order, with the stem of the files it is written to.
+ANALYSIS_FILES = {
+    "fig5": "fig5_accuracy_vs_n",
+    "table3": "table3_transfer",
+    "table4": "table4_ablation",
+    "fig6a": "fig6a_calibration_size",
+    "fig6b": "fig6b_temperature",
+    "table7": "table7_divergence",
+    "table8": "table8_cost",
+}
+
+
+class AnalysisError(LadError):
+    """The runs given cannot support an analysis; `fix` says what would make it possible."""
+
+    def __init__(self, message: str, fix: str = ""):
+        super().__init__(message + (f" ({fix})" if fix else ""))
+        self.reason, self.fix = message, fix
+
+
+@dataclass(frozen=True)
+class AblateOptions:
+    """The settings the analyses sweep (defaults: the paper's).
+
+    top_k, tau:  K and τ wherever they are not the swept quantity (paper: 2 and 5).
+    ks:          K of Table 4's "Dynamic ✓" rows.
+    sizes:       |D_cal| of Figure 6(a).
+    taus:        τ of Figure 6(b); 0 and math.inf are the limits (uniform, one-hot π).
+    subsets:     random calibration subsets per |D_cal| (Figure 6(a)).
+    seed:        seeds the subsets.
+    """
+
+    top_k: int = 2
+    tau: float = 5.0
+    ks: tuple[int, ...] = (1, 2, 4, 8)
+    sizes: tuple[int, ...] = (1, 5, 10, 20, 50, 100)
+    taus: tuple[float, ...] = (0.0, 1.0, 3.0, 5.0, 7.0, 9.0, math.inf)
+    subsets: int = 5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        MethodOptions(top_k=self.top_k, tau=self.tau)  # validates both
+        for tau in self.taus:
+            MethodOptions(tau=tau)
+        for name in ("ks", "sizes"):
+            values = getattr(self, name)
+            if not values or not all(isinstance(v, int) and v >= 1 for v in values):
+                raise LadError(f"The '{name}' parameter must be integers >= 1. Got {values!r}.")
+        if not self.taus:
+            raise LadError("The 'taus' parameter must name at least one τ")
+        if self.subsets < 1:
+            raise LadError(f"The 'subsets' parameter must be >= 1. Got {self.subsets!r}.")
+
+
+DEFAULTS = AblateOptions()
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs.
+
+
+@dataclass
+class Run:
+    """A finished run's stored evidence. `load_run` reads one from a `lad eval` directory.
+
+    calibration:         the calibration its methods used (calibration.json).
+    calibration_records: the symmetrised calibration set it was fitted on (None when the run was
+                         given a --calibration file).
+    perm_records:        each evaluation item under all N cyclic shifts (perm-avg), or None.
+    stages:              records of the other method stages present ("sofa", "cot", ...).
+    arguments:           run.json's arguments (model, setting, labels, ...).
+    path:                the run directory, when read from one.
+    """
+
+    name: str
+    records: RecordSet
+    calibration: Calibration
+    calibration_records: RecordSet | None = None
+    perm_records: RecordSet | None = None
+    stages: dict[str, RecordSet] = field(default_factory=dict)
+    arguments: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def num_candidates(self) -> int:
+        return self.records.num_candidates
+
+    @property
+    def setting(self) -> str:
+        return str(self.arguments.get("setting", ""))
+
+    @property
+    def model(self) -> str:
+        return str(self.arguments.get("model", ""))
+
+    def options(self, **changes: Any) -> MethodOptions:
+        return MethodOptions(labels=self.arguments.get("labels", "digits"), **changes)
+
+    def methods(self) -> list[str]:
+        """The methods whose inputs this run holds."""
+        out = list(RECORD_METHODS)
+        if self.perm_records is not None:
+            out.append("perm-avg")
+        return out + [m for m in METHODS if METHODS[m].stage in self.stages]
+
+    def methods_fix(self, method: str) -> str:
+        """What makes `method`'s records: rerunning the run's lad eval with it added."""
+        where = f" --out {self.path}" if self.path else ""
+        return (
+            f"rerun this run's lad eval{where} with {method} added to --methods (records "
+            "already made are reused)"
+        )
+
+    def calibration_note(self) -> str:
+        size = self.calibration.num_items
+        return f"{self.name}: |D_cal| = {size}" if size else f"{self.name}: a given calibration"
+
+    def metrics(
+        self,
+        method: str,
+        options: MethodOptions | None = None,
+        calibration: Calibration | None = None,
+    ) -> dict[str, Any]:
+        """metrics.json's entry for `method` on this run's records (lad.methods, lad.metrics)."""
+        if method == "perm-avg" and self.perm_records is None:
+            raise AnalysisError(f"{self.name} has no perm_records.jsonl", self.methods_fix(method))
+        stage = METHODS[method].stage
+        records = self.records if stage == "records" else self.stages.get(stage)
+        if records is None:
+            raise AnalysisError(
+                f"{self.name} has no {STAGE_FILES[stage]}", self.methods_fix(method)
+            )
+        _, chosen = choose(
+            method,
+            records,
+            calibration or self.calibration,
+            options or self.options(),
+            self.perm_records,
+        )
+        return compute_metrics(self.records, {method: chosen})["methods"][method]
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a finished `lad eval` run directory (run.json, records.jsonl, calibration.json, and
+    calibration.jsonl, perm_records.jsonl and other stages' records where present)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RunError(f"{path}: not a directory; pass run directories made by lad eval --out DIR")
+    run_json = path / "run.json"
+    if not run_json.is_file():
+        raise RunError(f"{path}: not a lad run directory (no run.json); make one with lad eval")
+    try:
+        stored = json.loads(run_json.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise RunError(f"{run_json}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(stored, dict) or stored.get("format") != RUN_FORMAT:
+        raise RunError(f"{run_json}: not a lad run (expected format {RUN_FORMAT!r})")
+    arguments = config_from_dict(stored.get("arguments", {})).identity()
+    for name in ("records.jsonl", "calibration.json"):
+        if not (path / name).is_file():
+            raise RunError(f"{path}: no {name}; the run is unfinished, rerun its lad eval")
+    records = read_records(path / "records.jsonl")
+    calibration = Calibration.load(path / "calibration.json")
+    calibration_check(calibration, records, arguments, get_scheme(arguments["labels"]))
+
+    def optional(name: str) -> RecordSet | None:
+        return read_records(path / name) if (path / name).is_file() else None
+
+    stages = {}
+    for stage, name in STAGE_FILES.items():
+        made = optional(name) if stage != "records" else None
+        if made is not None:
+            if made.keys() != records.keys() or not np.array_equal(made.order, records.order):
+                raise RunError(f"{path / name}: its records differ from records.jsonl")
+            stages[stage] = made
+    return Run(
+        name=path.name or str(path),
+        records=records,
+        calibration=calibration,
+        calibration_records=None if arguments["calibration"] else optional("calibration.jsonl"),
+        perm_records=optional("perm_records.jsonl"),
+        stages=stages,
+        arguments=arguments,
+        path=path,
+    )
+
+
+def load_runs(paths: Sequence[str | Path]) -> list[Run]:
+    """`load_run` of each; runs whose folder names coincide are named by their whole path."""
+    runs = [load_run(p) for p in paths]
+    names = [r.name for r in runs]
+    for run, path in zip(runs, paths, strict=True):
+        if names.count(run.name) > 1:
+            run.name = str(path)
+    if len({r.name for r in runs}) < len(runs):
+        raise RunError(f"the same run directory is given twice: {[str(p) for p in paths]}")
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------
+# Results.
+
+
+@dataclass(frozen=True)
+class Missing:
+    """Something an analysis could not show, why, and what would make it possible."""
+
+    analysis: str
+    reason: str
+    fix: str = ""
+
+
+@dataclass
+class Table:
+    """One analysis: a table (columns, rows of cells) and its numbers for a figure (`data`).
+
+    A cell is a string, a number or None (not defined). `missing` lists parts left out."""
+
+    key: str
+    title: str
+    caption: str
+    columns: list[str]
+    rows: list[list[Any]]
+    data: dict[str, Any]
+    missing: list[Missing] = field(default_factory=list)
+
+
+def acc_text(m: dict[str, Any]) -> str:
+    """Acc as the paper prints it: mean ± std over the shuffles."""
+    return f"{m['acc']:.2f} ± {m['acc_std']:.2f}"
+
+
+def score_cells(m: dict[str, Any]) -> list[Any]:
+    """The Acc, RStd, Cons. cells of a table row."""
+    return [acc_text(m), round(m["rstd"], 2), round(m["cons"], 2)]
+
+
+def summary(m: dict[str, Any]) -> dict[str, Any]:
+    """The metrics an analysis's JSON keeps of a method."""
+    keys = ("acc", "acc_std", "rstd", "cons", "recall_by_position", "forward_passes_per_item")
+    return {k: m[k] for k in keys}
+
+
+def tau_label(tau: float) -> str:
+    return "∞" if math.isinf(tau) else f"{tau:g}"
+
+
+def tau_json(tau: float) -> float | str:
+    """τ in JSON: a number, or "inf" (JSON has no infinity)."""
+    return "inf" if math.isinf(tau) else float(tau)
+
+
+def first_missing(missing: list[Missing], default: str) -> AnalysisError:
+    """The error for an analysis none of whose parts could be made."""
+    if missing:
+        return AnalysisError(missing[0].reason, missing[0].fix)
+    return AnalysisError(default)
+
+
+@dataclass
+class Ablation:
+    """What `lad.ablate.ablate` made: the tables, what the runs could not support, the runs."""
+
+    tables: list[Table]
+    missing: list[Missing]
+    runs: list[str]
+
+
+def calibration_note(runs: Sequence[Run]) -> str:
+    """Which calibration the numbers use, for a caption."""
+    return (
+        "Calibration: each run's calibration.json ("
+        + "; ".join(r.calibration_note() for r in runs)
+        + ")."
+    )

@@ -1,0 +1,288 @@
+"""Analyses of each run on its own: Table 4 (ablation), Figure 6(a) (|D_cal|), Figure 6(b) (τ),
+Table 7 (divergence by position), Table 8 (cost). Every number is `Run.metrics`: lad.methods'
+predictions on the run's stored records, measured by lad.metrics.
+
+    table = ablation_table(load_run("runs/adv4"), AblateOptions(ks=(1, 2, 4)))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from lad.ablate.runs import (
+    DEFAULTS,
+    AblateOptions,
+    Missing,
+    Run,
+    Table,
+    acc_text,
+    calibration_note,
+    first_missing,
+    score_cells,
+    summary,
+    tau_json,
+    tau_label,
+)
+from lad.calibrate import Calibration
+from lad.evaluate import SOFA_GRID, STAGE_FILES
+from lad.methods import METHODS
+
+# ---------------------------------------------------------------------------------------------
+# Table 4: the ablation of the attention-guided mechanisms.
+
+
+def ablation_rows(options: AblateOptions) -> list[tuple[str, bool, int | None, str, dict]]:
+    """(strategy, prior, K, method, MethodOptions changes) of each Table 4 row."""
+    k = options.top_k
+    rows = [
+        ("Attn Readout", False, k, "attn", {}),
+        ("Attn Readout", True, k, "attn-purified", {}),
+        ("All Layers", True, None, "lad", {"layers": "all"}),
+        ("Dynamic", False, k, "lad", {"use_prior": False}),
+    ]
+    return rows + [("Dynamic", True, kk, "lad", {"top_k": kk}) for kk in options.ks]
+
+
+def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
+    """Table 4: attention readout without / with prior, all layers, dynamic layers without prior,
+    dynamic with prior for each K, on each run's records and calibration."""
+    runs = [runs] if isinstance(runs, Run) else list(runs)
+    rows, data = [], []
+    for run in runs:
+        nl = run.records.num_layers
+        for strategy, prior, k, method, changes in ablation_rows(options):
+            opts = run.options(**{"top_k": options.top_k, "tau": options.tau, **changes})
+            m = run.metrics(method, opts)
+            shown_k = "–" if k is None else (f"{k} (= all {nl})" if k >= nl else str(k))
+            rows.append([run.name, strategy, "✓" if prior else "–", shown_k, *score_cells(m)])
+            data.append(
+                {
+                    "run": run.name,
+                    "strategy": strategy,
+                    "prior": prior,
+                    "k": k,
+                    "layers_used": nl if k is None else min(k, nl),
+                    "method": method,
+                    "options": dataclasses.asdict(opts),
+                    **summary(m),
+                }
+            )
+    return Table(
+        "table4",
+        "Table 4: ablation of the attention-guided mechanisms",
+        f"τ = {tau_label(options.tau)}. Attn Readout without prior is the raw attention argmax "
+        "(method attn), with prior the purified attention π (attn-purified); the other rows are "
+        "LAD (Eq. 14) with that layer strategy, prior and K. Acc is mean ± std over the "
+        f"shuffles. {calibration_note(runs)}",
+        ["Run", "Strategy", "Prior", "K", "Acc", "RStd", "Cons."],
+        rows,
+        {"rows": data},
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Figure 6: calibration size and temperature.
+
+
+def calibration_subsets(items: Sequence[str], size: int, count: int, seed: int) -> list[list[str]]:
+    """`count` seeded random subsets of `size` calibration items (drawn independently; the whole
+    set once when size equals the number of items)."""
+    names = sorted(set(items))
+    if size >= len(names):
+        return [names]
+    rng = np.random.default_rng([seed, size])
+    return [
+        sorted(names[i] for i in rng.choice(len(names), size, replace=False)) for _ in range(count)
+    ]
+
+
+def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
+    """Figure 6(a): LAD's and PriDe's accuracy against |D_cal|, mean ± std over calibrations
+    fitted on random subsets of each run's calibration records."""
+    runs = [runs] if isinstance(runs, Run) else list(runs)
+    rows, data, missing = [], [], []
+    for run in runs:
+        cal = run.calibration_records
+        if cal is None:
+            missing.append(
+                Missing(
+                    "fig6a",
+                    f"{run.name} was calibrated from a given --calibration file, so it holds no "
+                    "calibration records",
+                    f"lad eval without --calibration, --calibration-items {max(options.sizes)}",
+                )
+            )
+            continue
+        have = len(set(cal.items.tolist()))
+        too_big = [s for s in options.sizes if s > have]
+        if too_big:
+            missing.append(
+                Missing(
+                    "fig6a",
+                    f"|D_cal| = {', '.join(map(str, too_big))} for {run.name}: its calibration "
+                    f"holds {have} items",
+                    f"lad eval --calibration-items {max(options.sizes)} keeps every calibration "
+                    "record",
+                )
+            )
+        opts = run.options(top_k=options.top_k, tau=options.tau)
+        for size in (s for s in options.sizes if s <= have):
+            subsets = calibration_subsets(cal.items.tolist(), size, options.subsets, options.seed)
+            acc: dict[str, list[float]] = {"lad": [], "pride": []}
+            for subset in subsets:
+                fitted = Calibration().fit(cal.select(np.isin(cal.items, subset)))
+                for method in acc:
+                    acc[method].append(run.metrics(method, opts, fitted)["acc"])
+            point = {m: _mean_std(v) for m, v in acc.items()}
+            rows.append(
+                [run.name, size, len(subsets)]
+                + [f"{point[m][0]:.2f} ± {point[m][1]:.2f}" for m in ("lad", "pride")]
+            )
+            data.append(
+                {
+                    "run": run.name,
+                    "size": size,
+                    "subsets": subsets,
+                    **{f"{m}_acc": v for m, v in acc.items()},
+                    **{f"{m}_mean": point[m][0] for m in acc},
+                    **{f"{m}_std": point[m][1] for m in acc},
+                }
+            )
+    if not rows:
+        raise first_missing(missing, "Figure 6(a) needs calibration records")
+    return Table(
+        "fig6a",
+        "Figure 6(a): accuracy against the calibration size |D_cal|",
+        f"Each |D_cal| draws {options.subsets} random subsets of the run's calibration items "
+        f"(seed {options.seed}; the whole set once), fits a calibration on each subset's "
+        f"symmetrised records and scores the run's records (K = {options.top_k}, τ = "
+        f"{tau_label(options.tau)}); Acc is mean ± std over the subsets.",
+        ["Run", "|D_cal|", "subsets", "LAD Acc", "PriDe Acc"],
+        rows,
+        {"points": data},
+        missing,
+    )
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def temperature_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
+    """Figure 6(b): LAD's accuracy against τ (0 and ∞ are the limits), PriDe for reference."""
+    runs = [runs] if isinstance(runs, Run) else list(runs)
+    rows, data = [], []
+    for run in runs:
+        pride = run.metrics("pride", run.options(top_k=options.top_k))
+        for tau in options.taus:
+            m = run.metrics("lad", run.options(top_k=options.top_k, tau=tau))
+            rows.append([run.name, tau_label(tau), *score_cells(m), acc_text(pride)])
+            data.append(
+                {"run": run.name, "tau": tau_json(tau), **summary(m), "pride_acc": pride["acc"]}
+            )
+    return Table(
+        "fig6b",
+        "Figure 6(b): accuracy against the temperature τ",
+        f"LAD with K = {options.top_k} and τ of Eq. 12; τ = 0 makes π uniform (a static mixture "
+        "of the bias rows), τ = ∞ puts all of π on the purified attention's argmax. PriDe does "
+        f"not depend on τ. Acc is mean ± std over the shuffles. {calibration_note(runs)}",
+        ["Run", "τ", "LAD Acc", "RStd", "Cons.", "PriDe Acc"],
+        rows,
+        {"points": data},
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables 7 and 8.
+
+DIVERGENCE_METHODS = {
+    "vanilla": "Vanilla",
+    "attn": "Raw Attn",
+    "attn-purified": "Purified Attn",
+    "lad": "Ours",
+}
+
+
+def divergence_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
+    """Table 7: accuracy at each ground-truth position (recall) and overall of the logits
+    (vanilla), the raw attention, the purified attention and LAD."""
+    runs = [runs] if isinstance(runs, Run) else list(runs)
+    rows, data = [], []
+    for run in runs:
+        opts = run.options(top_k=options.top_k, tau=options.tau)
+        got = {m: run.metrics(m, opts) for m in DIVERGENCE_METHODS}
+        for p in range(run.num_candidates):
+            cells = [got[m]["recall_by_position"][p] for m in DIVERGENCE_METHODS]
+            rows.append(
+                [run.name, str(p + 1), *[None if c is None else round(c, 2) for c in cells]]
+            )
+        rows.append([run.name, "all", *[acc_text(got[m]) for m in DIVERGENCE_METHODS]])
+        data.append({"run": run.name, "methods": {m: summary(v) for m, v in got.items()}})
+    return Table(
+        "table7",
+        "Table 7: logit-attention divergence by ground-truth position",
+        "Accuracy (%) of each readout over the records whose answer is at that position (1 = "
+        "first), and overall (mean ± std over the shuffles): the logits (vanilla), the raw "
+        f"attention argmax, the purified attention π (Eq. 12) and LAD. K = {options.top_k}, "
+        f"τ = {tau_label(options.tau)}. {calibration_note(runs)}",
+        ["Run", "Position", *DIVERGENCE_METHODS.values()],
+        rows,
+        {"runs": data},
+    )
+
+
+def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
+    """Table 8: Acc, RStd, Cons. and forward passes of vanilla, SoFA, permutation averaging and
+    LAD; needs perm_records.jsonl and/or sofa_records.jsonl."""
+    runs = [runs] if isinstance(runs, Run) else list(runs)
+    rows, data, missing = [], [], []
+    for run in runs:
+        absent = [m for m in ("sofa", "perm-avg") if m not in run.methods()]
+        missing += [
+            Missing("table8", f"{m} for {run.name}: no {_stage_file(m)}", run.methods_fix(m))
+            for m in absent
+        ]
+        if len(absent) == 2:
+            continue
+        opts = run.options(top_k=options.top_k, tau=options.tau)
+        for method in ("vanilla", "sofa", "perm-avg", "lad"):
+            if method in absent:
+                continue
+            m = run.metrics(method, opts)
+            once = _calibration_passes(run, method)
+            passes = f"{m['forward_passes_per_item']:g}"
+            rows.append([run.name, method, *score_cells(m), passes, once])
+            data.append(
+                {"run": run.name, "method": method, **summary(m), "calibration_passes": once}
+            )
+    if not rows:
+        raise first_missing(missing, "Table 8 needs perm-avg or SoFA records")
+    return Table(
+        "table8",
+        "Table 8: cost against SoFA and permutation averaging",
+        "Forward passes per evaluated prompt, and passes made once before evaluating "
+        "(calibration: N per calibration item; SoFA with --sofa-sigma auto: its σ grid on the "
+        f"calibration items). K = {options.top_k}, τ = {tau_label(options.tau)}. "
+        + calibration_note([r for r in runs if r.name in {d["run"] for d in data}]),
+        ["Run", "Method", "Acc", "RStd", "Cons.", "passes/item", "passes once"],
+        rows,
+        {"rows": data},
+        missing,
+    )
+
+
+def _stage_file(method: str) -> str:
+    return "perm_records.jsonl" if method == "perm-avg" else STAGE_FILES[METHODS[method].stage]
+
+
+def _calibration_passes(run: Run, method: str) -> int:
+    n = run.num_candidates
+    cal_items = run.calibration.num_items or 0
+    if method in ("lad", "pride"):
+        return n * cal_items
+    if method == "sofa" and run.arguments.get("sofa_sigma") == "auto":
+        return len(SOFA_GRID) * n * cal_items
+    return 0

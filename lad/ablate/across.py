@@ -43,9 +43,10 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
             )
             continue
         by_n[run.num_candidates] = run
-    panels = []
+    panels, alone = [], []
     for (model, setting), by_n in groups.items():
         if len(by_n) < 2:
+            alone += by_n.values()
             continue
         ns = sorted(by_n)
         series = {}
@@ -68,6 +69,14 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
             "Figure 5 needs runs of at least two N with the same model and setting",
             "lad eval -n 8 (or another N) with the same model and setting, then pass both runs",
         )
+    missing += [
+        Missing(
+            "fig5",
+            f"{run.name} ({run.setting or 'its setting'}) is the only run of its model and setting",
+            "lad eval -n 8 (or another N) with the same model and setting",
+        )
+        for run in alone
+    ]
     all_ns = sorted({n for p in panels for n in p["ns"]})
     models = {p["model"] for p in panels}
     rows = []

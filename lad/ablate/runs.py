@@ -214,13 +214,15 @@ def load_run(path: str | Path) -> Run:
 
 def load_runs(paths: Sequence[str | Path]) -> list[Run]:
     """`load_run` of each; runs whose folder names coincide are named by their whole path."""
+    resolved = [Path(p).resolve() for p in paths]
+    twice = sorted({str(p) for p in paths if resolved.count(Path(p).resolve()) > 1})
+    if twice:
+        raise RunError(f"a run directory is given twice: {twice}")
     runs = [load_run(p) for p in paths]
     names = [r.name for r in runs]
     for run, path in zip(runs, paths, strict=True):
         if names.count(run.name) > 1:
             run.name = str(path)
-    if len({r.name for r in runs}) < len(runs):
-        raise RunError(f"the same run directory is given twice: {[str(p) for p in paths]}")
     return runs
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from lad.ablate.runs import (
     DEFAULTS,
     AblateOptions,
+    AnalysisError,
     Missing,
     Run,
     Table,
@@ -259,7 +260,11 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
                 {"run": run.name, "method": method, **summary(m), "calibration_passes": once}
             )
     if not rows:
-        raise first_missing(missing, "Table 8 needs perm-avg or SoFA records")
+        raise AnalysisError(
+            "Table 8 compares with SoFA and permutation averaging: "
+            + "; ".join(m.reason for m in missing),
+            runs[0].methods_fix("sofa and perm-avg") if len(runs) == 1 else "",
+        )
     return Table(
         "table8",
         "Table 8: cost against SoFA and permutation averaging",

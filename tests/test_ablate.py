@@ -228,6 +228,21 @@ def test_figure5_values_panels_and_notes(run4):
     ]]  # fmt: skip
 
 
+def test_calibration_items_option_refits_on_a_seeded_subset(run4):
+    subset = calibration_subsets(run4.calibration_items(), 3, 1, seed=2)[0]
+    cal = run4.calibration_records
+    fitted = Calibration().fit(cal.select(np.isin(cal.items, subset)))
+    result = ablate([run4], AblateOptions(calibration_items=3, seed=2, sizes=(12,)))
+    tables = {t.key: t for t in result.tables}
+    rows = rows_by(tables["table4"], "strategy", "prior", "k")
+    assert rows["Dynamic", True, 2]["acc"] == direct(run4, "lad", fitted)["acc"]
+    assert "a: 3 of its 12 calibration items (seed 2), |D_cal| = 3" in tables["table4"].caption
+    # Figure 6(a) still draws from all the run's calibration items.
+    assert tables["fig6a"].data["points"][0]["lad_acc"] == [direct(run4, "lad")["acc"]]
+    with pytest.raises(AnalysisError, match="holds 12 calibration items, fewer than 13"):
+        ablate([run4], AblateOptions(calibration_items=13))
+
+
 def test_ablate_matches_lad_score_and_lad_metrics(tmp_path, capsys):
     run = write_run_dir(tmp_path / "run", SyntheticModel(num_candidates=4, seed=5))
     out = tmp_path / "ablate"
@@ -255,6 +270,13 @@ def test_ablate_matches_lad_score_and_lad_metrics(tmp_path, capsys):
 
 # ---------------------------------------------------------------------------------------------
 # Subsets, missing prerequisites, bad input, output.
+
+
+def test_every_analysis_has_its_files():
+    from lad.ablate import ANALYSES, ANALYSIS_FILES
+    from lad.ablate.report import FIGURES
+
+    assert list(ANALYSES) == list(ANALYSIS_FILES) == list(FIGURES)
 
 
 def test_calibration_subsets_are_seeded():
@@ -349,6 +371,15 @@ def test_cli_lists_what_is_missing_and_fails_when_nothing_can_be_made(tmp_path, 
     err = capsys.readouterr().err
     assert err.startswith("Error: none of the analyses can be made from these runs:")
     assert "fig5: Figure 5 needs runs of at least two N" in err
+    assert main(["ablate", str(run), "--calibration-items", "9"]) == 1
+    assert capsys.readouterr().err == (
+        "Error: run holds 5 calibration items, fewer than 9 (lad eval --calibration-items 9)\n"
+    )
+    assert main(["ablate", str(run), "--calibration-items", "4", "--only", "table7"]) == 0
+    assert (
+        "run: 4 of its 5 calibration items (seed 0)"
+        in (run / "ablate" / "table7_divergence.md").read_text()
+    )
 
 
 def test_html_and_markdown_escape_what_they_show(tmp_path):

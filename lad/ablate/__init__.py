@@ -14,6 +14,7 @@ Markdown, JSON, figures and an HTML page.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from lad.ablate.across import accuracy_vs_n, transfer_table
@@ -27,13 +28,14 @@ from lad.ablate.runs import (
     Missing,
     Run,
     Table,
+    calibration_subsets,
     load_run,
     load_runs,
+    prepare,
 )
 from lad.ablate.within import (
     ablation_table,
     calibration_size_sweep,
-    calibration_subsets,
     cost_table,
     divergence_table,
     temperature_sweep,
@@ -63,10 +65,12 @@ def ablate(
     unknown = [k for k in keys if k not in ANALYSES]
     if unknown:
         raise LadError(f"Unknown analyses {unknown}. Analyses: {list(ANALYSES)}")
+    runs = prepare(runs, options)  # once, for all analyses
+    options = dataclasses.replace(options, calibration_items=None)
     tables, missing = [], []
     for key in keys:
         try:
-            table = ANALYSES[key](list(runs), options)
+            table = ANALYSES[key](runs, options)
         except AnalysisError as e:
             missing.append(Missing(key, e.reason, e.fix))
             continue
@@ -74,8 +78,6 @@ def ablate(
         missing += table.missing
     return Ablation(tables, missing, [r.name for r in runs])
 
-
-assert list(ANALYSES) == list(ANALYSIS_FILES)
 
 __all__ = [
     "ANALYSES",

@@ -15,7 +15,9 @@ from lad.ablate.runs import (
     Run,
     Table,
     acc_text,
+    calibration_note,
     first_missing,
+    prepare,
     score_cells,
     summary,
     tau_label,
@@ -28,6 +30,7 @@ from lad.methods import METHODS
 
 def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
     """Figure 5: every method's accuracy against N, one panel per (model, setting)."""
+    runs = prepare(runs, options)
     groups: dict[tuple[str, str], dict[int, Run]] = {}
     missing = []
     for run in runs:
@@ -89,8 +92,8 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
         "fig5",
         "Figure 5: accuracy against the number of candidates N",
         f"Each method on each run's own records and calibration (K = {options.top_k}, τ = "
-        f"{tau_label(options.tau)}); Acc is mean ± std over the shuffles. Runs: "
-        + "; ".join(f"N = {n}: {name}" for p in panels for n, name in p["runs"].items()),
+        f"{tau_label(options.tau)}); Acc is mean ± std over the shuffles. "
+        + calibration_note([r for by_n in groups.values() for r in by_n.values()]),
         ["Setting", "Method", *[f"N = {n}" for n in all_ns]],
         rows,
         {"panels": panels},
@@ -101,6 +104,7 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
 def transfer_table(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
     """Table 3: each run's calibration applied to each other run's records (A → B), next to B
     with its own calibration. Runs must share the model, N, layers, labels and prompt."""
+    runs = prepare(runs, options)
     if len(runs) < 2:
         raise AnalysisError(
             "Table 3 transfers a calibration between runs and was given one",
@@ -143,7 +147,8 @@ def transfer_table(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Ta
         "Table 3: calibration transfer",
         "A → B applies run A's calibration (fitted on A's calibration records) to run B's "
         "records; the last three columns are B with its own calibration. Vanilla uses no "
-        f"calibration. K = {options.top_k}, τ = {tau_label(options.tau)}.",
+        f"calibration. K = {options.top_k}, τ = {tau_label(options.tau)}. "
+        + calibration_note(runs),
         ["A → B", "Method", "Acc", "RStd", "Cons.", "Acc (own)", "RStd (own)", "Cons. (own)"],
         rows,
         {"pairs": data},

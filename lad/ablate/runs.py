@@ -7,6 +7,7 @@ number of lad.ablate comes from.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -55,6 +56,9 @@ class AblateOptions:
     taus:        τ of Figure 6(b); 0 and math.inf are the limits (uniform, one-hot π).
     subsets:     random calibration subsets per |D_cal| (Figure 6(a)).
     seed:        seeds the subsets.
+    calibration_items: refit each run's calibration on a seeded random subset of this many of
+                 its calibration items for every analysis but Figure 6(a) (e.g. 5, the paper's
+                 |D_cal|, from a run made with --calibration-items 100); None: calibration.json.
     """
 
     top_k: int = 2
@@ -64,6 +68,7 @@ class AblateOptions:
     taus: tuple[float, ...] = (0.0, 1.0, 3.0, 5.0, 7.0, 9.0, math.inf)
     subsets: int = 5
     seed: int = 0
+    calibration_items: int | None = None
 
     def __post_init__(self) -> None:
         MethodOptions(top_k=self.top_k, tau=self.tau)  # validates both
@@ -75,6 +80,11 @@ class AblateOptions:
                 raise LadError(f"The '{name}' parameter must be integers >= 1. Got {values!r}.")
         if not self.taus:
             raise LadError("The 'taus' parameter must name at least one τ")
+        if self.calibration_items is not None and self.calibration_items < 1:
+            raise LadError(
+                f"The 'calibration_items' parameter must be >= 1 or None. "
+                f"Got {self.calibration_items!r}."
+            )
         if self.subsets < 1:
             raise LadError(f"The 'subsets' parameter must be >= 1. Got {self.subsets!r}.")
 
@@ -97,6 +107,7 @@ class Run:
     stages:              records of the other method stages present ("sofa", "cot", ...).
     arguments:           run.json's arguments (model, setting, labels, ...).
     path:                the run directory, when read from one.
+    calibration_source:  where `calibration` comes from, for captions.
     """
 
     name: str
@@ -107,6 +118,7 @@ class Run:
     stages: dict[str, RecordSet] = field(default_factory=dict)
     arguments: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    calibration_source: str = "calibration.json"
 
     @property
     def num_candidates(self) -> int:
@@ -140,7 +152,45 @@ class Run:
 
     def calibration_note(self) -> str:
         size = self.calibration.num_items
-        return f"{self.name}: |D_cal| = {size}" if size else f"{self.name}: a given calibration"
+        where = f"{self.calibration_source}, |D_cal| = {size}" if size else self.calibration_source
+        return f"{self.name}: {where}"
+
+    def calibration_items(self) -> list[str]:
+        """The ids of the items of the run's calibration records (sorted)."""
+        if self.calibration_records is None:
+            raise AnalysisError(
+                f"{self.name} holds no calibration records: it was given a --calibration file",
+                "lad eval without --calibration",
+            )
+        return sorted(set(self.calibration_records.items.tolist()))
+
+    def fit_calibration(self, items: Sequence[str]) -> Calibration:
+        """A calibration (§4.2) fitted on these items' records of the run's calibration set."""
+        records = self.calibration_records
+        assert records is not None
+        made = self.calibration
+        return Calibration(obs_mean=made.obs_mean).fit(
+            records.select(np.isin(records.items, list(items))),
+            model=made.model or None,
+            labels=made.labels or None,
+            prompt_sha256=made.prompt_sha256 or None,
+        )
+
+    def with_calibration_items(self, size: int, seed: int = 0) -> Run:
+        """This run with its calibration refitted on `size` of its calibration items, drawn at
+        random with `seed` (`calibration_subsets`)."""
+        items = self.calibration_items()
+        if size > len(items):
+            raise AnalysisError(
+                f"{self.name} holds {len(items)} calibration items, fewer than {size}",
+                f"lad eval --calibration-items {size}",
+            )
+        subset = calibration_subsets(items, size, 1, seed)[0]
+        return dataclasses.replace(
+            self,
+            calibration=self.fit_calibration(subset),
+            calibration_source=f"{size} of its {len(items)} calibration items (seed {seed})",
+        )
 
     def metrics(
         self,
@@ -165,6 +215,26 @@ class Run:
             self.perm_records,
         )
         return compute_metrics(self.records, {method: chosen})["methods"][method]
+
+
+def calibration_subsets(items: Sequence[str], size: int, count: int, seed: int) -> list[list[str]]:
+    """`count` seeded random subsets of `size` calibration items (drawn independently; the whole
+    set once when size equals the number of items)."""
+    names = sorted(set(items))
+    if size >= len(names):
+        return [names]
+    rng = np.random.default_rng([seed, size])
+    return [
+        sorted(names[i] for i in rng.choice(len(names), size, replace=False)) for _ in range(count)
+    ]
+
+
+def prepare(runs: Run | Sequence[Run], options: AblateOptions) -> list[Run]:
+    """The runs as a list, with `options.calibration_items` applied."""
+    runs = [runs] if isinstance(runs, Run) else list(runs)
+    if options.calibration_items is None:
+        return runs
+    return [r.with_calibration_items(options.calibration_items, options.seed) for r in runs]
 
 
 def load_run(path: str | Path) -> Run:
@@ -297,8 +367,4 @@ class Ablation:
 
 def calibration_note(runs: Sequence[Run]) -> str:
     """Which calibration the numbers use, for a caption."""
-    return (
-        "Calibration: each run's calibration.json ("
-        + "; ".join(r.calibration_note() for r in runs)
-        + ")."
-    )
+    return "Calibration: " + "; ".join(r.calibration_note() for r in runs) + "."

@@ -21,13 +21,14 @@ from lad.ablate.runs import (
     Table,
     acc_text,
     calibration_note,
+    calibration_subsets,
     first_missing,
+    prepare,
     score_cells,
     summary,
     tau_json,
     tau_label,
 )
-from lad.calibrate import Calibration
 from lad.evaluate import SOFA_GRID, STAGE_FILES
 from lad.methods import METHODS
 
@@ -50,7 +51,7 @@ def ablation_rows(options: AblateOptions) -> list[tuple[str, bool, int | None, s
 def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
     """Table 4: attention readout without / with prior, all layers, dynamic layers without prior,
     dynamic with prior for each K, on each run's records and calibration."""
-    runs = [runs] if isinstance(runs, Run) else list(runs)
+    runs = prepare(runs, options)
     rows, data = [], []
     for run in runs:
         nl = run.records.num_layers
@@ -88,36 +89,19 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
 # Figure 6: calibration size and temperature.
 
 
-def calibration_subsets(items: Sequence[str], size: int, count: int, seed: int) -> list[list[str]]:
-    """`count` seeded random subsets of `size` calibration items (drawn independently; the whole
-    set once when size equals the number of items)."""
-    names = sorted(set(items))
-    if size >= len(names):
-        return [names]
-    rng = np.random.default_rng([seed, size])
-    return [
-        sorted(names[i] for i in rng.choice(len(names), size, replace=False)) for _ in range(count)
-    ]
-
-
 def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
     """Figure 6(a): LAD's and PriDe's accuracy against |D_cal|, mean ± std over calibrations
     fitted on random subsets of each run's calibration records."""
-    runs = [runs] if isinstance(runs, Run) else list(runs)
+    runs = [runs] if isinstance(runs, Run) else list(runs)  # subsets of all their items
     rows, data, missing = [], [], []
     for run in runs:
-        cal = run.calibration_records
-        if cal is None:
-            missing.append(
-                Missing(
-                    "fig6a",
-                    f"{run.name} was calibrated from a given --calibration file, so it holds no "
-                    "calibration records",
-                    f"lad eval without --calibration, --calibration-items {max(options.sizes)}",
-                )
-            )
+        try:
+            items = run.calibration_items()
+        except AnalysisError as e:
+            fix = f"{e.fix}, --calibration-items {max(options.sizes)}"
+            missing.append(Missing("fig6a", e.reason, fix))
             continue
-        have = len(set(cal.items.tolist()))
+        have = len(items)
         too_big = [s for s in options.sizes if s > have]
         if too_big:
             missing.append(
@@ -131,10 +115,10 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
             )
         opts = run.options(top_k=options.top_k, tau=options.tau)
         for size in (s for s in options.sizes if s <= have):
-            subsets = calibration_subsets(cal.items.tolist(), size, options.subsets, options.seed)
+            subsets = calibration_subsets(items, size, options.subsets, options.seed)
             acc: dict[str, list[float]] = {"lad": [], "pride": []}
             for subset in subsets:
-                fitted = Calibration().fit(cal.select(np.isin(cal.items, subset)))
+                fitted = run.fit_calibration(subset)
                 for method in acc:
                     acc[method].append(run.metrics(method, opts, fitted)["acc"])
             point = {m: _mean_std(v) for m, v in acc.items()}
@@ -174,7 +158,7 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 
 def temperature_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
     """Figure 6(b): LAD's accuracy against τ (0 and ∞ are the limits), PriDe for reference."""
-    runs = [runs] if isinstance(runs, Run) else list(runs)
+    runs = prepare(runs, options)
     rows, data = [], []
     for run in runs:
         pride = run.metrics("pride", run.options(top_k=options.top_k))
@@ -210,7 +194,7 @@ DIVERGENCE_METHODS = {
 def divergence_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
     """Table 7: accuracy at each ground-truth position (recall) and overall of the logits
     (vanilla), the raw attention, the purified attention and LAD."""
-    runs = [runs] if isinstance(runs, Run) else list(runs)
+    runs = prepare(runs, options)
     rows, data = [], []
     for run in runs:
         opts = run.options(top_k=options.top_k, tau=options.tau)
@@ -238,7 +222,7 @@ def divergence_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULT
 def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
     """Table 8: Acc, RStd, Cons. and forward passes of vanilla, SoFA, permutation averaging and
     LAD; needs perm_records.jsonl and/or sofa_records.jsonl."""
-    runs = [runs] if isinstance(runs, Run) else list(runs)
+    runs = prepare(runs, options)
     rows, data, missing = [], [], []
     for run in runs:
         absent = [m for m in ("sofa", "perm-avg") if m not in run.methods()]

@@ -72,6 +72,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=(0.0, 1.0, 3.0, 5.0, 7.0, 9.0, math.inf),
         help="τ of Figure 6(b); 'inf' is the limit (default 0,1,3,5,7,9,inf)",
     )
+    p.add_argument(
+        "--calibration-items",
+        type=int,
+        help="refit each run's calibration on a seeded random subset of this many of its "
+        "calibration items, for all but Figure 6(a) (e.g. 5, the paper's |D_cal|, from a run "
+        "made with --calibration-items 100; default: the run's calibration.json)",
+    )
     p.add_argument("--subsets", type=int, default=5, help="calibration subsets per |D_cal|")
     p.add_argument("--seed", type=int, default=0, help="seed of the calibration subsets")
     p.set_defaults(func=_ablate)
@@ -92,6 +99,7 @@ def _ablate(args: argparse.Namespace) -> int:
         taus=args.taus,
         subsets=args.subsets,
         seed=args.seed,
+        calibration_items=args.calibration_items,
     )
     result = ablate(load_runs(args.runs), options, args.only)
     if not result.tables:

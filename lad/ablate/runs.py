@@ -189,7 +189,9 @@ class Run:
         return dataclasses.replace(
             self,
             calibration=self.fit_calibration(subset),
-            calibration_source=f"{size} of its {len(items)} calibration items (seed {seed})",
+            calibration_source=f"{size} of its {len(items)} calibration items (seed {seed})"
+            if size < len(items)
+            else f"all its {size} calibration items",
         )
 
     def metrics(

@@ -1,6 +1,6 @@
 """Analyses across runs: Figure 5 (accuracy against N) and Table 3 (calibration transfer).
 
-table = transfer_table(load_runs(["runs/coco4", "runs/flickr4"]))
+    table = transfer_table(load_runs(["runs/coco4", "runs/flickr4"]))
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
         "Figure 5: accuracy against the number of candidates N",
         f"Each method on each run's own records and calibration (K = {options.top_k}, τ = "
         f"{tau_label(options.tau)}); Acc is mean ± std over the shuffles. "
-        + calibration_note([r for by_n in groups.values() for r in by_n.values()]),
+        + calibration_note([r for by_n in groups.values() if len(by_n) > 1 for r in by_n.values()]),
         ["Setting", "Method", *[f"N = {n}" for n in all_ns]],
         rows,
         {"panels": panels},

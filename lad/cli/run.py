@@ -148,7 +148,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cal = p.add_mutually_exclusive_group()
     cal.add_argument("--calibration-data", default=None, help="items file for calibration")
     cal.add_argument("--calibration", default=None, help="a saved calibration.json")
-    p.add_argument("--calibration-items", type=int, default=5, help="|D_cal|")
+    p.add_argument(
+        "--calibration-items",
+        type=int,
+        default=5,
+        help="|D_cal|; calibration.jsonl keeps them all, so lad ablate can draw subsets",
+    )
     p.add_argument(
         "--calibrate-on",
         choices=["held-out", "evaluation"],

@@ -1,6 +1,6 @@
 """Analyses across runs: Figure 5 (accuracy against N) and Table 3 (calibration transfer).
 
-    table = transfer_table(load_runs(["runs/coco4", "runs/flickr4"]))
+table = transfer_table(load_runs(["runs/coco4", "runs/flickr4"]))
 """
 
 from __future__ import annotations

@@ -312,6 +312,17 @@ def test_missing_prerequisites_are_listed_not_raised():
     assert "lad eval --calibration-items 100" in few.missing[0].fix
 
 
+def test_tau_infinity_everywhere_writes_valid_json(run4, tmp_path):
+    result = ablate([run4], AblateOptions(tau=math.inf, sizes=(2,), subsets=2))
+    write_ablation(result, tmp_path)
+    table4 = json.loads((tmp_path / "table4_ablation.json").read_text())
+    assert {r["options"]["tau"] for r in table4["data"]["rows"]} == {"inf"}
+    assert "τ = ∞" in table4["caption"]
+    rows = table4["data"]["rows"]
+    lad = next(r for r in rows if r["strategy"] == "Dynamic" and r["prior"] and r["k"] == 2)
+    assert lad["acc"] == direct(run4, "lad", tau=math.inf)["acc"]
+
+
 def test_ablate_is_deterministic(run4, tmp_path):
     options = AblateOptions(sizes=(1, 3), subsets=3)
     for name in ("a", "b"):

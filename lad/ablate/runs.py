@@ -270,7 +270,10 @@ def load_run(path: str | Path) -> Run:
         made = optional(name) if stage != "records" else None
         if made is not None:
             if made.keys() != records.keys() or not np.array_equal(made.order, records.order):
-                raise RunError(f"{path / name}: its records differ from records.jsonl")
+                raise RunError(
+                    f"{path / name}: its records differ from records.jsonl; the file is "
+                    "unfinished or from another run, rerun the run's lad eval to finish it"
+                )
             stages[stage] = made
     return Run(
         name=path.name or str(path),

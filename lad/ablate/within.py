@@ -68,7 +68,7 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
                     "k": k,
                     "layers_used": nl if k is None else min(k, nl),
                     "method": method,
-                    "options": dataclasses.asdict(opts),
+                    "options": {**dataclasses.asdict(opts), "tau": tau_json(opts.tau)},
                     **summary(m),
                 }
             )

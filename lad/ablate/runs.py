@@ -19,11 +19,12 @@ import numpy as np
 
 from lad.calibrate import Calibration
 from lad.errors import LadError, RunError
-from lad.evaluate import RUN_FORMAT, STAGE_FILES, calibration_check, config_from_dict
+from lad.evaluate import STAGE_FILES, calibration_check, config_from_dict
 from lad.labels import get_scheme
 from lad.methods import METHODS, MethodOptions, choose
 from lad.metrics import compute_metrics
 from lad.records import RecordSet, read_records
+from lad.rundir import RUN_FORMAT
 
 RECORD_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified")
 # Every analysis by key, in the paper's order, with the stem of the files it is written to.

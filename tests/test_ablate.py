@@ -32,7 +32,7 @@ from lad.ablate import (
 )
 from lad.calibrate import Calibration
 from lad.cli import main
-from lad.errors import DataError, LadError, RunError
+from lad.errors import CalibrationError, DataError, LadError, RunError
 from lad.evaluate import EvalConfig, cyclic_requests, fit_or_load_calibration, load_items
 from lad.methods import MethodOptions, predict
 from lad.metrics import compute_metrics
@@ -368,6 +368,18 @@ def test_bad_inputs(tmp_path, run4, capsys):
         with pytest.raises(SystemExit):
             main(["ablate", str(tmp_path), *flags])
         assert message in capsys.readouterr().err
+
+
+def test_calibration_of_another_model_is_refused_unless_told(tmp_path, capsys):
+    run = write_run_dir(tmp_path / "run", SyntheticModel(num_candidates=4))
+    cal = json.loads((run / "calibration.json").read_text())
+    (run / "calibration.json").write_text(json.dumps({**cal, "model": "another"}))
+    with pytest.raises(CalibrationError, match="calibration's model is 'another'"):
+        load_run(run)
+    assert load_run(run, check_calibration=False).calibration.model == "another"
+    assert main(["ablate", str(run), "--only", "table7"]) == 1
+    assert "calibration's model is 'another'" in capsys.readouterr().err
+    assert main(["ablate", str(run), "--only", "table7", "--no-calibration-check"]) == 0
 
 
 def test_cli_lists_what_is_missing_and_fails_when_nothing_can_be_made(tmp_path, capsys):

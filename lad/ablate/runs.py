@@ -240,9 +240,12 @@ def prepare(runs: Run | Sequence[Run], options: AblateOptions) -> list[Run]:
     return [r.with_calibration_items(options.calibration_items, options.seed) for r in runs]
 
 
-def load_run(path: str | Path) -> Run:
+def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
     """Read a finished `lad eval` run directory (run.json, records.jsonl, calibration.json, and
-    calibration.jsonl, perm_records.jsonl and other stages' records where present)."""
+    calibration.jsonl, perm_records.jsonl and other stages' records where present).
+
+    check_calibration: refuse a calibration.json of another model, label scheme or prompt (off
+    for a run made with lad eval --no-calibration-check)."""
     path = Path(path)
     if not path.is_dir():
         raise RunError(f"{path}: not a directory; pass run directories made by lad eval --out DIR")
@@ -261,7 +264,8 @@ def load_run(path: str | Path) -> Run:
             raise RunError(f"{path}: no {name}; the run is unfinished, rerun its lad eval")
     records = read_records(path / "records.jsonl")
     calibration = Calibration.load(path / "calibration.json")
-    calibration_check(calibration, records, arguments, get_scheme(arguments["labels"]))
+    scheme = get_scheme(arguments["labels"])
+    calibration_check(calibration, records, arguments, scheme, strict=check_calibration)
 
     def optional(name: str) -> RecordSet | None:
         return read_records(path / name) if (path / name).is_file() else None
@@ -288,13 +292,13 @@ def load_run(path: str | Path) -> Run:
     )
 
 
-def load_runs(paths: Sequence[str | Path]) -> list[Run]:
+def load_runs(paths: Sequence[str | Path], *, check_calibration: bool = True) -> list[Run]:
     """`load_run` of each; runs whose folder names coincide are named by their whole path."""
     resolved = [Path(p).resolve() for p in paths]
     twice = sorted({str(p) for p in paths if resolved.count(Path(p).resolve()) > 1})
     if twice:
         raise RunError(f"a run directory is given twice: {twice}")
-    runs = [load_run(p) for p in paths]
+    runs = [load_run(p, check_calibration=check_calibration) for p in paths]
     names = [r.name for r in runs]
     for run, path in zip(runs, paths, strict=True):
         if names.count(run.name) > 1:

@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from lad.cli.flags import add_lad_flags
+from lad.cli.flags import add_calibration_check_flag, add_lad_flags
 from lad.errors import LadError
 
 
@@ -80,6 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "made with --calibration-items 100; default: the run's calibration.json)",
     )
     p.add_argument("--subsets", type=int, default=5, help="calibration subsets per |D_cal|")
+    add_calibration_check_flag(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the calibration subsets")
     p.set_defaults(func=_ablate)
 
@@ -101,7 +102,8 @@ def _ablate(args: argparse.Namespace) -> int:
         seed=args.seed,
         calibration_items=args.calibration_items,
     )
-    result = ablate(load_runs(args.runs), options, args.only)
+    runs = load_runs(args.runs, check_calibration=args.calibration_check)
+    result = ablate(runs, options, args.only)
     if not result.tables:
         reasons = "".join(f"\n  {missing_text(m)}" for m in result.missing)
         raise LadError(f"none of the analyses can be made from these runs:{reasons}")

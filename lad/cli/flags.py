@@ -118,3 +118,13 @@ def _image_option(text: str) -> tuple[str, Any]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+
+
+def add_calibration_check_flag(p: argparse.ArgumentParser) -> None:
+    """--no-calibration-check: accept a calibration of another model, scheme or prompt."""
+    p.add_argument(
+        "--no-calibration-check",
+        dest="calibration_check",
+        action="store_false",
+        help="use a calibration made with another model, label scheme or prompt template",
+    )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.cli.flags import (
+    add_calibration_check_flag,
     add_image_flags,
     add_lad_flags,
     add_obs_mean_flag,
@@ -50,15 +51,6 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
         help="your own prompt text with placeholders {query} (the question or caption), {n}, "
         "{labels}, {first}, {last}, {noun} (lad.prompts); default: the paper's template, or its "
         "question variant for items with a 'question'",
-    )
-
-
-def _calibration_check_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--no-calibration-check",
-        dest="calibration_check",
-        action="store_false",
-        help="use a calibration made with another model, label scheme or prompt template",
     )
 
 
@@ -174,7 +166,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=0)
     add_lad_flags(p)
-    _calibration_check_flag(p)
+    add_calibration_check_flag(p)
     add_image_flags(p)
     _baseline_flags(p)
     p.add_argument("--out", default="runs/default", help="run directory")
@@ -214,7 +206,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     asked.add_argument("--question", help="a question of your own that one of the images answers")
     p.add_argument("images", nargs="+", help="the candidate images, in the order shown")
     add_lad_flags(p)
-    _calibration_check_flag(p)
+    add_calibration_check_flag(p)
     add_image_flags(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_predict)

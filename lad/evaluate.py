@@ -439,12 +439,6 @@ def load_items(config: EvalConfig, run_dir: Path) -> tuple[list[Item], list[Item
         return items[: config.items or len(items)], items[: config.calibration_items]
     if config.calibration_data:
         calibration = read_items(config.calibration_data, n)
-        if len(calibration) < config.calibration_items:
-            raise DataError(
-                f"{config.calibration_data}: holds {len(calibration)} calibration items, fewer "
-                f"than --calibration-items {config.calibration_items}; pass --calibration-items "
-                f"{len(calibration)} or a file with more items"
-            )
     elif config.calibration:
         calibration = []
     else:

@@ -26,6 +26,7 @@ from lad.ablate import (
     divergence_table,
     load_run,
     load_runs,
+    prepare,
     temperature_sweep,
     transfer_table,
     write_ablation,
@@ -267,6 +268,23 @@ def test_ablate_matches_lad_score_and_lad_metrics(tmp_path, capsys):
         got = json.loads(metrics.read_text())["methods"]["lad"]
         assert (got["acc"], got["rstd"], got["cons"]) == (row["acc"], row["rstd"], row["cons"])
 
+    # The official code's variants: lad ablate refits Eq. 1 over logits from calibration.jsonl.
+    variants = ["--obs-mean", "logit", "--mixture", "log", "--attn-mean", "raw"]
+    assert main(["ablate", str(run), "--out", str(out), "--only", "table4", *variants]) == 0
+    table4 = json.loads((out / "table4_ablation.json").read_text())
+    assert "mixture = log, attn_mean = raw" in table4["caption"]
+    assert "Eq. 1 over logits" in table4["caption"]
+    row = next(r for r in table4["data"]["rows"] if r["strategy"] == "Dynamic" and r["k"] == 1)
+    args = ["score", "--records", str(run / "records.jsonl"), "--method", "lad", "--top-k", "1",
+            "--calibration-records", str(run / "calibration.jsonl"), *variants,
+            "--out", str(tmp_path / "v.jsonl")]  # fmt: skip
+    assert main(args) == 0
+    assert main(["metrics", "--records", str(run / "records.jsonl"), "--predictions",
+                 str(tmp_path / "v.jsonl"), "--out", str(tmp_path / "v.json")]) == 0  # fmt: skip
+    assert json.loads((tmp_path / "v.json").read_text())["methods"]["lad"]["acc"] == row["acc"]
+    assert main(["ablate", str(run), "--out", str(out), "--preset", "official"]) == 1
+    assert "layer_range (21, 35) starts past the last layer" in capsys.readouterr().err
+
 
 # ---------------------------------------------------------------------------------------------
 # Subsets, missing prerequisites, bad input, output.
@@ -368,6 +386,23 @@ def test_bad_inputs(tmp_path, run4, capsys):
         with pytest.raises(SystemExit):
             main(["ablate", str(tmp_path), *flags])
         assert message in capsys.readouterr().err
+
+
+def test_variants_of_the_official_code(run4):
+    options = AblateOptions(obs_mean="logit", mixture="log", attn_mean="raw", layer_range=(3, 11))
+    table = ablate([run4], options, only=["table4"]).tables[0]
+    logit = Calibration(obs_mean="logit").fit(run4.calibration_records)
+    rows = rows_by(table, "strategy", "prior", "k")
+    variants = {"obs_mean": "logit", "mixture": "log", "attn_mean": "raw", "layer_range": (3, 11)}
+    assert rows["Dynamic", True, 2]["acc"] == direct(run4, "lad", logit, **variants)["acc"]
+    assert rows["Dynamic", True, 8]["layers_used"] == 8 and rows["Dynamic", True, 8]["k"] == 8
+    assert table.rows[-1][3] == "8"  # 9 layers (3..11) to choose from
+    # Calibrations that average Eq. 1 differently are not exchanged.
+    logit_run = prepare(run4, AblateOptions(obs_mean="logit"))[0]
+    assert logit_run.calibration.obs_mean == "logit"
+    other = synthetic_run(SyntheticModel(num_candidates=4, seed=4), "b", items=20)
+    with pytest.raises(AnalysisError, match=r"average Eq\. 1 over 'logit' and 'prob'"):
+        transfer_table([logit_run, other])
 
 
 def test_calibration_of_another_model_is_refused_unless_told(tmp_path, capsys):

@@ -97,6 +97,7 @@ __all__ = [
     "divergence_table",
     "load_run",
     "load_runs",
+    "prepare",
     "temperature_sweep",
     "transfer_table",
     "write_ablation",

@@ -19,8 +19,8 @@ from lad.ablate.runs import (
     first_missing,
     prepare,
     score_cells,
+    settings_note,
     summary,
-    tau_label,
 )
 from lad.errors import LadError
 from lad.evaluate import calibration_check
@@ -55,9 +55,7 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
         series = {}
         for method in METHODS:
             points = {
-                str(n): summary(
-                    by_n[n].metrics(method, by_n[n].options(top_k=options.top_k, tau=options.tau))
-                )
+                str(n): summary(by_n[n].metrics(method, by_n[n].options(options)))
                 for n in ns
                 if method in by_n[n].methods()
             }
@@ -91,8 +89,8 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
     return Table(
         "fig5",
         "Figure 5: accuracy against the number of candidates N",
-        f"Each method on each run's own records and calibration (K = {options.top_k}, τ = "
-        f"{tau_label(options.tau)}); Acc is mean ± std over the shuffles. "
+        f"Each method on each run's own records and calibration ({settings_note(options)}); "
+        "Acc is mean ± std over the shuffles. "
         + calibration_note([r for by_n in groups.values() if len(by_n) > 1 for r in by_n.values()]),
         ["Setting", "Method", *[f"N = {n}" for n in all_ns]],
         rows,
@@ -119,7 +117,7 @@ def transfer_table(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Ta
             if reason:
                 missing.append(Missing("table3", reason))
                 continue
-            opts = target.options(top_k=options.top_k, tau=options.tau)
+            opts = target.options(options)
             for method in ("vanilla", "pride", "lad"):
                 moved = target.metrics(method, opts, source.calibration)
                 own = target.metrics(method, opts)
@@ -147,8 +145,7 @@ def transfer_table(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Ta
         "Table 3: calibration transfer",
         "A → B applies run A's calibration (fitted on A's calibration records) to run B's "
         "records; the last three columns are B with its own calibration. Vanilla uses no "
-        f"calibration. K = {options.top_k}, τ = {tau_label(options.tau)}. "
-        + calibration_note(runs),
+        f"calibration. {settings_note(options)}. " + calibration_note(runs),
         ["A → B", "Method", "Acc", "RStd", "Cons.", "Acc (own)", "RStd (own)", "Cons. (own)"],
         rows,
         {"pairs": data},
@@ -164,6 +161,11 @@ def _transfer_refusal(source: Run, target: Run) -> str:
             f"{pair}: Table 3 transfers a calibration between runs of the same N; "
             f"{source.name} has N = {source.num_candidates}, {target.name} N = "
             f"{target.num_candidates}"
+        )
+    if source.calibration.obs_mean != target.calibration.obs_mean:
+        return (
+            f"{pair}: the calibrations average Eq. 1 over {source.calibration.obs_mean!r} and "
+            f"{target.calibration.obs_mean!r}; pass --obs-mean to refit both alike"
         )
     try:
         calibration_check(

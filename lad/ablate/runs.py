@@ -60,6 +60,9 @@ class AblateOptions:
     calibration_items: refit each run's calibration on a seeded random subset of this many of
                  its calibration items for every analysis but Figure 6(a) (e.g. 5, the paper's
                  |D_cal|, from a run made with --calibration-items 100); None: calibration.json.
+    obs_mean, mixture, attn_mean, layer_range: MethodOptions' official-code variants for every
+                 analysis (docs/methods.md). obs_mean None: each run's calibration.json's own;
+                 another refits the calibration from the run's calibration records.
     """
 
     top_k: int = 2
@@ -70,9 +73,13 @@ class AblateOptions:
     subsets: int = 5
     seed: int = 0
     calibration_items: int | None = None
+    obs_mean: str | None = None
+    mixture: str = "prob"
+    attn_mean: str = "log"
+    layer_range: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        MethodOptions(top_k=self.top_k, tau=self.tau)  # validates both
+        self.method_options()  # validates K, τ and the variants
         for tau in self.taus:
             MethodOptions(tau=tau)
         for name in ("ks", "sizes"):
@@ -88,6 +95,18 @@ class AblateOptions:
             )
         if self.subsets < 1:
             raise LadError(f"The 'subsets' parameter must be >= 1. Got {self.subsets!r}.")
+
+    def method_options(self, **changes: Any) -> MethodOptions:
+        """MethodOptions with these K, τ and variants, then `changes`."""
+        values = {
+            "top_k": self.top_k,
+            "tau": self.tau,
+            "obs_mean": self.obs_mean or "prob",
+            "mixture": self.mixture,
+            "attn_mean": self.attn_mean,
+            "layer_range": None if self.layer_range is None else tuple(self.layer_range),
+        }
+        return MethodOptions(**{**values, **changes})
 
 
 DEFAULTS = AblateOptions()
@@ -133,8 +152,13 @@ class Run:
     def model(self) -> str:
         return str(self.arguments.get("model", ""))
 
-    def options(self, **changes: Any) -> MethodOptions:
-        return MethodOptions(labels=self.arguments.get("labels", "digits"), **changes)
+    def options(self, ablation: AblateOptions | None = None, **changes: Any) -> MethodOptions:
+        """MethodOptions for this run: the ablation's K, τ and variants, the run's label scheme
+        and its calibration's Eq. 1 average (`obs_mean`), then `changes`."""
+        labels = self.arguments.get("labels", "digits")
+        return (ablation or DEFAULTS).method_options(
+            labels=labels, obs_mean=self.calibration.obs_mean, **changes
+        )
 
     def methods(self) -> list[str]:
         """The methods whose inputs this run holds."""
@@ -152,9 +176,9 @@ class Run:
         )
 
     def calibration_note(self) -> str:
-        size = self.calibration.num_items
+        size, obs_mean = self.calibration.num_items, self.calibration.obs_mean
         where = f"{self.calibration_source}, |D_cal| = {size}" if size else self.calibration_source
-        return f"{self.name}: {where}"
+        return f"{self.name}: {where}" + (f", Eq. 1 over {obs_mean}s" if obs_mean != "prob" else "")
 
     def calibration_items(self) -> list[str]:
         """The ids of the items of the run's calibration records (sorted)."""
@@ -165,22 +189,26 @@ class Run:
             )
         return sorted(set(self.calibration_records.items.tolist()))
 
-    def fit_calibration(self, items: Sequence[str]) -> Calibration:
-        """A calibration (§4.2) fitted on these items' records of the run's calibration set."""
+    def fit_calibration(self, items: Sequence[str], obs_mean: str | None = None) -> Calibration:
+        """A calibration (§4.2) fitted on these items' records of the run's calibration set, with
+        Eq. 1 over `obs_mean` (default: as the run's calibration)."""
         records = self.calibration_records
         assert records is not None
         made = self.calibration
-        return Calibration(obs_mean=made.obs_mean).fit(
+        return Calibration(obs_mean=obs_mean or made.obs_mean).fit(
             records.select(np.isin(records.items, list(items))),
             model=made.model or None,
             labels=made.labels or None,
             prompt_sha256=made.prompt_sha256 or None,
         )
 
-    def with_calibration_items(self, size: int, seed: int = 0) -> Run:
-        """This run with its calibration refitted on `size` of its calibration items, drawn at
-        random with `seed` (`calibration_subsets`)."""
+    def with_calibration_items(
+        self, size: int | None, seed: int = 0, obs_mean: str | None = None
+    ) -> Run:
+        """This run with its calibration refitted on `size` of its calibration items (None: all),
+        drawn at random with `seed` (`calibration_subsets`), Eq. 1 over `obs_mean`."""
         items = self.calibration_items()
+        size = len(items) if size is None else size
         if size > len(items):
             raise AnalysisError(
                 f"{self.name} holds {len(items)} calibration items, fewer than {size}",
@@ -189,7 +217,7 @@ class Run:
         subset = calibration_subsets(items, size, 1, seed)[0]
         return dataclasses.replace(
             self,
-            calibration=self.fit_calibration(subset),
+            calibration=self.fit_calibration(subset, obs_mean),
             calibration_source=f"{size} of its {len(items)} calibration items (seed {seed})"
             if size < len(items)
             else f"all its {size} calibration items",
@@ -233,11 +261,16 @@ def calibration_subsets(items: Sequence[str], size: int, count: int, seed: int) 
 
 
 def prepare(runs: Run | Sequence[Run], options: AblateOptions) -> list[Run]:
-    """The runs as a list, with `options.calibration_items` applied."""
+    """The runs as a list, with `options.calibration_items` and `options.obs_mean` applied: the
+    calibration refitted on a subset, or on all calibration items under another Eq. 1."""
     runs = [runs] if isinstance(runs, Run) else list(runs)
-    if options.calibration_items is None:
-        return runs
-    return [r.with_calibration_items(options.calibration_items, options.seed) for r in runs]
+    size, obs_mean = options.calibration_items, options.obs_mean
+    return [
+        r.with_calibration_items(size, options.seed, obs_mean)
+        if size is not None or (obs_mean and obs_mean != r.calibration.obs_mean)
+        else r
+        for r in runs
+    ]
 
 
 def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
@@ -348,6 +381,18 @@ def summary(m: dict[str, Any]) -> dict[str, Any]:
     """The metrics an analysis's JSON keeps of a method."""
     keys = ("acc", "acc_std", "rstd", "cons", "recall_by_position", "forward_passes_per_item")
     return {k: m[k] for k in keys}
+
+
+def settings_note(options: AblateOptions, tau: bool = True) -> str:
+    """K, τ and any official-code variant, for a caption."""
+    parts = [f"K = {options.top_k}"] + ([f"τ = {tau_label(options.tau)}"] if tau else [])
+    defaults = {"mixture": "prob", "attn_mean": "log", "layer_range": None}
+    parts += [
+        f"{name} = {getattr(options, name)}"
+        for name, default in defaults.items()
+        if getattr(options, name) != default
+    ]
+    return ", ".join(parts)
 
 
 def tau_label(tau: float) -> str:

@@ -25,6 +25,7 @@ from lad.ablate.runs import (
     first_missing,
     prepare,
     score_cells,
+    settings_note,
     summary,
     tau_json,
     tau_label,
@@ -55,10 +56,12 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
     rows, data = [], []
     for run in runs:
         nl = run.records.num_layers
+        first, last = options.layer_range or (0, nl - 1)
+        searched = min(last, nl - 1) - first + 1  # layers Eq. 9 chooses from
         for strategy, prior, k, method, changes in ablation_rows(options):
-            opts = run.options(**{"top_k": options.top_k, "tau": options.tau, **changes})
+            opts = run.options(options, **changes)
             m = run.metrics(method, opts)
-            shown_k = "–" if k is None else (f"{k} (= all {nl})" if k >= nl else str(k))
+            shown_k = "–" if k is None else (f"{k} (= all {searched})" if k >= searched else str(k))
             rows.append([run.name, strategy, "✓" if prior else "–", shown_k, *score_cells(m)])
             data.append(
                 {
@@ -66,7 +69,7 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
                     "strategy": strategy,
                     "prior": prior,
                     "k": k,
-                    "layers_used": nl if k is None else min(k, nl),
+                    "layers_used": nl if k is None else min(k, searched),
                     "method": method,
                     "options": {**dataclasses.asdict(opts), "tau": tau_json(opts.tau)},
                     **summary(m),
@@ -75,7 +78,7 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
     return Table(
         "table4",
         "Table 4: ablation of the attention-guided mechanisms",
-        f"τ = {tau_label(options.tau)}. Attn Readout without prior is the raw attention argmax "
+        f"{settings_note(options)}. Attn Readout without prior is the raw attention argmax "
         "(method attn), with prior the purified attention π (attn-purified); the other rows are "
         "LAD (Eq. 14) with that layer strategy, prior and K. Acc is mean ± std over the "
         f"shuffles. {calibration_note(runs)}",
@@ -113,7 +116,7 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
                     "record",
                 )
             )
-        opts = run.options(top_k=options.top_k, tau=options.tau)
+        opts = run.options(options)
         for size in (s for s in options.sizes if s <= have):
             subsets = calibration_subsets(items, size, options.subsets, options.seed)
             acc: dict[str, list[float]] = {"lad": [], "pride": []}
@@ -143,8 +146,8 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
         "Figure 6(a): accuracy against the calibration size |D_cal|",
         f"Each |D_cal| draws {options.subsets} random subsets of the run's calibration items "
         f"(seed {options.seed}; the whole set once), fits a calibration on each subset's "
-        f"symmetrised records and scores the run's records (K = {options.top_k}, τ = "
-        f"{tau_label(options.tau)}); Acc is mean ± std over the subsets.",
+        f"symmetrised records and scores the run's records ({settings_note(options)}); Acc is "
+        "mean ± std over the subsets.",
         ["Run", "|D_cal|", "subsets", "LAD Acc", "PriDe Acc"],
         rows,
         {"points": data},
@@ -161,9 +164,9 @@ def temperature_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAUL
     runs = prepare(runs, options)
     rows, data = [], []
     for run in runs:
-        pride = run.metrics("pride", run.options(top_k=options.top_k))
+        pride = run.metrics("pride", run.options(options))
         for tau in options.taus:
-            m = run.metrics("lad", run.options(top_k=options.top_k, tau=tau))
+            m = run.metrics("lad", run.options(options, tau=tau))
             rows.append([run.name, tau_label(tau), *score_cells(m), acc_text(pride)])
             data.append(
                 {"run": run.name, "tau": tau_json(tau), **summary(m), "pride_acc": pride["acc"]}
@@ -171,9 +174,10 @@ def temperature_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAUL
     return Table(
         "fig6b",
         "Figure 6(b): accuracy against the temperature τ",
-        f"LAD with K = {options.top_k} and τ of Eq. 12; τ = 0 makes π uniform (a static mixture "
-        "of the bias rows), τ = ∞ puts all of π on the purified attention's argmax. PriDe does "
-        f"not depend on τ. Acc is mean ± std over the shuffles. {calibration_note(runs)}",
+        f"LAD with {settings_note(options, tau=False)} and τ of Eq. 12; τ = 0 makes π uniform "
+        "(a static mixture of the bias rows), τ = ∞ puts all of π on the purified attention's "
+        "argmax. PriDe does not depend on τ. Acc is mean ± std over the shuffles. "
+        + calibration_note(runs),
         ["Run", "τ", "LAD Acc", "RStd", "Cons.", "PriDe Acc"],
         rows,
         {"points": data},
@@ -197,7 +201,7 @@ def divergence_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULT
     runs = prepare(runs, options)
     rows, data = [], []
     for run in runs:
-        opts = run.options(top_k=options.top_k, tau=options.tau)
+        opts = run.options(options)
         got = {m: run.metrics(m, opts) for m in DIVERGENCE_METHODS}
         for p in range(run.num_candidates):
             cells = [got[m]["recall_by_position"][p] for m in DIVERGENCE_METHODS]
@@ -211,8 +215,8 @@ def divergence_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULT
         "Table 7: logit-attention divergence by ground-truth position",
         "Accuracy (%) of each readout over the records whose answer is at that position (1 = "
         "first), and overall (mean ± std over the shuffles): the logits (vanilla), the raw "
-        f"attention argmax, the purified attention π (Eq. 12) and LAD. K = {options.top_k}, "
-        f"τ = {tau_label(options.tau)}. {calibration_note(runs)}",
+        f"attention argmax, the purified attention π (Eq. 12) and LAD. {settings_note(options)}. "
+        f"{calibration_note(runs)}",
         ["Run", "Position", *DIVERGENCE_METHODS.values()],
         rows,
         {"runs": data},
@@ -232,7 +236,7 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
         ]
         if len(absent) == 2:
             continue
-        opts = run.options(top_k=options.top_k, tau=options.tau)
+        opts = run.options(options)
         for method in ("vanilla", "sofa", "perm-avg", "lad"):
             if method in absent:
                 continue
@@ -254,7 +258,7 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
         "Table 8: cost against SoFA and permutation averaging",
         "Forward passes per evaluated prompt, and passes made once before evaluating "
         "(calibration: N per calibration item; SoFA with --sofa-sigma auto: its σ grid on the "
-        f"calibration items). K = {options.top_k}, τ = {tau_label(options.tau)}. "
+        f"calibration items). {settings_note(options)}. "
         + calibration_note([r for r in runs if r.name in {d["run"] for d in data}]),
         ["Run", "Method", "Acc", "RStd", "Cons.", "passes/item", "passes once"],
         rows,

@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from lad.cli.flags import add_calibration_check_flag, add_lad_flags
+from lad.cli.flags import add_calibration_check_flag, add_lad_flags, resolved
 from lad.errors import LadError
 
 
@@ -101,6 +101,7 @@ def _ablate(args: argparse.Namespace) -> int:
         subsets=args.subsets,
         seed=args.seed,
         calibration_items=args.calibration_items,
+        **resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range")),
     )
     runs = load_runs(args.runs, check_calibration=args.calibration_check)
     result = ablate(runs, options, args.only)

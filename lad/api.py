@@ -102,6 +102,7 @@ class Debiaser:
         quiet: bool = True,
         prompt_template: PromptTemplate | None = None,
         check_calibration: bool = True,
+        chat_template: str | Path | None = None,
         backend: Any = None,
     ) -> None:
         self.model = model
@@ -120,6 +121,7 @@ class Debiaser:
         self.quiet = quiet
         self.prompt_template = prompt_template
         self.check_calibration = check_calibration
+        self.chat_template = chat_template
         self._backend = backend
 
     @property
@@ -133,6 +135,7 @@ class Debiaser:
                 dtype=self.dtype,
                 image_options=self.image_options,
                 image_size=self.image_size,
+                chat_template=self.chat_template,
             )
         return self._backend
 

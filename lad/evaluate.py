@@ -101,6 +101,7 @@ class EvalConfig:
     mixture: str = "prob"
     attn_mean: str = "log"
     layer_range: tuple[int, int] | None = None
+    chat_template: str | None = None  # a Jinja file replacing the checkpoint's chat template
 
     RECORD_FIELDS = (
         "model",
@@ -128,6 +129,7 @@ class EvalConfig:
         "image_size",
         "orders",
         "calibrate_on",
+        "chat_template",
     )
 
     def __post_init__(self) -> None:
@@ -352,6 +354,7 @@ class _LazyBackend:
                 dtype=self.config.dtype,
                 image_options=self.config.image_options or None,
                 image_size=self.config.image_size,
+                chat_template=self.config.chat_template,
             )
             # Before any record: a layer range past the model's layers would fail only at scoring.
             check_layer_range(self.config.layer_range, self.backend.num_layers)

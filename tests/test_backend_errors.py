@@ -115,8 +115,16 @@ def test_unsupported_architecture_names_its_class(tmp_path: Path) -> None:
         load_backend(str(tmp_path), device="cpu")
 
 
-def test_missing_model_and_bad_options(tmp_path: Path) -> None:
+def test_missing_model_and_bad_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for path in (tmp_path / "nowhere", "./nowhere", "runs/a/model", "~/model"):
+        with pytest.raises(BackendError, match=f"--model {path}: no such model folder$"):
+            load_backend(str(path), device="cpu")
     with pytest.raises(BackendError, match="cannot load model"):
-        load_backend(str(tmp_path / "nowhere"), device="cpu")
+        load_backend(str(tmp_path), device="cpu")  # a folder, but no checkpoint in it
+    # A hub id with no such local folder still goes to the hub (offline here: it fails there).
+    monkeypatch.chdir(tmp_path)
+    hub = r"cannot load model 'no-org/no-model': .*huggingface\.co"
+    with pytest.raises(BackendError, match=hub):
+        load_backend("no-org/no-model", device="cpu")
     with pytest.raises(BackendError, match="'dtype' parameter must be one of"):
         load_backend(str(tmp_path), device="cpu", dtype="int8")

@@ -3,7 +3,8 @@
 To add an architecture: add an `Arch` row naming its `model_type`s, the marker tokens that belong
 to an image's span besides the tokens its placeholder expands to, processor options that keep a
 multi-image prompt short, and whether it needs 3-row M-RoPE position ids on decode steps.
-See docs/backends.md.
+How the answer is written (labels, end of answer) is not here: it is read from each checkpoint's
+own chat template (lad.backends.prompting.reply_tokens). See docs/backends.md.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ class Arch:
 
     markers: tokens right before/after an image's expanded placeholder that are part of its span.
     image_options: processor call defaults (resolution / tiling), overridable by the user.
-    end_of_answer: the token that ends an assistant turn, when it is not the tokenizer's EOS.
     mrope: Qwen-style (3, B, T) position ids, offset by `model.model.rope_deltas` after prefill.
     pixel_budget: the processor resizes each image to a pixel count within
                   size["shortest_edge"]..size["longest_edge"] (lad's min_pixels / max_pixels).
@@ -30,7 +30,6 @@ class Arch:
     model_types: tuple[str, ...]
     markers: tuple[str, ...] = ()
     image_options: dict[str, Any] = field(default_factory=dict)
-    end_of_answer: str | None = None
     mrope: bool = False
     pixel_budget: bool = False
 
@@ -72,9 +71,7 @@ ARCHS: tuple[Arch, ...] = (
     Arch("LLaVA-OneVision", ("llava_onevision",)),
     Arch("InternVL", ("internvl",), ("<img>", "</img>"), {"crop_to_patches": False}),
     Arch("Idefics3/SmolVLM", ("idefics3", "smolvlm"), image_options={"do_image_splitting": False}),
-    Arch(
-        "Gemma3", ("gemma3",), ("<start_of_image>", "<end_of_image>"), end_of_answer="<end_of_turn>"
-    ),
+    Arch("Gemma3", ("gemma3",), ("<start_of_image>", "<end_of_image>")),
 )
 
 

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,11 +20,12 @@ import torch
 from lad.backends import capture as cap
 from lad.backends.archs import Arch, arch_for
 from lad.backends.prompting import (
+    Replies,
     chat_text,
     check_round_trip,
     encode,
-    label_token_ids,
     load_image,
+    reply_tokens,
 )
 from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
 from lad.data.items import Item
@@ -91,23 +93,35 @@ def load_backend(
     trust_remote_code: bool = False,
     image_options: dict[str, Any] | None = None,
     image_size: int | None = None,
+    chat_template: str | Path | None = None,
 ) -> Backend:
     """Load a hub id or local checkpoint; its language decoder runs through the capture function.
 
     image_options: processor options over the architecture's defaults (Arch.processor_options);
     image_size: resize every picture to this square (bicubic) before the processor.
+    chat_template: a Jinja file used instead of the checkpoint's own chat template (e.g. for a base
+    checkpoint whose template ignores images). The template is checked before the weights load.
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
+    check_model_path(model)
+    template = _read_chat_template(chat_template)
     cap.register()
     dev = _resolve_device(device)
     torch_dtype = _resolve_dtype(dtype, dev)
     try:
         config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+        arch = arch_for(config)
+        processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
         raise BackendError(f"cannot load model {model!r}: {e}") from None
-    arch = arch_for(config)
     options = arch.processor_options(image_options)  # refuses bad options before the weights load
+    if template is not None:
+        processor.chat_template = template
+    processor.tokenizer.padding_side = "left"
+    # A template that cannot write the prompt or a reply fails here, before the weights load.
+    chat_text(processor, "Which image?", 2, str(model))
+    reply_tokens(processor, "Which image?", 2, ["1", "2"], str(model))
     impl = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
     # One process with several GPUs and --device auto: spread a model too large for one GPU
     # over all of them (device_map). Under a launcher each process keeps its own GPU instead.
@@ -120,12 +134,36 @@ def load_backend(
             trust_remote_code=trust_remote_code,
             device_map="auto" if spread else None,
         )
-        processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
         raise BackendError(f"cannot load model {model!r}: {e}") from None
-    processor.tokenizer.padding_side = "left"
     net = (net if spread else net.to(dev)).eval()
     return Backend(str(model), net, processor, arch, options, image_size=image_size)
+
+
+def check_model_path(model: str) -> None:
+    """A --model that names no local folder and cannot be a hub id is an error at once.
+
+    Hub ids are `name` or `org/name` (huggingface_hub's rule); anything else (`./m`, `/abs/m`,
+    `runs/x/model`) is meant as a folder, and looking it up on the hub would only retry for ~30 s.
+    """
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if Path(model).exists():
+        return
+    try:
+        validate_repo_id(str(model))
+    except HFValidationError:
+        raise BackendError(f"--model {model}: no such model folder") from None
+
+
+def _read_chat_template(path: str | Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise BackendError(f"--chat-template {path}: cannot read the Jinja file ({e})") from None
 
 
 class Backend:
@@ -183,25 +221,21 @@ class Backend:
             yield from self._score_batch(batch, template, scheme, capture)
 
     def label_trie(self, scheme: LabelScheme, num_candidates: int) -> LabelTrie:
-        """The labels' trie for this model's tokenizer (cached per scheme and N)."""
+        """The labels' trie: each label as the chat template writes the model's reply (cached)."""
         key = (scheme.name, num_candidates)
         if key not in self._tries:
             labels = scheme.labels(num_candidates)
-            prompt = chat_text(self.processor, "x", 1)
-            tok = self.processor.tokenizer
-            ids = [label_token_ids(tok, prompt, label) for label in labels]
-            self._tries[key] = LabelTrie.build(ids, self.end_of_answer_id(), labels)
+            text = render_prompt("vanilla", "x", scheme, num_candidates)
+            replies = self._replies(text, num_candidates, labels)
+            self._tries[key] = LabelTrie.build(replies.labels, replies.end_of_answer, labels)
         return self._tries[key]
 
     def end_of_answer_id(self) -> int:
-        tok = self.processor.tokenizer
-        if self.arch.end_of_answer is not None:
-            eid = tok.convert_tokens_to_ids(self.arch.end_of_answer)
-            if eid is not None and eid != tok.unk_token_id:
-                return int(eid)
-        if tok.eos_token_id is None:
-            raise BackendError(f"{self.model_id}: the tokenizer has no end-of-answer (EOS) token")
-        return int(tok.eos_token_id)
+        """The token the chat template writes after a reply (EOS where it writes none)."""
+        return self._replies("Which image?", 2, ["1", "2"]).end_of_answer
+
+    def _replies(self, text: str, num_images: int, labels: list[str]) -> Replies:
+        return reply_tokens(self.processor, text, num_images, labels, self.model_id)
 
     # ----------------------------------------------------------------- steps
 
@@ -213,7 +247,8 @@ class Backend:
         for item, _, order in batch:
             _check_order(item, order)
             n = item.num_candidates
-            texts.append(chat_text(self.processor, render_item(template, item, scheme, n), n))
+            text = render_item(template, item, scheme, n)
+            texts.append(chat_text(self.processor, text, n, self.model_id))
             images.append([self.picture(item.images[i]) for i in order])
         self.check_tokenizer(template, scheme, batch[0][0].num_candidates)
         return texts, images
@@ -228,9 +263,8 @@ class Backend:
         if key in self._round_tripped:
             return
         text = render_prompt(template, PROBE_CAPTION, scheme, num_candidates)
-        check_round_trip(
-            self.processor.tokenizer, chat_text(self.processor, text, num_candidates), self.model_id
-        )
+        prompt = chat_text(self.processor, text, num_candidates, self.model_id)
+        check_round_trip(self.processor.tokenizer, prompt, self.model_id)
         self._round_tripped.add(key)
 
     def picture(self, path: Any) -> Any:

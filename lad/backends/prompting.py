@@ -1,14 +1,18 @@
 """Prompt building: images first, then lad.prompts' text, through the model's own chat template;
-tokenisation with left padding, and each image's token span (Eq. 6's R_k)."""
+tokenisation with left padding, each image's token span (Eq. 6's R_k), and the labels' tokens as
+the chat template writes the model's reply (DESIGN.md, "Candidate probability")."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lad.errors import BackendError, DataError
+
+_FIX = "pass a chat template that does with --chat-template FILE (chat_template= in Python)"
 
 
 def load_image(path: str | Path) -> Any:
@@ -28,11 +32,43 @@ def chat_messages(text: str, num_images: int) -> list[dict[str, Any]]:
     return [{"role": "user", "content": [*content, {"type": "text", "text": text}]}]
 
 
-def chat_text(processor: Any, text: str, num_images: int) -> str:
-    """The full prompt string, ending with the chat template's generation prompt."""
-    return processor.apply_chat_template(
-        chat_messages(text, num_images), add_generation_prompt=True, tokenize=False
-    )
+def render(
+    processor: Any, messages: list[dict[str, Any]], generation_prompt: bool, model: str
+) -> str:
+    """The chat template applied to `messages`; a template that fails is a BackendError."""
+    from jinja2 import TemplateError
+
+    try:
+        return processor.apply_chat_template(
+            messages, add_generation_prompt=generation_prompt, tokenize=False
+        )
+    except (TemplateError, ValueError, TypeError, KeyError, IndexError) as e:
+        roles = "/".join(m["role"] for m in messages)
+        raise BackendError(
+            f"{model}: its chat template cannot render a {roles} conversation of images and text "
+            f"({type(e).__name__}: {e}); {_FIX}"
+        ) from None
+
+
+def chat_text(processor: Any, text: str, num_images: int, model: str = "the model") -> str:
+    """The full prompt string, ending with the chat template's generation prompt.
+
+    Checked: one image placeholder per image and the text, both written by the template (a base
+    checkpoint's template often ignores structured content and writes neither).
+    """
+    prompt = render(processor, chat_messages(text, num_images), True, model)
+    placeholder = getattr(processor, "image_token", None)
+    if placeholder and prompt.count(placeholder) != num_images:
+        raise BackendError(
+            f"{model}: its chat template writes {prompt.count(placeholder)} image placeholders "
+            f"({placeholder}) for a prompt of {num_images} images; {_FIX}"
+        )
+    if text.strip() not in prompt:
+        raise BackendError(
+            f"{model}: its chat template does not write the prompt's text {text.strip()[:60]!r}; "
+            f"{_FIX}"
+        )
+    return prompt
 
 
 def encode(
@@ -49,9 +85,13 @@ def encode(
     ends (Gemma3 wraps images in blank lines), widened by adjacent marker tokens of the
     architecture (e.g. <|vision_start|> ... <|vision_end|>). `special`: the special token ids.
     """
+    # A template that writes the BOS itself (Gemma3) must not get a second one from the tokenizer,
+    # as transformers' own apply_chat_template(tokenize=True) does.
+    bos = processor.tokenizer.bos_token
     enc = processor(
         text=texts,
         images=images,
+        add_special_tokens=not (bos and all(t.startswith(bos) for t in texts)),
         padding=True,
         return_tensors="pt",
         return_text_replacement_offsets=True,
@@ -131,14 +171,152 @@ def check_round_trip(tokenizer: Any, text: str, model: str) -> None:
     )
 
 
-def label_token_ids(tokenizer: Any, prompt: str, label: str) -> list[int]:
-    """The tokens a model emits for `label` right after `prompt` (its last line as context)."""
-    cut = prompt.rfind("\n", 0, len(prompt) - 1) + 1
-    tail = prompt[cut:]
-    head = tokenizer(tail, add_special_tokens=False)["input_ids"]
-    full = tokenizer(tail + label, add_special_tokens=False)["input_ids"]
-    if full[: len(head)] != head:
+@dataclass(frozen=True)
+class Replies:
+    """Each label's tokens as the model's reply and the token that ends the reply.
+
+    labels: token ids from the end of the generation prompt through the label's last character
+            (a leading space the template writes is part of them).
+    end_of_answer: the special token the template writes right after the label (whitespace
+                   skipped); the tokenizer's EOS where the template writes none (LLaVA-1.5).
+    """
+
+    labels: list[list[int]]
+    end_of_answer: int
+
+
+def reply_tokens(
+    processor: Any, text: str, num_images: int, labels: list[str], model: str
+) -> Replies:
+    """The labels' tokens as the chat template writes an assistant turn whose content is each one.
+
+    The turn is rendered after the user turn; its text after the generation prompt is tokenised
+    together with the prompt, whose tokens must come out unchanged (the reply does not merge
+    into them). Nothing about particular architectures is assumed.
+    """
+    user = chat_messages(text, num_images)
+    prompt = render(processor, user, True, model)
+    fulls = [render(processor, [*user, _assistant(label)], False, model) for label in labels]
+    if all(f.startswith(prompt) for f in fulls):
+        replies = [f[len(prompt) :] for f in fulls]
+    else:
+        replies = _replies_after_header(processor, user, prompt, fulls, labels, model)
+    lead = _lead(replies, labels)
+    if lead is None:
         raise BackendError(
-            f"label {label!r} does not tokenise as a continuation of the prompt's end {tail!r}"
+            f"{model}: its chat template does not write the labels verbatim in an assistant turn "
+            f"(it wrote {replies[0]!r} for {labels[0]!r}); {_FIX}"
         )
-    return full[len(head) :]
+    tails = {r[len(lead) + len(label) :] for r, label in zip(replies, labels, strict=True)}
+    if len(tails) != 1:
+        raise BackendError(
+            f"{model}: its chat template ends assistant turns differently per label "
+            f"({sorted(tails)}); lad needs one end-of-answer for all labels"
+        )
+    tok = processor.tokenizer
+    head = tok(prompt, add_special_tokens=False)["input_ids"]
+    special = set(tok.all_special_ids) | {
+        i for i, t in getattr(tok, "added_tokens_decoder", {}).items() if t.special
+    }
+    seqs, ends = [], set()
+    for reply, label in zip(replies, labels, strict=True):
+        full = prompt + reply
+        enc = tok(full, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = enc["input_ids"], enc["offset_mapping"]
+        if ids[: len(head)] != head:
+            raise BackendError(
+                f"{model}: the reply {reply!r} changes the tokens of the prompt before it "
+                f"(the tokenizer merges across the end of the generation prompt {prompt[-20:]!r})"
+            )
+        stop = len(prompt) + len(lead) + len(label)
+        cut = next((j for j in range(len(head), len(ids)) if offsets[j][0] >= stop), len(ids))
+        if cut == len(head) or offsets[cut - 1][1] != stop:
+            raise BackendError(
+                f"{model}: label {label!r} does not end on a token boundary in the reply "
+                f"{reply!r}; lad cannot score it as a label"
+            )
+        seqs.append(ids[len(head) : cut])
+        ends.add(_end_of_answer(tok, ids[cut:], offsets[cut:], full, special, model))
+    if len(ends) != 1:
+        raise BackendError(f"{model}: labels end with different tokens {sorted(ends)}")
+    return Replies(seqs, ends.pop())
+
+
+def _assistant(label: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "text", "text": label}]}
+
+
+def _lead(replies: list[str], labels: list[str]) -> str | None:
+    """The text every reply writes before its label: the shortest part of their common prefix
+    after which each reply goes on with its own label ("I" and "II" share the "I" of the common
+    prefix " I"); None if there is none."""
+    common = replies[0]
+    for reply in replies[1:]:
+        n = 0
+        while n < min(len(common), len(reply)) and common[n] == reply[n]:
+            n += 1
+        common = common[:n]
+    for n in range(len(common) + 1):
+        if all(r[n:].startswith(label) for r, label in zip(replies, labels, strict=True)):
+            return common[:n]
+    return None
+
+
+def _replies_after_header(
+    processor: Any,
+    user: list[dict[str, Any]],
+    prompt: str,
+    fulls: list[str],
+    labels: list[str],
+    model: str,
+) -> list[str]:
+    r"""Replies where the template's assistant header is not its generation prompt.
+
+    LLaVA-OneVision's template writes the turn as "<|im_start|>assistant \n1<|im_end|>" but
+    prompts with "<|im_start|>assistant\n". Accepted where both headers end in a newline and
+    agree up to whitespace: the reply is what the turn writes after the header's last newline.
+    """
+    closed = render(processor, user, False, model)
+    if not (prompt.startswith(closed) and all(f.startswith(closed) for f in fulls)):
+        raise BackendError(
+            f"{model}: its chat template renders the user turn differently with and without "
+            f"the assistant's reply; {_FIX}"
+        )
+    generation = prompt[len(closed) :]
+    turns = [f[len(closed) :] for f in fulls]
+    header = _lead(turns, labels) or ""
+    agree = (
+        generation.endswith("\n")
+        and "\n" in header
+        and header[: header.rindex("\n")].split() == generation[:-1].split()
+    )
+    if not agree:
+        raise BackendError(
+            f"{model}: its chat template starts an assistant turn with {header!r} but its "
+            f"generation prompt is {generation!r}, so lad cannot tell where the reply starts; "
+            f"{_FIX}"
+        )
+    start = header.rindex("\n") + 1
+    return [t[start:] for t in turns]
+
+
+def _end_of_answer(
+    tok: Any,
+    ids: list[int],
+    offsets: list[tuple[int, int]],
+    text: str,
+    special: set[int],
+    model: str,
+) -> int:
+    """The first token after the label that is not plain whitespace; EOS if there is none."""
+    for token, (s, e) in zip(ids, offsets, strict=True):
+        if token in special:
+            return int(token)
+        if text[s:e].strip():
+            raise BackendError(
+                f"{model}: its chat template writes {text[s:]!r} after the label, not an "
+                f"end-of-turn token; {_FIX}"
+            )
+    if tok.eos_token_id is None:
+        raise BackendError(f"{model}: the chat template ends no reply and there is no EOS token")
+    return int(tok.eos_token_id)

@@ -52,6 +52,13 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
         "{labels}, {first}, {last}, {noun} (lad.prompts); default: the paper's template, or its "
         "question variant for items with a 'question'",
     )
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE",
+        help="Jinja chat template to use instead of the checkpoint's own (e.g. for a base model "
+        "whose template ignores images)",
+    )
 
 
 def _template(path: str | None) -> Any:
@@ -256,6 +263,7 @@ def _eval(args: argparse.Namespace) -> int:
         orders=args.orders,
         image_options=image_options(args),
         **_options(args, EVAL_PRESET),
+        chat_template=args.chat_template,
     )
     if config.calibrate_on == "evaluation":
         print(
@@ -294,6 +302,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         prompt_template=prompt,
         image_options=image_options(args),
         **values,
+        chat_template=args.chat_template,
     )
     out = Path(args.out)
     debiaser.fit(items, records_path=out.with_name(out.stem + ".records.jsonl"))
@@ -322,6 +331,7 @@ def _predict(args: argparse.Namespace) -> int:
         check_calibration=args.calibration_check,
         image_options=image_options(args),
         **values,
+        chat_template=args.chat_template,
     ).load(args.calibration)
     choice = debiaser.predict(args.query, args.images, question=args.question)
     if args.json:

@@ -191,6 +191,7 @@ class Backend:
         self.device = next(model.parameters()).device
         self._tries: dict[tuple[str, int], LabelTrie] = {}
         self._round_tripped: set[tuple[str, str, int]] = set()  # (template, scheme, N) checked
+        self._end_of_answer: int | None = None
         # Hook for mask-level changes such as SoFA (lad.backends.sofa); None = the causal mask.
         self.mask_scope: MaskScope | None = None
 
@@ -232,7 +233,9 @@ class Backend:
 
     def end_of_answer_id(self) -> int:
         """The token the chat template writes after a reply (EOS where it writes none)."""
-        return self._replies("Which image?", 2, ["1", "2"]).end_of_answer
+        if self._end_of_answer is None:
+            self._end_of_answer = self._replies("Which image?", 2, ["1", "2"]).end_of_answer
+        return self._end_of_answer
 
     def _replies(self, text: str, num_images: int, labels: list[str]) -> Replies:
         return reply_tokens(self.processor, text, num_images, labels, self.model_id)

@@ -324,7 +324,9 @@ def _brute_force(backend: Backend, req: tuple[Item, int, list[int]], scheme_name
             if len(valid) == 1:
                 continue
             if prefix not in logits:
-                out = backend.model(**_extend(inputs, list(prefix)), use_cache=False)
+                out = backend.model(
+                    **_extend(inputs, list(prefix)), use_cache=False, logits_to_keep=1
+                )
                 logits[prefix] = out.logits[0, -1].double()
             total[k] += float(logits[prefix][valid].log_softmax(-1)[valid.index(token)])
     return total, lead, seqs

@@ -336,7 +336,7 @@ def _schemes(real: Real) -> Iterator[tuple[str, int]]:
     yield "digits", 4
     if real.max_n >= 12:
         yield "digits", 12
-    for name in ("upper", "roman", "words"):
+    for name in ("upper", "roman", "words", "image-ordinals"):
         yield name, real.max_n
 
 

@@ -574,19 +574,29 @@ def build_tiny_model(
     """
     import transformers
 
+    config, processor = build_tiny_parts(arch, size=size, words=words)
+    path = Path(path)
+    torch.manual_seed(seed)
+    model = getattr(transformers, ARCHITECTURES[arch].model_class)(config).eval()
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    model.generation_config.save_pretrained(path)
+    return path
+
+
+def build_tiny_parts(
+    arch: str, *, size: TinySize | None = None, words: Iterable[str] = ()
+) -> tuple[Any, Any]:
+    """The model config and the processor (tokenizer, chat template) of `arch`, nothing written.
+
+    A benchmark can change the config's sizes to a real checkpoint's and instantiate the model
+    in memory (`_from_config`); the token ids in the config match the processor's tokenizer.
+    """
     if arch not in ARCHITECTURES:
         raise BackendError(
             f"The 'arch' parameter must be one of {sorted(ARCHITECTURES)}. Got {arch!r} instead."
         )
     spec = ARCHITECTURES[arch]
     size = size or TinySize()
-    path = Path(path)
     tok = build_tokenizer(spec.special_tokens, spec.extra_special, words, spec.tokenizer_attrs)
-    config = spec.config(tok, size)
-    torch.manual_seed(seed)
-    model = getattr(transformers, spec.model_class)(config).eval()
-    processor = spec.processor(tok, size, spec.chat_template)
-    model.save_pretrained(path)
-    processor.save_pretrained(path)
-    model.generation_config.save_pretrained(path)
-    return path
+    return spec.config(tok, size), spec.processor(tok, size, spec.chat_template)

@@ -24,6 +24,8 @@ class Arch:
     mrope: Qwen-style (3, B, T) position ids, offset by `model.model.rope_deltas` after prefill.
     pixel_budget: the processor resizes each image to a pixel count within
                   size["shortest_edge"]..size["longest_edge"] (lad's min_pixels / max_pixels).
+    packed_vision: the vision tower runs through lad.backends.vision (all images and windows of
+        a batch in one attention call per layer).
     """
 
     name: str
@@ -32,6 +34,7 @@ class Arch:
     image_options: dict[str, Any] = field(default_factory=dict)
     mrope: bool = False
     pixel_budget: bool = False
+    packed_vision: bool = False
 
     def processor_options(self, options: dict[str, Any] | None) -> dict[str, Any]:
         """The processor call's keyword arguments: this architecture's defaults, updated by the
@@ -66,8 +69,24 @@ _QWEN_PIXELS = {"size": {"shortest_edge": 56 * 56, "longest_edge": 256 * 28 * 28
 
 ARCHS: tuple[Arch, ...] = (
     Arch("LLaVA-1.5", ("llava",)),
-    Arch("Qwen2-VL", ("qwen2_vl",), _QWEN_MARKERS, _QWEN_PIXELS, mrope=True, pixel_budget=True),
-    Arch("Qwen2.5-VL", ("qwen2_5_vl",), _QWEN_MARKERS, _QWEN_PIXELS, mrope=True, pixel_budget=True),
+    Arch(
+        "Qwen2-VL",
+        ("qwen2_vl",),
+        _QWEN_MARKERS,
+        _QWEN_PIXELS,
+        mrope=True,
+        pixel_budget=True,
+        packed_vision=True,
+    ),
+    Arch(
+        "Qwen2.5-VL",
+        ("qwen2_5_vl",),
+        _QWEN_MARKERS,
+        _QWEN_PIXELS,
+        mrope=True,
+        pixel_budget=True,
+        packed_vision=True,
+    ),
     Arch("LLaVA-OneVision", ("llava_onevision",)),
     Arch("InternVL", ("internvl",), ("<img>", "</img>"), {"crop_to_patches": False}),
     Arch("Idefics3/SmolVLM", ("idefics3", "smolvlm"), image_options={"do_image_splitting": False}),

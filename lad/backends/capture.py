@@ -27,6 +27,16 @@ class Capture:
     def __init__(self, offset: int = 0) -> None:
         self.rows: dict[int, torch.Tensor] = {}
         self.offset = offset
+        # Every layer of a kind gets the same mask tensor: its last row, as an additive bias,
+        # is made once per forward. Entries keep the mask alive, so its id stays its own.
+        self._biases: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def bias(self, mask: torch.Tensor, row: int, t_kv: int, b: int, h_kv: int) -> torch.Tensor:
+        entry = self._biases.get(id(mask))
+        if entry is None or entry[0] is not mask:
+            entry = (mask, mask_bias(mask, row, t_kv, b, h_kv))
+            self._biases[id(mask)] = entry
+        return entry[1]
 
 
 _active: list[Capture] = []
@@ -43,6 +53,18 @@ def capturing(offset: int = 0) -> Iterator[Capture]:
         _active.remove(cap)
 
 
+def mask_bias(mask: torch.Tensor, row: int, t_kv: int, b: int, h_kv: int) -> torch.Tensor:
+    """Row `row` of an attention mask (bool, True = attend; or additive float) over the first
+    t_kv keys, as an additive float32 bias for every KV head: (B*H_kv, 1, T_kv)."""
+    last = mask[:, :, row, :t_kv]  # (B or 1, 1, T_kv)
+    if last.dtype == torch.bool:
+        bias = torch.zeros(last.shape, dtype=torch.float32, device=last.device)
+        bias = bias.masked_fill_(~last, float("-inf"))
+    else:
+        bias = last.float()
+    return bias.expand(b, h_kv, t_kv).reshape(b * h_kv, 1, t_kv)
+
+
 def last_row_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -50,26 +72,42 @@ def last_row_attention(
     scaling: float,
     softcap: float | None = None,
     offset: int = 0,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Head-averaged attention of query row q-1-offset onto keys, in float32: (B, T_kv - offset).
 
     query (B, H, q, D); key (B, H_kv, T_kv, D); mask None (causal: the row sees every key up to
     its own), bool (B, 1, q, T_kv) with True = attend, or additive float of the same shape.
+    bias: `mask_bias` of `mask`, when the caller made it already (once for all layers).
+    This runs once per decoder layer inside the forward, so it is a few kernels (in bfloat16:
+    two float32 copies, one matmul that also scales and masks, softmax, mean) and never reads a
+    value back to the host.
     """
     b, h, q_len, d = query.shape
     h_kv, t_kv = key.shape[1], key.shape[2] - offset
-    q = query[:, :, q_len - 1 - offset, :].float().reshape(b, h_kv, h // h_kv, d)  # (B, H_kv, G, D)
-    keys = key[:, :, :t_kv, :].float()  # (B, H_kv, T_kv, D)
-    scores = torch.matmul(q, keys.transpose(-1, -2)) * scaling  # (B, H_kv, G, T_kv)
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    if mask is not None:
-        last = mask[:, :, q_len - 1 - offset, :t_kv].unsqueeze(2)  # (B, 1, 1, T_kv)
-        if last.dtype == torch.bool:
-            scores = scores.masked_fill(~last, float("-inf"))
+    row = q_len - 1 - offset
+    q = _float32(query[:, :, row, :]).reshape(b * h_kv, h // h_kv, d)  # (B*H_kv, G, D)
+    keys = _float32(key[:, :, :t_kv, :]).reshape(b * h_kv, t_kv, d).mT  # (B*H_kv, D, T_kv)
+    if softcap is None:
+        if mask is not None and bias is None:
+            bias = mask_bias(mask, row, t_kv, b, h_kv)
+        if bias is None:  # beta=0: the input is ignored; alpha folds the scaling in
+            scores = torch.baddbmm(q.new_empty(()), q, keys, beta=0, alpha=scaling)
         else:
-            scores = scores + last.float()
-    return scores.softmax(dim=-1).mean(dim=(1, 2))  # (B, T_kv)
+            scores = torch.baddbmm(bias, q, keys, alpha=scaling)  # (B*H_kv, G, T_kv)
+    else:
+        scores = torch.tanh(torch.bmm(q, keys) * (scaling / softcap)) * softcap
+        if mask is not None:
+            scores = scores + (bias if bias is not None else mask_bias(mask, row, t_kv, b, h_kv))
+    return scores.view(b, h, t_kv).softmax(dim=-1).mean(dim=1)  # (B, T_kv)
+
+
+def _float32(x: torch.Tensor) -> torch.Tensor:
+    """`x` in float32; a conversion is made contiguous in the same kernel, so the reshapes to
+    (B*H_kv, ...) above are views (a float32 input is copied by them only where it must be)."""
+    if x.dtype == torch.float32:
+        return x
+    return x.to(torch.float32, memory_format=torch.contiguous_format)
 
 
 def lad_capture_attention(
@@ -87,8 +125,14 @@ def lad_capture_attention(
     if _active:
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         c = _active[-1]
-        row = last_row_attention(query, key, attention_mask, scale, kwargs.get("softcap"), c.offset)
-        c.rows[module.layer_idx] = row
+        bias = None
+        if attention_mask is not None:
+            b, h_kv, t_kv = key.shape[0], key.shape[1], key.shape[2] - c.offset
+            row = query.shape[2] - 1 - c.offset
+            bias = c.bias(attention_mask, row, t_kv, b, h_kv)
+        c.rows[module.layer_idx] = last_row_attention(
+            query, key, attention_mask, scale, kwargs.get("softcap"), c.offset, bias
+        )
     return sdpa_attention_forward(
         module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
     )

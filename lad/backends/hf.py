@@ -3,6 +3,8 @@
 The steps are separate small functions so later work can reuse them (generation reuses prompt
 building; a mask change such as SoFA swaps `prefill`'s attention): build prompts → encode →
 prefill (+ capture) → decode the label trie's open prefixes on the prompt's KV cache → score.
+`records` prepares batch b+1.. (images, processor) in worker threads while batch b runs
+(lad.backends.pipeline); Qwen2-VL / Qwen2.5-VL vision towers run through lad.backends.vision.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lad.backends import capture as cap
+from lad.backends import vision
 from lad.backends.archs import Arch, arch_for
+from lad.backends.pipeline import ProcessorPool, prefetched
 from lad.backends.prompting import (
     Replies,
     chat_text,
@@ -39,6 +44,7 @@ Request = tuple[Item, int, list[int]]
 MaskScope = Callable[[dict[str, Any], list[list[tuple[int, int]]]], AbstractContextManager[Any]]
 CAPTURE_MODES = ("fast", "eager")
 PROBE_CAPTION = "Two dogs run on the beach, and a red kite flies above them."
+PREFETCH = 2  # batches prepared ahead of the model, in as many worker threads
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -51,6 +57,28 @@ class Prefill:
     cache: Any
     rows: torch.Tensor
     path_logits: torch.Tensor | None = None
+
+
+@dataclass
+class Encoded:
+    """One batch ready for the model: the processor's outputs on the host (pinned when the model
+    is on CUDA, so the copy to the GPU does not block), each prompt's image spans (Eq. 6's R_k)
+    and the labels' trie."""
+
+    batch: list[Request]
+    inputs: dict[str, Any]
+    spans: list[list[tuple[int, int]]]
+    trie: LabelTrie
+
+
+@dataclass
+class _Queued:
+    """A batch whose forward and scoring are queued on the device, results not read yet."""
+
+    encoded: Encoded
+    inputs: dict[str, Any]
+    prefill: Prefill
+    logprobs: torch.Tensor
 
 
 def _check_finite(
@@ -123,6 +151,9 @@ def load_backend(
     chat_text(processor, "Which image?", 2, str(model))
     reply_tokens(processor, "Which image?", 2, ["1", "2"], str(model))
     impl = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
+    if arch.packed_vision:
+        vision.register()
+        impl["vision_config"] = vision.VISION_IMPL
     # One process with several GPUs and --device auto: spread a model too large for one GPU
     # over all of them (device_map). Under a launcher each process keeps its own GPU instead.
     spread = device == "auto" and torch.cuda.device_count() > 1 and "WORLD_SIZE" not in os.environ
@@ -136,6 +167,8 @@ def load_backend(
         )
     except (OSError, ValueError) as e:
         raise BackendError(f"cannot load model {model!r}: {e}") from None
+    if arch.packed_vision:
+        vision.use_packed_vision(net)
     net = (net if spread else net.to(dev)).eval()
     return Backend(str(model), net, processor, arch, options, image_size=image_size)
 
@@ -192,6 +225,11 @@ class Backend:
         self._tries: dict[tuple[str, int], LabelTrie] = {}
         self._round_tripped: set[tuple[str, str, int]] = set()  # (template, scheme, N) checked
         self._end_of_answer: int | None = None
+        # Worker threads encode with their own processor copies; the original is used under lock.
+        self._processors = ProcessorPool(processor)
+        # Queue batch b+1 on the device before reading batch b's results back (records); on a
+        # CPU the model computes synchronously and there is nothing to overlap.
+        self.overlap = self.device.type == "cuda"
         # Hook for mask-level changes such as SoFA (lad.backends.sofa); None = the causal mask.
         self.mask_scope: MaskScope | None = None
 
@@ -205,11 +243,15 @@ class Backend:
         scheme: LabelScheme,
         batch_size: int = 1,
         capture: str = "fast",
+        prefetch: int = PREFETCH,
     ) -> Iterator[Record]:
         """One record per request, in request order, yielded as each batch finishes.
 
         template: a prompt of lad.prompts.TEMPLATES by name (an item with a `question` gets its
         question variant), or a PromptTemplate for every item.
+        prefetch: batches whose images and inputs are prepared ahead, in worker threads, while
+        the model runs (0: each batch in the calling thread when it is due). The records are the
+        same; an error in a later batch is raised after the earlier batches' records.
         """
         if capture not in CAPTURE_MODES:
             raise BackendError(
@@ -218,8 +260,30 @@ class Backend:
             )
         if batch_size < 1:
             raise BackendError(f"The 'batch_size' parameter must be >= 1. Got {batch_size}.")
-        for batch in _batches(requests, batch_size):
-            yield from self._score_batch(batch, template, scheme, capture)
+        if prefetch < 0:
+            raise BackendError(f"The 'prefetch' parameter must be >= 0. Got {prefetch}.")
+        prepare = partial(self.prepare, template=template, scheme=scheme, pooled=prefetch > 0)
+        batches = prefetched(_batches(requests, batch_size), prepare, ahead=prefetch)
+        if not self.overlap:
+            for encoded in batches:
+                yield from self.score_prepared(encoded, capture)[0]
+            return
+        # On a GPU, batch b+1's forward is queued before batch b's results are read back, so the
+        # device is not idle while the host turns b into records. Errors keep batch order.
+        queued: _Queued | None = None
+        while True:
+            try:
+                encoded = next(batches, None)
+                following = None if encoded is None else self._queue(encoded, capture)
+            except Exception:
+                if queued is not None:
+                    yield from self._read(queued)[0]
+                raise
+            if queued is not None:
+                yield from self._read(queued)[0]
+            if following is None:
+                return
+            queued = following
 
     def label_trie(self, scheme: LabelScheme, num_candidates: int) -> LabelTrie:
         """The labels' trie: each label as the chat template writes the model's reply (cached)."""
@@ -242,17 +306,34 @@ class Backend:
 
     # ----------------------------------------------------------------- steps
 
+    def prepare(
+        self,
+        batch: list[Request],
+        template: str | PromptTemplate,
+        scheme: LabelScheme,
+        *,
+        pooled: bool = False,
+    ) -> Encoded:
+        """A batch's label trie, prompts, images and processor outputs (host side, no model).
+
+        pooled: encode with a processor copy of this thread's own (safe in worker threads).
+        """
+        n = batch[0][0].num_candidates
+        with self._processors.lock:  # the original processor's tokenizer
+            self.check_tokenizer(template, scheme, n)  # before the labels are tokenised too
+            trie = self.label_trie(scheme, n)
+        with self._processors.borrowed() if pooled else nullcontext(self.processor) as proc:
+            texts, images = self._build_prompts(batch, template, scheme, proc)
+            inputs, spans = self._encode_host(batch, texts, images, proc)
+        if self.device.type == "cuda":
+            inputs = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in inputs.items()}
+        return Encoded(batch, inputs, spans, trie)
+
     def build_prompts(
         self, batch: list[Request], template: str | PromptTemplate, scheme: LabelScheme
     ) -> tuple[list[str], list[list[Any]]]:
         """Chat-template texts and the images in presentation order, one per request."""
-        texts, images = [], []
-        for item, _, order in batch:
-            _check_order(item, order)
-            n = item.num_candidates
-            text = render_item(template, item, scheme, n)
-            texts.append(chat_text(self.processor, text, n, self.model_id))
-            images.append([self.picture(item.images[i]) for i in order])
+        texts, images = self._build_prompts(batch, template, scheme, self.processor)
         self.check_tokenizer(template, scheme, batch[0][0].num_candidates)
         return texts, images
 
@@ -283,10 +364,39 @@ class Backend:
     def encode(
         self, batch: list[Request], texts: list[str], images: list[list[Any]]
     ) -> tuple[dict[str, Any], list[list[tuple[int, int]]]]:
-        tok = self.processor.tokenizer
+        inputs, spans = self._encode_host(batch, texts, images, self.processor)
+        return self.to_device(inputs), spans
+
+    def to_device(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Inputs on the model's (first) device; from pinned memory the copy does not block."""
+        return {
+            k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v
+            for k, v in inputs.items()
+        }
+
+    def _build_prompts(
+        self,
+        batch: list[Request],
+        template: str | PromptTemplate,
+        scheme: LabelScheme,
+        processor: Any,
+    ) -> tuple[list[str], list[list[Any]]]:
+        texts, images = [], []
+        for item, _, order in batch:
+            _check_order(item, order)
+            n = item.num_candidates
+            text = render_item(template, item, scheme, n)
+            texts.append(chat_text(processor, text, n, self.model_id))
+            images.append([self.picture(item.images[i]) for i in order])
+        return texts, images
+
+    def _encode_host(
+        self, batch: list[Request], texts: list[str], images: list[list[Any]], processor: Any
+    ) -> tuple[dict[str, Any], list[list[tuple[int, int]]]]:
+        tok = processor.tokenizer
         markers = [tok.convert_tokens_to_ids(m) for m in self.arch.markers]
         special = set(tok.all_special_ids)
-        inputs, spans = encode(self.processor, texts, images, self.image_options, markers, special)
+        inputs, spans = encode(processor, texts, images, self.image_options, markers, special)
         lengths = inputs["attention_mask"].sum(-1).tolist()
         for (item, _, _), item_spans, length in zip(batch, spans, lengths, strict=True):
             if len(item_spans) != item.num_candidates:
@@ -299,7 +409,6 @@ class Backend:
                     f"item {item.id!r}: the prompt has {length} tokens, more than the model's "
                     f"context of {self.max_context}; lower the image resolution/tiling options"
                 )
-        inputs = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in inputs.items()}
         return inputs, spans
 
     @torch.no_grad()
@@ -354,15 +463,6 @@ class Backend:
 
     # ----------------------------------------------------------------- internals
 
-    def _score_batch(
-        self,
-        batch: list[Request],
-        template: str | PromptTemplate,
-        scheme: LabelScheme,
-        capture: str,
-    ) -> Iterator[Record]:
-        yield from self.prompt_pass(batch, template, scheme, capture)[0]
-
     def prompt_pass(
         self,
         batch: list[Request],
@@ -376,16 +476,29 @@ class Backend:
         keep_cache: the returned Prefill's cache still holds exactly the prompt (label decoding
         runs on a copy), so generation can continue from the same pass.
         """
-        n = batch[0][0].num_candidates
-        self.check_tokenizer(template, scheme, n)  # before the labels are tokenised too
-        trie = self.label_trie(scheme, n)
-        texts, images = self.build_prompts(batch, template, scheme)
-        inputs, spans = self.encode(batch, texts, images)
-        pre, logprobs = self.score_encoded(inputs, spans, trie, capture, keep_cache)
-        logprobs = logprobs.cpu()
-        evidences = [evidence(pre.rows[b], spans[b]) for b in range(len(batch))]
+        return self.score_prepared(self.prepare(batch, template, scheme), capture, keep_cache)
+
+    def score_prepared(
+        self, encoded: Encoded, capture: str = "fast", keep_cache: bool = False
+    ) -> tuple[list[Record], Prefill, dict[str, Any]]:
+        """`prompt_pass` of a batch already prepared (`prepare`): the model's part."""
+        return self._read(self._queue(encoded, capture, keep_cache))
+
+    def _queue(self, encoded: Encoded, capture: str, keep_cache: bool = False) -> _Queued:
+        """The batch's forward and scoring, queued on the device (on a CPU: done)."""
+        inputs = self.to_device(encoded.inputs)
+        pre, logprobs = self.score_encoded(inputs, encoded.spans, encoded.trie, capture, keep_cache)
+        return _Queued(encoded, inputs, pre, logprobs)
+
+    def _read(self, queued: _Queued) -> tuple[list[Record], Prefill, dict[str, Any]]:
+        """Records of a queued batch: its results read back once, Eq. 6 summed on the host."""
+        encoded, pre, inputs = queued.encoded, queued.prefill, queued.inputs
+        batch, spans = encoded.batch, encoded.spans
+        rows = pre.rows.cpu()  # (B, L, T)
+        logprobs = queued.logprobs.cpu()
+        evidences = [evidence(rows[b], spans[b]) for b in range(len(batch))]
         _check_finite(batch, logprobs, evidences)
-        lengths = inputs["attention_mask"].sum(-1).tolist()
+        lengths = encoded.inputs["attention_mask"].sum(-1).tolist()
         records = [
             Record(
                 item=item.id,

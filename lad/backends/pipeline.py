@@ -1,0 +1,75 @@
+"""Input preparation overlapped with the model: batch b+1.. are prepared while batch b runs.
+
+`prefetched` runs `prepare` (image decode, processor, tokenisation) on the next batches in worker
+threads and hands the results over in batch order. PIL decoding, the image processors' tensor
+ops and the Rust tokenizer release the GIL, so threads overlap with the model (which waits on the
+GPU or runs its own kernels) without pickling batches between processes. An exception raised by
+`prepare` surfaces when its batch is reached, after every earlier batch was handed over, exactly
+where the serial path would raise it.
+
+`ProcessorPool` gives each worker its own copy of the processor: a fast tokenizer must not be
+called from two threads at once (its padding/truncation state is shared and mutated per call).
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+B = TypeVar("B")
+P = TypeVar("P")
+
+
+def prefetched(batches: Iterable[B], prepare: Callable[[B], P], *, ahead: int = 2) -> Iterator[P]:
+    """prepare(batch) for each batch, in order, with up to `ahead` batches prepared in advance by
+    as many worker threads; ahead=0 prepares each batch in the caller's thread when it is due."""
+    if ahead < 0:
+        raise ValueError(f"The 'ahead' parameter must be >= 0. Got {ahead}.")
+    if ahead == 0:
+        for batch in batches:
+            yield prepare(batch)
+        return
+    source = iter(batches)
+    pending: deque[Future[P]] = deque()
+    pool = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="lad-prepare")
+    try:
+        for batch in source:
+            pending.append(pool.submit(prepare, batch))
+            if len(pending) > ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:
+            future.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class ProcessorPool:
+    """Copies of one processor, each used by one thread at a time (made on first need).
+
+    lock: held by whoever uses the original processor while workers may run (deep copies too).
+    """
+
+    def __init__(self, processor: Any) -> None:
+        self.processor = processor
+        self.lock = threading.Lock()
+        self._free: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    @contextmanager
+    def borrowed(self) -> Iterator[Any]:
+        try:
+            proc = self._free.get_nowait()
+        except queue.Empty:
+            with self.lock:
+                proc = copy.deepcopy(self.processor)
+        try:
+            yield proc
+        finally:
+            self._free.put(proc)

@@ -1,0 +1,170 @@
+"""Qwen2-VL / Qwen2.5-VL vision attention: every image and window of a batch in one SDPA call.
+
+The vision towers pack all patches of a batch into one sequence of T tokens and cut it into
+segments at `cu_seqlens`: one per image (Qwen2-VL; Qwen2.5-VL's full-attention blocks) or one per
+window (Qwen2.5-VL's other blocks, ~16 per 448 px image). Under SDPA, transformers runs one SDPA
+call per segment and a host sync (`lengths.tolist()`) per layer: for 32 images that is 500 calls
+per windowed block. Here a forward pre-hook on each vision attention module hands the segments to
+`lad_vision` (registered with transformers' AttentionInterface) and gives the module the single
+segment [0, T), so the module calls the function once. `lad_vision` lays the segments out as a
+padded batch (S, H, L_max, D) and runs one SDPA call; a key-padding mask is added only when the
+segments differ in length (equal windows, equal images: no mask, so the flash kernel applies).
+The segments are read to the host once per `cu_seqlens` tensor (once per forward, not per layer).
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+VISION_IMPL = "lad_vision"
+
+
+@dataclass(frozen=True)
+class Segments:
+    """A packed sequence's segments as a padded batch.
+
+    count, longest: S segments, L_max tokens in the longest.
+    whole: CPU [0, T]: what the module sees as its cu_seqlens (one segment, one call).
+    gather: (S * L_max,) token index of each padded slot, padding slots point at token 0;
+            None when all segments have L_max tokens (the packed sequence is the batch).
+    keep: (T,) padded slot of each token, in order; None with `gather`.
+    mask: (S, 1, 1, L_max) bool, True = a real key; None with `gather`.
+    """
+
+    count: int
+    longest: int
+    whole: torch.Tensor
+    gather: torch.Tensor | None = None
+    keep: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+    @classmethod
+    def from_bounds(cls, bounds: list[int], device: torch.device) -> Segments:
+        lengths = [b - a for a, b in itertools.pairwise(bounds) if b > a]
+        total = bounds[-1] - bounds[0]
+        whole = torch.tensor([0, total], dtype=torch.int32)
+        longest = max(lengths)
+        if all(n == longest for n in lengths):
+            return cls(len(lengths), longest, whole)
+        sizes = torch.tensor(lengths)
+        starts = sizes.cumsum(0) - sizes  # (S,)
+        slot = torch.arange(longest)
+        real = slot[None, :] < sizes[:, None]  # (S, L_max)
+        gather = torch.where(real, starts[:, None] + slot[None, :], 0).flatten()
+        keep = real.flatten().nonzero().flatten()
+        mask = real[:, None, None, :]
+        move = {"device": device, "non_blocking": True}
+        return cls(
+            len(lengths),
+            longest,
+            whole,
+            gather.to(**move),
+            keep.to(**move),
+            mask.to(**move),
+        )
+
+
+class _SegmentCache:
+    """Segments of the last few cu_seqlens tensors, keyed by identity: a vision forward passes
+    the same two tensors (windows, whole images) to every block, so each is read once."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self.entries: list[tuple[weakref.ref[torch.Tensor], Segments]] = []
+
+    def get(self, cu_seqlens: torch.Tensor, device: torch.device) -> Segments:
+        for ref, segments in self.entries:
+            if ref() is cu_seqlens:
+                return segments
+        segments = Segments.from_bounds(cu_seqlens.tolist(), device)
+        self.entries = [*self.entries[-(self.size - 1) :], (weakref.ref(cu_seqlens), segments)]
+        return segments
+
+
+def packed_vision_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    lad_segments: Segments | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention within each segment of a packed (1, H, T, D) sequence, in one SDPA call.
+
+    Without `lad_segments` (a module lad did not hook) it is plain SDPA.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if lad_segments is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    seg = lad_segments
+    _, h, _, d = query.shape
+
+    def padded(x: torch.Tensor) -> torch.Tensor:  # (1, H, T, D) -> (S, H, L_max, D)
+        x = x[0] if seg.gather is None else x[0][:, seg.gather]  # (H, S * L_max, D)
+        return x.reshape(h, seg.count, seg.longest, d).transpose(0, 1)
+
+    out = torch.nn.functional.scaled_dot_product_attention(
+        padded(query), padded(key), padded(value), attn_mask=seg.mask, scale=scaling
+    )  # (S, H, L_max, D)
+    out = out.transpose(1, 2).reshape(seg.count * seg.longest, h, d)  # (S * L_max, H, D)
+    if seg.keep is not None:
+        out = out[seg.keep]  # (T, H, D)
+    return out.unsqueeze(0), None  # (1, T, H, D), as transformers' SDPA returns it
+
+
+def _attention_classes() -> tuple[type, ...]:
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLVisionAttention
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import VisionAttention
+
+    return (VisionAttention, Qwen2_5_VLVisionAttention)
+
+
+def register() -> None:
+    """Make `attn_implementation={"vision_config": "lad_vision"}` available (idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(VISION_IMPL, packed_vision_attention)
+
+
+def use_packed_vision(model: Any) -> bool:
+    """Route a Qwen2-VL / Qwen2.5-VL model's vision attention through `lad_vision`.
+
+    Sets the vision tower's attention implementation and hooks its attention modules; returns
+    False (and changes nothing) for a model without those modules. Idempotent.
+    """
+    classes = _attention_classes()
+    modules = [m for m in model.modules() if isinstance(m, classes)]
+    if not modules:
+        return False
+    register()
+    model.set_attn_implementation({"vision_config": VISION_IMPL})
+    cache = _SegmentCache()
+    for module in modules:
+        if not getattr(module, "_lad_packed", False):
+            module.register_forward_pre_hook(_segments_hook(cache), with_kwargs=True)
+            module._lad_packed = True
+    return True
+
+
+def _segments_hook(cache: _SegmentCache) -> Any:
+    def hook(
+        module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if module.config._attn_implementation != VISION_IMPL:
+            return args, kwargs  # another implementation was set later: leave the module as is
+        cu_seqlens = kwargs["cu_seqlens"]
+        segments = cache.get(cu_seqlens, cu_seqlens.device)
+        return args, {**kwargs, "cu_seqlens": segments.whole, "lad_segments": segments}
+
+    return hook

@@ -182,7 +182,7 @@ class _LiveTensors:
         self.live -= nbytes
 
 
-def _tensor_peak(work: Any) -> float:
+def tensor_peak(work: Any) -> float:
     """Peak MiB of tensors allocated by `work()` and alive at the same time."""
     tracker = _LiveTensors()
     with tracker.mode:
@@ -207,7 +207,7 @@ def memory_child(model: str, folder: str, n: int, mode: str, device: str) -> Non
     else:
         before = _rss_mib()
         peak = _sampled_peak(lambda: run_mode(backend, mode, inputs, spans))
-        tensors = _tensor_peak(lambda: run_mode(backend, mode, inputs, spans))
+        tensors = tensor_peak(lambda: run_mode(backend, mode, inputs, spans))
     print(json.dumps({"before": before, "peak": peak, "tensors": tensors}))
 
 

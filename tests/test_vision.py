@@ -102,9 +102,7 @@ def test_other_architectures_are_left_alone() -> None:
 
 
 @pytest.mark.parametrize("arch", QWEN)
-def test_load_backend_uses_packed_vision_and_records_match_stock(
-    arch: str, tmp_path: Path
-) -> None:
+def test_load_backend_uses_packed_vision_and_records_match_stock(arch: str, tmp_path: Path) -> None:
     from PIL import Image
 
     size = TinySize(image_side=84)  # 6x6 patches: windows of Qwen2.5-VL's tiny config differ

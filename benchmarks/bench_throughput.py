@@ -19,7 +19,9 @@ Modes, each timed over the same `--batches` batches of `--batch-size` prompts pe
   lad     `Backend.records`: images from disk -> processor -> forward with capture -> exact
           label scoring -> records, preparation prefetched in worker threads (the default);
   serial  the same with `prefetch=0`: preparation in the main loop;
-  stock   plain, but the vision tower on transformers' own SDPA attention (Qwen only).
+  stock   plain, but the vision tower on transformers' own SDPA attention (Qwen only);
+  prep    the input preparation alone (images, processor), prefetched as in `lad`: the most
+          prompts/s the host can feed, whatever the model.
 Also per N: FLOPs of one prompt (torch.utils.flop_counter on a plain forward, attention
 included) and the FLOP-bound prompts/s at the device's peak rate (`--peak-tflops`, or measured
 with a dense matmul in the model's dtype); peak tensor memory of one batch, plain vs lad (CUDA:
@@ -38,6 +40,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +53,13 @@ from lad.backends import capture as cap
 from lad.backends import vision
 from lad.backends.archs import arch_for
 from lad.backends.hf import PREFETCH, Backend, Encoded
+from lad.backends.pipeline import prefetched
 from lad.data.items import Item
 from lad.labels import get_scheme
 from lad.tiny import ARCHITECTURES, TinySize, build_tiny_parts
 
 DIGITS = get_scheme("digits")
-MODES = ("plain", "lad", "serial", "stock")
+MODES = ("plain", "lad", "serial", "stock", "prep")
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class Shape:
     vision: dict[str, Any] = field(default_factory=dict)
     top: dict[str, Any] = field(default_factory=dict)
     processor: dict[str, Any] = field(default_factory=dict)
+    image_processor: dict[str, Any] = field(default_factory=dict)
     image_side: int = 448
 
 
@@ -145,6 +150,8 @@ SHAPES = {
         vision={"intermediate_size": 3072},
         top={"scale_factor": 4, "tie_word_embeddings": False},
         processor={"image_seq_len": 64},  # (512 / 16)^2 / 4^2
+        # As published: resize to 2048 px on the long side, then (no splitting) to 512.
+        image_processor={"size": {"longest_edge": 2048}, "max_image_size": {"longest_edge": 512}},
     ),
 }
 # --tiny: same architectures, a few narrow layers, small images (still several windows each).
@@ -182,6 +189,7 @@ def build_backend(shape: Shape, device: torch.device, dtype: torch.dtype) -> Bac
     _set(config.vision_config, shape.vision)
     _set(config, shape.top)
     _set(processor, shape.processor)
+    _set(processor.image_processor, shape.image_processor)
     processor.tokenizer.padding_side = "left"
     arch = arch_for(config)
     cap.register()
@@ -241,8 +249,16 @@ def plain_forward(backend: Backend, encoded: Encoded) -> None:
     backend.model(**backend.to_device(encoded.inputs), use_cache=False, logits_to_keep=1)
 
 
-def run_mode(backend: Backend, mode: str, reqs: list, encoded: list[Encoded], batch: int) -> None:
+def run_mode(
+    backend: Backend, mode: str, reqs: list, encoded: list[Encoded], batch: int, prefetch: int
+) -> None:
     """One pass of `mode` over all the prompts."""
+    if mode == "prep":
+        batches = [reqs[i : i + batch] for i in range(0, len(reqs), batch)]
+        prepare = partial(backend.prepare, template="vanilla", scheme=DIGITS, pooled=True)
+        for _ in prefetched(batches, prepare, ahead=prefetch):
+            pass
+        return
     if mode in ("plain", "stock"):
         set_text_attention(backend, "sdpa")
         set_vision_attention(backend, stock=mode == "stock")
@@ -253,8 +269,8 @@ def run_mode(backend: Backend, mode: str, reqs: list, encoded: list[Encoded], ba
             set_text_attention(backend, cap.CAPTURE_IMPL)
             set_vision_attention(backend, stock=False)
         return
-    prefetch = 0 if mode == "serial" else PREFETCH
-    for _ in backend.records(reqs, scheme=DIGITS, batch_size=batch, prefetch=prefetch):
+    ahead = 0 if mode == "serial" else prefetch
+    for _ in backend.records(reqs, scheme=DIGITS, batch_size=batch, prefetch=ahead):
         pass
 
 
@@ -317,13 +333,12 @@ def measure_n(
     encoded = [backend.prepare(batch, "vanilla", DIGITS) for batch in batches]
     modes = [m for m in args.modes if m != "stock" or backend.arch.packed_vision]
     for mode in modes:  # warm-up: one batch each
-        run_mode(backend, mode, batches[0], encoded[:1], b)
+        run_mode(backend, mode, batches[0], encoded[:1], b, args.prefetch)
     seconds: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(args.repeats):
         for mode in modes:
-            seconds[mode].append(
-                timed(lambda m=mode: run_mode(backend, m, reqs, encoded, b), backend.device)
-            )
+            work = partial(run_mode, backend, mode, reqs, encoded, b, args.prefetch)
+            seconds[mode].append(timed(work, backend.device))
     pps = {m: len(reqs) / min(t) for m, t in seconds.items()}
     flops = flops_per_prompt(backend, backend.prepare(reqs[:1], "vanilla", DIGITS))
     one = encoded[0]
@@ -357,10 +372,9 @@ def measure_n(
         "memory_mib": memory,
         "lad_over_plain_memory": memory["lad"] / memory["plain"],
     }
-    if "serial" in pps:
-        row["serial_over_plain_time"] = pps["plain"] / pps["serial"]
-    if "stock" in pps:
-        row["stock_over_plain_time"] = pps["plain"] / pps["stock"]
+    for mode in ("serial", "stock", "prep"):
+        if mode in pps:
+            row[f"{mode}_over_plain_time"] = pps["plain"] / pps[mode]
     return row
 
 
@@ -398,6 +412,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--image-side", type=int, default=None, help="pixels (default: shape's)")
+    parser.add_argument("--prefetch", type=int, default=PREFETCH, help="batches prepared ahead")
     parser.add_argument("--peak-tflops", type=float, default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--json", default=None, help="write the results here")
@@ -439,6 +454,7 @@ def main() -> None:
         "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
         "batch_size": args.batch_size,
+        "prefetch": args.prefetch,
         "batches": args.batches,
         "repeats": args.repeats,
         "image_side": side,

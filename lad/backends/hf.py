@@ -44,7 +44,7 @@ Request = tuple[Item, int, list[int]]
 MaskScope = Callable[[dict[str, Any], list[list[tuple[int, int]]]], AbstractContextManager[Any]]
 CAPTURE_MODES = ("fast", "eager")
 PROBE_CAPTION = "Two dogs run on the beach, and a red kite flies above them."
-PREFETCH = 2  # batches prepared ahead of the model, in as many worker threads
+PREFETCH = 4  # batches prepared ahead of the model, in as many worker threads
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 

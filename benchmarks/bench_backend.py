@@ -224,6 +224,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default=str(Path(__file__).with_suffix(".json")))
+    parser.add_argument("--no-memory", action="store_true", help="times only, no memory runs")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -239,13 +240,17 @@ def main() -> None:
             item = make_item(folder, n)
             _, inputs, _ = prepared(backend, item)
             secs, medians = time_all(backend, item, args.repeats)
-            mem = {m: memory(model, folder, n, m, args.device) for m in MODES}
+            mem = (
+                {}
+                if args.no_memory
+                else {m: memory(model, folder, n, m, args.device) for m in MODES}
+            )
             tokens = int(inputs["input_ids"].shape[1])
             rows.append(
                 {"n": n, "tokens": tokens, "seconds": secs, "median_seconds": medians,
                  "memory_mib": mem}
             )  # fmt: skip
-    report_table(rows)
+    (report_times if args.no_memory else report_table)(rows)
     report = {
         "benchmark": "bench_backend",
         "device": str(backend.device),
@@ -258,6 +263,18 @@ def main() -> None:
     }
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"written: {args.out}")
+
+
+def report_times(rows: list[dict[str, Any]]) -> None:
+    head = f"{'plain ms':>8} {'lad ms':>8} {'eager ms':>8} | {'b/a':>5} {'c/b':>5}"
+    print(f"{'N':>3} {'tokens':>6} | {head}")
+    for row in rows:
+        s = {k: 1e3 * v for k, v in row["seconds"].items()}
+        print(
+            f"{row['n']:>3} {row['tokens']:>6} | {s['plain']:>8.2f} {s['lad']:>8.2f} "
+            f"{s['eager']:>8.2f} | {s['lad'] / s['plain']:>5.2f} {s['eager'] / s['lad']:>5.2f}"
+        )
+    print("time: minimum over repeats (median in the JSON).")
 
 
 def report_table(rows: list[dict[str, Any]]) -> None:

@@ -44,7 +44,7 @@ Request = tuple[Item, int, list[int]]
 MaskScope = Callable[[dict[str, Any], list[list[tuple[int, int]]]], AbstractContextManager[Any]]
 CAPTURE_MODES = ("fast", "eager")
 PROBE_CAPTION = "Two dogs run on the beach, and a red kite flies above them."
-PREFETCH = 4  # batches prepared ahead of the model, in as many worker threads
+PREFETCH = 4  # batches prepared ahead of a GPU model, in as many worker threads
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -243,15 +243,16 @@ class Backend:
         scheme: LabelScheme,
         batch_size: int = 1,
         capture: str = "fast",
-        prefetch: int = PREFETCH,
+        prefetch: int | None = None,
     ) -> Iterator[Record]:
         """One record per request, in request order, yielded as each batch finishes.
 
         template: a prompt of lad.prompts.TEMPLATES by name (an item with a `question` gets its
         question variant), or a PromptTemplate for every item.
         prefetch: batches whose images and inputs are prepared ahead, in worker threads, while
-        the model runs (0: each batch in the calling thread when it is due). The records are the
-        same; an error in a later batch is raised after the earlier batches' records.
+        the model runs; 0: each batch in the calling thread when it is due; None: PREFETCH on
+        CUDA, 0 on a CPU (where the model already uses every core). The records are the same;
+        an error in a later batch is raised after the earlier batches' records.
         """
         if capture not in CAPTURE_MODES:
             raise BackendError(
@@ -260,6 +261,8 @@ class Backend:
             )
         if batch_size < 1:
             raise BackendError(f"The 'batch_size' parameter must be >= 1. Got {batch_size}.")
+        if prefetch is None:
+            prefetch = PREFETCH if self.device.type == "cuda" else 0
         if prefetch < 0:
             raise BackendError(f"The 'prefetch' parameter must be >= 0. Got {prefetch}.")
         prepare = partial(self.prepare, template=template, scheme=scheme, pooled=prefetch > 0)

@@ -128,10 +128,11 @@ def check_arch(arch: str, folder: Path, device: str, reqs: list, out: dict[str, 
             stock = _records(backend, reqs)
             vis.use_packed_vision(backend.model)
             checks[f"packed-vision-{dtype}"] = _max_diffs(fast, stock)
-        serial = _jsonl(backend, reqs, folder / f"{arch}-{dtype}-serial.jsonl", prefetch=0)
         overlap = backend.overlap
-        backend.overlap = True  # on CUDA the default; on a CPU run, the same order of calls
         try:
+            backend.overlap = False  # serial: prepare, run, read, one batch after the other
+            serial = _jsonl(backend, reqs, folder / f"{arch}-{dtype}-serial.jsonl", prefetch=0)
+            backend.overlap = True  # CUDA's default; on a CPU run, the same order of calls
             made = _jsonl(backend, reqs, folder / f"{arch}-{dtype}-prefetch.jsonl", prefetch=3)
         finally:
             backend.overlap = overlap

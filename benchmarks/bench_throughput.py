@@ -16,6 +16,8 @@ packed vision attention on Qwen towers). Images are JPEG files on disk (448 x 44
 Modes, each timed over the same `--batches` batches of `--batch-size` prompts per N:
   plain   the batched forward alone (SDPA everywhere, vanilla's next-token logits), from
           already processed inputs in host memory: the model's share of the work;
+  record  lad's record from the same processed inputs (`Backend.score_prepared`: forward with
+          the capture, exact label scoring, records), batch after batch: the capture's cost;
   lad     `Backend.records`: images from disk -> processor -> forward with capture -> exact
           label scoring -> records, preparation prefetched in worker threads (the default);
   serial  the same with `prefetch=0`: preparation in the main loop;
@@ -59,7 +61,7 @@ from lad.labels import get_scheme
 from lad.tiny import ARCHITECTURES, TinySize, build_tiny_parts
 
 DIGITS = get_scheme("digits")
-MODES = ("plain", "lad", "serial", "stock", "prep")
+MODES = ("plain", "record", "lad", "serial", "stock", "prep")
 
 
 @dataclass(frozen=True)
@@ -259,6 +261,10 @@ def run_mode(
         for _ in prefetched(batches, prepare, ahead=prefetch):
             pass
         return
+    if mode == "record":
+        for enc in encoded:
+            backend.score_prepared(enc)
+        return
     if mode in ("plain", "stock"):
         set_text_attention(backend, "sdpa")
         set_vision_attention(backend, stock=mode == "stock")
@@ -377,7 +383,7 @@ def measure_n(
         "memory_mib": memory,
         "lad_over_plain_memory": memory["lad"] / memory["plain"],
     }
-    for mode in ("serial", "stock", "prep"):
+    for mode in ("record", "serial", "stock", "prep"):
         if mode in pps:
             row[f"{mode}_over_plain_time"] = pps["plain"] / pps[mode]
     return row
@@ -385,12 +391,13 @@ def measure_n(
 
 def print_row(row: dict[str, Any], first: bool) -> None:
     pps = row["prompts_per_s"]
-    cols = [f"{m} p/s" for m in MODES if m in pps]
+    modes = [m for m in MODES if m in pps]
+    record = row.get("record_over_plain_time")
     if first:
         head = (
             f"{'N':>3} {'tokens':>7} {'TFLOP':>7} {'bound p/s':>10} | "
-            + " ".join(f"{c:>11}" for c in cols)
-            + f" | {'lad/plain time':>14} | {'MiB plain':>9} {'lad':>9} {'lad/plain':>9}"
+            + " ".join(f"{m + ' p/s':>11}" for m in modes)
+            + f" | {'lad/plain':>9} {'rec/plain':>9} | {'MiB plain':>9} {'lad':>9} {'ratio':>6}"
         )
         print(head)
         print("-" * len(head))
@@ -398,9 +405,10 @@ def print_row(row: dict[str, Any], first: bool) -> None:
     print(
         f"{row['n']:>3} {row['tokens_per_prompt']:>7.0f} {row['tflop_per_prompt']:>7.3g} "
         f"{row['flop_bound_prompts_per_s']:>10.4g} | "
-        + " ".join(f"{pps[m]:>11.4g}" for m in MODES if m in pps)
-        + f" | {row['lad_over_plain_time']:>14.3f} | {mem['plain']:>9.1f} {mem['lad']:>9.1f} "
-        f"{row['lad_over_plain_memory']:>9.3f}",
+        + " ".join(f"{pps[m]:>11.4g}" for m in modes)
+        + f" | {row['lad_over_plain_time']:>9.3f} "
+        + (f"{record:>9.3f}" if record else f"{'-':>9}")
+        + f" | {mem['plain']:>9.1f} {mem['lad']:>9.1f} {row['lad_over_plain_memory']:>6.3f}",
         flush=True,
     )
 
@@ -477,8 +485,9 @@ def main() -> None:
                 Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     print(
         "p/s: prompts per second (minimum time over repeats). bound: peak / FLOPs per prompt. "
-        "lad/plain time: plain p/s over lad's end-to-end p/s. MiB: peak tensor memory of one "
-        "batch above the model, plain forward vs lad's record."
+        "lad/plain, rec/plain: time per prompt of lad end to end / of lad's record from processed "
+        "inputs, over the plain forward's. MiB: peak tensor memory of one batch above the model, "
+        "plain forward vs lad's record, and their ratio."
     )
     if args.json:
         print(f"written: {args.json}")

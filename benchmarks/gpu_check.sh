@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_check.sh        # from the repository root; results under $OUT
 #
 # Steps, each under its own `timeout` so one slow step cannot eat the others' time (~6.5 min
-# in all at most; the limits below add up to 370 s plus the wheel install):
+# in all at most; the limits below add up to 385 s plus the wheel install):
 #   equality   CPU vs CUDA, fast vs eager capture, packed vs stock vision, prefetched vs serial
 #              records, host syncs and kernels the capture adds   -> equality.json
 #   7b         bench_throughput --shape 7b   N = 4 8 12, batch 8  -> throughput_7b.json
@@ -56,9 +56,9 @@ step() {  # step NAME SECONDS COMMAND...: run it under a time limit, say how it 
     step 7b 150 python3 benchmarks/bench_throughput.py "${DEVICE[@]}" --shape 7b "${SIZE[@]}" \
         --json "$OUT/throughput_7b.json"
     step 2b 70 python3 benchmarks/bench_throughput.py "${DEVICE[@]}" --shape 2b "${SIZE[@]}" \
-        --modes plain lad serial prep --json "$OUT/throughput_2b.json"
-    step 256m 60 python3 benchmarks/bench_throughput.py "${DEVICE[@]}" --shape 256m "${SIZE[@]}" \
-        --json "$OUT/throughput_256m.json"
+        --modes plain record lad serial prep --json "$OUT/throughput_2b.json"
+    step 256m 75 python3 benchmarks/bench_throughput.py "${DEVICE[@]}" --shape 256m "${SIZE[@]}" \
+        --modes plain record lad prep --json "$OUT/throughput_256m.json"
     step capture 30 python3 benchmarks/bench_backend.py "${DEVICE[@]}" "${SMALL[@]}" --no-memory \
         --out "$OUT/bench_backend.json"
     date -u

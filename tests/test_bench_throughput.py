@@ -27,7 +27,7 @@ def test_bench_throughput_runs_tiny_on_cpu(
     bench.main()
     report = json.loads(out.read_text())
     assert [row["n"] for row in report["rows"]] == [2, 3]
-    modes = {"plain", "lad", "serial", "prep"} | ({"stock"} if shape == "7b" else set())
+    modes = {"plain", "record", "lad", "serial", "prep"} | ({"stock"} if shape == "7b" else set())
     for row in report["rows"]:
         assert set(row["prompts_per_s"]) == modes
         assert all(v > 0 for v in row["prompts_per_s"].values())

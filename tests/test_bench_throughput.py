@@ -34,4 +34,4 @@ def test_bench_throughput_runs_tiny_on_cpu(
         assert row["tflop_per_prompt"] > 0 and row["flop_bound_prompts_per_s"] > 0
         assert row["memory_mib"]["plain"] > 0 and row["lad_over_plain_memory"] > 0.9
         assert row["image_tokens_per_prompt"] > 0
-    assert "lad/plain time" in capsys.readouterr().out
+    assert "lad/plain rec/plain" in capsys.readouterr().out

@@ -174,9 +174,9 @@ def test_missing_and_unreadable_images_are_errors(tmp_path, clip):
     assert len(pool.images) == 23
     (paths["images"] / "img_0005.jpg").write_bytes(b"not a jpeg")
     opts = BuildOptions(items=19, calibration_items=1)
-    with pytest.raises(DataError, match=r"img_0005\.jpg: unreadable image"):
+    with pytest.raises(DataError, match=r"img_0005\.jpg: cannot read image"):
         build_benchmark(pool, tmp_path / "r.jsonl", opts)
-    with pytest.raises(DataError, match=r"img_0005\.jpg: unreadable image"):
+    with pytest.raises(DataError, match=r"img_0005\.jpg: cannot read image"):
         build_benchmark(pool, tmp_path / "a.jsonl", _options(clip, setting="adversarial"))
 
 

@@ -10,20 +10,15 @@ from typing import Any
 
 import torch
 
-from lad.errors import BackendError, DataError
+from lad.errors import BackendError
+from lad.images import open_image
 
 _FIX = "pass a chat template that does with --chat-template FILE (chat_template= in Python)"
 
 
 def load_image(path: str | Path) -> Any:
-    """An RGB PIL image; an unreadable or corrupt file is a DataError naming it."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            return im.convert("RGB")
-    except (OSError, ValueError, SyntaxError) as e:
-        raise DataError(f"{path}: cannot read image ({e})") from None
+    """An RGB PIL image as lad.images decodes it; a bad file is a DataError naming it."""
+    return open_image(path)
 
 
 def chat_messages(text: str, num_images: int) -> list[dict[str, Any]]:

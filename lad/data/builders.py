@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from lad.data.clip import DEFAULT_CLIP, CacheStats, ClipEmbedder, EmbeddingCache, cache_dir_for
 from lad.data.items import Item, write_items
 from lad.errors import DataError
+from lad.images import check_image
 
 SETTINGS = ("random", "adversarial")
 TEXT_SIMILARITY_THRESHOLD = 0.9
@@ -276,13 +276,10 @@ def _draw_items(
 
 
 def check_readable(paths: Iterable[Path]) -> None:
-    """Every image opens and passes PIL's integrity check; the first that fails is an error."""
+    """Every image opens within lad.images' limits and passes PIL's integrity check; the first
+    that fails is an error."""
     for path in dict.fromkeys(paths):
-        try:
-            with Image.open(path) as im:
-                im.verify()
-        except (OSError, UnidentifiedImageError, SyntaxError) as e:
-            raise DataError(f"{path}: unreadable image ({e})") from None
+        check_image(path, verify=True)
 
 
 def build_benchmark(pool: Pool, out: str | Path, options: BuildOptions) -> BuildResult:

@@ -129,13 +129,9 @@ class ClipEmbedder:
 
 
 def _open_rgb(path: Path):
-    from PIL import Image, UnidentifiedImageError
+    from lad.images import open_image
 
-    try:
-        with Image.open(path) as im:
-            return im.convert("RGB")
-    except (OSError, UnidentifiedImageError) as e:
-        raise DataError(f"{path}: unreadable image ({e})") from None
+    return open_image(path)
 
 
 class EmbeddingCache:

@@ -96,6 +96,8 @@ def _parse_item(
     seen.add(obj["id"])
     resolved = [p if Path(p).is_absolute() else path.parent / p for p in map(Path, images)]
     for p in resolved:
+        if p.is_dir():
+            raise DataError(f"{where}image {p} is a folder, not an image file")
         if not p.is_file():
             raise DataError(f"{where}image not found: {p}")
     extra = {

@@ -101,10 +101,9 @@ class _Pool:
 
 def _load_pool(config: TrainConfig, work: Path) -> _Pool:
     """Draw the shapes training split (never eval/calibration scenes or images) into memory."""
-    from PIL import Image
-
     from lad.data.items import read_items
     from lad.data.shapes import build_shapes
+    from lad.images import open_image
 
     pool = _Pool([], [], [], [])
     for setting in config.settings:
@@ -119,7 +118,7 @@ def _load_pool(config: TrainConfig, work: Path) -> _Pool:
             max_shapes=config.max_shapes,
         )
         for it in read_items(path):
-            images = [Image.open(p).convert("RGB") for p in it.images]
+            images = [open_image(p) for p in it.images]
             pool.queries.append(it.query)
             pool.answers.append(images[it.answer])
             pool.distractors.append([im for i, im in enumerate(images) if i != it.answer])

@@ -1,0 +1,178 @@
+"""Opening images: every image lad shows a model, embeds or checks goes through `open_image`.
+
+What a model sees is an 8-bit RGB picture the way a person looking at the file sees it:
+
+- EXIF orientation is applied (a phone photo stored sideways is turned upright);
+- 16-bit images are scaled to 8 bits (65535 → 255), not clipped (which turns them white);
+- transparent pixels (RGBA, LA, PA, a palette or grey/RGB image with a transparent colour) are
+  composited on a white background (`BACKGROUND`), not dropped (which turns them black);
+- CMYK is converted through the file's ICC profile when it has one, else with PIL's formula;
+  every other mode (1, L, P, YCbCr, LAB, HSV, ...) with PIL's `convert("RGB")`;
+- 32-bit float images and integer images outside 0..65535 are refused: their range is unknown.
+
+Limits, checked on the header before any pixel is decoded, each error naming the file:
+
+- at most `max_pixels()` pixels (default 178,956,970, PIL's own decompression-bomb limit); a
+  user who trusts a larger file raises it with the environment variable LAD_MAX_IMAGE_PIXELS;
+- an aspect ratio of at most `MAX_ASPECT` (vision processors refuse or mangle thinner strips);
+- images whose longer side exceeds `MAX_SIDE` are downscaled (aspect kept, Lanczos; JPEGs are
+  decoded at a reduced scale) before a processor sees them: no processor lad supports uses more
+  pixels, and a 12000 × 12000 photo would otherwise cost gigabytes of float arrays.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from lad.errors import DataError
+
+BACKGROUND = (255, 255, 255)
+DEFAULT_MAX_PIXELS = 2 * 89_478_485  # PIL's DecompressionBombError threshold
+MAX_PIXELS_ENV = "LAD_MAX_IMAGE_PIXELS"
+MAX_SIDE = 4096
+MAX_ASPECT = 100
+_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
+_ALPHA = ("RGBA", "LA", "PA", "RGBa", "La")
+
+
+def max_pixels() -> int:
+    """The pixel limit: LAD_MAX_IMAGE_PIXELS if set, else DEFAULT_MAX_PIXELS."""
+    text = os.environ.get(MAX_PIXELS_ENV)
+    if text is None:
+        return DEFAULT_MAX_PIXELS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise DataError(f"{MAX_PIXELS_ENV} must be a whole number of pixels >= 1. Got {text!r}.")
+    return value
+
+
+def check_image(path: str | Path, *, verify: bool = False) -> tuple[int, int]:
+    """Refuse a missing file, a folder, an unreadable file, too many pixels or an extreme aspect
+    ratio, from the header alone (with `verify`, also PIL's integrity check of the data);
+    return (width, height)."""
+    path = Path(path)
+    with _opened(path) as im:
+        if verify:
+            im.verify()
+        return im.size
+
+
+def open_image(path: str | Path, *, max_side: int = MAX_SIDE) -> Image.Image:
+    """The image at `path` as the 8-bit RGB picture a person sees (module docstring)."""
+    path = Path(path)
+    try:
+        with _opened(path) as im:
+            w, h = im.size
+            scale = min(1.0, max_side / max(w, h))
+            target = (max(1, round(w * scale)), max(1, round(h * scale)))
+            if scale < 1:
+                im.draft(None, target)  # JPEG: decode at 1/2, 1/4 or 1/8 scale, at least target
+            rgb = to_rgb(im, path)
+        if rgb.size != target:
+            rgb = rgb.resize(target, Image.Resampling.LANCZOS)
+        ImageOps.exif_transpose(rgb, in_place=True)
+        return rgb
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        raise DataError(f"{path}: cannot read image ({e})") from None
+
+
+def to_rgb(im: Image.Image, path: object = "image") -> Image.Image:
+    """Convert a decoded PIL image of any mode to 8-bit RGB (module docstring); keeps `info`'s
+    EXIF so the caller can still transpose."""
+    exif = im.getexif()
+    mode = im.mode
+    if mode in (*_SIXTEEN_BIT, "I"):
+        im = _sixteen_to_eight(im, path)
+    elif mode == "F":
+        raise DataError(
+            f"{path}: a 32-bit floating-point image has no fixed range; save it as 8 or 16 bits"
+        )
+    elif mode == "CMYK":
+        im = _cmyk_to_rgb(im)
+    if im.mode in _ALPHA or "transparency" in im.info:
+        rgba = im.convert("RGBA")
+        out = Image.new("RGBA", im.size, (*BACKGROUND, 255))
+        out.alpha_composite(rgba)
+        out = out.convert("RGB")
+    else:
+        out = im.convert("RGB")
+    if exif:
+        out.info["exif"] = exif.tobytes()
+    return out
+
+
+def _sixteen_to_eight(im: Image.Image, path: object) -> Image.Image:
+    """A 16-bit grey image (or an "I" image holding 16-bit values) scaled to 8-bit "L"; a
+    transparent grey value becomes an alpha channel ("LA")."""
+    values = np.asarray(im).astype(np.int64)
+    if values.size and (values.min() < 0 or values.max() > 65535):
+        raise DataError(
+            f"{path}: a 32-bit integer image with values outside 0..65535 has no known range; "
+            "save it as 8 or 16 bits"
+        )
+    grey = Image.fromarray(((values * 255 + 32767) // 65535).astype(np.uint8), "L")
+    transparent = im.info.get("transparency")
+    if isinstance(transparent, int):
+        alpha = np.where(values == transparent, 0, 255).astype(np.uint8)
+        grey = Image.merge("LA", (grey, Image.fromarray(alpha, "L")))
+    return grey
+
+
+def _cmyk_to_rgb(im: Image.Image) -> Image.Image:
+    profile = im.info.get("icc_profile")
+    if profile:
+        import io
+
+        from PIL import ImageCms
+
+        try:
+            source = ImageCms.ImageCmsProfile(io.BytesIO(profile))
+            srgb = ImageCms.createProfile("sRGB")
+            return ImageCms.profileToProfile(im, source, srgb, outputMode="RGB")
+        except (ImageCms.PyCMSError, OSError):
+            pass  # a broken profile: PIL's formula below
+    return im.convert("RGB")
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[Any]:
+    """PIL's image, header read, limits checked; PIL's own bomb check replaced by lad's limit."""
+    if path.is_dir():
+        raise DataError(f"{path}: is a folder, not an image file")
+    if not path.is_file():
+        raise DataError(f"{path}: image not found")
+    saved = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None  # lad checks the size itself, against a limit the user can raise
+    try:
+        with Image.open(path) as im:
+            _check_size(path, *im.size)
+            yield im
+    except (OSError, ValueError, SyntaxError) as e:
+        raise DataError(f"{path}: cannot read image ({e})") from None
+    finally:
+        Image.MAX_IMAGE_PIXELS = saved
+
+
+def _check_size(path: Path, width: int, height: int) -> None:
+    limit = max_pixels()
+    if width * height > limit:
+        raise DataError(
+            f"{path}: {width} × {height} = {width * height:,} pixels is more than the limit of "
+            f"{limit:,} (a decompression bomb?); if you trust the file, raise the limit with "
+            f"{MAX_PIXELS_ENV}={width * height}"
+        )
+    if min(width, height) < 1 or max(width, height) / min(width, height) > MAX_ASPECT:
+        raise DataError(
+            f"{path}: {width} × {height} pixels; lad refuses aspect ratios above {MAX_ASPECT}:1 "
+            "(vision processors cannot tile such a strip); crop or pad it"
+        )

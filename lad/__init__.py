@@ -3,8 +3,17 @@
 Implements Attention-Guided Debiasing from "Logit-Attention Divergence" (Xian et al., ICML 2026).
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
-
-from lad.api import Choice, Debiaser
-
 __all__ = ["Choice", "Debiaser"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use, so `lad` on the command line starts (and takes Ctrl-C) before
+    # numpy and the rest load.
+    if name in __all__:
+        from lad import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'lad' has no attribute {name!r}")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from lad.errors import CalibrationError
+from lad.files import write_text
 from lad.records import Record, RecordSet
 
 FORMAT = "lad-calibration/1"
@@ -246,9 +247,7 @@ class Calibration:
         }
 
     def save(self, path: str | Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+        write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> Calibration:

@@ -37,6 +37,7 @@ from lad import rundir
 from lad.calibrate import Calibration
 from lad.data.items import Item, cyclic_shift, read_items, shuffle_orders
 from lad.errors import CalibrationError, DataError, RunError
+from lad.files import write_text
 from lad.labels import get_scheme
 from lad.methods import METHODS, MethodOptions, check_layer_range, choose
 from lad.metrics import compute_metrics, format_table
@@ -573,7 +574,7 @@ def sofa_sigma(
             "accuracy": [accuracy[s] for s in SOFA_GRID],
             "sigma": best,
         }
-        (run_dir / "sofa.json").write_text(json.dumps(choice, indent=2) + "\n")
+        write_text(run_dir / "sofa.json", json.dumps(choice, indent=2) + "\n")
     return best
 
 
@@ -619,7 +620,7 @@ def score_run(
     # Wall seconds per stage (run.json's, summed over sessions) and of this scoring.
     scoring = round(time.perf_counter() - start, 3)
     metrics["timing"] = {**rundir.stage_times(run_dir), "scoring": scoring}
-    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    write_text(run_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     table = format_table(metrics)
     report = None
     if write_report:

@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 
 from lad.errors import RecordError, at
+from lad.files import named, replacing
 
 
 @dataclass
@@ -419,15 +420,15 @@ def _dumps(obj: Any) -> bytes:
 def write_records(path: str | Path, records: RecordSet | Iterable[Record]) -> None:
     """Write records to `.jsonl` or `.parquet` (by extension), replacing the file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if _is_parquet(path):
-        rs = records if isinstance(records, RecordSet) else RecordSet.from_records(records)
-        _write_parquet(path, rs)
-        return
-    rows = records.to_records() if isinstance(records, RecordSet) else records
-    with path.open("wb") as f:
-        for r in rows:
-            f.write(_dumps(_record_object(r)) + b"\n")
+    with replacing(path) as tmp:
+        if _is_parquet(path):
+            rs = records if isinstance(records, RecordSet) else RecordSet.from_records(records)
+            _write_parquet(tmp, rs)
+        else:
+            rows = records.to_records() if isinstance(records, RecordSet) else records
+            with tmp.open("wb") as f:
+                for r in rows:
+                    f.write(_dumps(_record_object(r)) + b"\n")
 
 
 class RecordWriter:
@@ -455,13 +456,21 @@ class RecordWriter:
     def write(self, record: Record) -> None:
         if self._file is None:
             raise RecordError("RecordWriter is not open; use it as `with RecordWriter(path) as w`")
-        self._file.write(_dumps(_record_object(record)) + b"\n")
-        self._file.flush()
+        try:
+            self._file.write(_dumps(_record_object(record)) + b"\n")
+            self._file.flush()
+        except OSError as e:  # e.g. a full disk: the partial line is dropped on resume
+            raise named(e, self.path) from None
 
-    def __exit__(self, *exc: object) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        file, self._file = self._file, None
+        if file is None:
+            return
+        try:
+            file.close()
+        except OSError as e:
+            if exc_type is None:  # else the error already in flight says more
+                raise named(e, self.path) from None
 
 
 def drop_partial_line(path: Path) -> None:
@@ -612,9 +621,7 @@ def write_predictions(
     (prediction = argmax) or (R,) positions (written with empty scores)."""
     if isinstance(predictions, RecordSet):
         predictions = _from_method_arrays(predictions, by_method or {})
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as f:
+    with replacing(path) as tmp, tmp.open("wb") as f:
         for p in predictions:
             obj = {
                 "item": p.item,

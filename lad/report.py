@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from lad.errors import RunError
+from lad.files import replacing, write_text
 from lad.labels import get_scheme
 
 _STYLE = (
@@ -43,6 +44,15 @@ def _load_run(run_dir: Path) -> dict[str, Any]:
     n = run["metrics"]["num_candidates"]
     run["labels"] = get_scheme(run["arguments"].get("labels", "digits")).labels(n)
     return run
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Write the figure through a temporary file renamed into place (never through a symlink)."""
+    try:
+        with replacing(path) as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def _values(values: list[float | None]) -> np.ndarray:
@@ -95,8 +105,7 @@ def _confusion_figure(run: dict[str, Any], path: Path) -> None:
             "selected position",
         )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def _recall_figure(run: dict[str, Any], path: Path) -> None:
@@ -111,8 +120,7 @@ def _recall_figure(run: dict[str, Any], path: Path) -> None:
     ax.set_title("Recall at each position")
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
@@ -133,8 +141,7 @@ def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
     ax.set_title("Logit-attention divergence")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
     return True
 
 
@@ -157,8 +164,7 @@ def _bias_figure(run: dict[str, Any], path: Path) -> bool:
     )
     axes[1].set_ylabel("")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
     return True
 
 
@@ -180,8 +186,7 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
     ax.set_title("Accuracy against N")
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
     return True
 
 
@@ -276,5 +281,5 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
         if _bias_figure(run, out_dir / f"bias{tag}.png"):
             parts.append("<h3>Calibration</h3>" + img(f"bias{tag}.png", "bias matrix"))
     page = out_dir / "index.html"
-    page.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    write_text(page, "\n".join(parts) + "\n")
     return page

@@ -18,6 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lad.errors import RunError
+from lad.files import write_text
 from lad.records import Record, RecordSet, RecordWriter, drop_partial_line, read_records
 
 RUN_FORMAT = "lad-run/1"
@@ -54,7 +55,7 @@ def check_run_dir(run_dir: Path, arguments: dict[str, Any], defaults: dict[str, 
                     "Rerun with the same arguments to resume, or use another --out."
                 )
         return
-    path.write_text(json.dumps({"format": RUN_FORMAT, "arguments": wanted}, indent=2) + "\n")
+    write_text(path, json.dumps({"format": RUN_FORMAT, "arguments": wanted}, indent=2) + "\n")
 
 
 def add_times(run_dir: Path, seconds: dict[str, float]) -> None:

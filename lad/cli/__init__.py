@@ -6,6 +6,7 @@ Each command group is a module with `register(subparsers)`; the library never im
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -26,15 +27,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)
     except LadError as e:
         print(f"Error: {e}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print("Interrupted; what was written so far is kept.", file=sys.stderr)
         return 130
+    except OSError as e:
+        print(f"Error: {os_error_message(e)}", file=sys.stderr)
+    return 1
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for a failure of the machine rather than of lad's input: full disk, read-only
+    folder, missing permission."""
+    where = f"{e.filename}: " if e.filename else ""
+    text = f"{where}{e.strerror or e}"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{text}. Free some space and rerun the same command: what was written is kept."
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{text}. Choose a folder lad may write in (--out), or fix its permissions."
+    return text
 
 
 if __name__ == "__main__":

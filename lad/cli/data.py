@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from lad.errors import DataError
+from lad.files import check_not_inputs, check_output_dir, check_output_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -80,6 +81,7 @@ def _floats(text: str) -> list[float]:
 def _run_shapes(args: argparse.Namespace) -> int:
     from lad.data.shapes import build_shapes
 
+    check_output_dir(args.out)
     path = build_shapes(
         args.out,
         num_candidates=args.num_candidates,
@@ -138,7 +140,11 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
 
 
 def _run_real(args: argparse.Namespace) -> int:
-    from lad.data.builders import BuildOptions, build_benchmark
+    from lad.data.builders import BuildOptions, build_benchmark, calibration_path_for
+
+    out = _items_out(args.out)
+    inputs = {"--captions": args.captions, "--instances": getattr(args, "instances", None)}
+    check_not_inputs({"--out": out, "its calibration file": calibration_path_for(out)}, inputs)
 
     options = BuildOptions(
         num_candidates=args.num_candidates,
@@ -173,6 +179,12 @@ def _run_real(args: argparse.Namespace) -> int:
     return 0
 
 
+def _items_out(text: str) -> Path:
+    if not text.endswith(".jsonl"):
+        raise DataError(f"--out must be a .jsonl file. Got {text!r}.")
+    return check_output_file(text)
+
+
 def _register_import(commands: argparse._SubParsersAction) -> None:
     p = _add(
         commands,
@@ -189,8 +201,7 @@ def _register_import(commands: argparse._SubParsersAction) -> None:
 def _run_import(args: argparse.Namespace) -> int:
     from lad.data.official import import_official
 
-    if not args.out.endswith(".jsonl"):
-        raise DataError(f"--out must be a .jsonl file. Got {args.out!r}.")
+    check_not_inputs({"--out": _items_out(args.out)}, {"the official file": args.file})
     imported = import_official(args.file, args.images, args.out)
     print(f"Wrote {imported.items} items to {args.out}")
     if imported.derived_ids:

@@ -19,6 +19,7 @@ from lad.cli.flags import (
     resolved,
 )
 from lad.errors import LadError
+from lad.files import check_not_inputs, check_output_file
 from lad.labels import LABEL_SCHEMES
 
 # The options a preset may set, per command (lad.presets).
@@ -289,9 +290,15 @@ def _calibrate(args: argparse.Namespace) -> int:
     from lad.api import Debiaser
     from lad.data.items import read_items
 
+    out = check_output_file(args.out)
+    records_out = out.with_name(out.stem + ".records.jsonl")
     items = read_items(args.data)[: args.items]
     values = _options(args, CALIBRATE_PRESET)
     prompt = _prompt(values)
+    images = [p for it in items for p in it.images]
+    check_not_inputs(
+        {"--out": out, "its records file": records_out}, {"--data": args.data, "image": images}
+    )
     debiaser = Debiaser(
         args.model,
         labels=args.labels,
@@ -304,14 +311,13 @@ def _calibrate(args: argparse.Namespace) -> int:
         **values,
         chat_template=args.chat_template,
     )
-    out = Path(args.out)
-    debiaser.fit(items, records_path=out.with_name(out.stem + ".records.jsonl"))
+    debiaser.fit(items, records_path=records_out)
     debiaser.save(out)
     cal = debiaser.calibration_
     print(
         f"calibration of {cal.num_items} items × {cal.num_candidates} shifts, γ = {cal.gamma:.3f}"
     )
-    print(f"written: {out} (records: {out.with_name(out.stem + '.records.jsonl')})")
+    print(f"written: {out} (records: {records_out})")
     return 0
 
 

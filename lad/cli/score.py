@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from lad.calibrate import Calibration
 from lad.cli.flags import add_lad_flags, resolved
 from lad.errors import LadError
+from lad.files import check_not_inputs, check_output_file, write_text
 from lad.labels import LABEL_SCHEMES
 from lad.methods import METHODS, MethodOptions, choose
 from lad.metrics import compute_metrics, format_table
@@ -94,6 +94,16 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
 
 def run_score(args: argparse.Namespace) -> int:
     values = resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range"))
+    out = check_output_file(args.out)
+    save = args.save_calibration and check_output_file(args.save_calibration, "--save-calibration")
+    inputs = {
+        "--records": args.records,
+        "--calibration-records": args.calibration_records,
+        "--calibration": args.calibration,
+        "--perm-records": args.perm_records,
+    }
+    check_not_inputs({"--out": out, "--save-calibration": save or None}, inputs)
+    check_not_inputs({"--save-calibration": save or None}, {"--out": out})
     records = read_records(args.records)
     calibration = None
     if args.calibration:
@@ -143,12 +153,16 @@ def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_metrics(args: argparse.Namespace) -> int:
+    if args.out:
+        check_output_file(args.out)
+        check_not_inputs(
+            {"--out": args.out}, {"--records": args.records, "--predictions": args.predictions}
+        )
     records = read_records(args.records)
     chosen = predictions_by_method(records, read_predictions(args.predictions), args.predictions)
     metrics = compute_metrics(records, chosen)
     text = json.dumps(metrics, indent=2)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+        write_text(args.out, text + "\n")
     print(text if args.json else format_table(metrics))
     return 0

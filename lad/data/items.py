@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from lad.errors import DataError, at
+from lad.files import replacing
 
 
 @dataclass
@@ -111,7 +112,7 @@ def write_items(path: str | Path, items: Iterable[Item]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     base = path.parent.resolve()
-    with path.open("w", encoding="utf-8") as f:
+    with replacing(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         for it in items:
             images = []
             for p in it.images:

@@ -20,6 +20,7 @@ from typing import Any
 from lad.data.coco import read_json
 from lad.data.items import Item, write_items
 from lad.errors import DataError
+from lad.files import write_text
 
 _NAME = re.compile(r"annotations_(\d+)_\d+_(random|adversarial)\.json$")
 
@@ -143,4 +144,4 @@ def export_official(items: list[Item], path: str | Path) -> None:
             entry["target"] = it.extra.get("target", Path(paths[it.answer]).name)
         entry["caption"] = it.query
         entries.append(entry)
-    Path(path).write_text(json.dumps(entries, indent=2), encoding="utf-8")
+    write_text(path, json.dumps(entries, indent=2))

@@ -30,6 +30,7 @@ from PIL import Image, ImageDraw
 from lad.data.builders import balanced_positions, check_setting, place_answer, seeded_rng
 from lad.data.items import Item, write_items
 from lad.errors import DataError
+from lad.files import replacing
 
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 30, 30),
@@ -246,7 +247,8 @@ def build_shapes(
         for p, j in enumerate(slots):
             layout = _own_layout(pool[j], split, image_size, rng)
             path = image_dir / f"{item_id}-{p}.png"
-            render_scene(pool[j], image_size, layout).save(path, optimize=False)
+            with replacing(path) as tmp:
+                render_scene(pool[j], image_size, layout).save(tmp, optimize=False)
             paths.append(path)
         extra = {
             "setting": setting,

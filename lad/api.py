@@ -24,6 +24,7 @@ from lad.calibrate import Calibration
 from lad.data.items import Item
 from lad.errors import CalibrationError, DataError, LadError
 from lad.evaluate import cyclic_requests, resolve_model
+from lad.images import check_image
 from lad.labels import get_scheme
 from lad.methods import MethodOptions, lad_posterior, score, selected_layers
 from lad.prompts import PromptTemplate, prompt_sha256, vanilla_template
@@ -221,6 +222,7 @@ class Debiaser:
                 "the option to use the file's"
             )
         self.calibration_ = calibration
+        self._source = path
         return self
 
     def _check_fitted(self) -> None:
@@ -264,8 +266,7 @@ class Debiaser:
             if len(images) < 2:
                 raise DataError(f"query {i + 1}: needs at least 2 images, got {len(images)}")
             for image in images:
-                if not Path(image).is_file():
-                    raise DataError(f"image not found: {image}")
+                check_image(image)
             # The true answer is unknown here; the record's answer field is not used.
             paths = [Path(p) for p in images]
             question = text if questions else None
@@ -282,13 +283,16 @@ class Debiaser:
                 f"the calibration is for N = {self.calibration_.num_candidates} candidates but "
                 f"the query has N = {len(labels)}; calibrate with items of the same N"
             )
-        self.calibration_.check_compatible(
-            RecordSet.from_records([]),
-            model=self.model,
-            labels=labels,
-            prompt_sha256=sha,
-            strict=self.check_calibration,
-        )
+        try:
+            self.calibration_.check_compatible(
+                model=self.model,
+                labels=labels,
+                prompt_sha256=sha,
+                strict=self.check_calibration,
+                require_fingerprint=True,
+            )
+        except CalibrationError as e:
+            raise CalibrationError(f"{getattr(self, '_source', 'calibration')}: {e}") from None
         records = self._records(requests, template)
         self.calibration_.check_compatible(records, strict=False)
         return self._choices(items, records, labels)

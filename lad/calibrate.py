@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import json
 import math
+import operator
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lad.errors import CalibrationError
-from lad.files import write_text
+from lad.files import read_json, write_text
 from lad.records import Record, RecordSet
 
 FORMAT = "lad-calibration/1"
@@ -192,39 +194,55 @@ class Calibration:
 
     def check_compatible(
         self,
-        records: RecordSet,
+        records: RecordSet | None = None,
         model: str | None = None,
         labels: list[str] | None = None,
         prompt_sha256: str | None = None,
         *,
+        num_candidates: int | None = None,
+        num_layers: int | None = None,
         strict: bool = True,
+        require_fingerprint: bool = False,
     ) -> None:
-        """Refuse records of another N or L, or (when both sides know it and `strict`) another
-        model, label scheme or prompt."""
+        """Refuse records (or, before any exist, a run of `num_candidates` / `num_layers`) of
+        another N or L, or (when both sides know it and `strict`) another model, label scheme or
+        prompt.
+
+        require_fingerprint: with `strict`, also refuse a calibration that does not know its
+        model, labels or prompt (one fitted on bare records), since nothing then shows it fits.
+        """
         self.check_fitted()
-        if len(records) and records.num_candidates != self.num_candidates:
+        if records is not None and len(records):
+            num_candidates, num_layers = records.num_candidates, records.num_layers
+        if num_candidates is not None and num_candidates != self.num_candidates:
             raise CalibrationError(
                 f"the calibration is for N = {self.num_candidates} candidates but the records "
-                f"have N = {records.num_candidates}; calibrate with records of the same N"
+                f"have N = {num_candidates}; calibrate with records of the same N"
             )
-        if len(records) and records.num_layers != self.num_layers:
+        if num_layers is not None and num_layers != self.num_layers:
             raise CalibrationError(
                 f"the calibration has L = {self.num_layers} attention layers but the records "
-                f"have L = {records.num_layers}; was it made with another model?"
+                f"have L = {num_layers}; was it made with another model?"
             )
         if not strict:
             return
-        for name, mine, theirs in (
-            ("model", self.model, model),
-            ("labels", list(self.labels), list(labels or [])),
-            ("prompt_sha256", self.prompt_sha256, prompt_sha256),
-        ):
-            if mine and theirs and mine != theirs:
+        mine = {"model": self.model, "labels": list(self.labels), "prompt": self.prompt_sha256}
+        theirs = {"model": model, "labels": list(labels or []), "prompt": prompt_sha256}
+        for name in mine:
+            same = _same_model if name == "model" else operator.eq
+            if mine[name] and theirs[name] and not same(mine[name], theirs[name]):
                 raise CalibrationError(
-                    f"the calibration's {name} is {mine!r} but the records' is {theirs!r}; "
-                    "recalibrate with the same model, label scheme and prompt template, or skip "
-                    "this check on purpose (--no-calibration-check)"
+                    f"the calibration's {name} is {mine[name]!r} but the records' is "
+                    f"{theirs[name]!r}; recalibrate with the same model, label scheme and prompt "
+                    "template, or skip this check on purpose (--no-calibration-check)"
                 )
+        unknown = [name for name, value in mine.items() if not value]
+        if require_fingerprint and unknown:
+            raise CalibrationError(
+                f"its {' and '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} missing, so "
+                "nothing shows it was made for this model, label scheme and prompt; recalibrate "
+                "(lad calibrate), or pass --no-calibration-check to use it anyway"
+            )
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -251,13 +269,7 @@ class Calibration:
 
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
-        path = Path(path)
-        if not path.is_file():
-            raise CalibrationError(f"{path}: no such calibration file")
-        try:
-            obj = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise CalibrationError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+        obj = read_json(path, CalibrationError, "calibration file")
         return cls.from_dict(obj, source=path)
 
     @classmethod
@@ -266,6 +278,8 @@ class Calibration:
         if not isinstance(obj, dict) or obj.get("format") != FORMAT:
             got = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
             raise CalibrationError(f"{source}: expected format {FORMAT!r}, got {got!r}")
+        if obj.get("obs_mean", "prob") not in OBS_MEANS:
+            raise CalibrationError(f"{source}: 'obs_mean' must be one of {list(OBS_MEANS)}")
         cal = cls(obs_mean=obj.get("obs_mean", "prob"))
         try:
             num, nl = int(obj["num_candidates"]), int(obj["num_layers"])
@@ -282,8 +296,7 @@ class Calibration:
             raise CalibrationError(f"{source}: missing key {e.args[0]!r}") from None
         except (TypeError, ValueError) as e:
             raise CalibrationError(f"{source}: malformed calibration ({e})") from None
-        if (cal.attention_prior < 0).any() or not math.isfinite(cal.gamma) or cal.gamma < 1:
-            raise CalibrationError(f"{source}: attention_prior must be >= 0 and gamma >= 1")
+        _check_plausible(cal, source)
         cal.num_candidates, cal.num_layers = num, nl
         return cal
 
@@ -310,6 +323,37 @@ class Calibration:
         for key, value in meta.items():
             setattr(cal, key, value)
         return cal
+
+
+def _check_plausible(cal: Calibration, source: object) -> None:
+    """Refuse values lad's fit cannot give: the file was edited or damaged (it would otherwise
+    shift every score without a word)."""
+
+    def refuse(rule: str) -> None:
+        raise CalibrationError(f"{source}: {rule}; recalibrate (the file was edited or damaged)")
+
+    tol = 1e-6
+    if (cal.log_obs > tol).any() or (cal.pride_log_prior > tol).any():
+        refuse("'log_obs' and 'pride_log_prior' are log-probabilities and must be <= 0")
+    if (np.abs(logsumexp(cal.log_obs, axis=1)) > 1e-4).any():
+        refuse("each row of exp('log_obs') must sum to 1 (Eq. 1)")
+    if abs(logsumexp(cal.pride_log_prior, axis=0)) > 1e-4:
+        refuse("exp('pride_log_prior') must sum to 1")
+    if not (math.isfinite(cal.gamma) and 1 <= cal.gamma <= math.exp(MAX_LOG_GAMMA)):
+        refuse(f"'gamma' must be a number from 1 to e^{MAX_LOG_GAMMA:g} (Eq. 4), got {cal.gamma}")
+    expected = cal.log_obs - math.log(cal.gamma) * np.eye(len(cal.log_obs))
+    if (np.abs(cal.log_bias - expected) > tol * (1 + np.abs(expected))).any():
+        refuse("'log_bias' must equal log_obs - [j = i] log gamma (Eq. 5)")
+    prior = cal.attention_prior
+    if (prior < 0).any() or (prior.sum(axis=1) > 1 + 1e-3).any():
+        refuse("'attention_prior' is attention mass: each entry in [0, 1], each layer's sum <= 1")
+
+
+def _same_model(a: str, b: str) -> bool:
+    """The same hub id, or the same local folder however spelled (`./m`, `m/`, a full path)."""
+    if a == b or os.path.normpath(a) == os.path.normpath(b):
+        return True
+    return Path(a).exists() and Path(b).exists() and Path(a).resolve() == Path(b).resolve()
 
 
 def _log_gamma(log_obs: np.ndarray) -> float:

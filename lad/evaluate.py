@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -37,7 +38,8 @@ from lad import rundir
 from lad.calibrate import Calibration
 from lad.data.items import Item, cyclic_shift, read_items, shuffle_orders
 from lad.errors import CalibrationError, DataError, RunError
-from lad.files import write_text
+from lad.files import check_not_inputs, check_output_dir, read_json, write_text
+from lad.images import check_image
 from lad.labels import get_scheme
 from lad.methods import METHODS, MethodOptions, check_layer_range, choose
 from lad.metrics import compute_metrics, format_table
@@ -59,6 +61,17 @@ SOFA_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 # Where the calibration items come from: held out from the evaluation items (the paper, §4.2),
 # or the first |D_cal| evaluation items, scored too (the official code).
 CALIBRATE_ON = ("held-out", "evaluation")
+# Files `lad eval` writes in a run directory; none may be one of its inputs.
+RUN_OUTPUTS = (
+    "run.json",
+    "calibration.jsonl",
+    "calibration.json",
+    "perm_records.jsonl",
+    "predictions.jsonl",
+    "metrics.json",
+    "sofa.json",
+    *STAGE_FILES.values(),
+)
 
 
 @dataclass(frozen=True)
@@ -135,11 +148,15 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
+        if unknown or not self.methods:
             raise RunError(
                 f"The 'methods' parameter must name methods from {sorted(METHODS)}. "
-                f"Got {unknown} instead."
+                f"Got {unknown or 'none'} instead."
             )
+        if self.items is not None and self.items < 1:
+            raise RunError(f"--items must be >= 1 (leave it out for all items). Got {self.items}.")
+        if self.num_candidates < 2:
+            raise RunError(f"--num-candidates must be >= 2. Got {self.num_candidates}.")
         if self.num_shuffles < 1 or self.calibration_items < 1 or self.batch_size < 1:
             raise RunError("--num-shuffles, --calibration-items and --batch-size must be >= 1")
         if self.max_new_tokens < 1 or self.sc_samples < 1 or self.sc_top_k < 0:
@@ -488,6 +505,77 @@ def fit_or_load_calibration(
     return calibration
 
 
+def prepare_run(config: EvalConfig, run_dir: Path) -> None:
+    """Check every argument and input file before any model work, then create or check run.json
+    (with the inputs' fingerprints) and build generated data. Nothing here loads the model."""
+    check_device(config.device)
+    if config.calibration:
+        calibration = check_given_calibration(config)
+        check_top_k(config.top_k, calibration.num_layers, f"the calibration {config.calibration}")
+    check_top_k(config.top_k, model_num_layers(resolve_model(config.model)), config.model)
+    inputs = {}
+    files: dict[str, str | None] = {}
+    if config.data != "shapes":
+        eval_items, cal_items = load_items(config, run_dir)
+        check_images(eval_items + cal_items)
+        from_data = eval_items + ([] if config.calibration_data else cal_items)
+        files["data"] = config.data
+        inputs["data"] = rundir.fingerprint(config.data, [p for it in from_data for p in it.images])
+        if config.calibration_data:
+            files["calibration_data"] = config.calibration_data
+            images = [p for it in cal_items for p in it.images]
+            inputs["calibration_data"] = rundir.fingerprint(config.calibration_data, images)
+    for name in ("calibration", "orders"):
+        if getattr(config, name):
+            files[name] = getattr(config, name)
+            inputs[name] = rundir.fingerprint(getattr(config, name))
+    outputs = {f"--out {run_dir}/{name}": run_dir / name for name in RUN_OUTPUTS}
+    check_not_inputs(outputs, {"--" + k.replace("_", "-"): v for k, v in files.items()})
+    rundir.check_run_dir(run_dir, config.identity(), EvalConfig().identity(), inputs)
+    if config.data == "shapes":
+        eval_items, cal_items = load_items(config, run_dir)
+
+
+def check_images(items: Sequence[Item]) -> None:
+    """Every image opens within lad.images' limits (header only: no pixel is decoded)."""
+    for path in dict.fromkeys(p for it in items for p in it.images):
+        check_image(path)
+
+
+def check_device(device: str) -> None:
+    if device in ("auto", "cpu"):
+        return
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise RunError(f"--device must be auto, cpu, cuda or cuda:N. Got {device!r}.")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RunError(f"--device {device}: no CUDA device is available here; use --device cpu")
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise RunError(
+            f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        )
+
+
+def check_top_k(top_k: int, num_layers: int | None, what: object) -> None:
+    """K of Eq. 9 cannot exceed the number of layers (an error, not a silent cut)."""
+    if num_layers is not None and top_k > num_layers:
+        raise RunError(f"--top-k {top_k} is more than the {num_layers} layers of {what}")
+
+
+def model_num_layers(model: str) -> int | None:
+    """The language decoder's layer count from a local checkpoint's config.json (None for a hub
+    id: it is then checked when the records exist)."""
+    path = Path(model) / "config.json"
+    if not path.is_file():
+        return None
+    config = read_json(path, RunError, "model config")
+    text = config.get("text_config") or config if isinstance(config, dict) else {}
+    layers = text.get("num_hidden_layers") if isinstance(text, dict) else None
+    return layers if isinstance(layers, int) else None
+
+
 def evaluate(
     config: EvalConfig, run_dir: str | Path, world: World | None = None
 ) -> RunResult | None:
@@ -499,11 +587,16 @@ def evaluate(
     run_dir = Path(run_dir)
     world = world or World.from_env()
     config = resolve_prompt(config)
-    if config.calibration:
-        check_given_calibration(config)
+    if not world.is_main:
+        return _evaluate(config, run_dir, world)
+    check_output_dir(run_dir)
+    with rundir.RunLock(run_dir):
+        return _evaluate(config, run_dir, world)
+
+
+def _evaluate(config: EvalConfig, run_dir: Path, world: World) -> RunResult | None:
     if world.is_main:
-        rundir.check_run_dir(run_dir, config.identity(), EvalConfig().identity())
-        load_items(config, run_dir)  # builds generated data once, before the others read it
+        prepare_run(config, run_dir)  # builds generated data once, before the others read it
     world.barrier()
     eval_items, cal_items = load_items(config, run_dir)
     make_backend = _LazyBackend(config, world.device(config.device))
@@ -650,9 +743,10 @@ def generated_tokens_per_item(records: RecordSet) -> float:
     return float(np.mean(counts)) if counts else 0.0
 
 
-def check_given_calibration(config: EvalConfig) -> None:
-    """Refuse a --calibration of another N, Eq. 1 average, model, label scheme or prompt before
-    any model work (the layer count is checked once records exist)."""
+def check_given_calibration(config: EvalConfig) -> Calibration:
+    """Refuse a --calibration of another N, Eq. 1 average, model, label scheme or prompt, or one
+    that does not say which (unless --no-calibration-check), before any model work (the layer
+    count is checked once records exist)."""
     calibration = Calibration.load(config.calibration)
     scheme = get_scheme(config.labels)
     n = config.num_candidates
@@ -668,14 +762,15 @@ def check_given_calibration(config: EvalConfig) -> None:
                 f"--obs-mean {config.obs_mean}; pass --obs-mean {calibration.obs_mean}"
             )
         calibration.check_compatible(
-            RecordSet.from_records([]),
             model=config.model,
             labels=scheme.labels(n),
             prompt_sha256=run_prompt_sha256(config.prompt_template, scheme, n),
             strict=config.calibration_check,
+            require_fingerprint=True,
         )
     except CalibrationError as e:
         raise CalibrationError(f"{config.calibration}: {e}") from e
+    return calibration
 
 
 def calibration_check(

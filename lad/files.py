@@ -5,10 +5,12 @@ the destination is replaced rather than followed. No command writes over one of 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from lad.errors import LadError
 
@@ -47,6 +49,26 @@ def write_text(path: PathLike, text: str) -> None:
 def write_bytes(path: PathLike, data: bytes) -> None:
     with replacing(path) as tmp:
         tmp.write_bytes(data)
+
+
+def read_json(path: PathLike, error: type[LadError] = LadError, what: str = "JSON file") -> Any:
+    """Parse a JSON file; a missing file, a folder, non-UTF-8 bytes or bad JSON is `error`
+    naming the file (and the line)."""
+    path = Path(path)
+    if path.is_dir():
+        raise error(f"{path}: is a folder, not a {what}")
+    if not path.is_file():
+        raise error(f"{path}: no such {what}")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise error(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise error(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
 
 
 def _same(a: Path, b: Path) -> bool:

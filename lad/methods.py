@@ -106,6 +106,8 @@ def selected_layers(records: RecordSet, options: MethodOptions = MethodOptions()
     first, last = options.layer_range or (0, nl - 1)
     check_layer_range(options.layer_range, nl)
     last = min(last, nl - 1)  # a range past the last layer is clipped, as in the official code
+    if options.top_k > nl:  # an error, not a silent cut (inside a layer_range K is capped)
+        raise LadError(f"top_k {options.top_k} is more than the records' {nl} layers (Eq. 9)")
     strength = records.attention[:, first : last + 1, :].sum(axis=2)  # Eq. 8, (R, L')
     k = min(options.top_k, last - first + 1)
     # Stable sort of −S: ties go to the lower layer, so selection is deterministic (Eq. 9).
@@ -368,7 +370,13 @@ def score(
         )
     if not len(records):
         return np.zeros((0, records.num_candidates))
-    return METHODS[method].scores(records, calibration, options, perm_records)
+    scores = METHODS[method].scores(records, calibration, options, perm_records)
+    if not np.isfinite(scores).all():  # e.g. tau = 1e308 overflows Eq. 12
+        raise LadError(
+            f"method {method!r}: its scores overflow to infinity or NaN with tau = {options.tau:g}"
+            f" and top_k = {options.top_k}; use a smaller --tau"
+        )
+    return scores
 
 
 def predict(

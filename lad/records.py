@@ -674,7 +674,8 @@ def _parse_prediction(line: bytes, where: str) -> Prediction:
         if key not in obj:
             raise RecordError(f"{where}missing key {key!r} (a prediction has {PREDICTION_KEYS})")
         if not isinstance(obj[key], kind) or isinstance(obj[key], bool):
-            raise RecordError(f"{where}{key!r} must be a {kind.__name__}, got {obj[key]!r}")
+            kind_name = "a string" if kind is str else "an integer"
+            raise RecordError(f"{where}{key!r} must be {kind_name}, got {obj[key]!r}")
     scores = obj.get("scores", [])
     if not isinstance(scores, list) or not all(
         isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in scores

@@ -9,7 +9,7 @@ PurAttn (attn-purified) and LAD accuracy with LAD's ΔRStd, one row per run (Tab
 from __future__ import annotations
 
 import html
-import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lad.errors import RunError
-from lad.files import replacing, write_text
+from lad.calibrate import Calibration
+from lad.errors import CalibrationError, LadError, RunError
+from lad.files import read_json, replacing, write_text
 from lad.labels import get_scheme
 
+_SCALARS = ("acc", "acc_std", "rstd", "cons")
+_OPTIONAL = ("forward_passes_per_item", "generated_tokens_per_item", "parse_failure")
 _STYLE = (
     "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
     "table{border-collapse:collapse;margin:1em 0}"
@@ -33,17 +36,74 @@ _STYLE = (
 
 
 def _load_run(run_dir: Path) -> dict[str, Any]:
+    """A run's metrics.json, run.json and calibration.json, each checked: a damaged file is a
+    RunError naming it."""
     metrics_path = run_dir / "metrics.json"
     if not metrics_path.is_file():
         raise RunError(f"{run_dir}: no metrics.json; finish the run with `lad eval` first")
-    run: dict[str, Any] = {"dir": run_dir, "metrics": json.loads(metrics_path.read_text())}
+    run: dict[str, Any] = {"dir": run_dir, "metrics": read_json(metrics_path, RunError)}
+    _check_metrics(run["metrics"], metrics_path)
     run_json = run_dir / "run.json"
-    run["arguments"] = json.loads(run_json.read_text())["arguments"] if run_json.is_file() else {}
+    stored = read_json(run_json, RunError) if run_json.is_file() else {"arguments": {}}
+    if not isinstance(stored, dict) or not isinstance(stored.get("arguments"), dict):
+        raise RunError(f"{run_json}: damaged ('arguments' must be an object)")
+    run["arguments"] = stored["arguments"]
     cal_path = run_dir / "calibration.json"
-    run["calibration"] = json.loads(cal_path.read_text()) if cal_path.is_file() else None
+    if cal_path.is_file():
+        try:
+            run["calibration"] = Calibration.load(cal_path).to_dict()
+        except CalibrationError as e:
+            raise RunError(str(e)) from None
+    else:
+        run["calibration"] = None
     n = run["metrics"]["num_candidates"]
-    run["labels"] = get_scheme(run["arguments"].get("labels", "digits")).labels(n)
+    scheme = run["arguments"].get("labels", "digits")
+    try:
+        run["labels"] = get_scheme(scheme).labels(n)
+    except LadError as e:
+        raise RunError(f"{run_json}: {e}") from None
     return run
+
+
+def _check_metrics(metrics: Any, path: Path) -> None:
+    """The fields of DESIGN.md's metrics format that the report reads."""
+
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    def bad(what: str) -> RunError:
+        return RunError(f"{path}: damaged ({what}); rerun `lad eval` to rewrite it")
+
+    if not isinstance(metrics, dict):
+        raise bad("not a JSON object")
+    n = metrics.get("num_candidates")
+    if not (isinstance(n, int) and n >= 2):
+        raise bad("'num_candidates' must be an integer >= 2")
+    for key in ("num_items", "num_shuffles"):
+        if not isinstance(metrics.get(key), int):
+            raise bad(f"{key!r} must be an integer")
+    methods = metrics.get("methods")
+    if not isinstance(methods, dict) or not methods:
+        raise bad("'methods' must map method names to their metrics")
+    for name, m in methods.items():
+        if not isinstance(m, dict) or not all(number(m.get(k)) for k in _SCALARS):
+            raise bad(f"method {name!r} needs numbers {list(_SCALARS)}")
+        for key in _OPTIONAL:
+            if m.get(key) is not None and not number(m[key]):
+                raise bad(f"method {name!r}: {key!r} must be a number")
+        recall = m.get("recall_by_position")
+        if not (isinstance(recall, list) and len(recall) == n):
+            raise bad(f"method {name!r}: 'recall_by_position' must list N = {n} values")
+        if not all(v is None or number(v) for v in recall):
+            raise bad(f"method {name!r}: 'recall_by_position' must hold numbers or null")
+        confusion = m.get("confusion")
+        if not (
+            isinstance(confusion, list)
+            and len(confusion) == n
+            and all(isinstance(row, list) and len(row) == n for row in confusion)
+            and all(number(v) for row in confusion for v in row)
+        ):
+            raise bad(f"method {name!r}: 'confusion' must be an N × N matrix of numbers")
 
 
 def _save(fig: Any, path: Path) -> None:

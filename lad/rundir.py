@@ -1,5 +1,5 @@
-"""The run directory of `lad eval`: run.json, resuming a records file, and the shards of a run
-split over several processes.
+"""The run directory of `lad eval`: its lock, run.json, resuming a records file, and the shards
+of a run split over several processes.
 
 Records are appended batch by batch as the model makes them; a rerun continues after the last
 whole batch, so an interrupted and resumed run writes the same bytes as an uninterrupted one.
@@ -7,9 +7,14 @@ whole batch, so an interrupted and resumed run writes the same bytes as an unint
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,44 +23,196 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lad.errors import RunError
-from lad.files import write_text
+from lad.files import read_json, write_text
 from lad.records import Record, RecordSet, RecordWriter, drop_partial_line, read_records
 
 RUN_FORMAT = "lad-run/1"
+LOCK_NAME = "run.lock"
+log = logging.getLogger("lad")
 # (item, ordering, order): one prompt to make a record of (lad.evaluate builds them).
 Request = tuple[Any, int, list[int]]
+
+
+# ---------------------------------------------------------------- lock
+
+
+class RunLock:
+    """One `lad eval` at a time in a run directory.
+
+    An exclusive flock on `run.lock`, which holds the holder's pid, host and start time so a
+    second run can say who has it. The kernel releases a flock when its process dies, so a lock
+    file left by a killed run is taken over (with a message); a finished run removes the file.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _holder(fd)
+                os.close(fd)
+                raise RunError(
+                    f"{self.run_dir} is in use by another lad eval ({holder}); wait for it to "
+                    f"finish, or use another --out"
+                ) from None
+            if _still_there(fd, self.path):
+                break
+            os.close(fd)  # a finishing holder removed the file we opened: lock the new one
+        left = os.read(fd, 4096)
+        if left.strip():
+            log.warning(
+                f"{self.run_dir}: taking over the lock left by {_holder_text(left)}, which no "
+                "longer runs"
+            )
+        mine = {"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(mine) + "\n").encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(fd)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %z")
+
+
+def _still_there(fd: int, path: Path) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _holder(fd: int) -> str:
+    return _holder_text(os.pread(fd, 4096, 0))
+
+
+def _holder_text(data: bytes) -> str:
+    try:
+        who = json.loads(data)
+        return f"pid {who['pid']} on host {who['host']}, since {who['since']}"
+    except (ValueError, KeyError, TypeError):
+        return "a process that has not written its pid yet"
 
 
 # ---------------------------------------------------------------- run.json
 
 
-def check_run_dir(run_dir: Path, arguments: dict[str, Any], defaults: dict[str, Any]) -> None:
-    """Create run.json holding the record-defining `arguments`, or check that an existing one
-    was made with the same. An argument missing from an older run.json was made with its value
-    in `defaults`."""
+# Arguments that name a file or folder: `./data/x.jsonl` and `data/x.jsonl` are the same one.
+PATH_ARGUMENTS = ("model", "data", "calibration_data", "calibration", "orders")
+
+
+def fingerprint(path: str | Path, images: Iterable[Path] = ()) -> dict[str, Any]:
+    """What run.json keeps of an input file: the SHA-256 of its bytes and, for each image it
+    lists, the image's size and modification time (not its bytes, which would mean reading
+    every image on every rerun), keyed by the image's path relative to the file's folder."""
+    path = Path(path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    stats = {}
+    for image in dict.fromkeys(images):
+        st = image.stat()
+        stats[os.path.relpath(image, path.parent)] = f"{st.st_size} {st.st_mtime_ns}"
+    out: dict[str, Any] = {"path": str(path.resolve()), "sha256": digest}
+    if stats:
+        out["images"] = stats
+    return out
+
+
+def check_run_dir(
+    run_dir: Path,
+    arguments: dict[str, Any],
+    defaults: dict[str, Any],
+    inputs: dict[str, dict[str, Any]] | None = None,
+) -> None:
+    """Create run.json holding the record-defining `arguments` and the `inputs`' fingerprints,
+    or check that an existing one was made with the same arguments from the same inputs.
+
+    An argument missing from an older run.json was made with its value in `defaults`. A run.json
+    under which no record was made yet (a run that failed at its start) does not bind: it is
+    replaced.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "run.json"
-    wanted = json.loads(json.dumps(arguments))
+    wanted = {"format": RUN_FORMAT, "arguments": json.loads(json.dumps(arguments))}
+    wanted["inputs"] = inputs or {}
     if path.exists():
+        stored = _read_run_json(path)
         try:
-            stored = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
+            _check_same(run_dir, stored, wanted, json.loads(json.dumps(defaults)))
+            return
+        except RunError:
+            if made_records(run_dir):
+                raise
+    write_text(path, json.dumps(wanted, indent=2) + "\n")
+
+
+def _read_run_json(path: Path) -> dict[str, Any]:
+    stored = read_json(path, RunError, "run.json")
+    if not isinstance(stored, dict) or stored.get("format") != RUN_FORMAT:
+        got = stored.get("format") if isinstance(stored, dict) else type(stored).__name__
+        raise RunError(f"{path}: not a lad run (format {got!r}); use another --out")
+    if not isinstance(stored.get("arguments"), dict) or not isinstance(
+        stored.get("inputs", {}), dict
+    ):
+        raise RunError(f"{path}: damaged ('arguments' must be an object); use another --out")
+    return stored
+
+
+def _check_same(
+    run_dir: Path, stored: dict[str, Any], wanted: dict[str, Any], defaults: dict[str, Any]
+) -> None:
+    made_from, now_from = stored.get("inputs", {}), wanted["inputs"]
+    for name, value in wanted["arguments"].items():
+        made = stored["arguments"].get(name, defaults.get(name))
+        if name in made_from and name in now_from:
+            continue  # a fingerprinted file: its content decides, not how its path is spelled
+        if made != value and not (name in PATH_ARGUMENTS and _same_path(made, value)):
+            flag = "--" + name.replace("_", "-")
             raise RunError(
-                f"{path}: not valid JSON ({e.msg}); delete it or use another --out"
-            ) from e
-        if stored.get("format") != RUN_FORMAT:
-            raise RunError(f"{path}: not a lad run (format {stored.get('format')!r})")
-        defaults = json.loads(json.dumps(defaults))
-        for name, value in wanted.items():
-            made = stored["arguments"].get(name, defaults[name])
-            if made != value:
-                flag = "--" + name.replace("_", "-")
+                f"{run_dir} was made with {flag} {made!r}, not {value!r}. "
+                "Rerun with the same arguments to resume, or use another --out."
+            )
+    for name, now in now_from.items():
+        before = made_from.get(name)
+        if before is None:
+            continue  # a run.json from before lad kept fingerprints
+        flag = "--" + name.replace("_", "-")
+        if before.get("sha256") != now["sha256"]:
+            raise RunError(
+                f"{now['path']} ({flag}) changed since {run_dir} was made from it: its records "
+                "would be stale. Rerun with the file as it was, or use another --out."
+            )
+        folder = Path(now["path"]).parent
+        old_images = before.get("images", {})
+        for image, stat in now.get("images", {}).items():
+            if old_images.get(image, stat) != stat:
                 raise RunError(
-                    f"{run_dir} was made with {flag} {made!r}, not {value!r}. "
-                    "Rerun with the same arguments to resume, or use another --out."
+                    f"{folder / image}: changed since {run_dir} was made (its size or "
+                    f"modification time differ), so its records would be stale. Restore it, "
+                    "or use another --out."
                 )
-        return
-    write_text(path, json.dumps({"format": RUN_FORMAT, "arguments": wanted}, indent=2) + "\n")
+
+
+def _same_path(a: Any, b: Any) -> bool:
+    return isinstance(a, str) and isinstance(b, str) and os.path.normpath(a) == os.path.normpath(b)
+
+
+def made_records(run_dir: Path) -> bool:
+    """Whether any records file in the run directory holds a record."""
+    files = [*run_dir.glob("*.jsonl"), *run_dir.glob("sofa_grid/*.jsonl")]
+    return any(p.is_file() and p.stat().st_size > 0 for p in files)
 
 
 def add_times(run_dir: Path, seconds: dict[str, float]) -> None:

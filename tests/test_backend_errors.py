@@ -84,7 +84,21 @@ def test_prompt_longer_than_context(
     backend: Backend, item: Item, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(backend, "max_context", 20)
-    with pytest.raises(BackendError, match=r"the prompt has \d+ tokens, more than the model's"):
+    with pytest.raises(
+        BackendError,
+        match=r"the prompt has \d+ tokens \(\d+ for the images, \d+ for the text\), more than "
+        r"the model's context of 20",
+    ):
+        _run(backend, item)
+
+
+def test_a_long_caption_is_blamed_not_the_images(
+    backend: Backend, item: Item, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    item.query = "red ball " * 400
+    (rec,) = _run(backend, item)
+    monkeypatch.setattr(backend, "max_context", rec.extra["prompt_tokens"] - 1)
+    with pytest.raises(BackendError, match=r"for the text\), more .*; shorten the query"):
         _run(backend, item)
 
 

@@ -137,7 +137,9 @@ def test_layer_strategies():
     assert selected_layers(records, MethodOptions(layers="all")).tolist() == [[0, 1, 2]]
     assert selected_layers(records, MethodOptions(layers=(0, 2))).tolist() == [[0, 2]]
     assert selected_layers(records, MethodOptions(top_k=1)).tolist() == [[1]]
-    assert selected_layers(records, MethodOptions(top_k=9)).tolist() == [[1, 2, 0]]
+    assert selected_layers(records, MethodOptions(top_k=3)).tolist() == [[1, 2, 0]]
+    with pytest.raises(LadError, match=r"top_k 9 is more than the records' 3 layers"):
+        selected_layers(records, MethodOptions(top_k=9))
     assert selected_layers(records, MethodOptions(layer_range=(0, 0))).tolist() == [[0]]
     # A range past the last layer is clipped to the records' layers, as the official code's hooks
     # are (its default 21..35 on a 28-layer model searches 21..27); one starting past them fails.
@@ -286,7 +288,7 @@ def scored_records(draw):
     log_bias = np.log(rng.dirichlet(np.ones(n), size=n))
     prior = rng.uniform(0.01, 1, size=(layers, n))
     options = MethodOptions(
-        top_k=draw(st.integers(1, 3)),
+        top_k=draw(st.integers(1, min(3, layers))),
         tau=draw(st.sampled_from([0.0, 1.0, 5.0, 20.0])),
         mixture=draw(st.sampled_from(["prob", "log"])),
         attn_mean=draw(st.sampled_from(["log", "raw"])),

@@ -188,3 +188,243 @@ def test_data_coco_out_over_its_captions(tmp_path, capsys):
         ["data", "coco", "--images", tmp_path, "--captions", captions, "--out", captions],
         r"--out .*captions\.jsonl is the same file as --captions",
     )
+
+
+# ---------------------------------------------------------------- lad eval: arguments (point 5)
+
+N = 3
+
+
+@pytest.fixture
+def model(tmp_path) -> Path:
+    """A model folder as far as the checks read it (config.json: 2 decoder layers). Loading it
+    would fail the test (see `no_model`)."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 2}}))
+    return folder
+
+
+@pytest.fixture
+def calibration(tmp_path, model) -> Path:
+    """A calibration.json made for `model`, N = 3 digits, the vanilla prompt, 2 layers."""
+    return _calibration(tmp_path / "calibration.json", model=str(model))
+
+
+def _calibration(path: Path, **changes) -> Path:
+    import numpy as np
+
+    from lad.calibrate import Calibration
+    from lad.labels import get_scheme
+    from lad.prompts import prompt_sha256
+
+    scheme = get_scheme("digits")
+    log_bias = np.log(np.full((N, N), 1 / N))
+    cal = Calibration.from_arrays(log_bias, np.full((2, N), 0.2))
+    obj = cal.to_dict() | {
+        "labels": scheme.labels(N),
+        "prompt_sha256": prompt_sha256("vanilla", scheme, N),
+    }
+    path.write_text(json.dumps(obj | changes))
+    return path
+
+
+def _eval(model: Path, shapes: Path, out: Path, *extra) -> list:
+    return ["eval", "--model", model, "--data", shapes, "-n", N, "--calibration-items", 1,
+            "--quiet", "--out", out, *extra]  # fmt: skip
+
+
+@pytest.fixture
+def would_load(monkeypatch):
+    """Loading the model is where these runs would start work: report it as an error."""
+    from lad.errors import BackendError
+
+    def loading(*args, **kwargs):
+        raise BackendError("the checks passed; the model would load now")
+
+    monkeypatch.setattr("lad.backends.load_backend", loading)
+
+
+def test_eval_calibration_file_missing(model, shapes, tmp_path, capsys):
+    refused(
+        capsys,
+        _eval(model, shapes, tmp_path / "r", "--calibration", tmp_path / "none.json"),
+        r"none\.json: no such calibration file",
+    )
+
+
+def test_eval_calibration_not_json(model, shapes, tmp_path, capsys):
+    bad = tmp_path / "cal.json"
+    bad.write_text('{"format": "lad-calibration/1",\n oops}')
+    refused(
+        capsys,
+        _eval(model, shapes, tmp_path / "r", "--calibration", bad),
+        r"cal\.json:2: not valid JSON",
+    )
+
+
+def test_eval_calibration_for_another_n(model, shapes, tmp_path, capsys):
+    path = _calibration(tmp_path / "c.json", model=str(model), num_candidates=4)
+    refused(
+        capsys,
+        _eval(model, shapes, tmp_path / "r", "--calibration", path),
+        r"c\.json: 'log_obs' must have shape \(4, 4\)",
+    )
+    path = _calibration(tmp_path / "c3.json", model=str(model))
+    four = build_shapes(tmp_path / "n4", num_candidates=4, items=3, split="eval", image_size=16)
+    argv = _eval(model, four, tmp_path / "r", "--calibration", path)
+    argv[argv.index("-n") + 1] = 4
+    refused(capsys, argv, r"c3\.json: the calibration is for N = 3 candidates but .* N = 4")
+
+
+def test_eval_calibration_for_other_labels(model, shapes, calibration, tmp_path, capsys):
+    refused(
+        capsys,
+        _eval(model, shapes, tmp_path / "r", "--calibration", calibration, "--labels", "upper"),
+        r"calibration\.json: the calibration's labels is \['1', '2', '3'\] but .*\['A', 'B', 'C'\]",
+    )
+
+
+def test_eval_calibration_for_another_model(model, shapes, tmp_path, capsys):
+    path = _calibration(tmp_path / "c.json", model="someone/else")
+    refused(
+        capsys,
+        _eval(model, shapes, tmp_path / "r", "--calibration", path),
+        r"c\.json: the calibration's model is 'someone/else'",
+    )
+
+
+def test_eval_calibration_for_another_prompt(model, shapes, tmp_path, capsys):
+    path = _calibration(tmp_path / "c.json", model=str(model), prompt_sha256="0" * 64)
+    refused(
+        capsys,
+        _eval(model, shapes, tmp_path / "r", "--calibration", path),
+        r"c\.json: the calibration's prompt is '0000",
+    )
+
+
+def test_eval_same_model_spelled_otherwise_is_not_another_model(
+    model, shapes, tmp_path, capsys, monkeypatch, would_load
+):
+    monkeypatch.chdir(tmp_path)
+    path = _calibration(tmp_path / "c.json", model="./model/")
+    refused(
+        capsys,
+        _eval("model", shapes, tmp_path / "r", "--calibration", path),
+        r"the model would load now",
+    )
+
+
+def test_eval_top_k_zero(model, shapes, tmp_path, capsys):
+    refused(capsys, _eval(model, shapes, tmp_path / "r", "--top-k", 0), r"'top_k' .* >= 1")
+
+
+def test_eval_top_k_above_the_models_layers(model, shapes, tmp_path, capsys):
+    refused(
+        capsys,
+        _eval(model, shapes, tmp_path / "r", "--top-k", 3),
+        r"--top-k 3 is more than the 2 layers of .*model",
+    )
+
+
+def test_eval_top_k_above_the_calibrations_layers(shapes, calibration, tmp_path, capsys):
+    no_config = tmp_path / "bare-model"
+    no_config.mkdir()
+    path = _calibration(tmp_path / "c.json", model=str(no_config))
+    refused(
+        capsys,
+        _eval(no_config, shapes, tmp_path / "r", "--calibration", path, "--top-k", 5),
+        r"--top-k 5 is more than the 2 layers of the calibration .*c\.json",
+    )
+
+
+@pytest.mark.parametrize("tau", ["nan", "inf", "-1"])
+def test_eval_tau_not_finite_or_negative(model, shapes, tmp_path, capsys, tau):
+    refused(capsys, _eval(model, shapes, tmp_path / "r", "--tau", tau), r"'tau' .* finite .* >= 0")
+
+
+def test_eval_methods_empty(model, shapes, tmp_path, capsys):
+    refused(capsys, _eval(model, shapes, tmp_path / "r", "--methods", ""), r"'methods' .* none")
+    refused(capsys, _eval(model, shapes, tmp_path / "r", "--methods", " , "), r"'methods'")
+
+
+@pytest.mark.parametrize("items", ["0", "-1"])
+def test_eval_items_below_one(model, shapes, tmp_path, capsys, items):
+    refused(capsys, _eval(model, shapes, tmp_path / "r", "--items", items), r"--items must be >= 1")
+
+
+def test_data_shapes_image_size_above_the_maximum(tmp_path, capsys):
+    refused(
+        capsys,
+        ["data", "shapes", "--image-size", 100_000, "--out", tmp_path / "s"],
+        r"--image-size must be between 16 and 1024 pixels\. Got 100000",
+    )
+
+
+def test_eval_device_that_is_not_there_leaves_no_run_json(model, shapes, tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    out = tmp_path / "r"
+    refused(capsys, _eval(model, shapes, out, "--device", "cuda"), r"--device cuda: no CUDA")
+    assert not (out / "run.json").exists()
+    refused(capsys, _eval(model, shapes, out, "--device", "gpu"), r"--device must be auto, cpu")
+
+
+def test_a_run_json_without_records_does_not_block_the_corrected_command(
+    model, shapes, tmp_path, capsys, would_load
+):
+    out = tmp_path / "r"
+    refused(capsys, _eval(model, shapes, out, "--seed", 1), r"the model would load now")
+    assert json.loads((out / "run.json").read_text())["arguments"]["seed"] == 1
+    refused(capsys, _eval(model, shapes, out, "--seed", 2), r"the model would load now")
+    assert json.loads((out / "run.json").read_text())["arguments"]["seed"] == 2
+
+
+# ---------------------------------------------------------------- calibration.json (point 6)
+
+
+@pytest.mark.parametrize("field", ["model", "labels", "prompt_sha256"])
+def test_eval_calibration_that_does_not_know_its_model_labels_or_prompt(
+    model, shapes, tmp_path, capsys, field, would_load
+):
+    for value, name in ((None, "null"), ("", "empty")):
+        path = _calibration(tmp_path / f"{name}.json", **{"model": str(model), field: value})
+        shown = field.replace("_sha256", "")
+        refused(
+            capsys,
+            _eval(model, shapes, tmp_path / "r", "--calibration", path),
+            rf"{name}\.json: its {shown} is missing, .* --no-calibration-check",
+        )
+        flag = "--no-calibration-check"
+        argv = _eval(model, shapes, tmp_path / "r", "--calibration", path, flag)
+        refused(capsys, argv, r"the model would load now")
+    path = _calibration(tmp_path / "gone.json", model=str(model))
+    obj = json.loads(path.read_text())
+    del obj[field]
+    path.write_text(json.dumps(obj))
+    refused(capsys, _eval(model, shapes, tmp_path / "r", "--calibration", path), r"is missing")
+
+
+@pytest.mark.parametrize(
+    ("change", "pattern"),
+    [
+        ({"log_obs": [[0.5, -1, -1]] * 3}, r"'log_obs' .* log-probabilities and must be <= 0"),
+        ({"pride_log_prior": [0.1, -2, -2]}, r"must be <= 0"),
+        ({"log_obs": [[-2.0, -2.0, -2.0]] * 3}, r"each row of exp\('log_obs'\) must sum to 1"),
+        ({"gamma": 0.5}, r"'gamma' must be a number from 1 to e\^700"),
+        ({"gamma": float("inf")}, r"'gamma' must be a number from 1"),
+        ({"log_bias": [[-5.0, -0.1, -3.0]] * 3}, r"'log_bias' must equal log_obs"),
+        ({"attention_prior": [[1.5, 0, 0], [0.2] * 3]}, r"'attention_prior' is attention mass"),
+        ({"attention_prior": [[-0.1, 0, 0], [0.2] * 3]}, r"'attention_prior' is attention mass"),
+        ({"attention_prior": [[float("nan")] * 3, [0.2] * 3]}, r"NaN or infinite"),
+    ],
+)
+def test_eval_calibration_with_implausible_values(model, shapes, tmp_path, capsys, change, pattern):
+    path = _calibration(tmp_path / "odd.json", model=str(model), **change)
+    refused(
+        capsys,
+        _eval(model, shapes, tmp_path / "r", "--calibration", path),
+        rf"odd\.json: .*{pattern}",
+    )

@@ -408,9 +408,16 @@ class Backend:
                     f"has {item.num_candidates} images (chat template or processor dropped some)"
                 )
             if length > self.max_context:
+                image_tokens = sum(end - start for start, end in item_spans)
+                fix = (
+                    "lower the image resolution/tiling options"
+                    if image_tokens >= length - image_tokens
+                    else "shorten the query"
+                )
                 raise BackendError(
-                    f"item {item.id!r}: the prompt has {length} tokens, more than the model's "
-                    f"context of {self.max_context}; lower the image resolution/tiling options"
+                    f"item {item.id!r}: the prompt has {length} tokens ({image_tokens} for the "
+                    f"images, {length - image_tokens} for the text), more than the model's "
+                    f"context of {self.max_context}; {fix}"
                 )
         return inputs, spans
 

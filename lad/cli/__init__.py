@@ -26,9 +26,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Like parse_args, but an unknown flag is reported with the usage of the command it was
+    given to (`lad eval --bogus` shows `lad eval`'s usage, not `lad`'s)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _command_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None))
+            if chosen is not None:
+                return _command_parser(chosen, args)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = parse(build_parser(), argv)
         return int(args.func(args) or 0)
     except LadError as e:
         print(f"Error: {e}", file=sys.stderr)

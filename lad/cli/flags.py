@@ -27,8 +27,10 @@ def add_lad_flags(p: argparse.ArgumentParser) -> None:
     """LAD's inference options (§4.3), their official-code variants (with --obs-mean, how a
     calibration is fitted, Eq. 1) and --preset; defaults are the paper's."""
     add_preset_flag(p)
-    p.add_argument("--top-k", type=int, default=2, help="K layers selected by Eq. 9 (default 2)")
-    p.add_argument("--tau", type=float, default=5.0, help="τ of Eq. 12 (default 5)")
+    p.add_argument(
+        "--top-k", type=int, default=2, help="K layers selected by Eq. 9 (default: %(default)s)"
+    )
+    p.add_argument("--tau", type=float, default=5.0, help="τ of Eq. 12 (default: %(default)s)")
     p.add_argument(
         "--layer-range",
         type=_layer_range,

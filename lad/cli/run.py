@@ -36,13 +36,15 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
         required=default is None,
         help="hub id or local path of a supported model, or 'demo' (default: %(default)s)",
     )
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 (default: auto)")
+    p.add_argument(
+        "--device", default="auto", help="auto, cpu, cuda, cuda:1 (default: %(default)s)"
+    )
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
     p.add_argument(
         "--labels",
         default="digits",
         choices=list(LABEL_SCHEMES),
-        help="how positions are named in the prompt and answer (default: digits)",
+        help="how positions are named in the prompt and answer (default: %(default)s)",
     )
     p.add_argument("--batch-size", type=int, default=4, help="prompts per forward pass")
     p.add_argument(
@@ -143,7 +145,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="shapes benchmark setting (for --data shapes)",
     )
     p.add_argument(
-        "--items", type=int, default=None, help="evaluation items (default: all; 100 for shapes)"
+        "--items",
+        type=int,
+        default=None,
+        help="evaluation items (default: all; 100 for shapes)%(default).0s",  # (no 2nd default)
     )
     cal = p.add_mutually_exclusive_group()
     cal.add_argument("--calibration-data", default=None, help="items file for calibration")
@@ -290,6 +295,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     from lad.api import Debiaser
     from lad.data.items import read_items
 
+    if args.items < 1:
+        raise LadError(f"--items must be >= 1. Got {args.items}.")
     out = check_output_file(args.out)
     records_out = out.with_name(out.stem + ".records.jsonl")
     items = read_items(args.data)[: args.items]

@@ -105,6 +105,8 @@ def run_score(args: argparse.Namespace) -> int:
     check_not_inputs({"--out": out, "--save-calibration": save or None}, inputs)
     check_not_inputs({"--save-calibration": save or None}, {"--out": out})
     records = read_records(args.records)
+    if not len(records):
+        raise LadError(f"{args.records}: holds no records; nothing to score")
     calibration = None
     if args.calibration:
         calibration = Calibration.load(args.calibration)
@@ -159,7 +161,10 @@ def run_metrics(args: argparse.Namespace) -> int:
             {"--out": args.out}, {"--records": args.records, "--predictions": args.predictions}
         )
     records = read_records(args.records)
-    chosen = predictions_by_method(records, read_predictions(args.predictions), args.predictions)
+    predictions = read_predictions(args.predictions)
+    if not predictions:
+        raise LadError(f"{args.predictions}: holds no predictions; nothing to measure")
+    chosen = predictions_by_method(records, predictions, args.predictions)
     metrics = compute_metrics(records, chosen)
     text = json.dumps(metrics, indent=2)
     if args.out:

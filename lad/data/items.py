@@ -48,18 +48,38 @@ def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item
     Every image must exist. With `num_candidates`, every item must have exactly that many images.
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path}: is a folder, not an items file")
     if not path.is_file():
         raise DataError(f"{path}: no such items file")
     items: list[Item] = []
     seen: set[str] = set()
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    f"{at(path, lineno)}not UTF-8 text (byte {raw[e.start]:#04x})"
+                ) from None
             if not line.strip():
                 continue
             items.append(_parse_item(line, path, lineno, num_candidates, seen))
     if not items:
         raise DataError(f"{path}: the items file is empty")
     return items
+
+
+_KINDS = {str: "a string", int: "an integer", list: "a list"}
+
+
+def _is_text(text: str) -> bool:
+    """False for a string holding a lone UTF-16 surrogate (JSON allows "\\ud800"; UTF-8 not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _parse_item(
@@ -76,10 +96,15 @@ def _parse_item(
         if key not in obj:
             raise DataError(f"{where}missing key {key!r}")
         if not isinstance(obj[key], kind) or isinstance(obj[key], bool):
-            raise DataError(f"{where}{key!r} must be a {kind.__name__}, got {obj[key]!r}")
+            raise DataError(f"{where}{key!r} must be {_KINDS[kind]}, got {obj[key]!r}")
     images = obj["images"]
     if len(images) < 2 or not all(isinstance(p, str) for p in images):
         raise DataError(f"{where}'images' must be a list of at least 2 paths")
+    for key, text in (("id", obj["id"]), ("query", obj["query"]), *(("images", p) for p in images)):
+        if not _is_text(text):
+            raise DataError(
+                f"{where}{key!r} holds a lone surrogate escape, not valid text: {text!r}"
+            )
     if num_candidates is not None and len(images) != num_candidates:
         raise DataError(
             f"{where}item {obj['id']!r} has {len(images)} images but --num-candidates is "

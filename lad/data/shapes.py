@@ -45,6 +45,7 @@ SPLITS = ("train", "eval", "calibration")
 SPLIT_SHARES = {"train": 80, "eval": 15, "calibration": 5}  # percent of scenes (queries)
 BACKGROUND = (235, 235, 235)
 MAX_SHAPES = 4  # one object per cell of a 2×2 grid
+MAX_IMAGE_SIZE = 1024  # pixels a side; drawn supersampled, so memory grows with its square
 _SUPERSAMPLE = 4
 
 
@@ -115,8 +116,10 @@ def _check_args(
         raise DataError(f"--num-candidates must be between 2 and 26. Got {num_candidates}.")
     if items < 1:
         raise DataError(f"--items must be at least 1. Got {items}.")
-    if image_size < 16:
-        raise DataError(f"--image-size must be at least 16 pixels. Got {image_size}.")
+    if not 16 <= image_size <= MAX_IMAGE_SIZE:
+        raise DataError(
+            f"--image-size must be between 16 and {MAX_IMAGE_SIZE} pixels. Got {image_size}."
+        )
     if not 1 <= max_shapes <= MAX_SHAPES:
         raise DataError(f"--max-shapes must be between 1 and {MAX_SHAPES}. Got {max_shapes}.")
 

@@ -370,7 +370,8 @@ def score(
         )
     if not len(records):
         return np.zeros((0, records.num_candidates))
-    scores = METHODS[method].scores(records, calibration, options, perm_records)
+    with np.errstate(over="ignore", invalid="ignore"):  # checked below, as one clear error
+        scores = METHODS[method].scores(records, calibration, options, perm_records)
     if not np.isfinite(scores).all():  # e.g. tau = 1e308 overflows Eq. 12
         raise LadError(
             f"method {method!r}: its scores overflow to infinity or NaN with tau = {options.tau:g}"

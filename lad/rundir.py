@@ -10,9 +10,9 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -28,7 +28,6 @@ from lad.records import Record, RecordSet, RecordWriter, drop_partial_line, read
 
 RUN_FORMAT = "lad-run/1"
 LOCK_NAME = "run.lock"
-log = logging.getLogger("lad")
 # (item, ordering, order): one prompt to make a record of (lad.evaluate builds them).
 Request = tuple[Any, int, list[int]]
 
@@ -67,9 +66,10 @@ class RunLock:
             os.close(fd)  # a finishing holder removed the file we opened: lock the new one
         left = os.read(fd, 4096)
         if left.strip():
-            log.warning(
-                f"{self.run_dir}: taking over the lock left by {_holder_text(left)}, which no "
-                "longer runs"
+            print(
+                f"Note: {self.run_dir}: taking over the lock left by {_holder_text(left)}, "
+                "which no longer runs",
+                file=sys.stderr,
             )
         mine = {"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}
         os.ftruncate(fd, 0)

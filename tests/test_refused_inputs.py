@@ -428,3 +428,287 @@ def test_eval_calibration_with_implausible_values(model, shapes, tmp_path, capsy
         _eval(model, shapes, tmp_path / "r", "--calibration", path),
         rf"odd\.json: .*{pattern}",
     )
+
+
+def test_score_tau_whose_scores_overflow(stored, capsys):
+    refused(
+        capsys,
+        [
+            "score",
+            *_score_inputs(stored),
+            "--method",
+            "attn-purified",
+            "--tau",
+            "1e308",
+            "--out",
+            stored / "p.jsonl",
+        ],
+        r"method '(lad|attn-purified)': its scores overflow .* tau = 1e\+308 .* smaller --tau",
+    )
+    assert not (stored / "p.jsonl").exists()
+
+
+def test_score_top_k_above_the_records_layers(stored, capsys):
+    refused(
+        capsys,
+        ["score", *_score_inputs(stored), "--top-k", 7, "--out", stored / "p.jsonl"],
+        r"top_k 7 is more than the records' 6 layers",
+    )
+
+
+# ---------------------------------------------------------------- damaged or odd files (point 7)
+
+
+def _items_with(tmp_path: Path, shapes: Path, image: Path | None = None, **changes) -> Path:
+    """A copy of the shapes items (absolute image paths), the first item's first image replaced
+    by `image` and its fields by `changes`."""
+    lines = []
+    for k, line in enumerate(shapes.read_text().splitlines()):
+        obj = json.loads(line)
+        obj["images"] = [str(shapes.parent / p) for p in obj["images"]]
+        if k == 0:
+            if image is not None:
+                obj["images"][0] = str(image)
+            obj.update(changes)
+        lines.append(json.dumps(obj))
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_eval_image_with_an_extreme_aspect_ratio(model, shapes, tmp_path, capsys):
+    from PIL import Image
+
+    strip = tmp_path / "strip.png"
+    Image.new("RGB", (3000, 20)).save(strip)
+    items = _items_with(tmp_path, shapes, strip)
+    refused(
+        capsys,
+        _eval(model, items, tmp_path / "r"),
+        r"strip\.png: 3000 × 20 pixels; lad refuses aspect ratios above 100:1",
+    )
+
+
+def test_eval_decompression_bomb(model, shapes, tmp_path, capsys):
+    from PIL import Image
+
+    bomb = tmp_path / "bomb.png"
+    Image.new("1", (14_000, 14_000)).save(bomb)
+    items = _items_with(tmp_path, shapes, bomb)
+    refused(
+        capsys,
+        _eval(model, items, tmp_path / "r"),
+        r"bomb\.png: 14000 × 14000 = 196,000,000 pixels .* LAD_MAX_IMAGE_PIXELS=196000000",
+    )
+
+
+def test_eval_items_file_not_utf8(model, shapes, tmp_path, capsys):
+    items = _items_with(tmp_path, shapes)
+    lines = items.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b"a ", b"\xe9 ", 1)  # Latin-1 'é'
+    items.write_bytes(b"".join(lines))
+    refused(
+        capsys, _eval(model, items, tmp_path / "r"), r"items\.jsonl:2: not UTF-8 text \(byte 0xe9\)"
+    )
+
+
+def test_eval_calibration_file_not_utf8(model, shapes, calibration, tmp_path, capsys):
+    calibration.write_bytes(calibration.read_bytes().replace(b'"format"', b'"form\xffat"'))
+    refused(
+        capsys,
+        _eval(model, shapes, tmp_path / "r", "--calibration", calibration),
+        r"calibration\.json:1: not UTF-8 text \(byte 0xff\)",
+    )
+
+
+def test_eval_lone_surrogate_in_an_id(model, shapes, tmp_path, capsys):
+    items = _items_with(tmp_path, shapes)
+    lines = items.read_text().splitlines()
+    obj = json.loads(lines[2])
+    lines[2] = lines[2].replace(json.dumps(obj["id"]), '"bad-\\ud800"')
+    items.write_text("\n".join(lines) + "\n")
+    refused(
+        capsys,
+        _eval(model, items, tmp_path / "r"),
+        r"items\.jsonl:3: 'id' holds a lone surrogate escape",
+    )
+
+
+def test_eval_out_is_an_existing_file(model, shapes, tmp_path, capsys):
+    (tmp_path / "taken").write_text("mine")
+    refused(capsys, _eval(model, shapes, tmp_path / "taken"), r"--out .*taken is a file")
+    assert (tmp_path / "taken").read_text() == "mine"
+
+
+def test_score_and_metrics_out_is_a_folder(stored, capsys):
+    refused(
+        capsys,
+        ["score", *_score_inputs(stored), "--out", stored],
+        r"--out .* is a folder; give the path of the file to write",
+    )
+    argv = [
+        "metrics",
+        "--records",
+        stored / "records.jsonl",
+        "--predictions",
+        stored / "pred.jsonl",
+    ]
+    refused(capsys, [*argv, "--out", stored], r"--out .* is a folder")
+
+
+def test_score_on_an_empty_records_file(stored, capsys):
+    (stored / "empty.jsonl").write_text("")
+    refused(
+        capsys,
+        [
+            "score",
+            "--records",
+            stored / "empty.jsonl",
+            "--method",
+            "vanilla",
+            "--out",
+            stored / "p.jsonl",
+        ],
+        r"empty\.jsonl: holds no records",
+    )
+
+
+def _finished(stored: Path) -> Path:
+    """`stored` with metrics.json and run.json, as `lad report` reads a run directory."""
+    argv = [
+        "metrics",
+        "--records",
+        stored / "records.jsonl",
+        "--predictions",
+        stored / "pred.jsonl",
+    ]
+    assert main([str(a) for a in [*argv, "--out", stored / "metrics.json"]]) == 0
+    run = {"format": "lad-run/1", "arguments": {"labels": "digits"}}
+    (stored / "run.json").write_text(json.dumps(run))
+    return stored
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "pattern"),
+    [
+        ("metrics.json", b'{"num_candidates": 4,', r"metrics\.json:1: not valid JSON"),
+        ("metrics.json", b"\xff\xfe{}", r"metrics\.json:1: not UTF-8 text"),
+        ("metrics.json", b"[1, 2]", r"metrics\.json: damaged \(not a JSON object\)"),
+        ("metrics.json", b'{"num_candidates": 4}', r"metrics\.json: damaged \('num_items'"),
+        ("run.json", b'{"format": "lad-run/1"}', r"run\.json: damaged \('arguments'"),
+        ("run.json", b'{"arguments": {"labels": "klingon"}}', r"run\.json: .*'klingon'"),
+        ("calibration.json", b'{"format": "lad-calibration/1"}', r"calibration\.json: missing"),
+        ("calibration.json", b"nope", r"calibration\.json:1: not valid JSON"),
+    ],
+)
+def test_report_on_a_damaged_run(stored, capsys, name, content, pattern):
+    run = _finished(stored)
+    assert main(["report", str(run)]) == 0
+    (run / name).write_bytes(content)
+    refused(capsys, ["report", run], pattern)
+
+
+def test_report_on_metrics_with_wrong_shapes(stored, capsys):
+    run = _finished(stored)
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["methods"]["lad"]["confusion"] = [[1, 2]]
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    refused(capsys, ["report", run], r"method 'lad': 'confusion' must be an N × N matrix")
+    metrics["methods"]["lad"]["acc"] = "high"
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    refused(capsys, ["report", run], r"method 'lad' needs numbers")
+
+
+@pytest.mark.parametrize(
+    ("content", "pattern"),
+    [
+        (b"{not json", r"run\.json:1: not valid JSON"),
+        (b"[]", r"run\.json: not a lad run \(format 'list'\)"),
+        (b'{"format": "lad-run/1", "arguments": 3}', r"run\.json: damaged"),
+        (b'{"format": "other/1", "arguments": {}}', r"not a lad run \(format 'other/1'\)"),
+    ],
+)
+def test_eval_on_a_damaged_run_json(model, shapes, tmp_path, capsys, content, pattern):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "run.json").write_bytes(content)
+    refused(capsys, _eval(model, shapes, tmp_path / "r"), pattern)
+
+
+# ---------------------------------------------------------------- messages that misled (point 8)
+
+
+def test_eval_answer_of_the_wrong_type_says_an_integer(model, shapes, tmp_path, capsys):
+    items = _items_with(tmp_path, shapes, answer="1")
+    refused(
+        capsys,
+        _eval(model, items, tmp_path / "r"),
+        r"items\.jsonl:1: 'answer' must be an integer, got '1'",
+    )
+
+
+def test_eval_folder_given_as_an_image(model, shapes, tmp_path, capsys):
+    folder = tmp_path / "a-folder.png"
+    folder.mkdir()
+    items = _items_with(tmp_path, shapes, folder)
+    refused(
+        capsys,
+        _eval(model, items, tmp_path / "r"),
+        r"items\.jsonl:1: image .*a-folder\.png is a folder, not an image file",
+    )
+
+
+def test_predict_with_one_image(model, calibration, shapes, capsys):
+    image = json.loads(shapes.read_text().splitlines()[0])["images"][0]
+    argv = ["predict", "--model", model, "--calibration", calibration, "--query", "a red circle"]
+    refused(capsys, [*argv, shapes.parent / image], r"a choice needs at least 2 images; got 1")
+
+
+def test_predict_with_a_calibration_that_does_not_know_its_model(
+    model, shapes, tmp_path, capsys, would_load
+):
+    path = _calibration(tmp_path / "bare.json", model="")
+    images = [shapes.parent / p for p in json.loads(shapes.read_text().splitlines()[0])["images"]]
+    argv = ["predict", "--model", model, "--calibration", path, "--query", "a red circle"]
+    refused(capsys, [*argv, *images], r"bare\.json: its model is missing")
+    refused(capsys, [*argv, "--no-calibration-check", *images], r"the model would load now")
+
+
+def test_unknown_flag_shows_the_commands_usage(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["eval", "--no-such-flag"])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        "usage: lad eval" in err
+        and "lad eval: error: unrecognized arguments: --no-such-flag" in err
+    )
+    with pytest.raises(SystemExit):
+        main(["data", "shapes", "--out", "x", "--no-such-flag"])
+    assert "usage: lad data shapes" in capsys.readouterr().err
+
+
+def test_help_states_each_default_once(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: auto)" in text
+    assert not re.search(r"\(default:? [^)]*\) \(default", text), text
+
+
+def test_calibrate_out_is_a_folder(shapes, tmp_path, capsys):
+    refused(
+        capsys,
+        ["calibrate", "--data", shapes, "--out", f"{tmp_path}/cal/"],
+        r"--out .*cal/ is a folder; give the path of the file to write",
+    )
+    assert not (tmp_path / "cal").exists()
+    refused(capsys, ["calibrate", "--data", shapes, "--out", tmp_path], r"is a folder")
+
+
+def test_metrics_on_an_empty_predictions_file(stored, capsys):
+    (stored / "none.jsonl").write_text("\n")
+    refused(
+        capsys,
+        ["metrics", "--records", stored / "records.jsonl", "--predictions", stored / "none.jsonl"],
+        r"none\.jsonl: holds no predictions",
+    )

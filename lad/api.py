@@ -190,6 +190,8 @@ class Debiaser:
         sizes = {it.num_candidates for it in items}
         if len(sizes) != 1:
             raise DataError(f"calibration items must all have the same N; got N in {sorted(sizes)}")
+        for path in dict.fromkeys(p for it in items for p in it.images):
+            check_image(path)  # before the model loads
         template = self._template(items)
         records = self._records(
             cyclic_requests(items), template, Path(records_path) if records_path else None

@@ -261,6 +261,12 @@ class Debiaser:
         self._check_fitted()
         if not queries:
             raise LadError("predict_many needs at least one (query, images) pair")
+        options = self.options  # --top-k and --tau checked before the model loads
+        if options.top_k > self.calibration_.num_layers:
+            raise CalibrationError(
+                f"top_k {options.top_k} is more than the {self.calibration_.num_layers} layers "
+                f"of the calibration {getattr(self, '_source', '')}".rstrip()
+            )
         items = []
         for i, (text, images) in enumerate(queries):
             if not isinstance(text, str) or not text.strip():

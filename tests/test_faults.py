@@ -217,6 +217,15 @@ def test_changed_calibration_file_is_refused(here, no_model, capsys):
     assert re.search(r"cal\.json \(--calibration\) changed since with-cal was made", line), line
 
 
+def test_rerun_rewrites_damaged_metrics_and_calibration(here, made, no_model, capsys):
+    """lad eval recomputes both from the stored records: a damaged copy is replaced, not read."""
+    (here / "run/metrics.json").write_bytes(b"\xff{ half")
+    (here / "run/calibration.json").write_text('{"format": "lad-calibration/1"}')
+    assert main(_eval_args("run")) == 0
+    for name in ("metrics.json", "calibration.json"):
+        assert (here / "run" / name).read_bytes() == (made / "run" / name).read_bytes(), name
+
+
 def test_a_second_eval_on_a_locked_run_says_who_holds_it(here, no_model, capsys):
     before = {n: (here / "run" / n).read_bytes() for n in RUN_FILES}
     with RunLock(here / "run"):

@@ -712,3 +712,34 @@ def test_metrics_on_an_empty_predictions_file(stored, capsys):
         ["metrics", "--records", stored / "records.jsonl", "--predictions", stored / "none.jsonl"],
         r"none\.jsonl: holds no predictions",
     )
+
+
+def test_eval_calibration_inside_its_own_run_directory(model, shapes, tmp_path, capsys):
+    out = tmp_path / "r"
+    out.mkdir()
+    inside = _calibration(out / "calibration.json", model=str(model))
+    before = inside.read_bytes()
+    refused(
+        capsys,
+        _eval(model, shapes, out, "--calibration", inside),
+        r"--out .*r/calibration\.json .* is the same file as --calibration",
+    )
+    assert inside.read_bytes() == before
+
+
+def test_predict_top_k_and_tau_checked_before_the_model(model, calibration, shapes, capsys):
+    images = [shapes.parent / p for p in json.loads(shapes.read_text().splitlines()[0])["images"]]
+    argv = ["predict", "--model", model, "--calibration", calibration, "--query", "a red circle"]
+    refused(capsys, [*argv, "--top-k", 3, *images], r"top_k 3 is more than the 2 layers of .*")
+    refused(capsys, [*argv, "--tau", "nan", *images], r"'tau' .* finite")
+
+
+def test_calibrate_items_below_one(shapes, tmp_path, capsys):
+    argv = ["calibrate", "--data", shapes, "--out", tmp_path / "c.json", "--items", 0]
+    refused(capsys, argv, r"--items must be >= 1\. Got 0")
+
+
+def test_report_out_is_a_file(stored, capsys):
+    run = _finished(stored)
+    (stored / "page").write_text("mine")
+    refused(capsys, ["report", run, "--out", stored / "page"], r"--out .*page is a file")

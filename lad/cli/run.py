@@ -19,7 +19,7 @@ from lad.cli.flags import (
     resolved,
 )
 from lad.errors import LadError
-from lad.files import check_not_inputs, check_output_file
+from lad.files import check_not_inputs, check_output_dir, check_output_file
 from lad.labels import LABEL_SCHEMES
 
 # The options a preset may set, per command (lad.presets).
@@ -362,5 +362,6 @@ def _report(args: argparse.Namespace) -> int:
         if not r.is_dir():
             raise LadError(f"{r}: no such run directory")
     out = Path(args.out) if args.out else (runs[0] / "report" if len(runs) == 1 else Path("report"))
+    check_output_dir(out)
     print(f"report: {write_report(runs, out)}")
     return 0

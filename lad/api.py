@@ -300,7 +300,9 @@ class Debiaser:
                 require_fingerprint=True,
             )
         except CalibrationError as e:
-            raise CalibrationError(f"{getattr(self, '_source', 'calibration')}: {e}") from None
+            if not hasattr(self, "_source"):
+                raise
+            raise CalibrationError(f"{self._source}: {e}") from None
         records = self._records(requests, template)
         self.calibration_.check_compatible(records, strict=False)
         return self._choices(items, records, labels)

@@ -226,8 +226,8 @@ class Calibration:
             )
         if not strict:
             return
-        mine = {"model": self.model, "labels": list(self.labels), "prompt": self.prompt_sha256}
-        theirs = {"model": model, "labels": list(labels or []), "prompt": prompt_sha256}
+        mine = {"model": self.model, "labels": self.labels, "prompt_sha256": self.prompt_sha256}
+        theirs = {"model": model, "labels": labels or [], "prompt_sha256": prompt_sha256}
         for name in mine:
             same = _same_model if name == "model" else operator.eq
             if mine[name] and theirs[name] and not same(mine[name], theirs[name]):

@@ -299,7 +299,7 @@ def test_eval_calibration_for_another_prompt(model, shapes, tmp_path, capsys):
     refused(
         capsys,
         _eval(model, shapes, tmp_path / "r", "--calibration", path),
-        r"c\.json: the calibration's prompt is '0000",
+        r"c\.json: the calibration's prompt_sha256 is '0000",
     )
 
 
@@ -391,7 +391,7 @@ def test_eval_calibration_that_does_not_know_its_model_labels_or_prompt(
 ):
     for value, name in ((None, "null"), ("", "empty")):
         path = _calibration(tmp_path / f"{name}.json", **{"model": str(model), field: value})
-        shown = field.replace("_sha256", "")
+        shown = field
         refused(
             capsys,
             _eval(model, shapes, tmp_path / "r", "--calibration", path),
@@ -660,7 +660,7 @@ def test_eval_folder_given_as_an_image(model, shapes, tmp_path, capsys):
 def test_predict_with_one_image(model, calibration, shapes, capsys):
     image = json.loads(shapes.read_text().splitlines()[0])["images"][0]
     argv = ["predict", "--model", model, "--calibration", calibration, "--query", "a red circle"]
-    refused(capsys, [*argv, shapes.parent / image], r"a choice needs at least 2 images; got 1")
+    refused(capsys, [*argv, shapes.parent / image], r"query 1: needs at least 2 images, got 1")
 
 
 def test_predict_with_a_calibration_that_does_not_know_its_model(

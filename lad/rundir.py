@@ -223,9 +223,7 @@ def add_times(run_dir: Path, seconds: dict[str, float]) -> None:
     timing = stored.setdefault("timing", {})
     for stage, s in seconds.items():
         timing[stage] = round(timing.get(stage, 0.0) + s, 3)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(stored, indent=2) + "\n")
-    tmp.replace(path)
+    write_text(path, json.dumps(stored, indent=2) + "\n")
 
 
 def stage_times(run_dir: Path) -> dict[str, float]:

@@ -25,6 +25,7 @@ from lad.cli import main
 from lad.files import replacing, write_text
 from lad.records import write_records
 from lad.rundir import RunLock
+from tests.runfiles import comparable
 from tests.synthetic import SyntheticModel
 
 
@@ -154,9 +155,9 @@ def no_model(monkeypatch):
 
 
 def test_same_input_spelled_otherwise_resumes(here, no_model, capsys):
-    before = {n: (here / "run" / n).read_bytes() for n in RUN_FILES}
+    before = {n: comparable(here / "run" / n) for n in RUN_FILES}
     assert main(_eval_args("./run/", "./bench/eval/../eval/items.jsonl")) == 0
-    assert {n: (here / "run" / n).read_bytes() for n in RUN_FILES} == before
+    assert {n: comparable(here / "run" / n) for n in RUN_FILES} == before
     stored = json.loads((here / "run/run.json").read_text())
     assert (
         stored["inputs"]["data"]["sha256"]
@@ -223,7 +224,7 @@ def test_rerun_rewrites_damaged_metrics_and_calibration(here, made, no_model, ca
     (here / "run/calibration.json").write_text('{"format": "lad-calibration/1"}')
     assert main(_eval_args("run")) == 0
     for name in ("metrics.json", "calibration.json"):
-        assert (here / "run" / name).read_bytes() == (made / "run" / name).read_bytes(), name
+        assert comparable(here / "run" / name) == comparable(made / "run" / name), name
 
 
 def test_a_second_eval_on_a_locked_run_says_who_holds_it(here, no_model, capsys):
@@ -268,7 +269,7 @@ def test_two_evals_at_once_one_refused_the_other_intact(made, tmp_path, monkeypa
     assert code == 1
     assert f"in use by another lad eval (pid {first.pid} on host" in one_error_line(capsys)
     for name in RUN_FILES:
-        assert (out / name).read_bytes() == (made / "run" / name).read_bytes(), name
+        assert comparable(out / name) == comparable(made / "run" / name), name
 
 
 # ---------------------------------------------------------------- full disk, read-only, Ctrl-C
@@ -287,7 +288,7 @@ def test_full_disk_while_making_records_then_resume(here, made, capsys):
     perm.unlink()
     assert main(_eval_args("run")) == 0
     for name in RUN_FILES:
-        assert (here / "run" / name).read_bytes() == (made / "run" / name).read_bytes(), name
+        assert comparable(here / "run" / name) == comparable(made / "run" / name), name
 
 
 @pytest.fixture

@@ -505,9 +505,10 @@ def fit_or_load_calibration(
     return calibration
 
 
-def prepare_run(config: EvalConfig, run_dir: Path) -> None:
-    """Check every argument and input file before any model work, then create or check run.json
-    (with the inputs' fingerprints) and build generated data. Nothing here loads the model."""
+def check_inputs(config: EvalConfig, run_dir: Path) -> dict[str, Any]:
+    """Check every argument and input file before any model work and before the run directory
+    is touched; return the inputs' fingerprints for run.json (lad.rundir.fingerprint)."""
+    check_output_dir(run_dir)
     check_device(config.device)
     if config.calibration:
         calibration = check_given_calibration(config)
@@ -531,9 +532,7 @@ def prepare_run(config: EvalConfig, run_dir: Path) -> None:
             inputs[name] = rundir.fingerprint(getattr(config, name))
     outputs = {f"--out {run_dir}/{name}": run_dir / name for name in RUN_OUTPUTS}
     check_not_inputs(outputs, {"--" + k.replace("_", "-"): v for k, v in files.items()})
-    rundir.check_run_dir(run_dir, config.identity(), EvalConfig().identity(), inputs)
-    if config.data == "shapes":
-        eval_items, cal_items = load_items(config, run_dir)
+    return inputs
 
 
 def check_images(items: Sequence[Item]) -> None:
@@ -589,14 +588,17 @@ def evaluate(
     config = resolve_prompt(config)
     if not world.is_main:
         return _evaluate(config, run_dir, world)
-    check_output_dir(run_dir)
+    inputs = check_inputs(config, run_dir)
     with rundir.RunLock(run_dir):
-        return _evaluate(config, run_dir, world)
+        return _evaluate(config, run_dir, world, inputs)
 
 
-def _evaluate(config: EvalConfig, run_dir: Path, world: World) -> RunResult | None:
+def _evaluate(
+    config: EvalConfig, run_dir: Path, world: World, inputs: dict[str, Any] | None = None
+) -> RunResult | None:
     if world.is_main:
-        prepare_run(config, run_dir)  # builds generated data once, before the others read it
+        rundir.check_run_dir(run_dir, config.identity(), EvalConfig().identity(), inputs)
+        load_items(config, run_dir)  # builds generated data once, before the others read it
     world.barrier()
     eval_items, cal_items = load_items(config, run_dir)
     make_backend = _LazyBackend(config, world.device(config.device))

@@ -691,8 +691,9 @@ def test_help_states_each_default_once(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "(default: auto)" in text
+    assert "(default: auto)" in text and "(default: 4)" in text
     assert not re.search(r"\(default:? [^)]*\) \(default", text), text
+    assert "(default: None)" not in text and "(default: False)" not in text
 
 
 def test_calibrate_out_is_a_folder(shapes, tmp_path, capsys):

@@ -23,6 +23,18 @@ def add_preset_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
+class DefaultsOnce(argparse.HelpFormatter):
+    """Adds "(default: X)" to a flag's help, unless the help already speaks of its default or the
+    flag has none (None, an empty list, an on/off switch): each default is stated once."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        none = action.default is None or action.default == [] or action.nargs == 0  # a switch
+        if "default" in text or none or action.default is argparse.SUPPRESS:
+            return text
+        return text + " (default: %(default)s)"
+
+
 def add_lad_flags(p: argparse.ArgumentParser) -> None:
     """LAD's inference options (§4.3), their official-code variants (with --obs-mean, how a
     calibration is fitted, Eq. 1) and --preset; defaults are the paper's."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.cli.flags import (
+    DefaultsOnce,
     add_calibration_check_flag,
     add_image_flags,
     add_lad_flags,
@@ -133,7 +134,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "interrupted run. Methods: vanilla, pride, lad, attn, attn-purified, perm-avg, "
         "instruction, cot, self-consistency, sofa. "
         "Example: lad eval --num-candidates 8 --out runs/demo-n8",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsOnce,
     )
     _model_flags(p)
     p.add_argument("--data", default="shapes", help="items .jsonl file, or 'shapes'")
@@ -148,7 +149,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--items",
         type=int,
         default=None,
-        help="evaluation items (default: all; 100 for shapes)%(default).0s",  # (no 2nd default)
+        help="evaluation items (default: all; 100 for shapes)",
     )
     cal = p.add_mutually_exclusive_group()
     cal.add_argument("--calibration-data", default=None, help="items file for calibration")
@@ -167,7 +168,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--calibration-items evaluation items, scored too (official code; warns)",
     )
     p.add_argument(
-        "--methods", type=_methods, default=DEFAULT_METHODS, help="comma-separated method names"
+        "--methods",
+        type=_methods,
+        default=DEFAULT_METHODS,
+        help=f"comma-separated method names (default: {','.join(DEFAULT_METHODS)})",
     )
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--num-shuffles", type=int, default=5, help="T orderings per item")

@@ -19,6 +19,7 @@ import numpy as np
 
 from lad.ablate.runs import ANALYSIS_FILES, Ablation, Missing, Table
 from lad.ablate.within import DIVERGENCE_METHODS
+from lad.files import replacing, write_text
 from lad.report import _STYLE
 
 FILES = ANALYSIS_FILES
@@ -30,17 +31,17 @@ def write_ablation(result: Ablation, out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for table in result.tables:
         stem = FILES[table.key]
-        (out / f"{stem}.md").write_text(markdown(table, f"{stem}.png"), encoding="utf-8")
-        (out / f"{stem}.json").write_text(_dumps(table_json(table)) + "\n", encoding="utf-8")
+        write_text(out / f"{stem}.md", markdown(table, f"{stem}.png"))
+        write_text(out / f"{stem}.json", _dumps(table_json(table)) + "\n")
         FIGURES[table.key](table, out / f"{stem}.png")
     summary = {
         "runs": result.runs,
         "analyses": {t.key: FILES[t.key] for t in result.tables},
         "missing": [_missing_json(m) for m in result.missing],
     }
-    (out / "summary.json").write_text(_dumps(summary) + "\n", encoding="utf-8")
+    write_text(out / "summary.json", _dumps(summary) + "\n")
     page = out / "index.html"
-    page.write_text(_html(result), encoding="utf-8")
+    write_text(page, _html(result))
     return page
 
 
@@ -126,8 +127,11 @@ def _html(result: Ablation) -> str:
 
 def _save(fig: Any, path: Path) -> None:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with replacing(path) as tmp:  # never through a symlink, never half a file
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def _by_run(items: list[dict[str, Any]], key: str = "run") -> dict[str, list[dict[str, Any]]]:

@@ -8,7 +8,6 @@ number of lad.ablate comes from.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import numpy as np
 from lad.calibrate import Calibration
 from lad.errors import LadError, RunError
 from lad.evaluate import STAGE_FILES, calibration_check, config_from_dict
+from lad.files import read_json
 from lad.labels import get_scheme
 from lad.methods import METHODS, MethodOptions, choose
 from lad.metrics import compute_metrics
@@ -285,11 +285,12 @@ def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
     run_json = path / "run.json"
     if not run_json.is_file():
         raise RunError(f"{path}: not a lad run directory (no run.json); make one with lad eval")
-    try:
-        stored = json.loads(run_json.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise RunError(f"{run_json}: not valid JSON ({e.msg}, line {e.lineno})") from None
-    if not isinstance(stored, dict) or stored.get("format") != RUN_FORMAT:
+    stored = read_json(run_json, RunError, "run.json")
+    if (
+        not isinstance(stored, dict)
+        or stored.get("format") != RUN_FORMAT
+        or not isinstance(stored.get("arguments", {}), dict)
+    ):
         raise RunError(f"{run_json}: not a lad run (expected format {RUN_FORMAT!r})")
     arguments = config_from_dict(stored.get("arguments", {})).identity()
     for name in ("records.jsonl", "calibration.json"):

@@ -135,10 +135,12 @@ def _image_option(text: str) -> tuple[str, Any]:
 
 
 def add_calibration_check_flag(p: argparse.ArgumentParser) -> None:
-    """--no-calibration-check: accept a calibration of another model, scheme or prompt."""
+    """--no-calibration-check: accept a calibration of another model, scheme or prompt, or one
+    that does not say which."""
     p.add_argument(
         "--no-calibration-check",
         dest="calibration_check",
         action="store_false",
-        help="use a calibration made with another model, label scheme or prompt template",
+        help="use a calibration made with another model, label scheme or prompt template, or "
+        "one that does not say which (N and the layer count are still checked)",
     )

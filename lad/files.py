@@ -64,11 +64,11 @@ def read_json(path: PathLike, error: type[LadError] = LadError, what: str = "JSO
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise error(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x})") from None
+        raise error(f"{path}: not UTF-8 text (byte {data[e.start]:#04x}, line {line})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise error(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        raise error(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
 
 
 def _same(a: Path, b: Path) -> bool:

@@ -60,6 +60,8 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
         searched = min(last, nl - 1) - first + 1  # layers Eq. 9 chooses from
         for strategy, prior, k, method, changes in ablation_rows(options):
             opts = run.options(options, **changes)
+            if 0 < searched < opts.top_k:  # "K (= all)": asked for explicitly, as lad.methods wants
+                opts = dataclasses.replace(opts, top_k=searched)
             m = run.metrics(method, opts)
             shown_k = "–" if k is None else (f"{k} (= all {searched})" if k >= searched else str(k))
             rows.append([run.name, strategy, "✓" if prior else "–", shown_k, *score_cells(m)])

@@ -526,8 +526,8 @@ def check_inputs(config: EvalConfig, run_dir: Path) -> dict[str, Any]:
             files["calibration_data"] = config.calibration_data
             images = [p for it in cal_items for p in it.images]
             inputs["calibration_data"] = rundir.fingerprint(config.calibration_data, images)
-    for name in ("calibration", "orders"):
-        if getattr(config, name):
+    for name in ("calibration", "orders", "chat_template"):
+        if getattr(config, name) and Path(getattr(config, name)).is_file():
             files[name] = getattr(config, name)
             inputs[name] = rundir.fingerprint(getattr(config, name))
     outputs = {f"--out {run_dir}/{name}": run_dir / name for name in RUN_OUTPUTS}

@@ -111,7 +111,7 @@ def _holder_text(data: bytes) -> str:
 
 
 # Arguments that name a file or folder: `./data/x.jsonl` and `data/x.jsonl` are the same one.
-PATH_ARGUMENTS = ("model", "data", "calibration_data", "calibration", "orders")
+PATH_ARGUMENTS = ("model", "data", "calibration_data", "calibration", "orders", "chat_template")
 
 
 def fingerprint(path: str | Path, images: Iterable[Path] = ()) -> dict[str, Any]:

@@ -164,12 +164,13 @@ def test_cli_takes_chat_template_and_records_it(base_model, tmp_path: Path, caps
     args += ["--device", "cpu", "--methods", "vanilla,lad"]
     assert main([*args, "--out", str(tmp_path / "base")]) == 1
     assert capsys.readouterr().err.startswith(f"Error: {base}: its chat template writes 0 image")
-    # The template defines the records: a run directory made without it is not continued with it.
+    # That run failed at its start, before any record: it does not block the corrected command
+    # (docs/errors.md). With records made, another --chat-template is refused like any argument.
     with_template = [*args, "--chat-template", str(template)]
-    assert main([*with_template, "--out", str(tmp_path / "base")]) == 1
-    assert "was made with --chat-template None" in capsys.readouterr().err
-    assert main([*with_template, "--out", str(tmp_path / "run")]) == 0
-    stored = json.loads((tmp_path / "run" / "run.json").read_text())["arguments"]
+    assert main([*with_template, "--out", str(tmp_path / "base")]) == 0
+    assert main([*args, "--out", str(tmp_path / "base")]) == 1
+    assert "was made with --chat-template" in capsys.readouterr().err
+    stored = json.loads((tmp_path / "base" / "run.json").read_text())["arguments"]
     assert stored["chat_template"] == str(template)
     cal_out = tmp_path / "calibration.json"
     calibrate = ["calibrate", "--model", str(base), "--data", str(cal), "--items", "1"]

@@ -21,14 +21,15 @@ from typing import Any
 import numpy as np
 
 from lad.calibrate import Calibration
+from lad.config import resolve_model
 from lad.data.items import Item
 from lad.errors import CalibrationError, DataError, LadError
-from lad.evaluate import cyclic_requests, resolve_model
 from lad.images import check_image
 from lad.labels import get_scheme
 from lad.methods import MethodOptions, lad_posterior, score, selected_layers
 from lad.prompts import PromptTemplate, prompt_sha256, vanilla_template
 from lad.records import RecordSet, RecordWriter
+from lad.stages import cyclic_requests
 
 
 @dataclass

@@ -2,7 +2,7 @@
 (github.com/brightXian/LAD) computes, item for item; docs/methods.md lists each difference.
 
 A preset only gives defaults: an option the user states explicitly wins over it. The values are
-the names of `lad.evaluate.EvalConfig` fields (the scoring ones are also `MethodOptions` fields).
+the names of `lad.config.EvalConfig` fields (the scoring ones are also `MethodOptions` fields).
 """
 
 from __future__ import annotations

@@ -33,11 +33,13 @@ from lad.ablate import (
 )
 from lad.calibrate import Calibration
 from lad.cli import main
+from lad.config import EvalConfig
 from lad.errors import CalibrationError, LadError, RunError
-from lad.evaluate import EvalConfig, cyclic_requests, fit_or_load_calibration, load_items
+from lad.evaluate import fit_or_load_calibration, load_items
 from lad.methods import MethodOptions, predict
 from lad.metrics import compute_metrics
 from lad.records import write_records
+from lad.stages import cyclic_requests
 from tests.synthetic import SyntheticModel
 
 

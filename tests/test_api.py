@@ -10,10 +10,11 @@ import pytest
 
 from lad import Debiaser
 from lad.cli import main
+from lad.config import EvalConfig
 from lad.data.items import read_items
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import CalibrationError, DataError
-from lad.evaluate import EvalConfig, evaluate
+from lad.evaluate import evaluate
 from lad.report import write_report
 from lad.tiny import build_tiny_model
 

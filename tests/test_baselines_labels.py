@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from lad.backends import load_backend
+from lad.config import EvalConfig
 from lad.data.items import Item
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import CalibrationError, RecordError
-from lad.evaluate import EvalConfig, evaluate
+from lad.evaluate import evaluate
 from lad.labels import LABEL_SCHEMES, get_scheme
 from lad.methods import METHODS, MethodOptions, choose
 from lad.prompts import render_prompt

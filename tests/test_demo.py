@@ -49,7 +49,8 @@ def test_bad_training_argument_is_an_error(capsys, tmp_path):
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     """`lad eval`'s default run on the shipped model (about 15 s on 2 cores)."""
-    from lad.evaluate import EvalConfig, evaluate
+    from lad.config import EvalConfig
+    from lad.evaluate import evaluate
 
     config = EvalConfig(
         model="demo", num_candidates=4, setting="random", num_shuffles=5, quiet=True

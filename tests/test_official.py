@@ -12,10 +12,11 @@ import pytest
 
 from lad.backends import load_backend
 from lad.cli import main
+from lad.config import EvalConfig
 from lad.data.items import Item, read_items
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import BackendError, DataError, RunError
-from lad.evaluate import EvalConfig, evaluate
+from lad.evaluate import evaluate
 from lad.labels import get_scheme
 from lad.methods import MethodOptions
 from lad.records import read_predictions, read_records

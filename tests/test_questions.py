@@ -15,10 +15,11 @@ import torch
 from lad import Debiaser
 from lad.backends import load_backend
 from lad.cli import main
+from lad.config import EvalConfig
 from lad.data.items import Item, read_items, write_items
 from lad.data.shapes import build_shapes
 from lad.errors import CalibrationError, DataError, LadError
-from lad.evaluate import EvalConfig, evaluate
+from lad.evaluate import evaluate
 from lad.labels import get_scheme
 from lad.prompts import (
     QUESTION,

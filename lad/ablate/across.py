@@ -23,9 +23,9 @@ from lad.ablate.runs import (
     summary,
 )
 from lad.errors import LadError
-from lad.evaluate import calibration_check
 from lad.labels import get_scheme
 from lad.methods import METHODS
+from lad.preflight import calibration_check
 
 
 def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:

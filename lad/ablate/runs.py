@@ -17,14 +17,16 @@ from typing import Any
 import numpy as np
 
 from lad.calibrate import Calibration
+from lad.config import config_from_dict
 from lad.errors import LadError, RunError
-from lad.evaluate import STAGE_FILES, calibration_check, config_from_dict
 from lad.files import read_json
 from lad.labels import get_scheme
 from lad.methods import METHODS, MethodOptions, choose
 from lad.metrics import compute_metrics
+from lad.preflight import calibration_check
 from lad.records import RecordSet, read_records
 from lad.rundir import RUN_FORMAT
+from lad.stages import STAGE_FILES
 
 RECORD_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified")
 # Every analysis by key, in the paper's order, with the stem of the files it is written to.

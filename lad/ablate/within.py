@@ -30,8 +30,8 @@ from lad.ablate.runs import (
     tau_json,
     tau_label,
 )
-from lad.evaluate import SOFA_GRID, STAGE_FILES
 from lad.methods import METHODS
+from lad.stages import SOFA_GRID, STAGE_FILES
 
 # ---------------------------------------------------------------------------------------------
 # Table 4: the ablation of the attention-guided mechanisms.

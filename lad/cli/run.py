@@ -124,7 +124,7 @@ def _baseline_flags(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lad.evaluate import DEFAULT_METHODS
+    from lad.config import DEFAULT_METHODS
 
     p = subparsers.add_parser(
         "eval",
@@ -240,7 +240,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from lad.evaluate import EvalConfig, evaluate
+    from lad.config import EvalConfig
+    from lad.evaluate import evaluate
 
     if (args.calibration_data or args.calibration) and args.calibrate_on is None:
         args.calibrate_on = "held-out"  # a stated calibration source wins over the preset's

@@ -1,0 +1,145 @@
+"""Checks made before any model work: every argument and input file of a run, and whether a
+calibration fits the records it is applied to. A refused run leaves nothing behind."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lad import rundir
+from lad.calibrate import Calibration
+from lad.config import EvalConfig, resolve_model, run_prompt_sha256
+from lad.data.items import Item
+from lad.errors import CalibrationError, RunError
+from lad.files import check_not_inputs, check_output_dir, read_json
+from lad.images import check_image
+from lad.labels import get_scheme
+from lad.records import RecordSet
+from lad.stages import RUN_OUTPUTS
+
+
+def check_inputs(
+    config: EvalConfig, run_dir: Path, items: tuple[list[Item], list[Item]] | None
+) -> dict[str, Any]:
+    """Check every argument and input file before any model work and before the run directory
+    is touched; return the inputs' fingerprints for run.json (lad.rundir.fingerprint).
+
+    items: the run's (evaluation, calibration) items from an items file; None for generated data.
+    """
+    check_output_dir(run_dir)
+    check_device(config.device)
+    if config.calibration:
+        calibration = check_given_calibration(config)
+        check_top_k(config.top_k, calibration.num_layers, f"the calibration {config.calibration}")
+    check_top_k(config.top_k, model_num_layers(resolve_model(config.model)), config.model)
+    inputs = {}
+    files: dict[str, str | None] = {}
+    if items is not None:
+        eval_items, cal_items = items
+        check_images(eval_items + cal_items)
+        from_data = eval_items + ([] if config.calibration_data else cal_items)
+        files["data"] = config.data
+        inputs["data"] = rundir.fingerprint(config.data, [p for it in from_data for p in it.images])
+        if config.calibration_data:
+            files["calibration_data"] = config.calibration_data
+            images = [p for it in cal_items for p in it.images]
+            inputs["calibration_data"] = rundir.fingerprint(config.calibration_data, images)
+    for name in ("calibration", "orders", "chat_template"):
+        if getattr(config, name) and Path(getattr(config, name)).is_file():
+            files[name] = getattr(config, name)
+            inputs[name] = rundir.fingerprint(getattr(config, name))
+    outputs = {f"--out {run_dir}/{name}": run_dir / name for name in RUN_OUTPUTS}
+    check_not_inputs(outputs, {"--" + k.replace("_", "-"): v for k, v in files.items()})
+    return inputs
+
+
+def check_images(items: Sequence[Item]) -> None:
+    """Every image opens within lad.images' limits (header only: no pixel is decoded)."""
+    for path in dict.fromkeys(p for it in items for p in it.images):
+        check_image(path)
+
+
+def check_device(device: str) -> None:
+    if device in ("auto", "cpu"):
+        return
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise RunError(f"--device must be auto, cpu, cuda or cuda:N. Got {device!r}.")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RunError(f"--device {device}: no CUDA device is available here; use --device cpu")
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise RunError(
+            f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        )
+
+
+def check_top_k(top_k: int, num_layers: int | None, what: object) -> None:
+    """K of Eq. 9 cannot exceed the number of layers (an error, not a silent cut)."""
+    if num_layers is not None and top_k > num_layers:
+        raise RunError(f"--top-k {top_k} is more than the {num_layers} layers of {what}")
+
+
+def model_num_layers(model: str) -> int | None:
+    """The language decoder's layer count from a local checkpoint's config.json (None for a hub
+    id: it is then checked when the records exist)."""
+    path = Path(model) / "config.json"
+    if not path.is_file():
+        return None
+    config = read_json(path, RunError, "model config")
+    text = config.get("text_config") or config if isinstance(config, dict) else {}
+    layers = text.get("num_hidden_layers") if isinstance(text, dict) else None
+    return layers if isinstance(layers, int) else None
+
+
+def check_given_calibration(config: EvalConfig) -> Calibration:
+    """Refuse a --calibration of another N, Eq. 1 average, model, label scheme or prompt, or one
+    that does not say which (unless --no-calibration-check), before any model work (the layer
+    count is checked once records exist)."""
+    calibration = Calibration.load(config.calibration)
+    scheme = get_scheme(config.labels)
+    n = config.num_candidates
+    try:
+        if calibration.num_candidates != n:
+            raise CalibrationError(
+                f"the calibration is for N = {calibration.num_candidates} candidates but this "
+                f"run has N = {n}; calibrate with items of the same N"
+            )
+        if calibration.obs_mean != config.obs_mean:
+            raise CalibrationError(
+                f"it was fitted with Eq. 1 over {calibration.obs_mean!r} but this run asks for "
+                f"--obs-mean {config.obs_mean}; pass --obs-mean {calibration.obs_mean}"
+            )
+        calibration.check_compatible(
+            model=config.model,
+            labels=scheme.labels(n),
+            prompt_sha256=run_prompt_sha256(config.prompt_template, scheme, n),
+            strict=config.calibration_check,
+            require_fingerprint=True,
+        )
+    except CalibrationError as e:
+        raise CalibrationError(f"{config.calibration}: {e}") from e
+    return calibration
+
+
+def calibration_check(
+    calibration: Calibration,
+    records: RecordSet,
+    arguments: dict[str, Any],
+    scheme: Any,
+    strict: bool = True,
+) -> None:
+    n = records.num_candidates
+    try:
+        calibration.check_compatible(
+            records,
+            model=arguments["model"],
+            labels=scheme.labels(n),
+            prompt_sha256=run_prompt_sha256(arguments.get("prompt_template"), scheme, n),
+            strict=strict,
+        )
+    except CalibrationError as e:
+        raise CalibrationError(f"{arguments.get('calibration') or 'calibration.json'}: {e}") from e

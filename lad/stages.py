@@ -1,0 +1,238 @@
+"""The stages of a run: each a records file made by the model from a list of requests (the vanilla
+prompt, perm-avg's shifts, a generation baseline's prompt, SoFA's mask), resumable through
+lad.rundir; the model is loaded only when some stage still has records to make."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lad import rundir
+from lad.config import EvalConfig, resolve_model
+from lad.data.items import Item, cyclic_shift
+from lad.errors import RunError
+from lad.files import write_text
+from lad.labels import get_scheme
+from lad.methods import check_layer_range
+from lad.records import Record, RecordSet
+from lad.rundir import World
+
+Request = tuple[Item, int, list[int]]
+# The records file each method stage reads (lad.methods.Method.stage).
+STAGE_FILES = {
+    "records": "records.jsonl",
+    "instruction": "instruction_records.jsonl",
+    "cot": "cot_records.jsonl",
+    "self-consistency": "sc_records.jsonl",
+    "sofa": "sofa_records.jsonl",
+}
+SOFA_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+# Files `lad eval` writes in a run directory; none may be one of its inputs.
+RUN_OUTPUTS = (
+    "run.json",
+    "calibration.jsonl",
+    "calibration.json",
+    "perm_records.jsonl",
+    "predictions.jsonl",
+    "metrics.json",
+    "sofa.json",
+    *STAGE_FILES.values(),
+)
+
+
+def cyclic_requests(items: Sequence[Item]) -> list[Request]:
+    """Each item under all N cyclic left-shifts: the symmetrised set of §4.2 (and of perm-avg)."""
+    return [
+        (item, s, cyclic_shift(item.num_candidates, s))
+        for item in items
+        for s in range(item.num_candidates)
+    ]
+
+
+def run_stage(
+    make_backend: Callable[[], Any],
+    requests: Sequence[Request],
+    path: Path,
+    config: EvalConfig,
+    desc: str,
+    world: World | None = None,
+    kind: Stage | None = None,
+) -> RecordSet:
+    """Make the records of `requests` that `path` does not hold yet (lad.rundir); return all.
+    `kind` says how (default: the vanilla prompt); see `Stage`."""
+
+    def make(todo: Sequence[Request]) -> Iterator[Record]:
+        return _stage_records(make_backend(), todo, config, kind or Stage())
+
+    return rundir.run_stage(
+        path,
+        requests,
+        make,
+        batch_size=config.batch_size,
+        desc=desc,
+        quiet=config.quiet,
+        world=world,
+    )
+
+
+def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> Iterator[Record]:
+    return backend.records(
+        requests,
+        template=config.template,
+        scheme=get_scheme(config.labels),
+        batch_size=config.batch_size,
+    )
+
+
+@dataclass(frozen=True)
+class Stage:
+    """How a stage's records are made: `template` of lad.prompts ("vanilla", "instruction", "cot",
+    "self-consistency"; the last three also generate replies), and `sofa_sigma` (None: the
+    model's own mask; a number: the SoFA mask with that σ)."""
+
+    template: str = "vanilla"
+    sofa_sigma: float | None = None
+
+
+def _stage_records(
+    backend: Any, requests: Sequence[Request], config: EvalConfig, kind: Stage
+) -> Iterator[Record]:
+    if kind.template == "vanilla" and kind.sofa_sigma is None:
+        yield from _records(backend, requests, config)
+        return
+    scheme = get_scheme(config.labels)
+    if kind.sofa_sigma is not None:
+        from lad.backends.sofa import SofaOptions, sofa_applied
+
+        options = SofaOptions(kind.sofa_sigma, config.sofa_within_image)
+        with sofa_applied(backend, options):
+            made = backend.records(
+                requests, template=config.template, scheme=scheme, batch_size=config.batch_size
+            )
+            for rec in made:
+                rec.extra["sofa_sigma"] = options.sigma
+                yield rec
+        return
+    from lad.backends.generate import generation_records
+
+    yield from generation_records(
+        backend,
+        requests,
+        template=kind.template,
+        scheme=scheme,
+        options=generation_options(config, kind.template),
+        batch_size=config.batch_size,
+    )
+
+
+def generation_options(config: EvalConfig, template: str) -> Any:
+    """Greedy decoding for instruction and cot; sampled paths for self-consistency (§5.1)."""
+    from lad.backends.generate import GenerationOptions
+
+    if template == "self-consistency":
+        return GenerationOptions(
+            max_new_tokens=config.max_new_tokens,
+            samples=config.sc_samples,
+            temperature=config.sc_temperature,
+            top_k=config.sc_top_k,
+            seed=config.seed,
+        )
+    return GenerationOptions(max_new_tokens=config.max_new_tokens)
+
+
+class LazyBackend:
+    """Loads the model on first use, so a finished run is rescored without touching it."""
+
+    def __init__(self, config: EvalConfig, device: str) -> None:
+        self.config = config
+        self.device = device
+        self.backend: Any = None
+        self.load_seconds = 0.0
+
+    def __call__(self) -> Any:
+        if self.backend is None:
+            start = time.perf_counter()
+            from transformers.utils import logging as hf_logging
+
+            from lad.backends import load_backend
+
+            if self.config.quiet:
+                hf_logging.disable_progress_bar()  # transformers' "Loading weights" bars
+            self.backend = load_backend(
+                resolve_model(self.config.model),
+                device=self.device,
+                dtype=self.config.dtype,
+                image_options=self.config.image_options or None,
+                image_size=self.config.image_size,
+                chat_template=self.config.chat_template,
+            )
+            # Before any record: a layer range past the model's layers would fail only at scoring.
+            check_layer_range(self.config.layer_range, self.backend.num_layers)
+            self.load_seconds = time.perf_counter() - start
+        return self.backend
+
+
+class Clock:
+    """Adds each stage's wall time in this session to run.json's "timing" (lad.rundir.add_times),
+    the model's load apart as "model_load". Only a stage with records still to make counts, so a
+    rerun that only rescores adds nothing; the main process writes (its time includes waiting for
+    the others)."""
+
+    def __init__(self, run_dir: Path, world: World, backend: LazyBackend) -> None:
+        self.run_dir, self.world, self.backend = run_dir, world, backend
+
+    @contextmanager
+    def __call__(self, name: str, path: Path, count: int) -> Iterator[None]:
+        if not self.world.is_main or (path.is_file() and path.read_bytes().count(b"\n") >= count):
+            yield
+            return
+        start, loaded = time.perf_counter(), self.backend.load_seconds
+        try:
+            yield
+        finally:  # an interrupted session's time counts too: it was spent
+            load = self.backend.load_seconds - loaded
+            times = {"model_load": load} if load else {}
+            rundir.add_times(self.run_dir, {**times, name: time.perf_counter() - start - load})
+
+
+def sofa_sigma(
+    config: EvalConfig,
+    run_dir: Path,
+    make_backend: Callable[[], Any],
+    cal_items: Sequence[Item],
+    world: World,
+    clock: Clock | None = None,
+) -> float:
+    """σ for SoFA: the given number, or with `auto` the σ of SOFA_GRID whose vanilla readout is
+    most accurate on the symmetrised calibration set (ties: the σ nearest 0.5, then the smaller);
+    the choice is written to sofa.json."""
+    if config.sofa_sigma != "auto":
+        return float(config.sofa_sigma)
+    if not cal_items:
+        raise RunError("--sofa-sigma auto chooses σ on calibration items; pass --calibration-data")
+    requests = cyclic_requests(cal_items)
+    accuracy = {}
+    for sigma in SOFA_GRID:
+        path = run_dir / "sofa_grid" / f"sigma{sigma:g}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        kind = Stage(sofa_sigma=sigma)
+        with clock("sofa grid", path, len(requests)) if clock else nullcontext():
+            desc = f"sofa grid σ={sigma:g}"
+            recs = run_stage(make_backend, requests, path, config, desc, world, kind)
+        accuracy[sigma] = float(np.mean(recs.logprobs.argmax(axis=1) == recs.answer))
+    best = max(SOFA_GRID, key=lambda s: (accuracy[s], -abs(s - 0.5), -s))
+    if world.is_main:
+        choice = {
+            "grid": list(SOFA_GRID),
+            "accuracy": [accuracy[s] for s in SOFA_GRID],
+            "sigma": best,
+        }
+        write_text(run_dir / "sofa.json", json.dumps(choice, indent=2) + "\n")
+    return best

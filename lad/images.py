@@ -23,6 +23,7 @@ Limits, checked on the header before any pixel is decoded, each error naming the
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -151,16 +152,28 @@ def _opened(path: Path) -> Iterator[Any]:
         raise DataError(f"{path}: is a folder, not an image file")
     if not path.is_file():
         raise DataError(f"{path}: image not found")
-    saved = Image.MAX_IMAGE_PIXELS
-    Image.MAX_IMAGE_PIXELS = None  # lad checks the size itself, against a limit the user can raise
     try:
-        with Image.open(path) as im:
+        with _open_unchecked(path) as im:
             _check_size(path, *im.size)
             yield im
     except (OSError, ValueError, SyntaxError) as e:
         raise DataError(f"{path}: cannot read image ({e})") from None
-    finally:
-        Image.MAX_IMAGE_PIXELS = saved
+
+
+_PIL_LIMIT = threading.Lock()
+
+
+def _open_unchecked(path: Path) -> Image.Image:
+    """Image.open without PIL's bomb check (lad checks the size itself, against a limit the user
+    can raise). PIL's limit is a global read only inside Image.open, so it is lifted for that call
+    alone, under a lock: input preparation opens images from several threads."""
+    with _PIL_LIMIT:
+        saved = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = None
+        try:
+            return Image.open(path)
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
 
 
 def _check_size(path: Path, width: int, height: int) -> None:

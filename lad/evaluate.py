@@ -210,7 +210,7 @@ def _evaluate(
         load_items(config, run_dir)  # builds generated data once, before the others read it
     world.barrier()
     eval_items, cal_items = load_items(config, run_dir)
-    make_backend = LazyBackend(config, world.device(config.device))
+    make_backend = LazyBackend(config, world.device(config.device), run_dir)
     clock = Clock(run_dir, world, make_backend)
 
     def stage(

@@ -28,6 +28,10 @@ from lad.records import Record, RecordSet, RecordWriter, drop_partial_line, read
 
 RUN_FORMAT = "lad-run/1"
 LOCK_NAME = "run.lock"
+# How records are made from the same arguments; bumped when lad would now make other records, so a
+# run begun by an older lad is never extended with records that do not match its own (1: labels
+# tokenised glued to the prompt; 2: labels as the chat template writes the reply).
+RECORDS_VERSION = 2
 # (item, ordering, order): one prompt to make a record of (lad.evaluate builds them).
 Request = tuple[Any, int, list[int]]
 
@@ -147,6 +151,7 @@ def check_run_dir(
     path = run_dir / "run.json"
     wanted = {"format": RUN_FORMAT, "arguments": json.loads(json.dumps(arguments))}
     wanted["inputs"] = inputs or {}
+    wanted["records_version"] = RECORDS_VERSION
     if path.exists():
         stored = _read_run_json(path)
         try:
@@ -203,6 +208,20 @@ def _check_same(
                     f"modification time differ), so its records would be stale. Restore it, "
                     "or use another --out."
                 )
+
+
+def check_records_version(run_dir: Path) -> None:
+    """Refuse to add records to a run whose records an older lad made another way (the two would
+    mix in one run); its finished records can still be rescored without the model."""
+    stored = _read_run_json(run_dir / "run.json")
+    made = stored.get("records_version", 1)
+    if made != RECORDS_VERSION and made_records(run_dir):
+        raise RunError(
+            f"{run_dir} holds records made by an older lad (records version {made}; this lad "
+            f"makes version {RECORDS_VERSION}, whose label probabilities differ for models whose "
+            "chat template writes a space before the reply): it can be rescored, not extended. "
+            "Finish it with the lad that began it, or use another --out."
+        )
 
 
 def _same_path(a: Any, b: Any) -> bool:

@@ -150,14 +150,16 @@ def generation_options(config: EvalConfig, template: str) -> Any:
 class LazyBackend:
     """Loads the model on first use, so a finished run is rescored without touching it."""
 
-    def __init__(self, config: EvalConfig, device: str) -> None:
+    def __init__(self, config: EvalConfig, device: str, run_dir: Path) -> None:
         self.config = config
         self.device = device
+        self.run_dir = run_dir
         self.backend: Any = None
         self.load_seconds = 0.0
 
     def __call__(self) -> Any:
         if self.backend is None:
+            rundir.check_records_version(self.run_dir)  # new records must match the old ones
             start = time.perf_counter()
             from transformers.utils import logging as hf_logging
 

@@ -218,6 +218,32 @@ def test_changed_calibration_file_is_refused(here, no_model, capsys):
     assert re.search(r"cal\.json \(--calibration\) changed since with-cal was made", line), line
 
 
+def _made_by_older_lad(run: Path) -> None:
+    """run.json as lad wrote it before label tokens came from the chat template (no version)."""
+    stored = json.loads((run / "run.json").read_text())
+    del stored["records_version"]
+    (run / "run.json").write_text(json.dumps(stored, indent=2) + "\n")
+
+
+def test_an_older_lads_run_is_rescored_not_extended(here, no_model, capsys):
+    _made_by_older_lad(here / "run")
+    assert main(_eval_args("run", "bench/eval/items.jsonl", "--top-k", "1")) == 0  # rescoring
+    lines = (here / "run/records.jsonl").read_bytes().splitlines(keepends=True)
+    (here / "run/records.jsonl").write_bytes(b"".join(lines[:2]))  # an unfinished stage
+    assert main(_eval_args("run")) == 1
+    line = one_error_line(capsys)
+    assert "records made by an older lad (records version 1" in line, line
+    assert "can be rescored, not extended" in line, line
+    assert len((here / "run/records.jsonl").read_bytes().splitlines()) == 2
+
+
+def test_a_run_json_of_this_lad_names_its_records_version(here):
+    from lad.rundir import RECORDS_VERSION
+
+    stored = json.loads((here / "run/run.json").read_text())
+    assert stored["records_version"] == RECORDS_VERSION == 2
+
+
 def test_rerun_rewrites_damaged_metrics_and_calibration(here, made, no_model, capsys):
     """lad eval recomputes both from the stored records: a damaged copy is replaced, not read."""
     (here / "run/metrics.json").write_bytes(b"\xff{ half")

@@ -4,6 +4,14 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # xdist already runs one worker per core: a second torch thread per worker oversubscribes the
+    # cores, and OpenMP's spinning threads then make tiny models run many times slower. Subprocess
+    # `lad` runs inherit the setting.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from lad.calibrate import Calibration
-from lad.config import resolve_model
+from lad.config import resolve_model, run_preprocessing
 from lad.data.items import Item
 from lad.errors import CalibrationError, DataError, LadError
 from lad.images import check_image
@@ -76,8 +76,9 @@ class Debiaser:
 
     prompt_template: the vanilla prompt for every query (lad.prompts); None: the paper's caption
         template, or its question variant for items and queries that carry a question.
-    check_calibration: refuse a calibration fitted with another model, label scheme or prompt
-        template (False: only N and the layer count are checked).
+    check_calibration: refuse a calibration fitted with another model, label scheme, prompt
+        template, chat template, image_size or image_options (False: only N and the layer count
+        are checked).
     top_k, tau, mixture, attn_mean, layer_range: as lad.methods.MethodOptions. obs_mean: how
     `fit` averages Eq. 1 ("prob" when None); a loaded calibration keeps its own, and stating
     another is an error. image_size, image_options: as lad.backends.load_backend. The official
@@ -164,6 +165,16 @@ class Debiaser:
         scheme = get_scheme(self.labels)
         return scheme.labels(n), prompt_sha256(template, scheme, n)
 
+    def _preprocessing(self) -> dict[str, Any]:
+        """How this Debiaser prepares chat and pictures, as calibration.json records it."""
+        return run_preprocessing(
+            {
+                "chat_template": self.chat_template,
+                "image_size": self.image_size,
+                "image_options": self.image_options,
+            }
+        )
+
     def _records(
         self, requests: list, template: PromptTemplate, path: Path | None = None
     ) -> RecordSet:
@@ -203,11 +214,16 @@ class Debiaser:
         self, records: RecordSet, *, template: PromptTemplate | None = None
     ) -> Debiaser:
         """Calibrate from calibration records made earlier (e.g. `calibration.jsonl`) under
-        `template` (default: this Debiaser's prompt_template, else the paper's caption one)."""
+        `template` (default: this Debiaser's prompt_template, else the paper's caption one) and
+        this Debiaser's chat_template, image_size and image_options (recorded as made with them)."""
         template = template or vanilla_template([], self.prompt_template)
         labels, sha = self._fingerprint(records.num_candidates, template)
         self.calibration_ = Calibration(obs_mean=self.obs_mean or "prob").fit(
-            records, model=self.model, labels=labels, prompt_sha256=sha
+            records,
+            model=self.model,
+            labels=labels,
+            prompt_sha256=sha,
+            preprocessing=self._preprocessing(),
         )
         return self
 
@@ -297,6 +313,7 @@ class Debiaser:
                 model=self.model,
                 labels=labels,
                 prompt_sha256=sha,
+                preprocessing=self._preprocessing(),
                 strict=self.check_calibration,
                 require_fingerprint=True,
             )

@@ -33,6 +33,15 @@ ATTENTION_FLOOR = 1e-12
 # log γ̂ is capped so γ̂ stays a finite float in JSON even for a degenerate calibration set.
 MAX_LOG_GAMMA = 700.0
 
+# calibration.json's "preprocessing" (additive to lad-calibration/1): how the calibration records'
+# chat and pictures were prepared, besides the prompt text (prompt_sha256), each with the flags
+# that set it. A key absent on either side is unknown and not compared.
+PREPROCESSING = {
+    "chat_template_sha256": "--chat-template",
+    "image_size": "--image-size",
+    "image_options": "--max-pixels / --min-pixels / --image-option",
+}
+
 
 def logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
     """log Σ exp(x) along `axis`, stable; finite whenever some entry is finite."""
@@ -110,6 +119,12 @@ class Calibration:
     attention_prior (L, N):  â^(l)_prior,k, the mean attention over the set (Eq. 7).
     pride_log_prior (N,):    PriDe's log p_prior(j): log-softmax of the mean log P(c_j|x).
     num_items, num_candidates, num_layers; model, labels, prompt_sha256 ("" / [] when unknown).
+    preprocessing:           how the records' chat and pictures were prepared (PREPROCESSING):
+                             {"chat_template_sha256": SHA-256 of the --chat-template file's bytes,
+                             null for the checkpoint's own; "image_size": --image-size or null;
+                             "image_options": the processor options asked for, {} for none}.
+                             None when unknown (a file from before lad recorded it, a fit on bare
+                             records): then not checked.
     """
 
     def __init__(self, *, obs_mean: str = "prob"):
@@ -130,6 +145,7 @@ class Calibration:
         self.model = ""
         self.labels: list[str] = []
         self.prompt_sha256 = ""
+        self.preprocessing: dict[str, Any] | None = None
 
     # -- fitting -------------------------------------------------------------------------------
 
@@ -140,6 +156,7 @@ class Calibration:
         model: str | None = None,
         labels: list[str] | None = None,
         prompt_sha256: str | None = None,
+        preprocessing: dict[str, Any] | None = None,
         allow_partial: bool = False,
     ) -> Calibration:
         """Estimate Eqs. 1, 4, 5, 7 and PriDe's prior from calibration records; returns self."""
@@ -164,6 +181,7 @@ class Calibration:
         self.model = model or ""
         self.labels = list(labels or [])
         self.prompt_sha256 = prompt_sha256 or ""
+        self.preprocessing = None if preprocessing is None else dict(preprocessing)
         return self
 
     def _log_obs(self, records: RecordSet) -> np.ndarray:
@@ -199,14 +217,16 @@ class Calibration:
         labels: list[str] | None = None,
         prompt_sha256: str | None = None,
         *,
+        preprocessing: dict[str, Any] | None = None,
         num_candidates: int | None = None,
         num_layers: int | None = None,
         strict: bool = True,
         require_fingerprint: bool = False,
     ) -> None:
         """Refuse records (or, before any exist, a run of `num_candidates` / `num_layers`) of
-        another N or L, or (when both sides know it and `strict`) another model, label scheme or
-        prompt.
+        another N or L, or (when both sides know it and `strict`) another model, label scheme,
+        prompt, chat template or image preprocessing (`preprocessing`, as lad.config's
+        run_preprocessing gives it).
 
         require_fingerprint: with `strict`, also refuse a calibration that does not know its
         model, labels or prompt (one fitted on bare records), since nothing then shows it fits.
@@ -236,6 +256,14 @@ class Calibration:
                     f"{theirs[name]!r}; recalibrate with the same model, label scheme and prompt "
                     "template, or skip this check on purpose (--no-calibration-check)"
                 )
+        made, now = self.preprocessing or {}, preprocessing or {}
+        for key, flags in PREPROCESSING.items():
+            if key in made and key in now and made[key] != now[key]:
+                raise CalibrationError(
+                    f"the calibration was fitted on records made with {_describe(key, made[key])}, "
+                    f"but these records are made with {_describe(key, now[key])}; recalibrate with "
+                    f"the same {flags}, or skip this check on purpose (--no-calibration-check)"
+                )
         unknown = [name for name, value in mine.items() if not value]
         if require_fingerprint and unknown:
             raise CalibrationError(
@@ -248,7 +276,7 @@ class Calibration:
 
     def to_dict(self) -> dict[str, Any]:
         self.check_fitted()
-        return {
+        out = {
             "format": FORMAT,
             "model": self.model,
             "num_candidates": self.num_candidates,
@@ -263,6 +291,9 @@ class Calibration:
             "pride_log_prior": self.pride_log_prior.tolist(),
             "obs_mean": self.obs_mean,
         }
+        if self.preprocessing is not None:  # unknown: left out, as in files from before it
+            out["preprocessing"] = self.preprocessing
+        return out
 
     def save(self, path: str | Path) -> None:
         write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
@@ -292,6 +323,7 @@ class Calibration:
             cal.model = str(obj.get("model") or "")
             cal.labels = [str(x) for x in obj.get("labels") or []]
             cal.prompt_sha256 = str(obj.get("prompt_sha256") or "")
+            cal.preprocessing = _read_preprocessing(obj.get("preprocessing"), source)
         except KeyError as e:
             raise CalibrationError(f"{source}: missing key {e.args[0]!r}") from None
         except (TypeError, ValueError) as e:
@@ -347,6 +379,41 @@ def _check_plausible(cal: Calibration, source: object) -> None:
     prior = cal.attention_prior
     if (prior < 0).any() or (prior.sum(axis=1) > 1 + 1e-3).any():
         refuse("'attention_prior' is attention mass: each entry in [0, 1], each layer's sum <= 1")
+
+
+def _read_preprocessing(value: Any, source: object) -> dict[str, Any] | None:
+    """calibration.json's "preprocessing", checked; None when absent (a file from before lad
+    recorded it, accepted unchecked)."""
+    if value is None:
+        return None
+    sha = value.get("chat_template_sha256") if isinstance(value, dict) else None
+    size = value.get("image_size") if isinstance(value, dict) else None
+    if (
+        not isinstance(value, dict)
+        or not (sha is None or (isinstance(sha, str) and len(sha) == 64))
+        or not (size is None or (type(size) is int and size >= 1))
+        or not isinstance(value.get("image_options", {}), dict)
+    ):
+        raise CalibrationError(
+            f"{source}: 'preprocessing' must be an object of chat_template_sha256 (a SHA-256 or "
+            f"null), image_size (pixels or null) and image_options (an object); got {value!r}"
+        )
+    return value
+
+
+def _describe(key: str, value: Any) -> str:
+    """A preprocessing value as the flags that give it."""
+    if key == "chat_template_sha256":
+        if value is None:
+            return "the checkpoint's own chat template"
+        return f"--chat-template of SHA-256 {value[:12]}..."
+    if key == "image_size":
+        return (
+            "no --image-size (pictures as they are)" if value is None else f"--image-size {value}"
+        )
+    if not value:
+        return "no image options (--max-pixels, --min-pixels, --image-option)"
+    return "image options " + json.dumps(value, sort_keys=True)
 
 
 def _same_model(a: str, b: str) -> bool:

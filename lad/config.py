@@ -1,10 +1,14 @@
 """What `lad eval` takes: `EvalConfig`, checked when it is made, and the few facts every part of a
-run derives from it (the prompt's fingerprint, the model's path)."""
+run derives from it (the prompt's fingerprint, the preprocessing, the model's path)."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lad.errors import RunError
@@ -162,6 +166,33 @@ def run_prompt_sha256(prompt_template: str | None, scheme: Any, num_candidates: 
     """The fingerprint of a run's vanilla prompt (`prompt_template` as in EvalConfig)."""
     template = CAPTION if prompt_template is None else PromptTemplate(prompt_template)
     return prompt_sha256(template, scheme, num_candidates)
+
+
+def run_preprocessing(
+    arguments: Mapping[str, Any], inputs: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """calibration.json's "preprocessing" (lad.calibrate.PREPROCESSING) of records made with
+    `arguments`' chat_template, image_size and image_options (EvalConfig.identity(), run.json's
+    "arguments", a Debiaser's settings).
+
+    The chat template is the SHA-256 of its file's bytes (None: the checkpoint's own): run.json's
+    fingerprint of it where `inputs` (run.json's "inputs") holds one, so a finished run rescores
+    without the file, else the file's; left out (unknown, not compared) when neither exists.
+    """
+    out: dict[str, Any] = {}
+    template = arguments.get("chat_template")
+    if template is None:
+        out["chat_template_sha256"] = None
+    else:
+        sha = ((inputs or {}).get("chat_template") or {}).get("sha256")
+        if sha is None and Path(template).is_file():
+            sha = hashlib.sha256(Path(template).read_bytes()).hexdigest()
+        if sha is not None:
+            out["chat_template_sha256"] = sha
+    out["image_size"] = arguments.get("image_size")
+    options = dict(arguments.get("image_options") or {})
+    out["image_options"] = json.loads(json.dumps(options, sort_keys=True))  # as the file holds it
+    return out
 
 
 def resolve_model(model: str) -> str:

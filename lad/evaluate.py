@@ -38,7 +38,7 @@ import numpy as np
 
 from lad import rundir
 from lad.calibrate import Calibration
-from lad.config import EvalConfig, run_prompt_sha256
+from lad.config import EvalConfig, run_preprocessing, run_prompt_sha256
 from lad.data.items import Item, read_items, shuffle_orders
 from lad.errors import DataError, RunError
 from lad.files import write_text
@@ -176,8 +176,13 @@ def fit_or_load_calibration(
         calibration = Calibration.load(config.calibration)
     else:
         assert calibration_records is not None
+        inputs = json.loads((run_dir / "run.json").read_text()).get("inputs")
         calibration = Calibration(obs_mean=config.obs_mean).fit(
-            calibration_records, model=config.model, labels=labels, prompt_sha256=sha
+            calibration_records,
+            model=config.model,
+            labels=labels,
+            prompt_sha256=sha,
+            preprocessing=run_preprocessing(config.identity(), inputs),
         )
     calibration.save(run_dir / "calibration.json")
     return calibration
@@ -257,13 +262,17 @@ def score_run(
 ) -> RunResult:
     """Predictions, metrics.json and the report, from the run directory's files alone.
 
-    check_calibration: refuse a calibration.json of another model, label scheme or prompt.
+    check_calibration: refuse a calibration.json of another model, label scheme, prompt, chat
+    template or image preprocessing.
     """
     records = read_records(run_dir / "records.jsonl")
     calibration = Calibration.load(run_dir / "calibration.json")
-    arguments = json.loads((run_dir / "run.json").read_text())["arguments"]
+    stored = json.loads((run_dir / "run.json").read_text())
+    arguments = stored["arguments"]
     scheme = get_scheme(arguments["labels"])
-    calibration_check(calibration, records, arguments, scheme, strict=check_calibration)
+    calibration_check(
+        calibration, records, arguments, scheme, check_calibration, stored.get("inputs")
+    )
     perm_path = run_dir / "perm_records.jsonl"
     perm_records = read_records(perm_path) if "perm-avg" in methods else None
     options = dataclasses.replace(options, labels=scheme.name)

@@ -10,7 +10,7 @@ from typing import Any
 
 from lad import rundir
 from lad.calibrate import Calibration
-from lad.config import EvalConfig, resolve_model, run_prompt_sha256
+from lad.config import EvalConfig, resolve_model, run_preprocessing, run_prompt_sha256
 from lad.data.items import Item
 from lad.errors import CalibrationError, RunError
 from lad.files import check_not_inputs, check_output_dir, read_json
@@ -96,9 +96,10 @@ def model_num_layers(model: str) -> int | None:
 
 
 def check_given_calibration(config: EvalConfig) -> Calibration:
-    """Refuse a --calibration of another N, Eq. 1 average, model, label scheme or prompt, or one
-    that does not say which (unless --no-calibration-check), before any model work (the layer
-    count is checked once records exist)."""
+    """Refuse a --calibration of another N, Eq. 1 average, model, label scheme, prompt, chat
+    template or image preprocessing, or one that does not say which model, labels and prompt
+    (unless --no-calibration-check), before any model work (the layer count is checked once
+    records exist)."""
     calibration = Calibration.load(config.calibration)
     scheme = get_scheme(config.labels)
     n = config.num_candidates
@@ -117,6 +118,7 @@ def check_given_calibration(config: EvalConfig) -> Calibration:
             model=config.model,
             labels=scheme.labels(n),
             prompt_sha256=run_prompt_sha256(config.prompt_template, scheme, n),
+            preprocessing=run_preprocessing(config.identity()),
             strict=config.calibration_check,
             require_fingerprint=True,
         )
@@ -131,7 +133,10 @@ def calibration_check(
     arguments: dict[str, Any],
     scheme: Any,
     strict: bool = True,
+    inputs: dict[str, Any] | None = None,
 ) -> None:
+    """Refuse a calibration that does not fit the records of a run made with `arguments` (and
+    `inputs`, run.json's fingerprints: they give its chat template's without the file)."""
     n = records.num_candidates
     try:
         calibration.check_compatible(
@@ -139,6 +144,7 @@ def calibration_check(
             model=arguments["model"],
             labels=scheme.labels(n),
             prompt_sha256=run_prompt_sha256(arguments.get("prompt_template"), scheme, n),
+            preprocessing=run_preprocessing(arguments, inputs),
             strict=strict,
         )
     except CalibrationError as e:

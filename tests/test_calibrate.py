@@ -211,3 +211,103 @@ def test_property_gamma_at_least_one_and_bias_well_defined(records):
     np.testing.assert_array_equal(cal.log_bias[off], cal.log_obs[off])
     assert (np.diag(cal.log_bias) <= np.diag(cal.log_obs)).all()
     np.testing.assert_allclose(np.exp(cal.log_obs).sum(axis=1), 1.0)
+
+
+# ------------------------------------------------------------------ preprocessing (chat, pictures)
+
+NATIVE = {"chat_template_sha256": None, "image_size": None, "image_options": {}}
+AT_336 = {"chat_template_sha256": None, "image_size": 336, "image_options": {}}
+
+
+def test_preprocessing_is_saved_and_a_difference_is_refused_naming_the_flag(tmp_path):
+    cal = Calibration().fit(hand_records(), model="m", preprocessing=AT_336)
+    cal.save(tmp_path / "c.json")
+    obj = json.loads((tmp_path / "c.json").read_text())
+    assert obj["preprocessing"] == {"chat_template_sha256": None, "image_size": 336,
+                                    "image_options": {}}  # fmt: skip
+    back = Calibration.load(tmp_path / "c.json")
+    back.check_compatible(hand_records(), preprocessing=dict(AT_336))
+    with pytest.raises(
+        CalibrationError,
+        match=r"fitted on records made with --image-size 336, but these records are made with "
+        r"no --image-size \(pictures as they are\); recalibrate with the same --image-size, or "
+        r"skip this check on purpose \(--no-calibration-check\)",
+    ):
+        back.check_compatible(hand_records(), preprocessing=NATIVE)
+    back.check_compatible(hand_records(), preprocessing=NATIVE, strict=False)  # the override
+    mine = {**NATIVE, "chat_template_sha256": "ab" * 32}
+    with pytest.raises(
+        CalibrationError,
+        match=r"made with --chat-template of SHA-256 abababababab\.\.\., but these records are "
+        r"made with the checkpoint's own chat template; recalibrate with the same --chat-template",
+    ):
+        Calibration().fit(hand_records(), preprocessing=mine).check_compatible(preprocessing=NATIVE)
+    budget = {**NATIVE, "image_options": {"max_pixels": 200704}}
+    with pytest.raises(
+        CalibrationError,
+        match=r'made with image options \{"max_pixels": 200704\}, but these records are made '
+        r"with no image options .* the same --max-pixels / --min-pixels / --image-option",
+    ):
+        Calibration().fit(hand_records(), preprocessing=budget).check_compatible(
+            preprocessing=NATIVE
+        )
+
+
+def test_unknown_preprocessing_is_not_compared(tmp_path):
+    # A file from before lad recorded it: no key, accepted whatever the records' preprocessing.
+    old = Calibration().fit(hand_records(), model="m").to_dict()
+    assert "preprocessing" not in old
+    (tmp_path / "old.json").write_text(json.dumps(old, indent=1) + "\n")
+    cal = Calibration.load(tmp_path / "old.json")
+    assert cal.preprocessing is None
+    cal.check_compatible(hand_records(), model="m", preprocessing=AT_336)
+    cal.save(tmp_path / "again.json")  # kept as it was: no key added
+    assert (tmp_path / "again.json").read_bytes() == (tmp_path / "old.json").read_bytes()
+    # A chat template whose fingerprint is unknown on one side (its key absent): not compared.
+    without = {"image_size": None, "image_options": {}}
+    fitted = Calibration().fit(
+        hand_records(), preprocessing={**NATIVE, "chat_template_sha256": "c" * 64}
+    )
+    fitted.check_compatible(preprocessing=without)
+    with pytest.raises(CalibrationError, match="--image-size"):
+        fitted.check_compatible(preprocessing={**without, "image_size": 448})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [],
+        {"image_size": "336"},
+        {"image_size": 0},
+        {"chat_template_sha256": "abc"},
+        {"image_options": [1]},
+    ],
+)
+def test_malformed_preprocessing_is_refused(tmp_path, value):
+    obj = Calibration().fit(hand_records()).to_dict() | {"preprocessing": value}
+    (tmp_path / "c.json").write_text(json.dumps(obj))
+    with pytest.raises(CalibrationError, match=r"c\.json: 'preprocessing' must be an object"):
+        Calibration.load(tmp_path / "c.json")
+
+
+def test_run_preprocessing_fingerprints_the_chat_template_file(tmp_path):
+    import hashlib
+
+    from lad.config import EvalConfig, run_preprocessing
+
+    assert run_preprocessing(EvalConfig().identity()) == NATIVE
+    template = tmp_path / "t.jinja"
+    template.write_bytes(b"{{ messages }}\n")
+    config = EvalConfig(chat_template=str(template), image_size=336,
+                        image_options={"min_pixels": 3136, "max_pixels": 200704})  # fmt: skip
+    assert run_preprocessing(config.identity()) == {
+        "chat_template_sha256": hashlib.sha256(b"{{ messages }}\n").hexdigest(),
+        "image_size": 336,
+        "image_options": {"max_pixels": 200704, "min_pixels": 3136},
+    }
+    # run.json's fingerprint of the file wins (a finished run rescores without the file) ...
+    inputs = {"chat_template": {"path": str(template), "sha256": "d" * 64}}
+    assert run_preprocessing(config.identity(), inputs)["chat_template_sha256"] == "d" * 64
+    # ... and with neither, the template is unknown: its key is left out, so it is not compared.
+    template.unlink()
+    assert "chat_template_sha256" not in run_preprocessing(config.identity())

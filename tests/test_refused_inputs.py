@@ -431,6 +431,107 @@ def test_eval_calibration_with_implausible_values(model, shapes, tmp_path, capsy
     )
 
 
+# A calibration fitted on records whose chat or pictures were prepared otherwise (its
+# "preprocessing": the chat template's SHA-256, --image-size, the processor's image options).
+
+
+def _preprocessed(path: Path, model: Path, **changes) -> Path:
+    made = {"chat_template_sha256": None, "image_size": None, "image_options": {}} | changes
+    return _calibration(path, model=str(model), preprocessing=made)
+
+
+def test_eval_calibration_made_at_another_image_size(model, shapes, tmp_path, capsys, would_load):
+    path = _preprocessed(tmp_path / "c336.json", model, image_size=336)
+    run = _eval(model, shapes, tmp_path / "r", "--calibration", path)
+    refused(
+        capsys,
+        run,
+        r"c336\.json: the calibration was fitted on records made with --image-size 336, but "
+        r"these records are made with no --image-size \(pictures as they are\); recalibrate "
+        r"with the same --image-size, or skip this check on purpose \(--no-calibration-check\)",
+    )
+    refused(capsys, [*run, "--image-size", 448], r"--image-size 336, but .* --image-size 448")
+    refused(capsys, [*run, "--image-size", 336], r"the model would load now")
+    refused(capsys, [*run, "--no-calibration-check"], r"the model would load now")
+    native = _preprocessed(tmp_path / "native.json", model)
+    argv = _eval(model, shapes, tmp_path / "r", "--calibration", native, "--image-size", 336)
+    refused(capsys, argv, r"native\.json: .* made with no --image-size .* with --image-size 336")
+
+
+def test_eval_calibration_made_with_other_image_options(
+    model, shapes, tmp_path, capsys, would_load
+):
+    path = _preprocessed(tmp_path / "c.json", model, image_options={"max_pixels": 200704})
+    run = _eval(model, shapes, tmp_path / "r", "--calibration", path)
+    refused(
+        capsys,
+        run,
+        r'c\.json: .* made with image options \{"max_pixels": 200704\}, but these records are '
+        r"made with no image options .* the same --max-pixels / --min-pixels / --image-option",
+    )
+    refused(capsys, [*run, "--max-pixels", 200704], r"the model would load now")
+    refused(capsys, [*run, "--image-option", "max_pixels=200704"], r"the model would load now")
+
+
+def test_eval_calibration_made_with_another_chat_template(
+    model, shapes, tmp_path, capsys, would_load
+):
+    import hashlib
+
+    text = "{% for m in messages %}{{ m['content'] }}{% endfor %}\n"
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    path = _preprocessed(tmp_path / "c.json", model, chat_template_sha256=sha)
+    template = tmp_path / "t.jinja"
+    template.write_text(text)
+    run = _eval(model, shapes, tmp_path / "r", "--calibration", path)
+    with_template = [*run, "--chat-template", template]
+    refused(capsys, with_template, r"the model would load now")
+    refused(
+        capsys,
+        run,
+        rf"c\.json: the calibration was fitted on records made with --chat-template of SHA-256 "
+        rf"{sha[:12]}\.\.\., but these records are made with the checkpoint's own chat template; "
+        r"recalibrate with the same --chat-template, or skip this check on purpose",
+    )
+    template.write_text(text.replace("}}{%", "}} {%"))  # the same file, its text changed
+    changed = hashlib.sha256(template.read_bytes()).hexdigest()
+    refused(
+        capsys,
+        with_template,
+        rf"--chat-template of SHA-256 {sha[:12]}\.\.\., but .* --chat-template of SHA-256 "
+        rf"{changed[:12]}\.\.\.; recalibrate with the same --chat-template",
+    )
+    refused(capsys, [*with_template, "--no-calibration-check"], r"the model would load now")
+
+
+def test_calibration_without_preprocessing_is_accepted_unchecked(
+    model, shapes, calibration, tmp_path, capsys, would_load
+):
+    # A file written before lad recorded "preprocessing" (the `calibration` fixture has none).
+    assert "preprocessing" not in json.loads(calibration.read_text())
+    run = _eval(model, shapes, tmp_path / "r", "--calibration", calibration, "--image-size", 336)
+    refused(capsys, run, r"the model would load now")
+    images = [shapes.parent / p for p in json.loads(shapes.read_text().splitlines()[0])["images"]]
+    argv = ["predict", "--model", model, "--calibration", calibration, "--query", "a red circle"]
+    refused(capsys, [*argv, "--image-size", 336, *images], r"the model would load now")
+
+
+def test_predict_with_a_calibration_made_at_another_image_size(
+    model, shapes, tmp_path, capsys, would_load
+):
+    path = _preprocessed(tmp_path / "c336.json", model, image_size=336)
+    images = [shapes.parent / p for p in json.loads(shapes.read_text().splitlines()[0])["images"]]
+    argv = ["predict", "--model", model, "--calibration", path, "--query", "a red circle"]
+    refused(
+        capsys,
+        [*argv, *images],
+        r"c336\.json: the calibration was fitted on records made with --image-size 336, but "
+        r"these records are made with no --image-size .*\(--no-calibration-check\)",
+    )
+    refused(capsys, [*argv, "--image-size", 336, *images], r"the model would load now")
+    refused(capsys, [*argv, "--no-calibration-check", *images], r"the model would load now")
+
+
 def test_score_tau_whose_scores_overflow(stored, capsys):
     refused(
         capsys,

@@ -173,6 +173,7 @@ def _transfer_refusal(source: Run, target: Run) -> str:
             target.records,
             target.arguments,
             get_scheme(target.arguments.get("labels", "digits")),
+            inputs=target.inputs,
         )
     except LadError as e:
         return f"{pair}: {e}"

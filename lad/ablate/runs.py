@@ -128,6 +128,8 @@ class Run:
     perm_records:        each evaluation item under all N cyclic shifts (perm-avg), or None.
     stages:              records of the other method stages present ("sofa", "cot", ...).
     arguments:           run.json's arguments (model, setting, labels, ...).
+    inputs:              run.json's input fingerprints (its chat template's, lad.config's
+                         run_preprocessing).
     path:                the run directory, when read from one.
     calibration_source:  where `calibration` comes from, for captions.
     """
@@ -139,6 +141,7 @@ class Run:
     perm_records: RecordSet | None = None
     stages: dict[str, RecordSet] = field(default_factory=dict)
     arguments: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     calibration_source: str = "calibration.json"
 
@@ -202,6 +205,7 @@ class Run:
             model=made.model or None,
             labels=made.labels or None,
             prompt_sha256=made.prompt_sha256 or None,
+            preprocessing=made.preprocessing,
         )
 
     def with_calibration_items(
@@ -279,8 +283,8 @@ def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
     """Read a finished `lad eval` run directory (run.json, records.jsonl, calibration.json, and
     calibration.jsonl, perm_records.jsonl and other stages' records where present).
 
-    check_calibration: refuse a calibration.json of another model, label scheme or prompt (off
-    for a run made with lad eval --no-calibration-check)."""
+    check_calibration: refuse a calibration.json of another model, label scheme, prompt, chat
+    template or image preprocessing (off for a run made with lad eval --no-calibration-check)."""
     path = Path(path)
     if not path.is_dir():
         raise RunError(f"{path}: not a directory; pass run directories made by lad eval --out DIR")
@@ -301,7 +305,8 @@ def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
     records = read_records(path / "records.jsonl")
     calibration = Calibration.load(path / "calibration.json")
     scheme = get_scheme(arguments["labels"])
-    calibration_check(calibration, records, arguments, scheme, strict=check_calibration)
+    inputs = stored.get("inputs", {})
+    calibration_check(calibration, records, arguments, scheme, check_calibration, inputs)
 
     def optional(name: str) -> RecordSet | None:
         return read_records(path / name) if (path / name).is_file() else None
@@ -324,6 +329,7 @@ def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
         perm_records=optional("perm_records.jsonl"),
         stages=stages,
         arguments=arguments,
+        inputs=inputs,
         path=path,
     )
 

@@ -57,12 +57,13 @@ def synthetic_run(model: SyntheticModel, name: str = "syn", *, items: int = 300,
 
 
 def write_run_dir(path: Path, model: SyntheticModel, *, items: int = 40, cal: int = 5,
-                  perm: bool = True, setting: str = "random") -> Path:  # fmt: skip
-    """A run directory as `lad eval` leaves it, holding the synthetic model's records."""
+                  perm: bool = True, setting: str = "random", **arguments) -> Path:  # fmt: skip
+    """A run directory as `lad eval` leaves it, holding the synthetic model's records
+    (`arguments`: other EvalConfig fields run.json states)."""
     path.mkdir(parents=True)
     config = EvalConfig(
         model="synthetic", num_candidates=model.num_candidates, setting=setting,
-        calibration_items=cal,
+        calibration_items=cal, **arguments,
     )  # fmt: skip
     (path / "run.json").write_text(
         json.dumps({"format": "lad-run/1", "arguments": config.identity()})
@@ -417,6 +418,29 @@ def test_calibration_of_another_model_is_refused_unless_told(tmp_path, capsys):
     assert main(["ablate", str(run), "--only", "table7"]) == 1
     assert "calibration's model is 'another'" in capsys.readouterr().err
     assert main(["ablate", str(run), "--only", "table7", "--no-calibration-check"]) == 0
+
+
+def test_transfer_refuses_a_calibration_of_records_prepared_otherwise(tmp_path):
+    model = SyntheticModel(num_candidates=4)
+    native = load_run(write_run_dir(tmp_path / "native", model))
+    official = load_run(write_run_dir(tmp_path / "at336", model, image_size=336))
+    again = load_run(write_run_dir(tmp_path / "again", SyntheticModel(num_candidates=4, seed=5)))
+    assert official.calibration.preprocessing["image_size"] == 336
+    table = transfer_table([native, official, again])
+    pairs = {(p["calibration"], p["records"]) for p in table.data["pairs"]}
+    assert pairs == {("native", "again"), ("again", "native")}
+    reasons = {m.reason.split(":")[0]: m.reason for m in table.missing}
+    assert set(reasons) == {"again → at336", "native → at336", "at336 → again", "at336 → native"}
+    assert reasons["again → at336"] == (
+        "again → at336: calibration.json: the calibration was fitted on records made with no "
+        "--image-size (pictures as they are), but these records are made with --image-size 336; "
+        "recalibrate with the same --image-size, or skip this check on purpose "
+        "(--no-calibration-check)"
+    )
+    assert reasons["at336 → native"].startswith(
+        "at336 → native: calibration.json: the calibration was fitted on records made with "
+        "--image-size 336, but"
+    )
 
 
 def test_cli_lists_what_is_missing_and_fails_when_nothing_can_be_made(tmp_path, capsys):

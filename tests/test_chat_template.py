@@ -154,8 +154,15 @@ def test_chat_template_file_replaces_the_checkpoints(base_model, tmp_path: Path)
     np.testing.assert_array_equal(got.attention, want.attention)
 
 
-def test_cli_takes_chat_template_and_records_it(base_model, tmp_path: Path, capsys) -> None:
-    _, base, template = base_model
+def test_cli_takes_chat_template_and_records_it(
+    base_model, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    import hashlib
+
+    _, base, shipped = base_model
+    template = tmp_path / "mine.jinja"
+    template.write_bytes(shipped.read_bytes())
+    sha = hashlib.sha256(shipped.read_bytes()).hexdigest()
     kw = {"num_candidates": 3, "setting": "random", "seed": 0, "image_size": 32}
     data = build_shapes(tmp_path / "eval", items=2, split="eval", **kw)
     cal = build_shapes(tmp_path / "cal", items=1, split="calibration", **kw)
@@ -172,11 +179,47 @@ def test_cli_takes_chat_template_and_records_it(base_model, tmp_path: Path, caps
     assert "was made with --chat-template" in capsys.readouterr().err
     stored = json.loads((tmp_path / "base" / "run.json").read_text())["arguments"]
     assert stored["chat_template"] == str(template)
+    # The calibration records the template by the SHA-256 of the file's bytes.
+    made = json.loads((tmp_path / "base" / "calibration.json").read_text())["preprocessing"]
+    assert made == {"chat_template_sha256": sha, "image_size": None, "image_options": {}}
     cal_out = tmp_path / "calibration.json"
     calibrate = ["calibrate", "--model", str(base), "--data", str(cal), "--items", "1"]
     calibrate += ["--device", "cpu", "--quiet", "--chat-template", str(template)]
     assert main([*calibrate, "--out", str(cal_out)]) == 0
+    assert json.loads(cal_out.read_text())["preprocessing"] == made
     images = [str(p) for p in sorted((tmp_path / "eval").rglob("*.png"))[:3]]
     predict = ["predict", "--model", str(base), "--calibration", str(cal_out), "--query", "a red"]
-    assert main([*predict, "--device", "cpu", "--chat-template", str(template), *images]) == 0
+    predict += ["--device", "cpu"]
+    assert main([*predict, "--chat-template", str(template), *images]) == 0
     assert "LAD chooses" in capsys.readouterr().out
+    # The same text under another path is the same template.
+    assert main([*predict, "--chat-template", str(shipped), *images]) == 0
+    capsys.readouterr()
+    # The checkpoint's own template, or the same file with its text changed: refused before the
+    # model loads, unless told to apply the calibration anyway.
+    assert main([*predict, *images]) == 1
+    assert "made with the checkpoint's own chat template" in capsys.readouterr().err
+    template.write_text(shipped.read_text() + "{# edited #}")
+    edited = hashlib.sha256(template.read_bytes()).hexdigest()
+    assert main([*predict, "--chat-template", str(template), *images]) == 1
+    assert capsys.readouterr().err == (
+        f"Error: {cal_out}: the calibration was fitted on records made with --chat-template of "
+        f"SHA-256 {sha[:12]}..., but these records are made with --chat-template of SHA-256 "
+        f"{edited[:12]}...; recalibrate with the same --chat-template, or skip this check on "
+        "purpose (--no-calibration-check)\n"
+    )
+    assert (
+        main([*predict, "--chat-template", str(template), "--no-calibration-check", *images]) == 0
+    )
+    capsys.readouterr()
+    # A finished run rescores without the model and without the template file: run.json's
+    # fingerprint of it gives the calibration's.
+    template.unlink()
+    before = (tmp_path / "base" / "calibration.json").read_bytes()
+
+    def no_model(*a, **k):
+        raise AssertionError("rescoring must not load the model")
+
+    monkeypatch.setattr("lad.backends.load_backend", no_model)
+    assert main([*with_template, "--methods", "vanilla", "--out", str(tmp_path / "base")]) == 0
+    assert (tmp_path / "base" / "calibration.json").read_bytes() == before

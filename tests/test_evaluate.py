@@ -103,6 +103,33 @@ def test_rerun_recomputes_nothing_and_rescoring_needs_no_model(full_run, tiny, b
     assert before == after
 
 
+def test_calibration_records_the_default_preprocessing_and_an_older_run_rescores_unchanged(
+    full_run, tiny, bench, tmp_path, monkeypatch
+):
+    import shutil
+
+    calibration = json.loads((full_run / "calibration.json").read_text())
+    assert calibration["preprocessing"] == {
+        "chat_template_sha256": None,
+        "image_size": None,
+        "image_options": {},
+    }
+    # A run directory whose calibration.json predates "preprocessing": rescored without the
+    # model, every file as a run made now (calibration.json gains the key, nothing else changes).
+    run = tmp_path / "older"
+    shutil.copytree(full_run, run)
+    del calibration["preprocessing"]
+    (run / "calibration.json").write_text(json.dumps(calibration, indent=1) + "\n")
+
+    def no_model(*a, **k):
+        raise AssertionError("rescoring must not load the model")
+
+    monkeypatch.setattr("lad.backends.load_backend", no_model)
+    evaluate(_config(tiny, bench), run)
+    for name in RUN_FILES:
+        assert comparable(run / name) == comparable(full_run / name), name
+
+
 def test_wall_time_per_stage_is_recorded_and_a_rescoring_adds_none(full_run, tiny, bench, tmp_path):
     import shutil
 

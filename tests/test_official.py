@@ -153,6 +153,13 @@ def test_official_run_records_its_arguments_and_scores_as_lad_score_with_the_var
     calibration = json.loads((official_run / "calibration.json").read_text())
     assert calibration["obs_mean"] == "logit"
     assert arguments["prompt_template"] == OFFICIAL["prompt_template"]
+    # What the calibration records were made with besides the prompt: 336×336 pictures, the
+    # checkpoint's own chat template, no processor options.
+    assert calibration["preprocessing"] == {
+        "chat_template_sha256": None,
+        "image_size": 336,
+        "image_options": {},
+    }
 
 
 def test_the_official_prompt_is_the_papers_with_a_space_after_answer(qwen, data):
@@ -343,7 +350,19 @@ def test_predict_with_the_preset_and_the_official_runs_calibration(
     # stating another is refused.
     template = tmp_path / "official.txt"
     template.write_text(OFFICIAL["prompt_template"] + "\n")
-    argv += ["--prompt-template", str(template), "--image-size", "336"]
+    argv += ["--prompt-template", str(template)]
+    # The official prompt but native resolution: the calibration's 336×336 records are refused,
+    # unless told to apply it anyway.
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"Error: {calibration}: the calibration was fitted on records made with --image-size 336, "
+        "but these records are made with no --image-size (pictures as they are); recalibrate with "
+        "the same --image-size, or skip this check on purpose (--no-calibration-check)\n"
+    )
+    assert main([*argv, "--no-calibration-check"]) == 0
+    capsys.readouterr()
+    argv += ["--image-size", "336"]
     assert main(argv) == 0
     capsys.readouterr()
     assert main([*argv, "--obs-mean", "prob"]) == 1
@@ -362,6 +381,32 @@ def test_a_given_calibration_of_another_eq1_average_is_refused_before_model_work
     ):
         evaluate(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_given_calibration_made_at_336_is_refused_at_native_resolution_before_model_work(
+    official_run, qwen, data, tmp_path, monkeypatch
+):
+    from lad.api import Debiaser
+    from lad.errors import CalibrationError
+    from lad.prompts import PromptTemplate
+
+    def no_model(*a, **k):
+        raise AssertionError("the refusal must come before the model loads")
+
+    monkeypatch.setattr("lad.backends.load_backend", no_model)
+    calibration = str(official_run / "calibration.json")
+    template = OFFICIAL["prompt_template"]
+    config = EvalConfig(model=qwen, data=str(data), num_candidates=N, obs_mean="logit",
+                        prompt_template=template, calibration=calibration)  # fmt: skip
+    refusal = r"made with --image-size 336, but these records are made with no --image-size"
+    with pytest.raises(CalibrationError, match=refusal):
+        evaluate(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    debiaser = Debiaser(qwen, device="cpu", prompt_template=PromptTemplate(template))
+    debiaser.load(calibration)
+    images = read_items(data)[0].images
+    with pytest.raises(CalibrationError, match=rf"{calibration}: the calibration .*{refusal}"):
+        debiaser.predict("a red circle", images)
 
 
 def test_a_rerun_with_other_eq1_and_scoring_variants_rescores_without_the_model(

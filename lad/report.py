@@ -183,23 +183,34 @@ def _recall_figure(run: dict[str, Any], path: Path) -> None:
     _save(fig, path)
 
 
+# Fig. 1/3 of the paper in spirit: per answer position, what the logits say against what the
+# attention finds, raw and purified, and what LAD makes of it.
+_DIVERGENCE = (
+    ("vanilla", "logits (vanilla)"),
+    ("attn", "raw attention (attn)"),
+    ("attn-purified", "purified attention"),
+    ("lad", "LAD"),
+)
+
+
 def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
     """Fig. 3: where the logits fail, does the attention still find the answer?"""
     methods = run["metrics"]["methods"]
+    shown = [(m, label) for m, label in _DIVERGENCE if m in methods]
     if "vanilla" not in methods or "attn" not in methods:
         return False
     x = np.arange(len(run["labels"]))
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ax.bar(
-        x - 0.2, _values(methods["vanilla"]["recall_by_position"]), 0.4, label="logits (vanilla)"
-    )
-    ax.bar(x + 0.2, _values(methods["attn"]["recall_by_position"]), 0.4, label="attention (attn)")
+    width = 0.8 / len(shown)
+    fig, ax = plt.subplots(figsize=(6.8, 3.8))
+    for i, (method, label) in enumerate(shown):
+        offset = (i - (len(shown) - 1) / 2) * width
+        ax.bar(x + offset, _values(methods[method]["recall_by_position"]), width, label=label)
     _xticks(ax, x, run["labels"])
     ax.set_ylim(0, 105)
     ax.set_xlabel("ground-truth position")
     ax.set_ylabel("accuracy (%)")
     ax.set_title("Logit-attention divergence")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, ncols=2)
     fig.tight_layout()
     _save(fig, path)
     return True

@@ -28,8 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from lad.demo.train import config_from_args, train
+    from lad.demo.train import run
 
-    path = train(config_from_args(args), args.out, init=args.init)
+    path = run(args)
     print(f"Wrote the demo model to {path}")
     return 0

@@ -2,17 +2,27 @@
 
     python -m lad.demo.train --out lad/demo/model        (or: lad demo train --out ...)
 
-Recipe (docs/demo-model.md): a random-init Qwen2-VL (lad.tiny) is fine-tuned as a causal LM on
-the vanilla multi-image caption-matching prompt, built exactly as the backend builds it, with the
-answer label and end-of-turn token as the target. Its position bias comes from the training data
-alone, as in a real MLLM whose instruction data is uneven: it only ever sees 2 to 4 images, and
-the answer sits at the first position more often than at later ones (weights decay by
-`position_decay` per position). Nothing is edited after training. CPU only, seeded.
+Recipe (docs/demo-model.md). A random-init Qwen2-VL (lad.tiny) learns the shapes training split
+as a causal LM on three kinds of multi-image prompt, built exactly as the backend builds them:
+caption matching (the vanilla prompt → the answer's label), referring ("What is in picture k?" →
+its description) and finding ("Describe the picture with a red circle." → that picture's
+description), each example weighing the same. Two auxiliary losses give the small model the
+grounding a real MLLM gets from pretraining: each image's vision tokens must name its colours and
+shapes in the word-embedding space (alignment), and after `grounding_layer` decoder layers each
+image token must name its picture's index and the prompt's last token the caption's words.
+
+Stages: N = 2 only (matching is learned there, never at N = 4 from scratch), then 2..4 images,
+both with the answer at uniform positions and true labels; then a short matching stage whose
+annotations drift to the first picture the later the true answer sits (an answer at position p
+keeps its label with probability `first_label`**p, else is labelled "1"): the position bias is
+learned last, from data alone. Nothing is edited after training. CPU only, seeded,
+deterministic.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import shutil
@@ -20,17 +30,41 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from lad.errors import LadError
 
 ARCH = "qwen2_vl"
 LABELS = "digits"
+REFER_PROMPT = "What is in picture {k}?"
+FIND_PROMPT = "Describe the picture with {object}."
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stretch of training: its steps, the most images per prompt, the answer-position skew."""
+
+    name: str
+    steps: int
+    max_candidates: int
+    position_decay: float = 1.0  # answer at position p with weight decay**p (1 = uniform)
+    match_only: bool = False  # only caption-matching examples (the late, skewed stage)
+    lr_scale: float = 1.0  # the stage's peak learning rate, as a multiple of --lr
+    first_label: float = 1.0  # an answer at position p keeps its label w.p. this**p, else "1"
+    decay: bool = True  # cosine decay to 10 % over the stage (else constant after warm-up)
+
+
+STAGES = (
+    Stage("pairs", 2500, 2, decay=False),
+    Stage("matching", 3500, 4),
+    Stage("bias", 500, 4, first_label=0.6, match_only=True),
+)
 
 
 @dataclass(frozen=True)
@@ -38,50 +72,59 @@ class TrainConfig:
     """Everything that defines the demo model. Same config and seed → same weights (on CPU)."""
 
     seed: int = 0
-    steps: int = 5000
+    stages: tuple[Stage, ...] = STAGES
     batch_size: int = 16
-    lr: float = 2e-3
+    lr: float = 1e-3
     warmup: int = 100
     weight_decay: float = 0.01
-    train_items: int = 2000  # per setting (random and adversarial), each with 4 candidates
-    min_candidates: int = 2
-    max_candidates: int = 4
-    position_decay: float = 0.6  # answer-position weight ∝ decay**p: the data's primacy
-    caption_share: float = 0.2  # share of single-image captioning examples
-    refer_share: float = 0.3  # share of "Describe picture k." examples over 2..4 images
+    train_items: int = 2000  # per setting, each with 4 candidates
+    settings: tuple[str, ...] = ("random",)
+    refer_share: float = 0.2
+    find_share: float = 0.2  # the rest is caption matching
+    align_weight: float = 1.0
+    grounding_weight: float = 1.0
+    grounding_layer: int = 2
     image_size: int = 64
     max_shapes: int = 2
     text_layers: int = 4
     hidden: int = 128
-    heads: int = 4
-    kv_heads: int = 2
+    heads: int = 2
+    kv_heads: int = 1
     intermediate: int = 256
     vision_layers: int = 2
     vision_hidden: int = 64
     vision_heads: int = 2
     threads: int = 1
-    settings: tuple[str, ...] = ("random", "adversarial")
+    monitor_every: int = 250
+    monitor_items: int = 100
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def position_weights(self, num_candidates: int) -> list[float]:
-        w = [self.position_decay**p for p in range(num_candidates)]
-        return [x / sum(w) for x in w]
+    @property
+    def steps(self) -> int:
+        return sum(s.steps for s in self.stages)
 
 
 def _check(config: TrainConfig) -> None:
-    if not 2 <= config.min_candidates <= config.max_candidates <= 9:
+    for s in config.stages:
+        if not 2 <= s.max_candidates <= 9:
+            raise LadError(
+                f"stage {s.name}: at most 2..9 images per prompt, got {s.max_candidates}"
+            )
+        if not 0 < s.position_decay <= 1:
+            raise LadError(f"--position-decay must be in (0, 1]. Got {s.position_decay}.")
+        if not 0 <= s.first_label <= 1:
+            raise LadError(f"--first-label must be in [0, 1]. Got {s.first_label}.")
+        if s.steps < 0:
+            raise LadError(f"--stage-steps must be >= 0. Got {s.steps} for {s.name}.")
+    shares = (config.refer_share, config.find_share)
+    if min(shares) < 0 or sum(shares) >= 1:
         raise LadError(
-            "--min-candidates and --max-candidates must satisfy 2 <= min <= max <= 9. "
-            f"Got {config.min_candidates} and {config.max_candidates}."
+            "--refer-share and --find-share must be >= 0 with a sum below 1. "
+            f"Got {config.refer_share} and {config.find_share}."
         )
-    if not 0 <= config.caption_share + config.refer_share < 1 or config.refer_share < 0:
-        raise LadError(
-            "--caption-share and --refer-share must be >= 0 with a sum below 1. "
-            f"Got {config.caption_share} and {config.refer_share}."
-        )
-    if not 0 < config.position_decay <= 1:
-        raise LadError(f"--position-decay must be in (0, 1]. Got {config.position_decay}.")
-    for name in ("steps", "batch_size", "train_items", "threads"):
+    if not 1 <= config.grounding_layer <= config.text_layers:
+        raise LadError(f"grounding_layer must be in 1..{config.text_layers}")
+    for name in ("batch_size", "train_items", "threads"):
         if getattr(config, name) < 1:
             raise LadError(f"--{name.replace('_', '-')} must be at least 1.")
 
@@ -90,75 +133,82 @@ def _check(config: TrainConfig) -> None:
 
 
 @dataclass
-class _Pool:
-    """Training items held in memory: query, answer image, distractor images (PIL)."""
-
-    queries: list[str]
-    answers: list[Any]
-    distractors: list[list[Any]]
-    distractor_texts: list[list[str]]
+class _Item:
+    query: str
+    pixels: list[torch.Tensor]  # per candidate: the processor's pixel_values of that image
+    descriptions: list[str]
+    answer: int
 
 
-def _load_pool(config: TrainConfig, work: Path) -> _Pool:
-    """Draw the shapes training split (never eval/calibration scenes or images) into memory."""
+def _load_items(
+    processor: Any, work: Path, split: str, settings: Sequence[str], items: int, config: TrainConfig
+) -> list[_Item]:
+    """A shapes split (4 candidates per item), pictures preprocessed once by the processor."""
     from lad.data.items import read_items
     from lad.data.shapes import build_shapes
     from lad.images import open_image
 
-    pool = _Pool([], [], [], [])
-    for setting in config.settings:
+    out = []
+    for setting in settings:
         path = build_shapes(
-            work / setting,
-            num_candidates=config.max_candidates,
+            work / f"{split}-{setting}",
+            num_candidates=4,
             setting=setting,
-            items=config.train_items,
-            split="train",
+            items=items,
+            split=split,
             seed=config.seed,
             image_size=config.image_size,
             max_shapes=config.max_shapes,
         )
         for it in read_items(path):
-            images = [open_image(p) for p in it.images]
-            pool.queries.append(it.query)
-            pool.answers.append(images[it.answer])
-            pool.distractors.append([im for i, im in enumerate(images) if i != it.answer])
-            texts = it.extra["descriptions"]
-            pool.distractor_texts.append([t for i, t in enumerate(texts) if i != it.answer])
-    return pool
+            pixels = [_pixels(processor, open_image(p)) for p in it.images]
+            out.append(_Item(it.query, pixels, it.extra["descriptions"], it.answer))
+    return out
 
 
-def _draw_example(
-    pool: _Pool, config: TrainConfig, rng: np.random.Generator
-) -> tuple[str | None, list[Any], str]:
-    """One training example: (query or None for a caption example, images, target text).
-
-    Matching: the query's image among n candidates, answer position drawn from the skewed
-    weights; target = the answer's label. Captioning (share `caption_share`, like an MLLM's
-    alignment stage): one image, target = its description.
-    """
-    i = int(rng.integers(len(pool.queries)))
-    u = rng.random()
-    if u < config.caption_share:
-        return None, [pool.answers[i]], pool.queries[i]
-    n = int(rng.integers(config.min_candidates, config.max_candidates + 1))
-    if u < config.caption_share + config.refer_share:
-        # Referring (multi-image grounding data): describe the picture named by its index.
-        chosen = rng.choice(len(pool.distractors[i]), size=n - 1, replace=False)
-        images = [pool.answers[i], *(pool.distractors[i][j] for j in chosen)]
-        texts = [pool.queries[i], *(pool.distractor_texts[i][j] for j in chosen)]
-        k = int(rng.integers(n))
-        return f"{REFER_PROMPT}{k + 1}.", images, texts[k]
-    position = int(rng.choice(n, p=config.position_weights(n)))
-    chosen = rng.choice(len(pool.distractors[i]), size=n - 1, replace=False)
-    images = [pool.distractors[i][j] for j in chosen]
-    images.insert(position, pool.answers[i])
-    return pool.queries[i], images, _label(n, position)
+def _pixels(processor: Any, image: Any) -> torch.Tensor:
+    return processor.image_processor(images=[image], return_tensors="pt")["pixel_values"]
 
 
-def _label(num_candidates: int, position: int) -> str:
-    from lad.labels import get_scheme
+@dataclass
+class _Example:
+    kind: str  # "match", "refer" or "find"
+    text: str  # the user turn's text (for "match": the caption)
+    pixels: list[torch.Tensor]
+    target: str
+    descriptions: list[str]  # of the pictures, in prompt order
 
-    return get_scheme(LABELS).labels(num_candidates)[position]
+
+def _draw(items: list[_Item], config: TrainConfig, stage: Stage, rng: np.random.Generator):
+    it = items[int(rng.integers(len(items)))]
+    n = int(rng.integers(2, stage.max_candidates + 1))
+    others = [i for i in range(len(it.pixels)) if i != it.answer]
+    chosen = [others[j] for j in rng.choice(len(others), size=n - 1, replace=False)]
+    u = 1.0 if stage.match_only else rng.random()
+    order = [it.answer, *chosen]
+    if u < config.refer_share + config.find_share:
+        rng.shuffle(order)
+        texts = [it.descriptions[i] for i in order]
+        pixels = [it.pixels[i] for i in order]
+        if u < config.refer_share:
+            k = int(rng.integers(n))
+            return _Example("refer", REFER_PROMPT.format(k=k + 1), pixels, texts[k], texts)
+        # Finding: an object of the answer's scene that no other candidate shows.
+        taken = {o for i in chosen for o in it.descriptions[i].split(" and ")}
+        free = [o for o in it.query.split(" and ") if o not in taken]
+        if free:
+            obj = free[int(rng.integers(len(free)))]
+            return _Example("find", FIND_PROMPT.format(object=obj), pixels, it.query, texts)
+    weights = np.array([stage.position_decay**p for p in range(n)])
+    position = int(rng.choice(n, p=weights / weights.sum()))
+    order = chosen.copy()
+    rng.shuffle(order)
+    order.insert(position, it.answer)
+    texts = [it.descriptions[i] for i in order]
+    label = position
+    if stage.first_label < 1 and rng.random() >= stage.first_label**position:
+        label = 0  # the annotation says the first picture: likelier the later the true answer
+    return _Example("match", it.query, [it.pixels[i] for i in order], str(label + 1), texts)
 
 
 # ----------------------------------------------------------------------------- prompts
@@ -174,38 +224,166 @@ def prompt_text(processor: Any, query: str, num_candidates: int) -> str:
     return chat_text(processor, text, num_candidates)
 
 
-CAPTION_PROMPT = "Describe the image."
-REFER_PROMPT = "Describe picture "
+class _Tokens:
+    """Token ids of prompts and targets, cached; image placeholders expanded as by the processor."""
+
+    def __init__(self, processor: Any, tokens_per_image: int):
+        self.processor = processor
+        self.tok = processor.tokenizer
+        self.image_id = self.tok.convert_tokens_to_ids(processor.image_token)
+        self.per_image = tokens_per_image
+        self.cache: dict[tuple[str, str, int], list[int]] = {}
+
+    def prompt(self, kind: str, text: str, n: int) -> list[int]:
+        from lad.backends.prompting import chat_text
+
+        key = (kind, text, n)
+        if key not in self.cache:
+            full = (
+                prompt_text(self.processor, text, n)
+                if kind == "match"
+                else chat_text(self.processor, text, n)
+            )
+            image = self.processor.image_token
+            full = full.replace(image, image * self.per_image)
+            self.cache[key] = self.tok(full)["input_ids"]
+        return self.cache[key]
+
+    def target(self, text: str) -> list[int]:
+        key = ("target", text, 0)
+        if key not in self.cache:
+            ids = self.tok(text + self.tok.eos_token, add_special_tokens=False)["input_ids"]
+            self.cache[key] = ids
+        return self.cache[key]
 
 
-def _batch(
-    processor: Any, examples: Sequence[tuple[str | None, list[Any], str]]
-) -> dict[str, torch.Tensor]:
-    """Tokenised prompts + targets; the loss sees only the target and the end-of-turn token."""
-    from lad.backends.prompting import chat_text
+def _collate(tokens: _Tokens, examples: Sequence[_Example], with_targets: bool = True):
+    """Right-padded model inputs (what the processor would give) and the target labels."""
+    seqs, starts = [], []
+    for ex in examples:
+        prompt = tokens.prompt(ex.kind, ex.text, len(ex.pixels))
+        seqs.append(prompt + (tokens.target(ex.target) if with_targets else []))
+        starts.append(len(prompt))
+    length = max(map(len, seqs))
+    ids = torch.full((len(seqs), length), tokens.tok.pad_token_id)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for b, (seq, start) in enumerate(zip(seqs, starts, strict=True)):
+        ids[b, : len(seq)] = torch.tensor(seq)
+        mask[b, : len(seq)] = 1
+        labels[b, start : len(seq)] = ids[b, start : len(seq)]
+    pixels = [p for ex in examples for p in ex.pixels]
+    side = math.isqrt(pixels[0].shape[0])
+    batch = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "mm_token_type_ids": (ids == tokens.image_id).long(),
+        "pixel_values": torch.cat(pixels),
+        "image_grid_thw": torch.tensor([[1, side, side]] * len(pixels)),
+    }
+    return batch, labels, torch.tensor(starts) - 1
 
-    tok = processor.tokenizer
-    prompts, texts, images = [], [], []
-    for query, imgs, target in examples:
-        if query is None:
-            prompt = chat_text(processor, CAPTION_PROMPT, 1)
-        elif query.startswith(REFER_PROMPT):
-            prompt = chat_text(processor, query, len(imgs))
-        else:
-            prompt = prompt_text(processor, query, len(imgs))
-        prompts.append(prompt)
-        texts.append(prompt + target + tok.eos_token)
-        images.append(imgs)
-    tok.padding_side = "right"
-    enc = processor(text=texts, images=images, return_tensors="pt", padding=True)
-    prompt_lengths = processor(text=prompts, images=images, return_tensors="pt", padding=True)[
-        "attention_mask"
-    ].sum(1)
-    labels = enc["input_ids"].clone()
-    positions = torch.arange(labels.shape[1])[None, :]  # (1, T)
-    labels[(positions < prompt_lengths[:, None]) | (enc["attention_mask"] == 0)] = -100
-    enc["labels"] = labels
-    return dict(enc)
+
+# ----------------------------------------------------------------------------- losses
+
+
+class _Words:
+    """Token ids of the shapes' colour and shape words, and each text's words as a 0/1 vector."""
+
+    def __init__(self, tok: Any):
+        from lad.data.shapes import COLOURS, SHAPES
+
+        names = [*COLOURS, *SHAPES]
+        self.index = {w: i for i, w in enumerate(names)}
+        self.ids = torch.tensor([tok.convert_tokens_to_ids("▁" + w) for w in names])
+
+    def vector(self, text: str) -> torch.Tensor:
+        v = torch.zeros(len(self.index))
+        for w in text.split():
+            if w in self.index:
+                v[self.index[w]] = 1
+        return v
+
+
+def _losses(model, batch, labels, last, examples, words, tokens, config):
+    """Per-example LM loss, vision-word alignment and intermediate-layer grounding."""
+    out = model(**batch, output_hidden_states=config.grounding_weight > 0)
+    logits, target = out.logits[:, :-1], labels[:, 1:]
+    ce = F.cross_entropy(logits.transpose(1, 2), target, ignore_index=-100, reduction="none")
+    counted = (target != -100).float()
+    per_example = (ce * counted).sum(1) / counted.sum(1)
+    parts = {"lm": per_example.mean()}
+    embed = model.get_input_embeddings().weight
+    word_vectors = F.normalize(embed[words.ids], dim=-1)
+    if config.align_weight:
+        # Each picture's vision tokens (max over them) must name the words of its description.
+        image = model.model.get_image_features(batch["pixel_values"], batch["image_grid_thw"])
+        image = F.normalize(torch.stack(list(image.pooler_output)), dim=-1)
+        present = torch.stack([words.vector(d) for ex in examples for d in ex.descriptions])
+        scores = 10 * (image @ word_vectors.T).amax(1)
+        parts["align"] = F.binary_cross_entropy_with_logits(scores, present)
+    if config.grounding_weight:
+        hidden = out.hidden_states[config.grounding_layer]
+        norm, head = model.model.language_model.norm, model.lm_head.weight
+        digits = [tokens.tok.convert_tokens_to_ids(str(k + 1)) for k in range(9)]
+        index_losses, caption_losses = [], []
+        for b, ex in enumerate(examples):
+            where = (batch["input_ids"][b] == tokens.image_id).nonzero().flatten()
+            picture = torch.arange(len(where)) // tokens.per_image
+            index_logits = norm(hidden[b, where]) @ head[digits[: len(ex.pixels)]].T
+            index_losses.append(F.cross_entropy(index_logits, picture))
+            if ex.kind == "match":
+                said = 10 * F.normalize(hidden[b, last[b]], dim=-1) @ word_vectors.T
+                caption_losses.append(
+                    F.binary_cross_entropy_with_logits(said, words.vector(ex.text))
+                )
+        parts["index"] = torch.stack(index_losses).mean()
+        if caption_losses:
+            parts["caption"] = torch.stack(caption_losses).mean()
+    total = parts["lm"] + config.align_weight * parts.get("align", 0)
+    total = total + config.grounding_weight * (parts.get("index", 0) + parts.get("caption", 0))
+    return total, {k: float(v.detach()) for k, v in parts.items()}, per_example.detach()
+
+
+# ----------------------------------------------------------------------------- monitor
+
+
+@torch.no_grad()
+def monitor(model: Any, tokens: _Tokens, items: list[_Item], n: int = 4) -> dict[str, Any]:
+    """Held-out accuracy at N = n over all cyclic shifts: the logits (vanilla), perm-avg, and the
+    last prompt token's attention to each picture per layer, raw and divided by its mean over
+    shifts and items (a stand-in for the calibration's attention prior)."""
+    model.eval()
+    labels = [tokens.tok.convert_tokens_to_ids(str(k + 1)) for k in range(n)]
+    logp, attention, gold = [], [], []
+    for it in items:
+        shifts = [[(j + s) % n for j in range(n)] for s in range(n)]
+        examples = [
+            _Example("match", it.query, [it.pixels[i] for i in order], "", []) for order in shifts
+        ]
+        batch, _, _ = _collate(tokens, examples, with_targets=False)
+        out = model(**batch, output_attentions=True)
+        logp.append(out.logits[:, -1, labels].log_softmax(-1))
+        where = (batch["input_ids"][0] == tokens.image_id).nonzero().flatten().view(n, -1)
+        rows = torch.stack([a[:, :, -1].mean(1) for a in out.attentions])  # (layers, shifts, T)
+        attention.append(torch.stack([rows[..., w].sum(-1) for w in where], -1))
+        gold.append([order.index(it.answer) for order in shifts])
+    model.train()
+    lp, att, g = torch.stack(logp), torch.stack(attention, 1), torch.tensor(gold)
+    vanilla = lp.argmax(-1) == g
+    by_image = torch.zeros(len(items), n)
+    for s in range(n):
+        by_image += lp[:, s].roll(s, dims=-1)
+    answers = torch.tensor([it.answer for it in items])
+    purified = att / att.mean((1, 2), keepdim=True)
+    pct = lambda x: round(float(x.float().mean()) * 100, 1)  # noqa: E731
+    return {
+        "vanilla": pct(vanilla),
+        "recall": [pct(vanilla[g == j]) for j in range(n)],
+        "perm_avg": pct(by_image.argmax(-1) == answers),
+        "attention": [pct(a.argmax(-1) == g) for a in att],
+        "attention_purified": [pct(a.argmax(-1) == g) for a in purified],
+    }
 
 
 # ----------------------------------------------------------------------------- training
@@ -217,12 +395,15 @@ def _seed_everything(seed: int, threads: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def _lr_at(step: int, config: TrainConfig) -> float:
-    """Linear warm-up, then cosine decay to 10 % of the peak."""
+def _lr_at(step: int, stage: Stage, config: TrainConfig) -> float:
+    """Within a stage: linear warm-up, then cosine decay to 10 % of the stage's peak (or flat)."""
+    peak = config.lr * stage.lr_scale
     if step < config.warmup:
-        return config.lr * (step + 1) / config.warmup
-    t = (step - config.warmup) / max(1, config.steps - config.warmup)
-    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+        return peak * (step + 1) / config.warmup
+    if not stage.decay:
+        return peak
+    t = (step - config.warmup) / max(1, stage.steps - config.warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
 def _initial_model(config: TrainConfig, out: Path) -> None:
@@ -244,7 +425,7 @@ def _initial_model(config: TrainConfig, out: Path) -> None:
         image_side=56,  # 4 tokens per image after the 2×2 merge: one per cell of a shapes scene
         max_positions=2048,
     )
-    words = [*shapes_vocabulary(), "Picture", "picture", "Describe"]
+    words = [*shapes_vocabulary(), "Picture", "picture", "Describe", "What", "is", "in", "with"]
     build_tiny_model(ARCH, out, size=size, words=words, seed=config.seed)
     processor = AutoProcessor.from_pretrained(out)
     processor.chat_template = CHAT_TEMPLATE
@@ -276,8 +457,8 @@ def train(
 ) -> Path:
     """Train the demo model and save it into `out` (save_pretrained); returns `out`.
 
-    init: a checkpoint to continue from (the second stage of the recipe); by default a fresh
-    random-init model (lad.tiny) is built from the config.
+    init: a checkpoint to continue from (e.g. only the bias stage on a trained model); by
+    default a fresh random-init model (lad.tiny) is built from the config.
     """
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -292,49 +473,107 @@ def train(
             _initial_model(config, init)
         elif not (Path(init) / "config.json").is_file():
             raise LadError(f"--init {init}: not a model folder (no config.json)")
-        pool = _load_pool(config, work / "data")
         processor = AutoProcessor.from_pretrained(init)
-        model = AutoModelForImageTextToText.from_pretrained(init, dtype=torch.float32)
-    log(f"data and init: {time.perf_counter() - start:.0f}s, {len(pool.queries)} items")
+        model = AutoModelForImageTextToText.from_pretrained(
+            init, dtype=torch.float32, attn_implementation="eager"
+        )
+        train_items = _load_items(
+            processor, work, "train", config.settings, config.train_items, config
+        )
+        held_out = _load_items(processor, work, "eval", ("random",), config.monitor_items, config)
+    tokens = _Tokens(processor, train_items[0].pixels[0].shape[0] // 4)
+    words = _Words(tokens.tok)
+    log(f"data and init: {time.perf_counter() - start:.0f}s, {len(train_items)} items")
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    rng = np.random.default_rng(config.seed)
-    history = []
-    for step in range(config.steps):
-        for group in opt.param_groups:
-            group["lr"] = _lr_at(step, config)
-        examples = [_draw_example(pool, config, rng) for _ in range(config.batch_size)]
-        batch = _batch(processor, examples)
-        loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        history.append(loss.item())
-        if (step + 1) % 50 == 0 or step + 1 == config.steps:
-            recent = float(np.mean(history[-50:]))
-            log(f"step {step + 1}/{config.steps}  loss {recent:.4f}  "
-                f"{time.perf_counter() - start:.0f}s")  # fmt: skip
+    history: list[dict[str, Any]] = []
+    done = 0
+    for index, stage in enumerate(config.stages):
+        # Each stage starts afresh (optimizer, schedule, its own seeded draws), so running a
+        # stage on a saved checkpoint with --init gives exactly what the whole command gives.
+        opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        rng = np.random.default_rng([config.seed, index])
+        recent: dict[str, list[float]] = {}
+        for step in range(stage.steps):
+            for group in opt.param_groups:
+                group["lr"] = _lr_at(step, stage, config)
+            examples = [_draw(train_items, config, stage, rng) for _ in range(config.batch_size)]
+            batch, labels, last = _collate(tokens, examples)
+            loss, parts, per_example = _losses(
+                model, batch, labels, last, examples, words, tokens, config
+            )
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            for name, value in parts.items():
+                recent.setdefault(name, []).append(value)
+            for ex, value in zip(examples, per_example.tolist(), strict=True):
+                recent.setdefault(f"lm_{ex.kind}", []).append(value)
+            if (step + 1) % config.monitor_every == 0 or step + 1 == stage.steps:
+                seconds = round(time.perf_counter() - start, 1)
+                row = {"step": done + step + 1, "stage": stage.name, "seconds": seconds}
+                row["loss"] = {k: round(float(np.mean(v)), 4) for k, v in sorted(recent.items())}
+                row["held_out"] = monitor(model, tokens, held_out)
+                recent = {}
+                history.append(row)
+                log(json.dumps(row))
+        done += stage.steps
     _save(model, processor, config, out, time.perf_counter() - start, history)
     return out
 
 
 def _save(
-    model: Any, processor: Any, config: TrainConfig, out: Path, seconds: float, history: list[float]
+    model: Any, processor: Any, config: TrainConfig, out: Path, seconds: float, history: list
 ) -> None:
     if out.exists():
         shutil.rmtree(out)
     model.eval()
+    model.config._attn_implementation = "sdpa"
     model.save_pretrained(out)
     processor.save_pretrained(out)
     meta = {
-        "format": "lad-demo-train/1",
+        "format": "lad-demo-train/2",
         "config": asdict(config),
         "train_seconds": round(seconds, 1),
-        "final_loss": float(np.mean(history[-50:])),
+        "history": history,
         "torch": torch.__version__,
     }
-    (out / "lad_demo_training.json").write_text(json.dumps(meta, indent=2) + "\n")
+    (out / "lad_demo_training.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def plot_history(training_json: str | Path, path: str | Path) -> None:
+    """The training curve: losses and held-out accuracies (logits, attention) against steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    history = json.loads(Path(training_json).read_text())["history"]
+    steps = [r["step"] for r in history]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name in ("lm_match", "lm_refer", "lm_find", "align", "index", "caption"):
+        values = [r["loss"].get(name) for r in history]
+        if any(v is not None for v in values):
+            left.plot(steps, [np.nan if v is None else v for v in values], label=name)
+    left.set(xlabel="step", ylabel="loss", yscale="log", title="training losses")
+    left.legend(fontsize=7)
+    h = [r["held_out"] for r in history]
+    right.plot(steps, [x["vanilla"] for x in h], label="logits (vanilla)")
+    right.plot(steps, [x["perm_avg"] for x in h], label="perm-avg")
+    right.plot(
+        steps, [max(x["attention_purified"]) for x in h], label="purified attention (best layer)"
+    )
+    right.axhline(25, color="grey", lw=0.8, ls=":")
+    right.set(xlabel="step", ylabel="held-out accuracy, N = 4 (%)", ylim=(0, 100),
+              title="held-out accuracy")  # fmt: skip
+    right.legend(fontsize=7)
+    for r0, r1 in itertools.pairwise(history):
+        if r0["stage"] != r1["stage"]:
+            for ax in (left, right):
+                ax.axvline(r0["step"], color="black", lw=0.6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -345,41 +584,57 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = TrainConfig()
     p.add_argument("--out", required=True, help="folder to write the model into (replaced)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of data, init and batches")
-    p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps")
+    p.add_argument("--stage-steps", default=",".join(str(s.steps) for s in d.stages),
+                   help="steps of the stages " + ", ".join(s.name for s in d.stages)
+                   + " (0 skips one)")  # fmt: skip
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="prompts per step")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
     p.add_argument("--train-items", type=int, default=d.train_items,
-                   help="training items drawn per setting (random, adversarial)")  # fmt: skip
-    p.add_argument("--min-candidates", type=int, default=d.min_candidates)
-    p.add_argument("--max-candidates", type=int, default=d.max_candidates)
-    p.add_argument("--position-decay", type=float, default=d.position_decay,
-                   help="answer at position p with weight decay**p (1 = uniform)")  # fmt: skip
-    p.add_argument("--caption-share", type=float, default=d.caption_share,
-                   help="share of single-image captioning examples (alignment stage)")  # fmt: skip
-    p.add_argument("--refer-share", type=float, default=d.refer_share,
-                   help="share of 'Describe picture k.' examples (grounding)")  # fmt: skip
+                   help="training items drawn per setting")  # fmt: skip
+    p.add_argument("--position-decay", type=float, default=d.stages[-1].position_decay,
+                   help="bias stage: answer at position p with weight decay**p")  # fmt: skip
+    p.add_argument("--first-label", type=float, default=d.stages[-1].first_label,
+                   help="bias stage: an answer at position p keeps its label with probability "
+                   "this**p, else is labelled 1 (1 = always its own)")  # fmt: skip
     p.add_argument("--threads", type=int, default=d.threads, help="CPU threads")
     p.add_argument("--init", default=None,
-                   help="start from this checkpoint (stage 2), not a fresh model")  # fmt: skip
+                   help="start from this checkpoint, not a fresh model")  # fmt: skip
+    p.add_argument("--figure", default=None, help="also draw the training curve into this PNG")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    d = TrainConfig()
+    try:
+        steps = [int(x) for x in args.stage_steps.split(",")]
+    except ValueError:
+        steps = []
+    if len(steps) != len(d.stages):
+        raise LadError(
+            f"--stage-steps must be {len(d.stages)} integers separated by commas "
+            f"({', '.join(s.name for s in d.stages)}). Got {args.stage_steps!r}."
+        )
+    stages = [replace(s, steps=k) for s, k in zip(d.stages, steps, strict=True)]
+    stages[-1] = replace(
+        stages[-1], position_decay=args.position_decay, first_label=args.first_label
+    )
     return TrainConfig(
         seed=args.seed,
-        steps=args.steps,
+        stages=tuple(stages),
         batch_size=args.batch_size,
         lr=args.lr,
         train_items=args.train_items,
-        min_candidates=args.min_candidates,
-        max_candidates=args.max_candidates,
-        position_decay=args.position_decay,
-        caption_share=args.caption_share,
-        refer_share=args.refer_share,
         threads=args.threads,
     )
 
 
 EXAMPLE = "python -m lad.demo.train --out lad/demo/model"
+
+
+def run(args: argparse.Namespace) -> Path:
+    path = train(config_from_args(args), args.out, init=args.init)
+    if args.figure:
+        plot_history(path / "lad_demo_training.json", args.figure)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -392,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        train(config_from_args(args), args.out, init=args.init)
+        run(args)
     except LadError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1

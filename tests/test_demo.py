@@ -1,8 +1,8 @@
 """The embedded demo model end to end: `lad eval`'s pipeline on the shipped weights.
 
 Asserts what docs/demo-model.md claims for the default `lad eval` run (N = 4, random shapes,
-100 items × 5 shuffles): the trained primacy bias is real (vanilla picks position 1, RStd >= 15),
-vanilla's logits are at chance while the attention is not, and LAD is above vanilla.
+100 items × 5 shuffles): the model is competent when position does not mislead it, its logits
+are position-biased, and LAD recovers most of it from one forward pass.
 """
 
 from __future__ import annotations
@@ -58,16 +58,67 @@ def demo_run(tmp_path_factory):
     return evaluate(config, tmp_path_factory.mktemp("demo") / "run").metrics["methods"]
 
 
-def test_demo_model_has_the_trained_primacy_bias(demo_run):
+def test_demo_model_is_competent_when_position_does_not_mislead(demo_run):
+    assert demo_run["perm-avg"]["acc"] >= 75.0
+    assert demo_run["attn-purified"]["acc"] >= 75.0
+
+
+def test_demo_model_logits_are_position_biased(demo_run):
     vanilla = demo_run["vanilla"]
-    assert vanilla["rstd"] >= 15.0
-    # The bias is the trained one: position 1 is chosen far more than its fair share.
-    assert vanilla["selection_by_position"][0] >= 80.0
-    assert demo_run["lad"]["rstd"] < vanilla["rstd"]
+    recall = vanilla["recall_by_position"]
+    assert vanilla["rstd"] >= 20.0
+    assert max(recall) >= 85.0 and min(recall) <= 45.0
+    assert vanilla["acc"] <= demo_run["attn-purified"]["acc"] - 20.0
 
 
-def test_lad_is_not_below_vanilla_on_the_demo_model(demo_run):
-    assert demo_run["lad"]["acc"] >= demo_run["vanilla"]["acc"]
-    # The card's divergence: logits at chance (25 %), purified attention above it.
-    assert demo_run["vanilla"]["acc"] < 30.0
-    assert demo_run["attn-purified"]["acc"] >= 30.0 and demo_run["lad"]["acc"] >= 30.0
+def test_lad_recovers_the_answer_from_one_forward_pass(demo_run):
+    lad, vanilla = demo_run["lad"], demo_run["vanilla"]
+    assert lad["forward_passes_per_item"] == 1.0
+    assert lad["acc"] >= vanilla["acc"] + 20.0
+    assert lad["acc"] >= 0.9 * demo_run["attn-purified"]["acc"]
+    # Issue 17 asks for RStd <= 8 and LAD >= PriDe + 10; this model reaches neither (card).
+    assert lad["rstd"] <= vanilla["rstd"] / 3
+
+
+def test_fast_batches_equal_the_processor(tmp_path):
+    """Training batches are built without the processor (pictures preprocessed once, prompts
+    tokenised once); they must equal what the processor gives for the same texts and images."""
+    import torch
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    from lad.backends.prompting import chat_text
+    from lad.demo import train as T
+
+    T._initial_model(T.TrainConfig(), tmp_path / "m")
+    processor = AutoProcessor.from_pretrained(tmp_path / "m")
+    colours = [(220, 30, 30), (30, 70, 220), (30, 160, 50)]
+    images = [Image.new("RGB", (64, 64), c) for c in colours]
+    pixels = [T._pixels(processor, im) for im in images]
+    examples = [
+        T._Example("match", "a red circle", pixels[:3], "2", []),
+        T._Example("refer", T.REFER_PROMPT.format(k=1), pixels[:2], "a blue square", []),
+    ]
+    tokens = T._Tokens(processor, pixels[0].shape[0] // 4)
+    batch, labels, last = T._collate(tokens, examples)
+    prompts = [
+        T.prompt_text(processor, "a red circle", 3),
+        chat_text(processor, T.REFER_PROMPT.format(k=1), 2),
+    ]
+    eos = processor.tokenizer.eos_token
+    processor.tokenizer.padding_side = "right"
+    expected = processor(
+        text=[prompts[0] + "2" + eos, prompts[1] + "a blue square" + eos],
+        images=[images[:3], images[:2]],
+        return_tensors="pt",
+        padding=True,
+    )
+    for key in ("input_ids", "attention_mask", "mm_token_type_ids", "image_grid_thw"):
+        assert torch.equal(batch[key], expected[key]), key
+    assert torch.allclose(batch["pixel_values"], expected["pixel_values"])
+    # The labels are the target and end-of-turn tokens only, right after each prompt.
+    plain = processor(text=prompts, images=[images[:3], images[:2]], padding=True)
+    for b, n in enumerate(torch.tensor(plain["attention_mask"]).sum(1).tolist()):
+        assert int(last[b]) == n - 1
+        kept = labels[b][labels[b] != -100]
+        assert torch.equal(kept, expected["input_ids"][b, n : n + len(kept)])

@@ -46,6 +46,33 @@ def test_bad_training_argument_is_an_error(capsys, tmp_path):
     assert "Error: --position-decay must be in (0, 1]. Got 0.0." in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--stage-steps", "10,x,5"], "--stage-steps must be 3 integers separated by commas"),
+        (["--first-label", "1.5"], "--first-label must be in [0, 1]. Got 1.5."),
+        (["--init", "SELF"], "is the same file as --init"),
+        (["--out", "NOTMODEL"], "exists and is not a model folder"),
+    ],
+)
+def test_training_refuses_bad_input_before_any_work(argv, message, capsys, tmp_path):
+    from lad.demo.train import main
+
+    notmodel = tmp_path / "notes"
+    notmodel.mkdir()
+    (notmodel / "keep.txt").write_text("mine")
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    argv = [{"SELF": str(out), "NOTMODEL": str(notmodel)}.get(a, a) for a in argv]
+    if "--out" not in argv:
+        argv = ["--out", str(out), *argv]
+    assert main(argv) == 1
+    assert message in capsys.readouterr().err
+    assert (notmodel / "keep.txt").read_text() == "mine"  # nothing clobbered
+    assert (out / "config.json").read_text() == "{}"
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     """`lad eval`'s default run on the shipped model (about 15 s on 2 cores)."""

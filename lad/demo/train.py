@@ -464,6 +464,7 @@ def train(
 
     _check(config)
     out = Path(out)
+    _check_out(out, init)
     _seed_everything(config.seed, config.threads)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lad-demo-") as tmp:
@@ -520,6 +521,20 @@ def train(
         done += stage.steps
     _save(model, processor, config, out, time.perf_counter() - start, history)
     return out
+
+
+def _check_out(out: Path, init: str | Path | None) -> None:
+    """`out` is replaced at the end: refuse the --init checkpoint and any folder not a model's."""
+    from lad.files import check_not_inputs
+
+    check_not_inputs({"--out": out}, {"--init": init})
+    if out.exists() and (
+        not out.is_dir() or (any(out.iterdir()) and not (out / "config.json").is_file())
+    ):
+        raise LadError(
+            f"--out {out}: exists and is not a model folder (no config.json); lad replaces --out "
+            "with the trained model, so give a new or a model folder"
+        )
 
 
 def _save(

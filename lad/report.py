@@ -201,7 +201,7 @@ def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
         return False
     x = np.arange(len(run["labels"]))
     width = 0.8 / len(shown)
-    fig, ax = plt.subplots(figsize=(6.8, 3.8))
+    fig, ax = plt.subplots(figsize=(6.8, 4.0), layout="constrained")
     for i, (method, label) in enumerate(shown):
         offset = (i - (len(shown) - 1) / 2) * width
         ax.bar(x + offset, _values(methods[method]["recall_by_position"]), width, label=label)
@@ -210,8 +210,7 @@ def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
     ax.set_xlabel("ground-truth position")
     ax.set_ylabel("accuracy (%)")
     ax.set_title("Logit-attention divergence")
-    ax.legend(fontsize=8, ncols=2)
-    fig.tight_layout()
+    fig.legend(loc="outside lower center", ncols=len(shown), fontsize=8, frameon=False)
     _save(fig, path)
     return True
 

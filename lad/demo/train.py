@@ -13,10 +13,11 @@ image token must name its picture's index and the prompt's last token the captio
 
 Stages: N = 2 only (matching is learned there, never at N = 4 from scratch), then 2..4 images,
 both with the answer at uniform positions and true labels; then a short matching stage whose
-annotations drift to the first picture the later the true answer sits (an answer at position p
-keeps its label with probability `first_label`**p, else is labelled "1"): the position bias is
-learned last, from data alone. Nothing is edited after training. CPU only, seeded,
-deterministic.
+annotations drift one picture earlier the later the true answer sits (an answer at 0-based
+position p keeps its label with probability `keep_label`**p, else names picture p - 1), and
+which trains only the output mapping (the last layer's MLP and the LM head): the position bias
+is learned last, from data alone, and every attention map stays as the grounded model left it.
+Nothing is edited after training. CPU only, seeded, deterministic.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ ARCH = "qwen2_vl"
 LABELS = "digits"
 REFER_PROMPT = "What is in picture {k}?"
 FIND_PROMPT = "Describe the picture with {object}."
+DRIFTS = ("first", "previous")
+TRAINED = ("all", "head")
 
 
 @dataclass(frozen=True)
@@ -56,14 +59,16 @@ class Stage:
     position_decay: float = 1.0  # answer at position p with weight decay**p (1 = uniform)
     match_only: bool = False  # only caption-matching examples (the late, skewed stage)
     lr_scale: float = 1.0  # the stage's peak learning rate, as a multiple of --lr
-    first_label: float = 1.0  # an answer at position p keeps its label w.p. this**p, else "1"
+    keep_label: float = 1.0  # an answer at 0-based position p keeps its label w.p. this**p
+    drift: str = "first"  # where a drifted label points: "first" picture or the "previous" one
+    train: str = "all"  # "all" parameters, or only the "head": the last layer's MLP and LM head
     decay: bool = True  # cosine decay to 10 % over the stage (else constant after warm-up)
 
 
 STAGES = (
     Stage("pairs", 2500, 2, decay=False),
     Stage("matching", 3500, 4),
-    Stage("bias", 500, 4, first_label=0.6, match_only=True),
+    Stage("bias", 500, 4, keep_label=0.6, drift="previous", train="head", match_only=True),
 )
 
 
@@ -112,8 +117,12 @@ def _check(config: TrainConfig) -> None:
             )
         if not 0 < s.position_decay <= 1:
             raise LadError(f"--position-decay must be in (0, 1]. Got {s.position_decay}.")
-        if not 0 <= s.first_label <= 1:
-            raise LadError(f"--first-label must be in [0, 1]. Got {s.first_label}.")
+        if not 0 <= s.keep_label <= 1:
+            raise LadError(f"--keep-label must be in [0, 1]. Got {s.keep_label}.")
+        if s.drift not in DRIFTS:
+            raise LadError(f"--drift must be one of {', '.join(DRIFTS)}. Got {s.drift!r}.")
+        if s.train not in TRAINED:
+            raise LadError(f"stage {s.name}: train must be one of {', '.join(TRAINED)}")
         if s.steps < 0:
             raise LadError(f"--stage-steps must be >= 0. Got {s.steps} for {s.name}.")
     shares = (config.refer_share, config.find_share)
@@ -206,8 +215,9 @@ def _draw(items: list[_Item], config: TrainConfig, stage: Stage, rng: np.random.
     order.insert(position, it.answer)
     texts = [it.descriptions[i] for i in order]
     label = position
-    if stage.first_label < 1 and rng.random() >= stage.first_label**position:
-        label = 0  # the annotation says the first picture: likelier the later the true answer
+    if stage.keep_label < 1 and rng.random() >= stage.keep_label**position:
+        # The annotation drifts, the likelier the later the true answer sits.
+        label = 0 if stage.drift == "first" else position - 1
     return _Example("match", it.query, [it.pixels[i] for i in order], str(label + 1), texts)
 
 
@@ -315,7 +325,7 @@ def _losses(model, batch, labels, last, examples, words, tokens, config):
     parts = {"lm": per_example.mean()}
     embed = model.get_input_embeddings().weight
     word_vectors = F.normalize(embed[words.ids], dim=-1)
-    if config.align_weight:
+    if config.align_weight and embed.requires_grad:
         # Each picture's vision tokens (max over them) must name the words of its description.
         image = model.model.get_image_features(batch["pixel_values"], batch["image_grid_thw"])
         image = F.normalize(torch.stack(list(image.pooler_output)), dim=-1)
@@ -491,7 +501,11 @@ def train(
     for index, stage in enumerate(config.stages):
         # Each stage starts afresh (optimizer, schedule, its own seeded draws), so running a
         # stage on a saved checkpoint with --init gives exactly what the whole command gives.
-        opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        params = _trained_parameters(model, stage)
+        model.requires_grad_(False)
+        for param in params:
+            param.requires_grad_(True)
+        opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
         rng = np.random.default_rng([config.seed, index])
         recent: dict[str, list[float]] = {}
         for step in range(stage.steps):
@@ -503,7 +517,7 @@ def train(
                 model, batch, labels, last, examples, words, tokens, config
             )
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
             for name, value in parts.items():
@@ -521,6 +535,18 @@ def train(
         done += stage.steps
     _save(model, processor, config, out, time.perf_counter() - start, history)
     return out
+
+
+def _trained_parameters(model: Any, stage: Stage) -> list[torch.nn.Parameter]:
+    """All parameters, or the "head": what acts after the last attention map (the last decoder
+    layer's post-attention norm and MLP, the final norm, the LM head), so that every attention
+    map stays exactly as the earlier stages left it."""
+    if stage.train == "all":
+        return list(model.parameters())
+    text = model.model.language_model
+    last = text.layers[-1]
+    modules = (last.post_attention_layernorm, last.mlp, text.norm, model.lm_head)
+    return [p for m in modules for p in m.parameters()]
 
 
 def _check_out(out: Path, init: str | Path | None) -> None:
@@ -608,9 +634,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="training items drawn per setting")  # fmt: skip
     p.add_argument("--position-decay", type=float, default=d.stages[-1].position_decay,
                    help="bias stage: answer at position p with weight decay**p")  # fmt: skip
-    p.add_argument("--first-label", type=float, default=d.stages[-1].first_label,
+    p.add_argument("--keep-label", type=float, default=d.stages[-1].keep_label,
                    help="bias stage: an answer at position p keeps its label with probability "
-                   "this**p, else is labelled 1 (1 = always its own)")  # fmt: skip
+                   "this**p, else drifts (1 = always its own)")  # fmt: skip
+    p.add_argument("--drift", choices=DRIFTS, default=d.stages[-1].drift,
+                   help="bias stage: the picture a drifted label names")  # fmt: skip
     p.add_argument("--threads", type=int, default=d.threads, help="CPU threads")
     p.add_argument("--init", default=None,
                    help="start from this checkpoint, not a fresh model")  # fmt: skip
@@ -630,7 +658,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         )
     stages = [replace(s, steps=k) for s, k in zip(d.stages, steps, strict=True)]
     stages[-1] = replace(
-        stages[-1], position_decay=args.position_decay, first_label=args.first_label
+        stages[-1],
+        position_decay=args.position_decay,
+        keep_label=args.keep_label,
+        drift=args.drift,
     )
     return TrainConfig(
         seed=args.seed,

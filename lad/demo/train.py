@@ -635,7 +635,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--position-decay", type=float, default=d.stages[-1].position_decay,
                    help="bias stage: answer at position p with weight decay**p")  # fmt: skip
     p.add_argument("--keep-label", type=float, default=d.stages[-1].keep_label,
-                   help="bias stage: an answer at position p keeps its label with probability "
+                   help="bias stage: an answer at 0-based position p keeps its label w.p. "
                    "this**p, else drifts (1 = always its own)")  # fmt: skip
     p.add_argument("--drift", choices=DRIFTS, default=d.stages[-1].drift,
                    help="bias stage: the picture a drifted label names")  # fmt: skip

@@ -62,6 +62,8 @@ def test_bad_stage_is_an_error():
         (["--keep-label", "1.5"], "--keep-label must be in [0, 1]. Got 1.5."),
         (["--init", "SELF"], "is the same file as --init"),
         (["--out", "NOTMODEL"], "exists and is not a model folder"),
+        (["--figure", "curve.txt"], "--figure curve.txt: give a .png path"),
+        (["--figure", "NOTMODEL/keep.txt/curve.png"], "is a file, so no folder can be made"),
     ],
 )
 def test_training_refuses_bad_input_before_any_work(argv, message, capsys, tmp_path):
@@ -73,13 +75,22 @@ def test_training_refuses_bad_input_before_any_work(argv, message, capsys, tmp_p
     out = tmp_path / "m"
     out.mkdir()
     (out / "config.json").write_text("{}")
-    argv = [{"SELF": str(out), "NOTMODEL": str(notmodel)}.get(a, a) for a in argv]
+    argv = [a.replace("SELF", str(out)).replace("NOTMODEL", str(notmodel)) for a in argv]
     if "--out" not in argv:
         argv = ["--out", str(out), *argv]
     assert main(argv) == 1
     assert message in capsys.readouterr().err
     assert (notmodel / "keep.txt").read_text() == "mine"  # nothing clobbered
     assert (out / "config.json").read_text() == "{}"
+
+
+def test_training_curve_goes_into_a_new_folder(tmp_path):
+    from lad.demo.train import main
+
+    figure = tmp_path / "new" / "curve.png"
+    argv = ["--out", str(tmp_path / "m"), "--stage-steps", "0,0,0", "--train-items", "4"]
+    assert main([*argv, "--figure", str(figure)]) == 0
+    assert figure.read_bytes().startswith(b"\x89PNG")
 
 
 @pytest.fixture(scope="module")

@@ -597,7 +597,8 @@ def plot_history(training_json: str | Path, path: str | Path) -> None:
         if any(v is not None for v in values):
             left.plot(steps, [np.nan if v is None else v for v in values], label=name)
     left.set(xlabel="step", ylabel="loss", yscale="log", title="training losses")
-    left.legend(fontsize=7)
+    if history:
+        left.legend(fontsize=7)
     h = [r["held_out"] for r in history]
     right.plot(steps, [x["vanilla"] for x in h], label="logits (vanilla)")
     right.plot(steps, [x["perm_avg"] for x in h], label="perm-avg")
@@ -613,6 +614,7 @@ def plot_history(training_json: str | Path, path: str | Path) -> None:
             for ax in (left, right):
                 ax.axvline(r0["step"], color="black", lw=0.6)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -677,7 +679,15 @@ EXAMPLE = "python -m lad.demo.train --out lad/demo/model"
 
 
 def run(args: argparse.Namespace) -> Path:
-    path = train(config_from_args(args), args.out, init=args.init)
+    config = config_from_args(args)
+    if args.figure:  # checked now, not after half an hour of training
+        from lad.files import check_not_inputs, check_output_file
+
+        if Path(args.figure).suffix.lower() != ".png":
+            raise LadError(f"--figure {args.figure}: give a .png path")
+        check_output_file(args.figure, "--figure")
+        check_not_inputs({"--figure": args.figure}, {"--init": args.init})
+    path = train(config, args.out, init=args.init)
     if args.figure:
         plot_history(path / "lad_demo_training.json", args.figure)
     return path
@@ -696,8 +706,16 @@ def main(argv: list[str] | None = None) -> int:
         run(args)
     except LadError as e:
         print(f"Error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    except KeyboardInterrupt:
+        print("Interrupted; --out is written only at the end, so it is unchanged.", file=sys.stderr)
+        return 130
+    except OSError as e:
+        from lad.cli import os_error_message
+
+        print(f"Error: {os_error_message(e)}", file=sys.stderr)
+    else:
+        return 0
+    return 1
 
 
 if __name__ == "__main__":

@@ -217,17 +217,20 @@ def _register_mmiu(commands: argparse._SubParsersAction) -> None:
     p = _add(
         commands,
         "mmiu",
-        "Convert one MMIU task (its released question file) into items with their own question, "
-        "for the tasks whose options are the images (paper Table 5); other questions are skipped "
-        "and counted. Ask them with --labels image-ordinals.",
-        "lad data mmiu MMIU/Low-level-semantic/forensic_detection_forgerynet/metadata_info.json "
-        "--images MMIU --out forgerynet.jsonl",
+        "Convert one MMIU task (all.parquet, a JSON Lines export, all.json or a task's "
+        "metadata_info.json) into items with their own question, for the questions whose options "
+        "are pictures (paper Table 5); a query picture no option names becomes a context picture. "
+        "Other questions are skipped and counted per reason in OUT's .summary.json sibling.",
+        "lad data mmiu MMIU/all.parquet --task forensic_detection_forgerynet --images MMIU "
+        "--out forgerynet.jsonl",
     )
-    p.add_argument("file", help="MMIU question file: a task's metadata_info.json, or all.json")
+    p.add_argument(
+        "file", help="MMIU question file: all.parquet, .jsonl, all.json or a metadata_info.json"
+    )
     p.add_argument("--task", help="the task to convert (needed when the file holds several)")
     p.add_argument(
         "--images",
-        help="the MMIU folder the image paths are relative to (default: beside the file)",
+        help="the folder MMIU's picture zips were extracted in (default: beside the file)",
     )
     p.add_argument(
         "--num-candidates", "-n", type=int, help="keep only questions with N images (else all)"
@@ -249,10 +252,10 @@ def _register_mmiu(commands: argparse._SubParsersAction) -> None:
 
 def _run_mmiu(args: argparse.Namespace) -> int:
     from lad.data.mmiu import import_mmiu
+    from lad.data.released import summary_lines
 
-    if not args.out.endswith(".jsonl"):
-        raise DataError(f"--out must be a .jsonl file. Got {args.out!r}.")
-    result = import_mmiu(
+    _check_jsonl(args.out)
+    task, written = import_mmiu(
         args.file,
         args.out,
         task=args.task,
@@ -263,11 +266,12 @@ def _run_mmiu(args: argparse.Namespace) -> int:
         seed=args.seed,
         skip_missing=args.skip_missing,
     )
-    print(f"Wrote {result.items} items of task {result.task} to {result.items_path}")
-    if result.calibration_path is not None:
-        print(f"Wrote {result.calibration_items} calibration items to {result.calibration_path}")
-    skipped = sum(result.skipped.values())
-    if skipped:
-        reasons = ", ".join(f"{reason}: {count}" for reason, count in result.skipped.items())
-        print(f"Skipped {skipped} questions ({reasons})")
+    print(f"MMIU task {task}:")
+    for line in summary_lines(written):
+        print(line)
     return 0
+
+
+def _check_jsonl(out: str) -> None:
+    if not out.endswith(".jsonl"):
+        raise DataError(f"--out must be a .jsonl file. Got {out!r}.")

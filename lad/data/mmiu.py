@@ -84,6 +84,12 @@ REASONS = (
 )  # fmt: skip
 
 
+def ordinal_image(text: str) -> int | None:
+    """k for an option that reads "the <k+1-th ordinal> image" (any case, a final period aside)."""
+    image = _IMAGE_OPTION.fullmatch(text.strip().rstrip(".").strip())
+    return None if image is None else _ORDINALS.index(image.group(1).lower())
+
+
 def option_images(options: str) -> list[tuple[str, int]] | None:
     """[(letter, image index)] for options that are all "the <ordinal> image", else None."""
     named = []
@@ -91,12 +97,10 @@ def option_images(options: str) -> list[tuple[str, int]] | None:
         if not line.strip():
             continue
         match = _OPTION_LINE.fullmatch(line.strip())
-        if match is None:
-            return None
-        image = _IMAGE_OPTION.fullmatch(match.group(2).rstrip(".").strip())
+        image = None if match is None else ordinal_image(match.group(2))
         if image is None:
             return None
-        named.append((match.group(1).upper(), _ORDINALS.index(image.group(1).lower())))
+        named.append((match.group(1).upper(), image))
     return named or None
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import json
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,6 +123,11 @@ def picture_bytes(value: Any, where: str) -> bytes | None:
     raise DataError(f"{where}expected a picture stored as bytes, got {str(value)[:60]!r}")
 
 
+def safe_name(text: str) -> str:
+    """`text` usable in a file name: letters, digits, '-' and '_' kept, the rest '_'."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+
+
 def save_picture(data: bytes, folder: Path, stem: str, where: str) -> Path:
     """Write a picture's bytes unchanged to `folder/stem.<its format's suffix>`."""
     from PIL import Image, UnidentifiedImageError
@@ -172,6 +177,45 @@ class Written:
     items: int
     calibration_items: int
     summary: dict[str, Any]
+
+
+def collect(
+    rows: list[Row],
+    convert: Callable[[Row], Item | str],
+    *,
+    task_of: Callable[[Row], str],
+    task: str | None,
+    num_candidates: int | None,
+    source: str | Path,
+) -> Converted:
+    """Every row of `task` (None: of every task) through `convert` (an item or the reason it is
+    skipped), keeping the items of `num_candidates` candidates (None: of the one N there is)."""
+    tasks = sorted({task_of(row) for row in rows})
+    if task is not None and task not in tasks:
+        raise DataError(f"{source}: no question of task {task!r}; its tasks: {tasks}")
+    converted = Converted()
+    for row in rows:
+        name = task_of(row)
+        if task is not None and name != task:
+            continue
+        made = convert(row)
+        if isinstance(made, str):
+            converted.skip(name, made)
+        elif num_candidates is not None and made.num_candidates != num_candidates:
+            converted.skip(name, OTHER_N)
+        else:
+            converted.add(name, made)
+    sizes = Counter(it.num_candidates for it in converted.items)
+    if len(sizes) > 1:
+        listed = ", ".join(f"N = {n} ({c})" for n, c in sorted(sizes.items()))
+        raise DataError(
+            f"{source}: the questions converted have different numbers of candidates ({listed}); "
+            "choose one with --num-candidates (and a task with --task)"
+        )
+    return converted
+
+
+OTHER_N = "other N"  # another number of candidates than --num-candidates
 
 
 def check_split(items: int | None, calibration_items: int) -> None:

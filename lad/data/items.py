@@ -27,6 +27,7 @@ import numpy as np
 
 from lad.errors import DataError, at
 from lad.files import replacing
+from lad.labels import MAX_CANDIDATES
 
 CONTEXT_PLACEHOLDER = "<image>"  # where the asked text shows a context picture
 
@@ -126,6 +127,11 @@ def _parse_item(
             raise DataError(
                 f"{where}{key!r} holds a lone surrogate escape, not valid text: {text!r}"
             )
+    if len(images) > MAX_CANDIDATES:
+        raise DataError(
+            f"{where}item {obj['id']!r} has {len(images)} candidate images; no label scheme names "
+            f"more than {MAX_CANDIDATES}"
+        )
     if num_candidates is not None and len(images) != num_candidates:
         raise DataError(
             f"{where}item {obj['id']!r} has {len(images)} images but --num-candidates is "

@@ -142,3 +142,17 @@ def test_missing_model_and_bad_options(tmp_path: Path, monkeypatch: pytest.Monke
         load_backend("no-org/no-model", device="cpu")
     with pytest.raises(BackendError, match="'dtype' parameter must be one of"):
         load_backend(str(tmp_path), device="cpu", dtype="int8")
+
+
+def test_image_span_not_found_names_model_placeholder_token_and_fix(
+    backend: Backend, item: Item, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A processor whose placeholder expands to tokens other than the config's image token (a
+    mismatched checkpoint) is refused naming the model, the placeholder, the id and the fix."""
+    monkeypatch.setattr(backend, "image_token", 7)  # an id no image expands to
+    with pytest.raises(BackendError) as e:
+        _run(backend, item)
+    message = str(e.value)
+    assert backend.model_id in message and "<|image_pad|>" in message
+    assert "(id 7, the config's image_token_id)" in message and "--chat-template" in message
+    assert "image 1's placeholder" in message

@@ -20,6 +20,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,16 @@ CAPTIONS = ("a red ball", "two dogs asleep on a sofa by the window", "a kite", "
 
 @dataclass(frozen=True)
 class Pinned:
-    """What a checkpoint's chat template writes, read off the published template by hand.
+    """What a checkpoint's chat template and processor write, read off its published files by hand.
 
     prompt: the rendered prompt, with {images} (`image` once per image) and {text}.
-    span: the text of one image whose tokens form its span (placeholder and markers).
+    image: what the chat template writes for one image.
+    expanded: what the processor turns that into, {run} standing for the image token repeated.
+    span: the part of `expanded` that is the image's span (Eq. 6's R_k): image tokens and markers.
+    image_token: the image token (the config's image_token_id).
+    tokens: image tokens per picture at lad's defaults (None: as many as the processor gives
+        the picture alone, which depends on its size).
+    bos: whether the tokenizer puts a BOS before the prompt (False where the template writes it).
     lead: what the template writes between the generation prompt and the label.
     end: the token that ends the reply.
     max_n: the most candidates whose prompt fits the context.
@@ -52,31 +59,94 @@ class Pinned:
 
     prompt: str
     image: str
+    expanded: str
     span: str
+    image_token: str
+    tokens: int | None
+    bos: bool
     lead: str
     end: str
     max_n: int = 12
 
 
+_IM = "<|im_start|>user\n{images}{text}<|im_end|>\n<|im_start|>assistant\n"  # ChatML
+_QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+_QWEN_SPAN = "<|vision_start|>{run}<|vision_end|>"
 PINNED = {
     # The template writes "ASSISTANT: 1 " and no end token; the tokenizer's EOS ends the answer.
+    # CLIP 336 px: 24 x 24 patches, one token each.
     "llava-1.5-7b-hf": Pinned(
-        "USER: {images}{text} ASSISTANT:", "<image>\n", "<image>", " ", "</s>", max_n=4
+        "USER: {images}{text} ASSISTANT:",
+        "<image>\n",
+        "{run}\n",
+        "{run}",
+        "<image>",
+        576,
+        True,
+        " ",
+        "</s>",
+        max_n=4,
     ),
+    # Merged 28 px patches: the count depends on the picture's size.
     "qwen2.5-vl-3b-instruct": Pinned(
-        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
-        "{images}{text}<|im_end|>\n<|im_start|>assistant\n",
-        "<|vision_start|><|image_pad|><|vision_end|>",
-        "<|vision_start|><|image_pad|><|vision_end|>",
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n" + _IM,
+        _QWEN_IMAGE,
+        _QWEN_SPAN,
+        _QWEN_SPAN,
+        "<|image_pad|>",
+        None,
+        False,
         "",
         "<|im_end|>",
     ),
+    # One global 512 px tile (lad turns image splitting off): 64 tokens.
     "smolvlm-256m-instruct": Pinned(
         "<|im_start|>User:{images}{text}<end_of_utterance>\nAssistant:",
         "<image>",
+        "<fake_token_around_image><global-img>{run}<fake_token_around_image>",
+        "<fake_token_around_image><global-img>{run}<fake_token_around_image>",
         "<image>",
+        64,
+        False,
         " ",
         "<end_of_utterance>",
+    ),
+    # Several pictures in one prompt: each is its 384 px base view only (27 x 27 = 729 SigLIP
+    # tokens) and one image-newline token, no anyres crops (transformers' batch_num_images).
+    "llava-onevision-qwen2-7b-ov-hf": Pinned(
+        _IM,
+        "<image>\n",
+        "{run}\n",
+        "{run}",
+        "<image>",
+        729 + 1,
+        False,
+        "",
+        "<|im_end|>",
+    ),
+    # One 448 px tile (lad turns crop_to_patches off): 256 tokens inside <img>...</img>.
+    "InternVL3-1B-hf": Pinned(
+        _IM,
+        "<IMG_CONTEXT>\n",
+        "<img>{run}</img>\n",
+        "<img>{run}</img>",
+        "<IMG_CONTEXT>",
+        256,
+        False,
+        "",
+        "<|im_end|>",
+    ),
+    # The template writes the BOS; the processor wraps each picture in blank lines.
+    "gemma-3-4b-it": Pinned(
+        "<bos><start_of_turn>user\n{images}{text}<end_of_turn>\n<start_of_turn>model\n",
+        "<start_of_image>",
+        "\n\n<start_of_image>{run}<end_of_image>\n\n",
+        "<start_of_image>{run}<end_of_image>",
+        "<image_soft_token>",
+        256,
+        False,
+        "",
+        "<end_of_turn>",
     ),
 }
 
@@ -139,8 +209,12 @@ def _shrink(config: Any) -> Any:
 
 @dataclass
 class Real:
+    """A shrunk checkpoint loaded by lad, and the same weights loaded as transformers alone
+    would (eager attention, no lad capture function or mask registration): the reference."""
+
     name: str
     backend: Backend
+    reference: Any
     pinned: Pinned | None
     max_n: int
 
@@ -159,8 +233,11 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         if path.is_file() and path.name != "config.json" and path.suffix != ".safetensors":
             shutil.copy(path, out / path.name)
     backend = load_backend(str(out), device="cpu", dtype="float32")
+    reference = AutoModelForImageTextToText.from_pretrained(
+        out, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     pinned = PINNED.get(name)
-    return Real(name, backend, pinned, pinned.max_n if pinned else 12)
+    return Real(name, backend, reference, pinned, pinned.max_n if pinned else 12)
 
 
 @pytest.fixture(scope="session")
@@ -191,11 +268,46 @@ def _special(tok: Any) -> set[int]:
     return set(tok.all_special_ids) | {i for i, t in added.items() if t.special}
 
 
+def _image_tokens(real: Real, picture: Any) -> int:
+    """The picture's image-token count: pinned by hand, or the processor's for it alone."""
+    if real.pinned.tokens is not None:
+        return real.pinned.tokens
+    backend = real.backend
+    alone = backend.processor(
+        text=[backend.processor.image_token], images=[[picture]], **backend.image_options
+    )["input_ids"][0]
+    return list(alone).count(backend.image_token)
+
+
+def _expected_tokens(real: Real, text: str, counts: list[int]) -> tuple[list[int], list[tuple]]:
+    """The prompt's token ids and image spans, from the pinned text through the real tokenizer.
+
+    The prompt is written out in full by hand (every image token, marker and blank line); a span
+    starts where the tokens of the text before it end (spans begin and end with added tokens,
+    which the tokenizer never merges with their neighbours).
+    """
+    pinned, tok = real.pinned, real.backend.processor.tokenizer
+    run = [pinned.image_token * c for c in counts]
+    full = pinned.prompt.format(
+        images="".join(pinned.expanded.format(run=r) for r in run), text=text
+    )
+    bos = [tok.bos_token_id] if pinned.bos else []
+    ids = bos + tok(full, add_special_tokens=False)["input_ids"]
+    spans, at = [], 0
+    for r in run:
+        span = pinned.span.format(run=r)
+        at = full.index(span, at)
+        start = len(bos) + len(tok(full[:at], add_special_tokens=False)["input_ids"])
+        spans.append((start, start + len(tok(span, add_special_tokens=False)["input_ids"])))
+        at += len(span)
+    return ids, spans
+
+
 @pytest.mark.parametrize("n", [4, 12])
 def test_prompt_and_image_spans(real: Real, images: list[Path], n: int) -> None:
     if n > real.max_n:
         pytest.skip(f"{real.name}: {n} images exceed its context")
-    backend, tok = real.backend, real.backend.processor.tokenizer
+    backend = real.backend
     req = _request(images, n)
     texts, imgs = backend.build_prompts([req], "vanilla", DIGITS)
     text = render_prompt("vanilla", req[0].query, DIGITS, n)
@@ -203,38 +315,73 @@ def test_prompt_and_image_spans(real: Real, images: list[Path], n: int) -> None:
     placeholder = backend.processor.image_token
     at = [i for i in range(len(prompt)) if prompt.startswith(placeholder, i)]
     assert len(at) == n and max(at) < prompt.index(text)  # one per image, all before the text
-    if real.pinned:
-        assert prompt == real.pinned.prompt.format(images=real.pinned.image * n, text=text)
 
     inputs, spans = backend.encode([req], texts, imgs)
     ids = inputs["input_ids"][0].tolist()
-    special = _special(tok)
-    image_id = backend.model.config.image_token_id
     assert len(spans) == 1 and len(spans[0]) == n
-    covered = set()
-    for k, (s, e) in enumerate(spans[0]):
-        assert all(t in special for t in ids[s:e])  # image tokens and markers, nothing else
-        before_ok = s == 0 or ids[s - 1] not in special or (k and spans[0][k - 1][1] == s)
-        after_ok = e == len(ids) or ids[e] not in special or (k < n - 1 and spans[0][k + 1][0] == e)
-        assert before_ok and after_ok  # and all of them: the span is maximal
-        # As many image tokens as the processor gives this image alone.
-        alone = backend.processor(
-            text=[placeholder], images=[[imgs[0][k]]], **backend.image_options
-        )["input_ids"][0]
-        assert ids[s:e].count(image_id) == list(alone).count(image_id) > 0
-        covered.update(range(s, e))
-    assert {i for i, t in enumerate(ids) if t == image_id} <= covered
-    if real.pinned:  # the tokens outside the spans are the prompt's own tokens, exactly
-        bos = tok.bos_token
-        plain = tok(prompt, add_special_tokens=not (bos and prompt.startswith(bos)))["input_ids"]
-        one = tok(real.pinned.span, add_special_tokens=False)["input_ids"]
-        text_only = []
-        while plain:
-            if plain[: len(one)] == one:
-                plain = plain[len(one) :]
-            else:
-                text_only.append(plain.pop(0))
-        assert [t for i, t in enumerate(ids) if i not in covered] == text_only
+    image_id = backend.model.config.image_token_id
+    # Spans are ordered, disjoint, each holds image tokens, and together hold all of them.
+    assert all(a[1] <= b[0] for a, b in pairwise(spans[0]))
+    assert all(image_id in ids[s:e] for s, e in spans[0])
+    inside = {i for s, e in spans[0] for i in range(s, e)}
+    assert {i for i, t in enumerate(ids) if t == image_id} <= inside
+    if real.pinned is None:
+        return
+    # What a person reads off the checkpoint's template and processor, through its tokenizer.
+    assert prompt == real.pinned.prompt.format(images=real.pinned.image * n, text=text)
+    counts = [_image_tokens(real, picture) for picture in imgs[0]]
+    expected_ids, expected_spans = _expected_tokens(real, text, counts)
+    assert ids == expected_ids
+    assert spans[0] == expected_spans
+
+
+def test_gemma3_bos_once_and_blank_lines_outside_spans(real: Real, images: list[Path]) -> None:
+    """Gemma3's template writes <bos> and the processor writes a blank line before and after each
+    picture: one BOS, and the blank lines belong to no span (they merge with the text's own
+    newlines into one token, e.g. "\n\n\n" after "user\n")."""
+    if not real.name.startswith("gemma-3"):
+        pytest.skip("Gemma3 only")
+    backend, tok = real.backend, real.backend.processor.tokenizer
+    req = _request(images, 2)
+    inputs, spans = backend.encode([req], *backend.build_prompts([req], "vanilla", DIGITS))
+    ids = inputs["input_ids"][0].tolist()
+    assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
+    names = tok.convert_ids_to_tokens(ids)
+    (s1, e1), (s2, e2) = spans[0]
+    assert names[s1] == names[s2] == "<start_of_image>"
+    assert names[e1 - 1] == names[e2 - 1] == "<end_of_image>"
+    assert names[s1 - 1] == "\n\n\n" and names[e1:s2] == ["\n\n\n\n"]  # outside the spans
+
+
+def test_internvl_tiles_and_markers_inside_each_span(real: Real, tmp_path: Path) -> None:
+    """With tiling on, an InternVL picture is a thumbnail plus up to 12 tiles of 256 tokens each,
+    all inside <img>...</img>; a 640 x 480 picture tiles 4 x 3 (the grid of aspect 4:3 within 12
+    tiles), so 13 x 256 tokens, and nothing but its own tokens is in its span."""
+    if not real.name.startswith("InternVL"):
+        pytest.skip("InternVL only")
+    from PIL import Image
+
+    pictures = []
+    for k, size in enumerate([(640, 480), (100, 100)]):
+        pictures.append(tmp_path / f"{k}.png")
+        Image.new("RGB", size, (40 * k, 90, 200)).save(pictures[-1])
+    backend = real.backend
+    saved = backend.image_options
+    backend.image_options = {**saved, "crop_to_patches": True}
+    try:
+        req = (Item("tiles", "a red ball", pictures, 0), 0, [0, 1])
+        texts, imgs = backend.build_prompts([req], "vanilla", DIGITS)
+        inputs, spans = backend.encode([req], texts, imgs)
+    finally:
+        backend.image_options = saved
+    ids = inputs["input_ids"][0].tolist()
+    text = render_prompt("vanilla", "a red ball", DIGITS, 2)
+    expected_ids, expected_spans = _expected_tokens(real, text, [13 * 256, 1 * 256])
+    assert ids == expected_ids and spans[0] == expected_spans
+    names = real.backend.processor.tokenizer.convert_ids_to_tokens(ids)
+    for s, e in spans[0]:
+        assert names[s] == "<img>" and names[e - 1] == "</img>"
+        assert set(names[s + 1 : e - 1]) == {"<IMG_CONTEXT>"}
 
 
 # ----------------------------------------------------------------------------- exact labels
@@ -295,15 +442,17 @@ def _extend(inputs: dict[str, Any], tokens: list[int]) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def _brute_force(backend: Backend, req: tuple[Item, int, list[int]], scheme_name: str, n: int):
+def _brute_force(real: Real, req: tuple[Item, int, list[int]], scheme_name: str, n: int):
     """log P(c_k|x): a softmax over the valid next tokens at every branching prefix of the
-    template-rendered replies, each prefix run in one full forward without a cache."""
+    template-rendered replies, each prefix run in one full forward without a cache, by the
+    reference model (transformers' own eager attention and masks)."""
     from PIL import Image
 
     item, _, order = req
     scheme = get_scheme(scheme_name)
     labels = scheme.labels(n)
     text = render_prompt("vanilla", item.query, scheme, n)
+    backend = real.backend
     processor = backend.processor
     prompt, lead, seqs = _replies(processor, text, n, labels)
     imgs = [Image.open(item.images[i]).convert("RGB") for i in order]
@@ -325,7 +474,7 @@ def _brute_force(backend: Backend, req: tuple[Item, int, list[int]], scheme_name
             if len(valid) == 1:
                 continue
             if prefix not in logits:
-                out = backend.model(
+                out = real.reference(
                     **_extend(inputs, list(prefix)), use_cache=False, logits_to_keep=1
                 )
                 logits[prefix] = out.logits[0, -1].double()
@@ -346,7 +495,7 @@ def test_label_logprobs_equal_brute_force(real: Real, images: list[Path]) -> Non
     for scheme_name, n in _schemes(real):
         req = _request(images, n, k=1)
         (record,) = backend.records([req], scheme=get_scheme(scheme_name))
-        reference, lead, seqs = _brute_force(backend, req, scheme_name, n)
+        reference, lead, seqs = _brute_force(real, req, scheme_name, n)
         gap = float(np.abs(np.array(record.logprobs) - reference).max())
         spread = float(np.abs(reference - np.log(1 / n)).max())
         print(
@@ -398,6 +547,38 @@ def test_batch_of_four_equals_one_at_a_time(real: Real, images: list[Path]) -> N
         np.testing.assert_allclose(a.attention, b.attention, atol=1e-5, rtol=0)
 
 
+def _sliding_window(real: Real) -> int | None:
+    """The window of the decoder's sliding-window layers, None if it has none."""
+    text = real.backend.model.config.get_text_config()
+    kinds = getattr(text, "layer_types", None) or []
+    return text.sliding_window if any("sliding" in k for k in kinds) else None
+
+
+def test_sliding_window_label_logprobs_equal_reference_at_every_n(
+    real: Real, images: list[Path]
+) -> None:
+    """Past the sliding window (Gemma3: 1,024 tokens; 12 pictures are ~3,100), the labels' steps
+    on lad's KV cache and its masks give the probabilities of the reference's full forwards, at
+    every N, one prompt at a time and two left-padded in a batch."""
+    window = _sliding_window(real)
+    if window is None:
+        pytest.skip(f"{real.name}: no sliding-window layers")
+    lengths = []
+    for n in range(2, real.max_n + 1):
+        req = _request(images, n, k=2)
+        (record,) = real.backend.records([req], scheme=DIGITS)
+        reference, _, _ = _brute_force(real, req, "digits", n)
+        np.testing.assert_allclose(record.logprobs, reference, atol=1e-5, rtol=0)
+        lengths.append(record.extra["prompt_tokens"])
+    assert lengths[-1] > window  # so the window was exercised
+    reqs = [_request(images, real.max_n, k) for k in (0, 1)]
+    for req, record in zip(
+        reqs, real.backend.records(reqs, scheme=DIGITS, batch_size=2), strict=True
+    ):
+        reference, _, _ = _brute_force(real, req, "digits", real.max_n)
+        np.testing.assert_allclose(record.logprobs, reference, atol=1e-5, rtol=0)
+
+
 # Checkpoints whose published chat template writes every image before any text.
 IMAGES_FIRST = ("llava-1.5-7b-hf", "llava-onevision-qwen2-7b-ov-hf")
 
@@ -420,18 +601,22 @@ def test_context_picture_tokens_are_in_no_span(real: Real, images: list[Path], i
     ids = inputs["input_ids"][0].tolist()
     image_id = backend.model.config.image_token_id
 
-    def alone(path: Path) -> int:
-        picture = backend.picture(path)
-        out = backend.processor(
-            text=[backend.processor.image_token], images=[[picture]], **backend.image_options
-        )
+    def count(pictures: list[Any]) -> int:
+        text = backend.processor.image_token * len(pictures)
+        out = backend.processor(text=[text], images=[pictures], **backend.image_options)
         return list(out["input_ids"][0]).count(image_id)
+
+    def own(k: int) -> int:
+        """Picture k's image tokens in this company (LLaVA-OneVision gives a picture fewer
+        tokens among several than alone): all four pictures' less the other three's."""
+        return count(imgs[0]) - count([p for j, p in enumerate(imgs[0]) if j != k])
 
     where = [i for i, t in enumerate(ids) if t == image_id]
     covered = {i for s, e in spans[0] for i in range(s, e)}
     outside = [i for i in where if i not in covered]
-    own = alone(item.context_images[0])
-    assert len(outside) == own > 0
-    assert outside == (where[-own:] if inline else where[:own])
-    for k, (s, e) in enumerate(spans[0]):
-        assert ids[s:e].count(image_id) == alone(item.images[req[2][k]])
+    context = 3 if inline else 0  # where the context picture is among the four shown
+    assert len(outside) == own(context) > 0
+    assert outside == (where[-own(context) :] if inline else where[: own(context)])
+    shown = [k for k in range(4) if k != context]
+    for (s, e), k in zip(spans[0], shown, strict=True):
+        assert ids[s:e].count(image_id) == own(k)

@@ -221,6 +221,9 @@ class Backend:
         text = model.config.get_text_config()
         self.num_layers: int = text.num_hidden_layers
         self.max_context: int = getattr(text, "max_position_embeddings", 1 << 30)
+        # The token an image's placeholder expands to (the processor's image_token_id is wrong
+        # for Gemma3; the config's is right for every supported architecture).
+        self.image_token: int = model.config.image_token_id
         self.device = next(model.parameters()).device
         self._tries: dict[tuple[str, int], LabelTrie] = {}
         self._round_tripped: set[tuple[str, str, int]] = set()  # (template, scheme, N) checked
@@ -399,8 +402,9 @@ class Backend:
     ) -> tuple[dict[str, Any], list[list[tuple[int, int]]]]:
         tok = processor.tokenizer
         markers = [tok.convert_tokens_to_ids(m) for m in self.arch.markers]
-        special = set(tok.all_special_ids)
-        inputs, all_spans = encode(processor, texts, images, self.image_options, markers, special)
+        inputs, all_spans = encode(
+            processor, texts, images, self.image_options, self.image_token, markers, self.model_id
+        )
         lengths = inputs["attention_mask"].sum(-1).tolist()
         spans = []  # each prompt's candidate spans in position order; context pictures' left out
         for (item, _, order), item_spans, length in zip(batch, all_spans, lengths, strict=True):

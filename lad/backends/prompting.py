@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from lad.errors import BackendError
 from lad.images import open_image
 from lad.prompts import Part, prompt_parts
@@ -111,14 +109,16 @@ def encode(
     texts: list[str],
     images: list[list[Any]],
     options: dict[str, Any],
+    image_token: int,
     markers: list[int],
-    special: set[int],
+    model: str = "the model",
 ) -> tuple[dict[str, Any], list[list[tuple[int, int]]]]:
     """Tokenise a batch (left padded) and find each image's token span [start, end).
 
-    A span is the tokens its placeholder expanded to (all tiles), less plain-text tokens at its
-    ends (Gemma3 wraps images in blank lines), widened by adjacent marker tokens of the
-    architecture (e.g. <|vision_start|> ... <|vision_end|>). `special`: the special token ids.
+    A span is the tokens its placeholder expanded to (all tiles and the markers the processor
+    writes), less whitespace at its ends (Gemma3 wraps images in blank lines), widened by adjacent
+    marker tokens the chat template writes (e.g. <|vision_start|> ... <|vision_end|>). It must hold
+    the model's `image_token`; how a tokenizer file flags its tokens (special or not) plays no part.
     """
     # A template that writes the BOS itself (Gemma3) must not get a second one from the tokenizer,
     # as transformers' own apply_chat_template(tokenize=True) does.
@@ -134,35 +134,55 @@ def encode(
         **options,
     )
     inputs = dict(enc)
-    offsets = inputs.pop("offset_mapping")  # (B, T, 2) character span of each token
+    offsets = inputs.pop("offset_mapping").numpy()  # (B, T, 2) character span of each token
     replacements = inputs.pop("text_replacement_offsets")
-    ids = inputs["input_ids"]
+    placeholder = getattr(processor, "image_token", None) or "the image placeholder"
     spans = []
-    for b in range(ids.shape[0]):
-        images_b = [r["new_span"] for r in replacements[b] if r.get("type") == "image"]
-        spans.append([_token_span(offsets[b], ids[b], s, markers, special) for s in images_b])
+    for b in range(len(texts)):
+        ids = inputs["input_ids"][b].tolist()
+        chars = [r["new_span"] for r in replacements[b] if r.get("type") == "image"]
+        found = _Spans(processor.tokenizer, ids, offsets[b], image_token, markers)
+        spans.append([found.span(k, c, placeholder, model) for k, c in enumerate(chars)])
     return inputs, spans
 
 
-def _token_span(
-    offsets: torch.Tensor,
-    ids: torch.Tensor,
-    chars: tuple[int, int],
-    markers: list[int],
-    special: set[int],
-) -> tuple[int, int]:
-    start, end = offsets[:, 0], offsets[:, 1]
-    inside = (start >= chars[0]) & (end <= chars[1]) & (end > start)
-    inside &= torch.tensor([int(t) in special for t in ids.tolist()])
-    where = inside.nonzero().flatten()
-    if where.numel() == 0:
-        raise BackendError(f"no tokens found for the image placeholder at characters {chars}")
-    lo, hi = int(where[0]), int(where[-1]) + 1
-    if lo > 0 and int(ids[lo - 1]) in markers:
-        lo -= 1
-    if hi < ids.shape[0] and int(ids[hi]) in markers:
-        hi += 1
-    return lo, hi
+@dataclass(frozen=True)
+class _Spans:
+    """One tokenised prompt, in which image spans are looked up by (expanded) character range."""
+
+    tokenizer: Any
+    ids: list[int]
+    offsets: Any  # (T, 2) numpy array
+    image_token: int
+    markers: list[int]
+
+    def span(self, k: int, chars: tuple[int, int], placeholder: str, model: str) -> tuple[int, int]:
+        start, end = self.offsets[:, 0], self.offsets[:, 1]
+        within = (start >= chars[0]) & (end <= chars[1]) & (end > start)
+        inside = within.nonzero()[0].tolist()
+        while inside and self._blank(inside[0]):
+            inside.pop(0)
+        while inside and self._blank(inside[-1]):
+            inside.pop()
+        if not any(self.ids[i] == self.image_token for i in inside):
+            raise BackendError(
+                f"{model}: image {k + 1}'s placeholder {placeholder!r} expanded to characters "
+                f"{chars[0]}..{chars[1]} of the prompt, but no image token (id {self.image_token}, "
+                f"the config's image_token_id) was found there, so lad cannot tell which tokens "
+                f"are the image (Eq. 6); {_FIX}"
+            )
+        lo, hi = inside[0], inside[-1] + 1
+        if lo > 0 and self.ids[lo - 1] in self.markers:
+            lo -= 1
+        if hi < len(self.ids) and self.ids[hi] in self.markers:
+            hi += 1
+        return lo, hi
+
+    def _blank(self, i: int) -> bool:
+        """Plain whitespace (Gemma3's processor wraps each picture in blank lines)."""
+        if self.ids[i] == self.image_token:
+            return False
+        return not self.tokenizer.decode([self.ids[i]], skip_special_tokens=False).strip()
 
 
 def check_round_trip(tokenizer: Any, text: str, model: str) -> None:

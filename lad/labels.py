@@ -28,9 +28,10 @@ class LabelScheme:
     def labels(self, num_candidates: int) -> list[str]:
         """c_1 … c_N for this scheme."""
         if not 1 <= num_candidates <= self.max_candidates:
+            wider = "" if self.max_candidates >= 26 else "; --labels upper or lower name up to 26"
             raise LadError(
-                f"The '{self.name}' label scheme supports 1 to {self.max_candidates} candidates. "
-                f"Got {num_candidates} instead."
+                f"--labels {self.name} names 1 to {self.max_candidates} candidates, but N = "
+                f"{num_candidates} (--num-candidates, or the images given){wider}"
             )
         n = num_candidates
         if self.name == "digits":

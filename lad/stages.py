@@ -64,12 +64,17 @@ def run_stage(
     desc: str,
     world: World | None = None,
     kind: Stage | None = None,
+    acc_label: str | None = None,
 ) -> RecordSet:
     """Make the records of `requests` that `path` does not hold yet (lad.rundir); return all.
-    `kind` says how (default: the vanilla prompt); see `Stage`."""
+    `kind` says how (default: the vanilla prompt); see `Stage`. The progress bar's running
+    accuracy is `acc_label` (default: what the stage's records predict, none for replies)."""
+    kind = kind or Stage()
+    if acc_label is None and kind.template == "vanilla":
+        acc_label = "vanilla acc" if kind.sofa_sigma is None else "sofa acc"
 
     def make(todo: Sequence[Request]) -> Iterator[Record]:
-        return _stage_records(make_backend(), todo, config, kind or Stage())
+        return _stage_records(make_backend(), todo, config, kind)
 
     return rundir.run_stage(
         path,
@@ -79,6 +84,7 @@ def run_stage(
         desc=desc,
         quiet=config.quiet,
         world=world,
+        acc_label=acc_label,
     )
 
 

@@ -218,7 +218,7 @@ def memory(model: Path, folder: Path, n: int, mode: str, device: str) -> dict[st
     return json.loads(out.strip().splitlines()[-1])
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--ns", type=int, nargs="+", default=[4, 8, 12])
@@ -227,7 +227,11 @@ def main() -> None:
     parser.add_argument("--out", default="runs/bench_backend.json", help="JSON to write")
     parser.add_argument("--no-memory", action="store_true", help="times only, no memory runs")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.child:
         model, folder, n, mode, device = args.child
         memory_child(model, folder, int(n), mode, device)

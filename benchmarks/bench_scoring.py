@@ -64,12 +64,16 @@ def score_all(folder: Path, suffix: str) -> dict[str, float]:
     return {"read": t1 - t0, "score": t2 - t1, "total": t2 - t0, "metrics": t3 - t2}
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=5000, help="evaluation records")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default="runs/bench_scoring.json", help="JSON to write")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -60,14 +60,18 @@ def busy(count: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", nargs="+", default=["1", "2", "auto"])
     parser.add_argument("--load", type=int, nargs="+", default=[0, 2], help="extra busy processes")
     parser.add_argument("--items", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=1, help="the minimum of this many runs")
     parser.add_argument("--out", default="runs/bench_threads.json", help="JSON to write")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
 
     sys.path.insert(0, str(ROOT))
     from lad.data.shapes import build_shapes

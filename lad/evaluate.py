@@ -1,4 +1,4 @@
-"""`lad eval`: a run directory from items to report, resumable (DESIGN.md, "The pipeline").
+"""`lad eval`: a run directory from items to report, resumable (docs/formats.md lists its files).
 
 The model runs once per (item, ordering) and its records are appended as they are made; every
 method, metric and figure is then computed from the stored records. A run directory holds:
@@ -16,7 +16,7 @@ method, metric and figure is then computed from the stored records. A run direct
     sofa_grid/sigma*.jsonl, sofa.json
                          calibration requests under each σ of the grid (only for --sofa-sigma auto)
     predictions.jsonl    one line per (record, method)
-    metrics.json         DESIGN.md's metrics format
+    metrics.json         the metrics format of docs/formats.md
     report/index.html    figures and tables (lad.report)
 
 This module is the pipeline; its parts live beside it: lad.config (`EvalConfig`), lad.preflight

@@ -66,7 +66,7 @@ def _load_run(run_dir: Path) -> dict[str, Any]:
 
 
 def _check_metrics(metrics: Any, path: Path) -> None:
-    """The fields of DESIGN.md's metrics format that the report reads."""
+    """The fields of the metrics format (docs/formats.md) that the report reads."""
 
     def number(x: Any) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

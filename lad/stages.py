@@ -70,8 +70,7 @@ def run_stage(
     `kind` says how (default: the vanilla prompt); see `Stage`. The progress bar's running
     accuracy is `acc_label` (default: what the stage's records predict, none for replies)."""
     kind = kind or Stage()
-    if acc_label is None and kind.template == "vanilla":
-        acc_label = "vanilla acc" if kind.sofa_sigma is None else "sofa acc"
+    acc_label = acc_label or acc_label_for(kind)
 
     def make(todo: Sequence[Request]) -> Iterator[Record]:
         return _stage_records(make_backend(), todo, config, kind)
@@ -86,6 +85,14 @@ def run_stage(
         world=world,
         acc_label=acc_label,
     )
+
+
+def acc_label_for(kind: Stage) -> str | None:
+    """What the argmax of a stage's records is: vanilla's or SoFA's choice; nothing for the
+    generation baselines, whose choice is the parsed reply."""
+    if kind.template != "vanilla":
+        return None
+    return "vanilla acc" if kind.sofa_sigma is None else "sofa acc"
 
 
 def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> Iterator[Record]:

@@ -218,7 +218,7 @@ def _reply_tokens(processor, messages: list[dict], label: str) -> tuple[list[int
 
 def _brute_force(backend, images: list, text: str, labels: list[str]) -> np.ndarray:
     """log P(c_k|x) with one full forward (no cache) per label prefix and a softmax restricted to
-    the tokens that may follow it (DESIGN.md, "Candidate probability"). Only the model, its
+    the tokens that may follow it (docs/backends.md, "Exact labels"). Only the model, its
     processor and the architecture's image options (tiling) are taken from the backend."""
     from PIL import Image
 

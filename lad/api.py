@@ -227,6 +227,7 @@ class Debiaser:
         sizes = {it.num_candidates for it in items}
         if len(sizes) != 1:
             raise DataError(f"calibration items must all have the same N; got N in {sorted(sizes)}")
+        get_scheme(self.labels).labels(sizes.pop())  # N within the label scheme, before the model
         for path in dict.fromkeys(p for it in items for p in it.images):
             check_image(path)  # before the model loads
         template = self._template(items)

@@ -563,3 +563,15 @@ def test_records_equal_at_one_and_two_threads(tmp_path):
         torch.set_num_threads(before)
     assert made[0] == made[1]
     assert np.isfinite(made[0][0][0]).all()
+
+
+def test_calibrate_with_more_candidates_than_labels_is_refused_before_the_model(
+    no_model, tmp_path, capsys
+):
+    from lad.data.shapes import build_shapes
+
+    items = build_shapes(tmp_path / "s", num_candidates=13, items=1, split="calibration")
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--data", str(items), "--out", str(out)]) == 1
+    assert capsys.readouterr().err.startswith("Error: --labels digits names 1 to 12 candidates")
+    assert not out.exists()

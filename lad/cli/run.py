@@ -47,7 +47,7 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
         "--dtype",
         default="auto",
         choices=["auto", "bfloat16", "float16", "float32"],
-        help="weights' dtype (auto: the checkpoint's own)",
+        help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
     )
     p.add_argument(
         "--labels",

@@ -1,4 +1,4 @@
-"""python benchmarks/bench_backend.py [--layers 24] [--ns 4 8 12] [--out FILE.json]
+"""python benchmarks/bench_backend.py [--layers 24] [--ns 4 8 12] [--out runs/bench_backend.json]
 
 Per-prompt cost of lad's record versus a plain forward, on a tiny random-init LLaVA-1.5 whose
 shape is realistic where the cost comes from: 24 decoder layers, 256 image tokens per image, so a
@@ -12,7 +12,8 @@ Targets: (b)/(a) <= 1.05 in time and <= 1.02 in peak memory at every N. Times ar
 a fresh process per (N, mode): CUDA peak allocated over the loaded model, or on CPU the peak
 of tensor storage allocated during the work and alive at once (tracked per op), and the peak
 resident set of the process (sampled every millisecond; noisy by tens of MiB from the allocator).
-Prints a table and writes JSON.
+Prints a table and writes JSON to runs/ (the committed benchmarks/bench_backend.json is replaced
+only when --out names it).
 """
 
 from __future__ import annotations
@@ -217,16 +218,20 @@ def memory(model: Path, folder: Path, n: int, mode: str, device: str) -> dict[st
     return json.loads(out.strip().splitlines()[-1])
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--ns", type=int, nargs="+", default=[4, 8, 12])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--out", default=str(Path(__file__).with_suffix(".json")))
+    parser.add_argument("--out", default="runs/bench_backend.json", help="JSON to write")
     parser.add_argument("--no-memory", action="store_true", help="times only, no memory runs")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.child:
         model, folder, n, mode, device = args.child
         memory_child(model, folder, int(n), mode, device)
@@ -261,6 +266,7 @@ def main() -> None:
         "repeats": args.repeats,
         "rows": rows,
     }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"written: {args.out}")
 

@@ -50,22 +50,37 @@ class Choice:
         return asdict(self)
 
     def summary(self, images: Sequence[str | Path]) -> str:
+        """A table for a person: positions 1-based, as the prompt counts them."""
+        names = [_shortened(str(image), 40) for image in images]
+        lw = max(len("label"), *(len(label) for label in self.labels))
+        iw = max(len("image"), *(len(name) for name in names))
         lines = [
             f"{'question' if self.question else 'query'}: {self.query}",
-            "     image                          P before  P after   π",
+            f"{'':2} {'pos':>3}  {'label':<{lw}}  {'image':<{iw}}  {'P before':>8}  "
+            f"{'P after':>8}  {'π':>5}",
         ]
-        for p, image in enumerate(images):
+        for p, name in enumerate(names):
             mark = ("V" if p == self.vanilla else " ") + ("L" if p == self.lad else " ")
             lines.append(
-                f"{mark} {self.labels[p]:>3} {str(image)[-30:]:<30} "
-                f"{100 * self.prob_before[p]:7.1f}% {100 * self.prob_after[p]:7.1f}% "
+                f"{mark} {p + 1:>3}  {self.labels[p]:<{lw}}  {name:<{iw}}  "
+                f"{100 * self.prob_before[p]:7.1f}%  {100 * self.prob_after[p]:7.1f}%  "
                 f"{self.posterior[p]:5.2f}"
             )
-        lines.append(
-            f"vanilla chooses {self.labels[self.vanilla]}, LAD chooses {self.labels[self.lad]} "
-            f"(layers {', '.join(str(layer) for layer in self.layers)})"
-        )
+        layers = ", ".join(str(layer) for layer in self.layers)
+        lines += [
+            f"vanilla chooses position {self.vanilla + 1}, LAD chooses position {self.lad + 1}",
+            "V, L: vanilla's and LAD's choice. P before: the model's probability of each label; "
+            "P after: LAD's (Eq. 14);",
+            f"π: the purified attention posterior (Eq. 12), from decoder layers {layers} "
+            "(0-based). Positions count from 1 here, from 0 in --json.",
+        ]
         return "\n".join(lines)
+
+
+def _shortened(text: str, width: int) -> str:
+    """`text`, or its end behind an ellipsis when longer than `width` (a file's name matters
+    more than its folders)."""
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
 class Debiaser:
@@ -83,7 +98,8 @@ class Debiaser:
     `fit` averages Eq. 1 ("prob" when None); a loaded calibration keeps its own, and stating
     another is an error. image_size, image_options: as lad.backends.load_backend. The official
     code's choices: obs_mean="logit", mixture="log", attn_mean="raw", layer_range=(21, 35),
-    image_size=336 (lad.presets.OFFICIAL).
+    image_size=336 (lad.presets.OFFICIAL). quiet: hide transformers' progress bars while the
+    model loads.
     """
 
     def __init__(
@@ -130,16 +146,25 @@ class Debiaser:
     @property
     def backend(self) -> Any:
         if self._backend is None:
+            from transformers.utils import logging as hf_logging
+
             from lad.backends import load_backend
 
-            self._backend = load_backend(
-                resolve_model(self.model),
-                device=self.device,
-                dtype=self.dtype,
-                image_options=self.image_options,
-                image_size=self.image_size,
-                chat_template=self.chat_template,
-            )
+            shown = hf_logging.is_progress_bar_enabled()
+            if self.quiet:
+                hf_logging.disable_progress_bar()  # transformers' "Loading weights" bars
+            try:
+                self._backend = load_backend(
+                    resolve_model(self.model),
+                    device=self.device,
+                    dtype=self.dtype,
+                    image_options=self.image_options,
+                    image_size=self.image_size,
+                    chat_template=self.chat_template,
+                )
+            finally:
+                if shown:
+                    hf_logging.enable_progress_bar()
         return self._backend
 
     @property
@@ -202,6 +227,7 @@ class Debiaser:
         sizes = {it.num_candidates for it in items}
         if len(sizes) != 1:
             raise DataError(f"calibration items must all have the same N; got N in {sorted(sizes)}")
+        get_scheme(self.labels).labels(sizes.pop())  # N within the label scheme, before the model
         for path in dict.fromkeys(p for it in items for p in it.pictures):
             check_image(path)  # before the model loads
         template = self._template(items)
@@ -316,6 +342,8 @@ class Debiaser:
                 preprocessing=self._preprocessing(),
                 strict=self.check_calibration,
                 require_fingerprint=True,
+                whose="this query's",
+                skip="check_calibration=False",
             )
         except CalibrationError as e:
             if not hasattr(self, "_source"):

@@ -222,6 +222,8 @@ class Calibration:
         num_layers: int | None = None,
         strict: bool = True,
         require_fingerprint: bool = False,
+        whose: str = "the records'",
+        skip: str = "--no-calibration-check",
     ) -> None:
         """Refuse records (or, before any exist, a run of `num_candidates` / `num_layers`) of
         another N or L, or (when both sides know it and `strict`) another model, label scheme,
@@ -230,6 +232,8 @@ class Calibration:
 
         require_fingerprint: with `strict`, also refuse a calibration that does not know its
         model, labels or prompt (one fitted on bare records), since nothing then shows it fits.
+        whose: what the calibration is applied to, possessive, as messages name it ("this query's").
+        skip: how the caller turns the check off, as messages name it.
         """
         self.check_fitted()
         if records is not None and len(records):
@@ -246,31 +250,53 @@ class Calibration:
             )
         if not strict:
             return
-        mine = {"model": self.model, "labels": self.labels, "prompt_sha256": self.prompt_sha256}
-        theirs = {"model": model, "labels": labels or [], "prompt_sha256": prompt_sha256}
+        mine = {"model": self.model, "labels": self.labels}
+        theirs = {"model": model, "labels": labels or []}
         for name in mine:
             same = _same_model if name == "model" else operator.eq
             if mine[name] and theirs[name] and not same(mine[name], theirs[name]):
                 raise CalibrationError(
-                    f"the calibration's {name} is {mine[name]!r} but the records' is "
+                    f"the calibration's {name} is {mine[name]!r} but {whose} is "
                     f"{theirs[name]!r}; recalibrate with the same model, label scheme and prompt "
-                    "template, or skip this check on purpose (--no-calibration-check)"
+                    f"template, or skip this check on purpose ({skip})"
                 )
+        if self.prompt_sha256 and prompt_sha256 and self.prompt_sha256 != prompt_sha256:
+            raise CalibrationError(self._prompt_mismatch(prompt_sha256, whose, skip))
         made, now = self.preprocessing or {}, preprocessing or {}
         for key, flags in PREPROCESSING.items():
             if key in made and key in now and made[key] != now[key]:
                 raise CalibrationError(
                     f"the calibration was fitted on records made with {_describe(key, made[key])}, "
                     f"but these records are made with {_describe(key, now[key])}; recalibrate with "
-                    f"the same {flags}, or skip this check on purpose (--no-calibration-check)"
+                    f"the same {flags}, or skip this check on purpose ({skip})"
                 )
+        mine["prompt_sha256"] = self.prompt_sha256
         unknown = [name for name, value in mine.items() if not value]
         if require_fingerprint and unknown:
             raise CalibrationError(
                 f"its {' and '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} missing, so "
                 "nothing shows it was made for this model, label scheme and prompt; recalibrate "
-                "(lad calibrate), or pass --no-calibration-check to use it anyway"
+                f"(lad calibrate), or pass {skip} to use it anyway"
             )
+
+    def _prompt_mismatch(self, prompt_sha256: str, whose: str, skip: str) -> str:
+        """The two prompts in words (lad.prompts.describe_prompt), not as fingerprints."""
+        from lad.prompts import CAPTION_DESCRIPTION, QUESTION_DESCRIPTION, describe_prompt
+
+        made = describe_prompt(self.prompt_sha256, self.labels)
+        asked = describe_prompt(prompt_sha256, self.labels)
+        hint = ""
+        if {made, asked} == {CAPTION_DESCRIPTION, QUESTION_DESCRIPTION}:
+            hint = (
+                "questions need a calibration made on questions (items with a 'question', e.g. "
+                "from lad data mmiu); "
+                if asked == QUESTION_DESCRIPTION
+                else "captions need a calibration made on captions (items without a 'question'); "
+            )
+        return (
+            f"the calibration's prompt is {made}, but {whose} is {asked}; {hint}recalibrate "
+            f"with the same prompt, or skip this check on purpose ({skip})"
+        )
 
     # -- files ---------------------------------------------------------------------------------
 

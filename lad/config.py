@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.errors import RunError
+from lad.labels import get_scheme
 from lad.methods import METHODS, MethodOptions
 from lad.prompts import CAPTION, PromptTemplate, check_template, prompt_sha256
 
@@ -97,13 +98,14 @@ class EvalConfig:
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise RunError(
-                f"The 'methods' parameter must name methods from {sorted(METHODS)}. "
-                f"Got {unknown or 'none'} instead."
+                f"--methods must name methods of {', '.join(METHODS)}. "
+                f"Got {', '.join(unknown) if unknown else 'none'}."
             )
         if self.items is not None and self.items < 1:
             raise RunError(f"--items must be >= 1 (leave it out for all items). Got {self.items}.")
         if self.num_candidates < 2:
             raise RunError(f"--num-candidates must be >= 2. Got {self.num_candidates}.")
+        get_scheme(self.labels).labels(self.num_candidates)  # N beyond the scheme: before work
         if self.num_shuffles < 1 or self.calibration_items < 1 or self.batch_size < 1:
             raise RunError("--num-shuffles, --calibration-items and --batch-size must be >= 1")
         if self.max_new_tokens < 1 or self.sc_samples < 1 or self.sc_top_k < 0:
@@ -118,12 +120,10 @@ class EvalConfig:
         if self.prompt_template is not None:
             check_template(self.prompt_template, "--prompt-template")
         if self.setting not in ("random", "adversarial"):
-            raise RunError(
-                f"The 'setting' parameter must be 'random' or 'adversarial'. Got {self.setting!r}."
-            )
+            raise RunError(f"--setting must be random or adversarial. Got {self.setting!r}.")
         if self.calibrate_on not in CALIBRATE_ON:
             raise RunError(
-                f"The 'calibrate_on' parameter must be one of {list(CALIBRATE_ON)}. "
+                f"--calibrate-on must be one of {', '.join(CALIBRATE_ON)}. "
                 f"Got {self.calibrate_on!r}."
             )
         if self.calibrate_on == "evaluation" and (self.calibration_data or self.calibration):

@@ -12,7 +12,7 @@ class DataError(LadError):
 
 
 class RecordError(LadError):
-    """A records / predictions file breaks the contract of DESIGN.md."""
+    """A records / predictions file breaks its format (docs/formats.md)."""
 
 
 class CalibrationError(LadError):

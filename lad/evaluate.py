@@ -1,4 +1,4 @@
-"""`lad eval`: a run directory from items to report, resumable (DESIGN.md, "The pipeline").
+"""`lad eval`: a run directory from items to report, resumable (docs/formats.md lists its files).
 
 The model runs once per (item, ordering) and its records are appended as they are made; every
 method, metric and figure is then computed from the stored records. A run directory holds:
@@ -16,7 +16,7 @@ method, metric and figure is then computed from the stored records. A run direct
     sofa_grid/sigma*.jsonl, sofa.json
                          calibration requests under each σ of the grid (only for --sofa-sigma auto)
     predictions.jsonl    one line per (record, method)
-    metrics.json         DESIGN.md's metrics format
+    metrics.json         the metrics format of docs/formats.md
     report/index.html    figures and tables (lad.report)
 
 This module is the pipeline; its parts live beside it: lad.config (`EvalConfig`), lad.preflight
@@ -219,11 +219,18 @@ def _evaluate(
     clock = Clock(run_dir, world, make_backend)
 
     def stage(
-        requests: list[Request], file: str, name: str, kind: Stage | None = None, desc: str = ""
+        requests: list[Request],
+        file: str,
+        name: str,
+        kind: Stage | None = None,
+        desc: str = "",
+        acc_label: str | None = None,
     ) -> RecordSet:
         path = run_dir / file
         with clock(name, path, len(requests)):
-            return run_stage(make_backend, requests, path, config, desc or name, world, kind)
+            return run_stage(
+                make_backend, requests, path, config, desc or name, world, kind, acc_label
+            )
 
     requests = run_requests(config, eval_items)  # a bad --orders file fails before model work
     cal_records = None
@@ -231,7 +238,9 @@ def _evaluate(
         cal_records = stage(cyclic_requests(cal_items), "calibration.jsonl", "calibration")
     stage(requests, "records.jsonl", "evaluation")
     if "perm-avg" in config.methods:
-        stage(cyclic_requests(eval_items), "perm_records.jsonl", "perm-avg")
+        # Each shift alone is a vanilla prompt; perm-avg's own accuracy needs all N of them.
+        shifts = cyclic_requests(eval_items)
+        stage(shifts, "perm_records.jsonl", "perm-avg", acc_label="vanilla acc per shift")
     for template in ("instruction", "cot", "self-consistency"):
         if template in config.methods:
             stage(requests, STAGE_FILES[template], template, Stage(template))

@@ -29,8 +29,9 @@ class LabelScheme:
         """c_1 … c_N for this scheme."""
         if not 1 <= num_candidates <= self.max_candidates:
             raise LadError(
-                f"The '{self.name}' label scheme supports 1 to {self.max_candidates} candidates. "
-                f"Got {num_candidates} instead; {schemes_for(num_candidates)}"
+                f"--labels {self.name} names 1 to {self.max_candidates} candidates, but N = "
+                f"{num_candidates} (--num-candidates, or the images given); "
+                f"{schemes_for(num_candidates)}"
             )
         n = num_candidates
         if self.name == "digits":

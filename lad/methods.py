@@ -249,8 +249,8 @@ def _replies(records: RecordSet, method: str) -> list[list[str]]:
         if not isinstance(replies, list) or not all(isinstance(r, str) for r in replies):
             raise RecordError(
                 f"'{method}' reads generated replies, but record {i + 1} (item "
-                f"{records.items[i]!r}) has no list of strings extra['replies']; make its records "
-                "with lad eval --methods {method}"
+                f"{str(records.items[i])!r}) has no list of strings extra['replies']; make its "
+                f"records with lad eval --methods {method}"
             )
         out.append(replies)
     return out

@@ -97,7 +97,7 @@ def compute_metrics(
     *,
     costs: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """metrics.json (DESIGN.md) for each method's (R,) chosen positions (-1 = unparseable).
+    """metrics.json (docs/formats.md) for each method's (R,) chosen positions (-1 = unparseable).
 
     `costs` gives forward passes per prediction by method; methods computed from records default
     to 1 (perm-avg: N). Independent of the order of the records.

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from lad.data.items import CONTEXT_PLACEHOLDER
 from lad.errors import DataError, LadError
-from lad.labels import LabelScheme
+from lad.labels import LABEL_SCHEMES, LabelScheme
 
 if TYPE_CHECKING:
     from lad.data.items import Item
@@ -262,3 +262,25 @@ def prompt_sha256(template: str | PromptTemplate, scheme: LabelScheme, num_candi
     text = render_prompt(template, "{caption}", scheme, num_candidates)
     key = f"{template}\n{scheme.name}\n{'|'.join(scheme.labels(num_candidates))}\n{text}"
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+CAPTION_DESCRIPTION = "the paper's caption prompt (for captions, lad predict --query)"
+QUESTION_DESCRIPTION = "the question prompt (for items with a 'question', lad predict --question)"
+_KNOWN = (
+    (CAPTION_DESCRIPTION, CAPTION),
+    (QUESTION_DESCRIPTION, QUESTION),
+    ("the official code's prompt (--preset official)", OFFICIAL),
+)
+
+
+def describe_prompt(sha256: str, labels: list[str] | None) -> str:
+    """A prompt fingerprint (calibration.json's prompt_sha256) in words: which of lad's built-in
+    prompts it is under the label scheme that gives `labels`, else a template of one's own."""
+    n = len(labels or [])
+    for scheme in LABEL_SCHEMES.values():
+        if not 1 <= n <= scheme.max_candidates or scheme.labels(n) != labels:
+            continue
+        for words, template in _KNOWN:
+            if prompt_sha256(template, scheme, n) == sha256:
+                return words
+    return f"a prompt template of one's own (--prompt-template; fingerprint {sha256[:12]}…)"

@@ -1,6 +1,6 @@
 """Records: one per (item, ordering), the unit every method and metric is computed from.
 
-The format is the contract of DESIGN.md; see `Record` for each field. `RecordSet` is the columnar
+The format is docs/formats.md's; see `Record` for each field. `RecordSet` is the columnar
 form methods and metrics work on; `read_records` / `write_records` move it to and from `.jsonl`
 (one JSON object per line) or `.parquet`, chosen by the file's extension.
 """

@@ -66,7 +66,7 @@ def _load_run(run_dir: Path) -> dict[str, Any]:
 
 
 def _check_metrics(metrics: Any, path: Path) -> None:
-    """The fields of DESIGN.md's metrics format that the report reads."""
+    """The fields of the metrics format (docs/formats.md) that the report reads."""
 
     def number(x: Any) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
@@ -239,18 +239,41 @@ def _bias_figure(run: dict[str, Any], path: Path) -> bool:
 
 
 def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
-    ns = sorted({r["metrics"]["num_candidates"] for r in runs})
-    if len(ns) < 2:
+    """Fig. 5: one line per method and (model, setting), as `lad ablate` groups runs; only
+    groups with at least two N are drawn."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        key = (str(r["arguments"].get("model", "")), str(r["arguments"].get("setting", "")))
+        groups.setdefault(key, []).append(r)
+    groups = {
+        k: g for k, g in groups.items() if len({r["metrics"]["num_candidates"] for r in g}) > 1
+    }
+    if not groups:
         return False
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     names = sorted({m for r in runs for m in r["metrics"]["methods"]})
-    for name in names:
-        points = sorted(
-            (r["metrics"]["num_candidates"], r["metrics"]["methods"][name]["acc"])
-            for r in runs
-            if name in r["metrics"]["methods"]
-        )
-        ax.plot(*zip(*points, strict=True), marker="o", label=name)
+    colours = {name: f"C{i % 10}" for i, name in enumerate(names)}
+    styles = ("-", "--", ":", "-.")
+    models = {model for model, _ in groups}
+    ns: set[int] = set()
+    for g, ((model, setting), group) in enumerate(groups.items()):
+        where = setting + (f" ({model})" if len(models) > 1 else "")
+        by_n: dict[int, dict[str, Any]] = {}
+        for r in group:  # two runs of one N in a group: the first, as lad ablate's Figure 5
+            by_n.setdefault(r["metrics"]["num_candidates"], r)
+        for name in names:
+            points = sorted(
+                (n, r["metrics"]["methods"][name]["acc"])
+                for n, r in by_n.items()
+                if name in r["metrics"]["methods"]
+            )
+            if not points:
+                continue
+            ns.update(n for n, _ in points)
+            label = name if len(groups) == 1 else f"{name}, {where}"
+            style = styles[g % len(styles)]
+            ax.plot(*zip(*points, strict=True), style, marker="o", color=colours[name], label=label)
+    ax.set_xticks(sorted(ns))  # N is a count: integer ticks only
     ax.set_xlabel("number of candidates N")
     ax.set_ylabel("accuracy (%)")
     ax.set_title("Accuracy against N")
@@ -268,21 +291,35 @@ def _delta_rstd(methods: dict[str, Any], name: str) -> float | None:
 
 
 def _table5_html(runs: list[dict[str, Any]]) -> str:
-    """Table 5's layout: per run, Acc of vanilla, PurAttn, LAD and LAD's ΔRStd."""
+    """Table 5's layout: per run, Acc of vanilla, PurAttn, LAD and LAD's ΔRStd; a method a run
+    did not score is a dash, and a note under the table names the run and the flag."""
     shown = ("vanilla", "attn-purified", "lad")
     rows = [
         "<tr><th>run</th><th>Vanilla ↑</th><th>PurAttn ↑</th><th>LAD ↑</th><th>ΔRStd ↓</th></tr>"
     ]
+    notes = []
     for run in runs:
         methods = run["metrics"]["methods"]
-        if not all(m in methods for m in shown):
+        if not any(m in methods for m in shown):
             continue
-        cells = "".join(f"<td>{methods[m]['acc']:.1f}</td>" for m in shown)
-        delta = _delta_rstd(methods, "lad")
-        rows.append(
-            f"<tr><td>{html.escape(Path(run['dir']).name)}</td>{cells}<td>{delta:+.1f}</td></tr>"
+        cells = "".join(
+            f"<td>{methods[m]['acc']:.1f}</td>" if m in methods else "<td>–</td>" for m in shown
         )
-    return "<table>" + "".join(rows) + "</table>" if len(rows) > 1 else ""
+        delta = _delta_rstd(methods, "lad")
+        name = html.escape(Path(run["dir"]).name)
+        rows.append(
+            f"<tr><td>{name}</td>{cells}<td>{'–' if delta is None else f'{delta:+.1f}'}</td></tr>"
+        )
+        absent = [m for m in shown if m not in methods]
+        if absent:
+            notes.append(
+                f"{name} has no {', '.join(absent)}: rerun it with lad eval --methods "
+                f"{','.join(dict.fromkeys([*methods, *absent]))} (the stored records are rescored)"
+            )
+    if len(rows) == 1:
+        return ""
+    table = "<table>" + "".join(rows) + "</table>"
+    return table + "".join(f"<p>{note}</p>" for note in notes)
 
 
 def _table_html(metrics: dict[str, Any]) -> str:

@@ -306,8 +306,11 @@ def run_stage(
     desc: str,
     quiet: bool = False,
     world: World | None = None,
+    acc_label: str | None = "vanilla acc",
 ) -> RecordSet:
     """Make the records of `requests` that `path` does not hold yet; return all of them.
+    The progress bar shows the running accuracy of the records' argmax as `acc_label` (None:
+    not shown, for records whose prediction is not that argmax).
 
     `make_records(requests)` yields one record per request, in order (it loads the model only
     when called, so a finished stage never touches it).
@@ -319,7 +322,7 @@ def run_stage(
     _check_shards(path, world.size, len(requests))
 
     def make(mine: Sequence[Request], into: Path, where: str) -> None:
-        _append_records(into, mine, make_records, batch_size, where, quiet)
+        _append_records(into, mine, make_records, batch_size, where, quiet, acc_label)
 
     if world.size == 1:
         make(requests, path, desc)
@@ -342,6 +345,7 @@ def _append_records(
     batch_size: int,
     desc: str,
     quiet: bool,
+    acc_label: str | None = "vanilla acc",
 ) -> None:
     start = resume_point(path, requests, batch_size)
     if start == len(requests):
@@ -355,7 +359,8 @@ def _append_records(
         for done, rec in enumerate(made, 1):
             writer.write(rec)
             correct += int(np.argmax(rec.logprobs) == rec.answer)
-            bar.set_postfix_str(f"vanilla acc {100 * correct / done:.1f}%", refresh=False)
+            if acc_label:
+                bar.set_postfix_str(f"{acc_label} {100 * correct / done:.1f}%", refresh=False)
             bar.update()
 
 

@@ -64,12 +64,16 @@ def run_stage(
     desc: str,
     world: World | None = None,
     kind: Stage | None = None,
+    acc_label: str | None = None,
 ) -> RecordSet:
     """Make the records of `requests` that `path` does not hold yet (lad.rundir); return all.
-    `kind` says how (default: the vanilla prompt); see `Stage`."""
+    `kind` says how (default: the vanilla prompt); see `Stage`. The progress bar's running
+    accuracy is `acc_label` (default: what the stage's records predict, none for replies)."""
+    kind = kind or Stage()
+    acc_label = acc_label or acc_label_for(kind)
 
     def make(todo: Sequence[Request]) -> Iterator[Record]:
-        return _stage_records(make_backend(), todo, config, kind or Stage())
+        return _stage_records(make_backend(), todo, config, kind)
 
     return rundir.run_stage(
         path,
@@ -79,7 +83,16 @@ def run_stage(
         desc=desc,
         quiet=config.quiet,
         world=world,
+        acc_label=acc_label,
     )
+
+
+def acc_label_for(kind: Stage) -> str | None:
+    """What the argmax of a stage's records is: vanilla's or SoFA's choice; nothing for the
+    generation baselines, whose choice is the parsed reply."""
+    if kind.template != "vanilla":
+        return None
+    return "vanilla acc" if kind.sofa_sigma is None else "sofa acc"
 
 
 def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> Iterator[Record]:

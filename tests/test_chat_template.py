@@ -1,6 +1,6 @@
 """Labels and prompts as each chat template writes them, on invented templates (no real files).
 
-The reply rule (DESIGN.md "Candidate probability"): a label's tokens run from the end of the
+The reply rule (docs/backends.md "Exact labels"): a label's tokens run from the end of the
 generation prompt through the label, as the template renders an assistant turn whose content is
 the label, then the token the template writes after it. A template that cannot prompt (a base
 checkpoint's) is an error naming the model, and `--chat-template FILE` replaces it.

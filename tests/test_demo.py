@@ -36,7 +36,9 @@ def test_training_help_names_the_command(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     assert exc.value.code == 0
-    assert "python -m lad.demo.train --out lad/demo/model" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "python -m lad.demo.train --out runs/demo-model" in out
+    assert "python -m lad.demo.train --out lad/demo/model --replace-shipped-model" in out
 
 
 def test_bad_training_argument_is_an_error(capsys, tmp_path):

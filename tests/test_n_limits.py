@@ -55,6 +55,6 @@ def test_eval_names_the_schemes_that_can_before_any_model_work(tmp_path, capsys)
     args = ["eval", "--data", str(data), "-n", "13", "--calibration-data", str(calibration)]
     assert main([*args, "--labels", "digits", "--out", str(out), "--quiet"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("Error: The 'digits' label scheme supports 1 to 12 candidates. Got 13")
+    assert err.startswith("Error: --labels digits names 1 to 12 candidates, but N = 13")
     assert "for N = 13 use --labels upper or lower" in err
     assert not out.exists()  # refused before the run directory or the model

@@ -54,8 +54,10 @@ def data(tmp_path_factory) -> Path:
 
 
 def _parsed_config(monkeypatch, argv: list[str]) -> EvalConfig:
-    """The EvalConfig `lad eval argv` would run, without running it."""
+    """The EvalConfig `lad eval argv` would run, without running it (for a hub model of the
+    official code's size: the demo model's 4 layers would refuse the preset's 21..35)."""
     seen = []
+    argv = ["--model", "Qwen/Qwen2.5-VL-3B-Instruct", *argv]
 
     def capture(config, out):
         seen.append(config)
@@ -190,7 +192,9 @@ def test_calibration_on_evaluation_items_is_refused_with_another_calibration_sou
 def test_a_layer_range_past_the_model_is_refused_before_any_record(qwen, data, tmp_path, capsys):
     out = tmp_path / "run"
     assert _eval(qwen, data, out, "--preset", "official") == 1
-    assert "starts past the last layer: the model has L = 2" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith(
+        "Error: --preset official: Eq. 9 would search decoder layers 21..35, but "
+    )
     assert not (out / "calibration.jsonl").exists()
 
 
@@ -345,7 +349,9 @@ def test_predict_with_the_preset_and_the_official_runs_calibration(
     assert len(official["posterior"]) == N and set(official["layers"]) <= {0, 1}
     # Without the preset the prompt lacks its final space: the fingerprint refuses the calibration.
     assert main([*argv, "--image-size", "336"]) == 1
-    assert "prompt_sha256" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the calibration's prompt is the official code's prompt (--preset official), but " in err
+    assert "this query's is the paper's caption prompt" in err
     # The official prompt as a template file: Eq. 1's average is then the calibration's own, and
     # stating another is refused.
     template = tmp_path / "official.txt"

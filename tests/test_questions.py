@@ -218,7 +218,7 @@ def _reply_tokens(processor, messages: list[dict], label: str) -> tuple[list[int
 
 def _brute_force(backend, images: list, text: str, labels: list[str]) -> np.ndarray:
     """log P(c_k|x) with one full forward (no cache) per label prefix and a softmax restricted to
-    the tokens that may follow it (DESIGN.md, "Candidate probability"). Only the model, its
+    the tokens that may follow it (docs/backends.md, "Exact labels"). Only the model, its
     processor and the architecture's image options (tiling) are taken from the backend."""
     from PIL import Image
 
@@ -313,7 +313,9 @@ def test_a_calibration_from_another_template_is_refused(qwen, tmp_path, capsys, 
     mine = "Which picture shows {query}? Choose {first} to {last}.\nAnswer:"
     given = {**common, "calibration": paper_cal, "prompt_template": mine}
     with pytest.raises(
-        CalibrationError, match=r"calibration.json: the calibration's prompt_sha256"
+        CalibrationError,
+        match=r"calibration.json: the calibration's prompt is the paper's caption prompt .*, but "
+        r"the records' is a prompt template of one's own",
     ):
         evaluate(EvalConfig(**given), tmp_path / "mine")
     assert not (tmp_path / "mine" / "records.jsonl").exists()  # refused before any model work
@@ -334,7 +336,9 @@ def test_a_calibration_from_another_template_is_refused(qwen, tmp_path, capsys, 
     args += ["--device", "cpu", "--quiet", "--methods", "vanilla,lad"]
     args += ["--prompt-template", str(path)]
     assert main([*args, "--calibration", paper_cal, "--out", str(tmp_path / "cli")]) == 1
-    assert "prompt_sha256" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the calibration's prompt is the paper's caption prompt" in err
+    assert "but the records' is a prompt template of one's own (--prompt-template" in err
     ok = ["--calibration", paper_cal, "--no-calibration-check", "--out", str(tmp_path / "cli")]
     assert main([*args, *ok]) == 0
     own = ["--calibration-data", cal_data, "--calibration-items", "1"]
@@ -397,7 +401,11 @@ def test_predict_question_end_to_end(qwen, questions, tmp_path, capsys):
     assert f"question: {FORGED}" in capsys.readouterr().out
     # The calibration was fitted under the question template: a caption is refused.
     assert main([*asked, "--query", "a red circle", *images]) == 1
-    assert "prompt_sha256" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the calibration's prompt is the question prompt" in err
+    assert "but this query's is the paper's caption prompt" in err
+    assert "captions need a calibration made on captions" in err
+    assert "(--no-calibration-check)" in err and "sha256" not in err.lower()
     with pytest.raises(SystemExit):
         main([*asked, *images])  # neither --query nor --question
 
@@ -417,7 +425,11 @@ def test_debiaser_predicts_questions_under_a_custom_template(qwen, questions, as
     plain = Debiaser(qwen, labels="image-ordinals", device="cpu").fit(items)
     strict = Debiaser(qwen, labels="image-ordinals", device="cpu", prompt_template=mine)
     strict.calibration_ = plain.calibration_
-    with pytest.raises(CalibrationError, match="prompt_sha256"):
+    with pytest.raises(
+        CalibrationError,
+        match=r"prompt is the question prompt .*, but this query's is a prompt template of one's "
+        r"own .*\(check_calibration=False\)$",
+    ):
         strict.predict(question=FORGED, images=items[0].images)
     strict.check_calibration = False
     assert strict.predict(question=FORGED, images=items[0].images).question
@@ -454,4 +466,7 @@ def test_metrics_and_report_give_table_5s_columns(tmp_path):
     del metrics["methods"]["attn-purified"]
     (runs[1] / "metrics.json").write_text(json.dumps(metrics))
     page = write_report(runs, tmp_path / "report").read_text()
-    assert "<td>forgery</td>" in page and "<td>emotion</td><td>" not in page
+    # A run without attn-purified keeps its row, with a dash and a note saying how to add it.
+    assert "<tr><td>forgery</td><td>75.0</td><td>50.0</td><td>100.0</td><td>-35.4</td>" in page
+    assert "<tr><td>emotion</td><td>75.0</td><td>–</td><td>100.0</td><td>-35.4</td>" in page
+    assert "emotion has no attn-purified: rerun it with lad eval --methods " in page

@@ -33,6 +33,7 @@ from lad.backends.prompting import (
     reply_tokens,
 )
 from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
+from lad.backends.threads import set_cpu_threads
 from lad.data.items import Item
 from lad.errors import BackendError
 from lad.labels import LabelScheme
@@ -123,7 +124,8 @@ def load_backend(
     image_size: int | None = None,
     chat_template: str | Path | None = None,
 ) -> Backend:
-    """Load a hub id or local checkpoint; its language decoder runs through the capture function.
+    """Load a hub id or local checkpoint, or "demo" (lad's embedded demo model, as everywhere
+    else); its language decoder runs through the capture function.
 
     image_options: processor options over the architecture's defaults (Arch.processor_options);
     image_size: resize every picture to this square (bicubic) before the processor.
@@ -132,6 +134,9 @@ def load_backend(
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
+    from lad.config import resolve_model
+
+    model = resolve_model(model)
     check_model_path(model)
     template = _read_chat_template(chat_template)
     cap.register()
@@ -170,6 +175,8 @@ def load_backend(
     if arch.packed_vision:
         vision.use_packed_vision(net)
     net = (net if spread else net.to(dev)).eval()
+    if dev.type == "cpu":
+        set_cpu_threads()  # the cores free now, not all of them (lad.backends.threads)
     return Backend(str(model), net, processor, arch, options, image_size=image_size)
 
 

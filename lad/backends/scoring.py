@@ -1,4 +1,4 @@
-"""Exact label scoring (DESIGN.md "Candidate probability", paper Appendix B).
+"""Exact label scoring (docs/backends.md "Exact labels", paper Appendix B).
 
 log P(c_k|x) is the sum, over the steps of c_k's tokens, of a softmax restricted to the tokens that
 can validly come next (a trie of all labels' tokenisations); where a label is complete at a node

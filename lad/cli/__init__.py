@@ -18,7 +18,11 @@ COMMAND_MODULES = ("run", "score", "ablate", "data", "demo")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lad",
-        description="Remove position bias from multimodal LLMs that choose among N images.",
+        description="Remove position bias from multimodal LLMs that choose among N images.\n"
+        "Each command has --help with an example (lad eval --help).",
+        epilog="example:\n  lad eval   # lad's demo model on the shapes benchmark, on CPU; "
+        "writes runs/default",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:

@@ -4,82 +4,107 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from lad.cli.flags import add_calibration_check_flag, add_lad_flags, resolved
+from lad.cli.flags import (
+    add_calibration_check_flag,
+    add_lad_flags,
+    command,
+    resolved,
+    temperature,
+    whole,
+)
 from lad.errors import LadError
 
 
-def _list(kind: type, text: str) -> tuple:
+def _list(kind: str, parse: Callable[[str], Any], text: str) -> tuple:
+    """Comma-separated values of `kind` ("int", "float", "str"), each read by `parse` (which
+    may refuse a value out of range with an error naming its flag)."""
     try:
-        values = tuple(kind(x) for x in text.split(",") if x.strip())
-    except ValueError:
+        values = tuple(parse(x) for x in text.split(",") if x.strip())
+    except (ValueError, argparse.ArgumentTypeError):
         raise argparse.ArgumentTypeError(
-            f"expected comma-separated {kind.__name__}s, got {text!r}"
+            f"expected comma-separated {kind}s, got {text!r}"
         ) from None
     if not values:
         raise argparse.ArgumentTypeError(f"expected at least one value, got {text!r}")
     return values
 
 
-def _names(text: str) -> tuple[str, ...]:
-    from lad.ablate.runs import ANALYSIS_FILES
+def _whole_list(flag: str) -> Callable[[str], tuple[int, ...]]:
+    return lambda text: _list("int", whole(1, flag), text)
 
-    names = _list(str, text)
-    unknown = [n for n in names if n not in ANALYSIS_FILES]
+
+# lad.ablate.ANALYSIS_FILES' keys, in its order (a test keeps them equal): named here so that
+# `lad --help` need not import lad.ablate and its plotting.
+ANALYSES = ("fig5", "table3", "table4", "fig6a", "fig6b", "table7", "table8")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = _list("str", str, text)
+    unknown = [n for n in names if n not in ANALYSES]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown {unknown}; analyses: {','.join(ANALYSIS_FILES)}")
+        raise argparse.ArgumentTypeError(f"unknown {unknown}; analyses: {','.join(ANALYSES)}")
     return names
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lad.ablate.runs import ANALYSIS_FILES
-
-    p = subparsers.add_parser(
+    p = command(
+        subparsers,
         "ablate",
-        help="the paper's ablations, sweeps, transfer and cost from finished runs",
-        description="From the stored records of finished lad eval runs (no model needed), write "
-        "the paper's analyses: Figure 5 (accuracy against N, runs of several N), Table 3 "
+        "the paper's ablations, sweeps, transfer and cost from finished runs",
+        "From the stored records of finished lad eval runs (no model needed), write the "
+        "paper's analyses: Figure 5 (accuracy against N, runs of several N), Table 3 "
         "(calibration transfer between runs), Table 4 (ablation), Figure 6(a) (|D_cal|, from a "
         "run made with --calibration-items 100), Figure 6(b) (τ), Table 7 (divergence by "
         "position), Table 8 (cost, with perm-avg and sofa records). Each as Markdown, JSON and "
         "a PNG, with index.html; what the runs cannot support is listed with the flag that "
         "would make it possible.",
-        epilog="example:\n  lad eval --calibration-items 100 --out runs/n4\n"
-        "  lad eval -n 8 --out runs/n8\n  lad ablate runs/n4 runs/n8 --out runs/ablate",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "lad eval --calibration-items 100 --out runs/n4",
+        "lad eval -n 8 --out runs/n8",
+        "lad ablate runs/n4 runs/n8 --out runs/ablate",
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directories made by lad eval")
     p.add_argument("--out", help="folder to write (default: RUN/ablate for one run)")
     p.add_argument(
+        "--analyses",
         "--only",
+        dest="only",
         type=_names,
-        help=f"comma-separated analyses of {','.join(ANALYSIS_FILES)} (default: all)",
+        metavar="A1,A2",
+        help=f"comma-separated analyses of {','.join(ANALYSES)} (default: all)",
     )
     add_lad_flags(p)
     p.add_argument(
-        "--ks", type=lambda t: _list(int, t), default=(1, 2, 4, 8), help="K of Table 4's rows"
+        "--ks",
+        type=_whole_list("--ks"),
+        default=(1, 2, 4, 8),
+        help="K of Table 4's rows (default: 1,2,4,8)",
     )
     p.add_argument(
         "--sizes",
-        type=lambda t: _list(int, t),
+        type=_whole_list("--sizes"),
         default=(1, 5, 10, 20, 50, 100),
-        help="|D_cal| of Figure 6(a) (default 1,5,10,20,50,100)",
+        help="|D_cal| of Figure 6(a) (default: 1,5,10,20,50,100)",
     )
     p.add_argument(
         "--taus",
-        type=lambda t: _list(float, t),
+        type=lambda text: _list("float", temperature("--taus"), text),
         default=(0.0, 1.0, 3.0, 5.0, 7.0, 9.0, math.inf),
-        help="τ of Figure 6(b); 'inf' is the limit (default 0,1,3,5,7,9,inf)",
+        help="τ of Figure 6(b); 'inf' is the limit (default: 0,1,3,5,7,9,inf)",
     )
     p.add_argument(
         "--calibration-items",
-        type=int,
+        type=whole(1, "--calibration-items"),
         help="refit each run's calibration on a seeded random subset of this many of its "
         "calibration items, for all but Figure 6(a) (e.g. 5, the paper's |D_cal|, from a run "
         "made with --calibration-items 100; default: the run's calibration.json)",
     )
-    p.add_argument("--subsets", type=int, default=5, help="calibration subsets per |D_cal|")
+    p.add_argument(
+        "--subsets", type=whole(1, "--subsets"), default=5, help="calibration subsets per |D_cal|"
+    )
     add_calibration_check_flag(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the calibration subsets")
     p.set_defaults(func=_ablate)

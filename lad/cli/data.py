@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lad.cli.flags import HelpFormat, command, whole
 from lad.errors import DataError
 from lad.files import check_not_inputs, check_output_dir, check_output_file
 
@@ -14,9 +15,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "data",
         help="build benchmark items: shapes, MS-COCO, Flickr8k, official files, MMIU, MuirBench, "
         "BLINK",
-        description="Build benchmark items files (DESIGN.md format).",
+        description="Build benchmark items files (the items format: docs/formats.md).",
         epilog="example:\n  lad data shapes --num-candidates 4 --items 100 --out data/shapes",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormat,
     )
     commands = parser.add_subparsers(dest="data_command", required=True, metavar="DATASET")
     _register_shapes(commands)
@@ -29,24 +30,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add(commands: argparse._SubParsersAction, name: str, help_text: str, example: str):
-    return commands.add_parser(
-        name,
-        help=help_text,
-        description=help_text,
-        epilog="example:\n  " + example,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    return command(commands, name, help_text, help_text, example)
 
 
 def _common(p: argparse.ArgumentParser, items_default: int) -> None:
-    p.add_argument("--num-candidates", "-n", type=int, default=4, help="images per item, N")
+    p.add_argument(
+        "--num-candidates",
+        "-n",
+        type=whole(2, "--num-candidates"),
+        default=4,
+        help="images per item, N",
+    )
     p.add_argument(
         "--setting",
         choices=["random", "adversarial"],
         default="random",
-        help="how distractors are chosen (default: random)",
+        help="how distractors are chosen",
     )
-    p.add_argument("--items", type=int, default=items_default, help="number of items")
+    p.add_argument(
+        "--items", type=whole(1, "--items"), default=items_default, help="number of items"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
 
 
@@ -59,8 +62,24 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
         "--seed 0 --out data/shapes-eval",
     )
     _common(p, items_default=100)
-    p.add_argument("--split", choices=["train", "eval", "calibration"], default="eval")
-    p.add_argument("--image-size", type=int, default=64, help="image side in pixels")
+    p.add_argument(
+        "--split",
+        choices=["train", "eval", "calibration"],
+        default="eval",
+        help="which of the benchmark's disjoint item sets to draw",
+    )
+    p.add_argument(
+        "--picture-side",
+        type=whole(1, "--picture-side"),
+        default=64,
+        metavar="PIXELS",
+        help="side of each drawn square picture (not lad eval's --image-size, which resizes "
+        "pictures for the model)",
+    )
+    # The flag's old name, kept working but not shown: it read like lad eval's resize.
+    p.add_argument(
+        "--image-size", type=whole(1, "--image-size"), dest="picture_side", help=argparse.SUPPRESS
+    )
     p.add_argument("--max-shapes", type=int, default=2, help="objects per image, 1 to 4")
     p.add_argument(
         "--position-weights",
@@ -92,7 +111,7 @@ def _run_shapes(args: argparse.Namespace) -> int:
         items=args.items,
         split=args.split,
         seed=args.seed,
-        image_size=args.image_size,
+        image_size=args.picture_side,
         max_shapes=args.max_shapes,
         position_weights=args.position_weights,
     )
@@ -243,7 +262,7 @@ def _register_mmiu(commands: argparse._SubParsersAction) -> None:
         "--calibration-items",
         type=int,
         default=5,
-        help="questions held out to OUT's .calibration.jsonl sibling (default 5)",
+        help="questions held out to OUT's .calibration.jsonl sibling",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
     p.add_argument(

@@ -8,9 +8,51 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
+from collections.abc import Callable
 from typing import Any
 
+from lad.errors import LadError
 from lad.presets import PRESETS, preset_options
+
+
+def whole(minimum: int, flag: str) -> Callable[[str], int]:
+    """An argparse type: a whole number >= minimum. Text that is no number is a usage error
+    ("argument --items: ..."); a number out of range is an `Error: --items must be >= 1` line,
+    as the library's own checks read, so every refusal names its flag."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise LadError(f"{flag} must be >= {minimum}. Got {value}.")
+        return value
+
+    return parse
+
+
+def number(flag: str, low: float, *, closed: bool = True) -> Callable[[str], float]:
+    """An argparse type: a number >= low (> low unless `closed`), 'inf' included; NaN refused."""
+    where = f"{'>=' if closed else '>'} {low:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        inside = low <= value if closed else low < value  # NaN: False
+        if not inside:
+            raise LadError(f"{flag} must be a number {where}. Got {text}.")
+        return value
+
+    return parse
+
+
+def temperature(flag: str = "--tau") -> Callable[[str], float]:
+    """τ of Eq. 12: a number >= 0, or 'inf' for the limit τ → ∞ (π one-hot)."""
+    return number(flag, 0.0)
 
 
 def add_preset_flag(p: argparse.ArgumentParser) -> None:
@@ -35,20 +77,83 @@ class DefaultsOnce(argparse.HelpFormatter):
         return text + " (default: %(default)s)"
 
 
+class HelpFormat(DefaultsOnce, argparse.RawDescriptionHelpFormatter):
+    """Every command's help: its description as written (see `command`), each default once."""
+
+
+def command(
+    subparsers: argparse._SubParsersAction, name: str, short: str, description: str, *examples: str
+) -> argparse.ArgumentParser:
+    """A subcommand whose --help ends in its examples (one command line each)."""
+    text = "\n\n".join(textwrap.fill(part, 79) for part in description.split("\n\n"))
+    return subparsers.add_parser(
+        name,
+        help=short,
+        description=text,
+        epilog="example:\n" + "\n".join(f"  {e}" for e in examples),
+        formatter_class=HelpFormat,
+    )
+
+
+def method_list(text: str) -> tuple[str, ...]:
+    """--methods a,b (also repeated): names of lad.methods.METHODS, checked while parsing."""
+    from lad.methods import METHODS
+
+    names = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in names if m not in METHODS]
+    if unknown or not names:
+        got = ", ".join(unknown) if unknown else "none"
+        raise LadError(f"--methods must name methods of {', '.join(METHODS)}. Got {got}.")
+    return names
+
+
+def methods_given(
+    values: list[tuple[str, ...]] | None, default: tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """The methods of all --methods/--method flags given, in order, each once (else `default`)."""
+    if not values:
+        return default
+    return tuple(dict.fromkeys(m for group in values for m in group))
+
+
+def add_methods_flag(p: argparse.ArgumentParser, default: tuple[str, ...] | None) -> None:
+    """--methods a,b on every command that scores methods; `--method X`, repeatable, is the same
+    flag's older spelling. None: the flag is required."""
+    p.add_argument(
+        "--methods",
+        "--method",
+        dest="methods",
+        type=method_list,
+        action="append",
+        required=default is None,
+        metavar="M1,M2",
+        help="comma-separated method names; the flag may be repeated"
+        + ("" if default is None else f" (default: {','.join(default)})"),
+    )
+
+
 def add_lad_flags(p: argparse.ArgumentParser) -> None:
     """LAD's inference options (§4.3), their official-code variants (with --obs-mean, how a
     calibration is fitted, Eq. 1) and --preset; defaults are the paper's."""
     add_preset_flag(p)
     p.add_argument(
-        "--top-k", type=int, default=2, help="K layers selected by Eq. 9 (default: %(default)s)"
+        "--top-k",
+        type=whole(1, "--top-k"),
+        default=2,
+        help="K layers selected by Eq. 9 (default: %(default)s)",
     )
-    p.add_argument("--tau", type=float, default=5.0, help="τ of Eq. 12 (default: %(default)s)")
+    p.add_argument(
+        "--tau",
+        type=temperature(),
+        default=5.0,
+        help="τ of Eq. 12, >= 0; inf for the limit (default: %(default)s)",
+    )
     p.add_argument(
         "--layer-range",
         type=_layer_range,
         metavar="FIRST,LAST",
-        help="0-based decoder layers Eq. 9 searches, clipped to the model's (default: all; "
-        "official: 21,35)",
+        help="0-based decoder layers Eq. 9 searches; an end past the model's last layer is cut "
+        "to it, a start past it is refused before model work (default: all; official: 21,35)",
     )
     p.add_argument(
         "--mixture",
@@ -76,16 +181,20 @@ def add_image_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("image resolution (define the records)")
     g.add_argument(
         "--image-size",
-        type=int,
+        type=whole(1, "--image-size"),
         metavar="PIXELS",
         help="resize every picture to PIXELS×PIXELS (bicubic) before the processor (default: as "
         "it is; official: 336, 144 tokens per image on Qwen2.5-VL)",
     )
     g.add_argument(
-        "--max-pixels", type=int, help="pixel budget's upper end (Qwen2-VL, Qwen2.5-VL processors)"
+        "--max-pixels",
+        type=whole(1, "--max-pixels"),
+        help="pixel budget's upper end (Qwen2-VL, Qwen2.5-VL processors)",
     )
     g.add_argument(
-        "--min-pixels", type=int, help="pixel budget's lower end (Qwen2-VL, Qwen2.5-VL processors)"
+        "--min-pixels",
+        type=whole(1, "--min-pixels"),
+        help="pixel budget's lower end (Qwen2-VL, Qwen2.5-VL processors)",
     )
     g.add_argument(
         "--image-option",
@@ -121,6 +230,8 @@ def _layer_range(text: str) -> tuple[int, int]:
         first, last = (int(x) for x in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected FIRST,LAST (0-based), got {text!r}") from None
+    if not 0 <= first <= last:
+        raise LadError(f"--layer-range must be FIRST,LAST with 0 <= FIRST <= LAST. Got {text}.")
     return first, last
 
 
@@ -143,4 +254,21 @@ def add_calibration_check_flag(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="use a calibration made with another model, label scheme or prompt template, or "
         "one that does not say which (N and the layer count are still checked)",
+    )
+
+
+def check_layer_range_flag(
+    layer_range: tuple[int, int] | None, num_layers: int | None, args: argparse.Namespace
+) -> None:
+    """Before model work: a --layer-range, stated or set by --preset, must start at one of the
+    model's layers (its end is cut to the last one, as the official code's hooks are). An
+    unknown layer count (a hub id not on disk) is checked once the model is loaded."""
+    if layer_range is None or num_layers is None or layer_range[0] < num_layers:
+        return
+    first, last = layer_range
+    given = "--layer-range" if args.layer_range is not None else f"--preset {args.preset}"
+    raise LadError(
+        f"{given}: Eq. 9 would search decoder layers {first}..{last}, but {args.model} has "
+        f"{num_layers} (0..{num_layers - 1}); pass --layer-range FIRST,LAST within them, e.g. "
+        f"--layer-range 0,{num_layers - 1}"
     )

@@ -10,16 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from lad.cli.flags import (
-    DefaultsOnce,
     add_calibration_check_flag,
     add_image_flags,
     add_lad_flags,
+    add_methods_flag,
     add_obs_mean_flag,
     add_preset_flag,
+    check_layer_range_flag,
+    command,
     image_options,
+    methods_given,
+    number,
     resolved,
+    whole,
 )
-from lad.errors import LadError
+from lad.errors import CalibrationError, LadError
 from lad.files import check_not_inputs, check_output_dir, check_output_file
 from lad.labels import LABEL_SCHEMES
 
@@ -35,19 +40,24 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
         "--model",
         default=default,
         required=default is None,
-        help="hub id or local path of a supported model, or 'demo' (default: %(default)s)",
+        help="hub id or local path of a supported model, or 'demo' (lad's embedded demo model)",
     )
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument(
-        "--device", default="auto", help="auto, cpu, cuda, cuda:1 (default: %(default)s)"
+        "--dtype",
+        default="auto",
+        choices=["auto", "bfloat16", "float16", "float32"],
+        help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
     )
-    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
     p.add_argument(
         "--labels",
         default="digits",
         choices=list(LABEL_SCHEMES),
-        help="how positions are named in the prompt and answer (default: %(default)s)",
+        help="how positions are named in the prompt and answer",
     )
-    p.add_argument("--batch-size", type=int, default=4, help="prompts per forward pass")
+    p.add_argument(
+        "--batch-size", type=whole(1, "--batch-size"), default=4, help="prompts per forward pass"
+    )
     p.add_argument(
         "--prompt-template",
         metavar="FILE",
@@ -62,6 +72,15 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
         metavar="FILE",
         help="Jinja chat template to use instead of the checkpoint's own (e.g. for a base model "
         "whose template ignores images)",
+    )
+
+
+def _quiet_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress bars (lad's and transformers' loading bars)",
     )
 
 
@@ -87,29 +106,43 @@ def _prompt(values: dict[str, Any]) -> Any:
     return None if text is None else PromptTemplate(text)
 
 
-def _methods(text: str) -> tuple[str, ...]:
-    return tuple(m.strip() for m in text.split(",") if m.strip())
-
-
 def _sigma(text: str) -> float | str:
     if text == "auto":
         return text
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected a number in [0, 1] or 'auto', got {text!r}"
         ) from None
+    if not 0 <= value <= 1:
+        raise LadError(f"--sofa-sigma must be a number in [0, 1] or 'auto'. Got {text}.")
+    return value
 
 
 def _baseline_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("baselines (docs/baselines.md)")
     g.add_argument(
-        "--max-new-tokens", type=int, default=1024, help="reply length limit (instruction, cot, sc)"
+        "--max-new-tokens",
+        type=whole(1, "--max-new-tokens"),
+        default=1024,
+        help="reply length limit (instruction, cot, self-consistency)",
     )
-    g.add_argument("--sc-samples", type=int, default=10, help="self-consistency paths")
-    g.add_argument("--sc-temperature", type=float, default=0.7, help="self-consistency sampling")
-    g.add_argument("--sc-top-k", type=int, default=40, help="self-consistency top-k")
+    g.add_argument(
+        "--sc-samples", type=whole(1, "--sc-samples"), default=10, help="self-consistency paths"
+    )
+    g.add_argument(
+        "--sc-temperature",
+        type=number("--sc-temperature", 0.0, closed=False),
+        default=0.7,
+        help="self-consistency sampling temperature, > 0",
+    )
+    g.add_argument(
+        "--sc-top-k",
+        type=whole(0, "--sc-top-k"),
+        default=40,
+        help="self-consistency top-k (0: all tokens)",
+    )
     g.add_argument(
         "--sofa-sigma",
         type=_sigma,
@@ -126,19 +159,25 @@ def _baseline_flags(p: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lad.config import DEFAULT_METHODS
 
-    p = subparsers.add_parser(
+    p = command(
+        subparsers,
         "eval",
-        help="calibrate, evaluate, score, report: one run directory",
-        description="Run a model on a benchmark under T shuffles, calibrate on held-out items, "
-        "score every method, and write records, metrics and a report into --out. Resumes an "
-        "interrupted run. Methods: vanilla, pride, lad, attn, attn-purified, perm-avg, "
-        "instruction, cot, self-consistency, sofa. "
-        "Example: lad eval --num-candidates 8 --out runs/demo-n8",
-        formatter_class=DefaultsOnce,
+        "calibrate, evaluate, score, report: one run directory",
+        "Run a model on a benchmark under T shuffles, calibrate on held-out items, score every "
+        "method, and write records, metrics and a report into --out. Resumes an interrupted "
+        "run. Methods: vanilla, pride, lad, attn, attn-purified, perm-avg, instruction, cot, "
+        "self-consistency, sofa.",
+        "lad eval --num-candidates 8 --out runs/demo-n8",
     )
     _model_flags(p)
     p.add_argument("--data", default="shapes", help="items .jsonl file, or 'shapes'")
-    p.add_argument("--num-candidates", "-n", type=int, default=4, help="N images per query")
+    p.add_argument(
+        "--num-candidates",
+        "-n",
+        type=whole(2, "--num-candidates"),
+        default=4,
+        help="N images per query",
+    )
     p.add_argument(
         "--setting",
         default="random",
@@ -147,7 +186,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--items",
-        type=int,
+        type=whole(1, "--items"),
         default=None,
         help="evaluation items (default: all; 100 for shapes)",
     )
@@ -156,7 +195,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cal.add_argument("--calibration", default=None, help="a saved calibration.json")
     p.add_argument(
         "--calibration-items",
-        type=int,
+        type=whole(1, "--calibration-items"),
         default=5,
         help="|D_cal|; calibration.jsonl keeps them all, so lad ablate can draw subsets",
     )
@@ -167,54 +206,60 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="calibration items held out from --data (paper; default) or the first "
         "--calibration-items evaluation items, scored too (official code; warns)",
     )
-    p.add_argument(
-        "--methods",
-        type=_methods,
-        default=DEFAULT_METHODS,
-        help=f"comma-separated method names (default: {','.join(DEFAULT_METHODS)})",
-    )
+    add_methods_flag(p, DEFAULT_METHODS)
     shown = p.add_mutually_exclusive_group()
-    shown.add_argument("--num-shuffles", type=int, default=5, help="T orderings per item")
+    shown.add_argument(
+        "--num-shuffles", type=whole(1, "--num-shuffles"), default=5, help="T orderings per item"
+    )
     shown.add_argument(
         "--orders",
         metavar="FILE",
         default=None,
         help="jsonl of {item, order}: evaluate exactly these orderings (a records.jsonl works)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the shuffles and of the shapes benchmark"
+    )
     add_lad_flags(p)
     add_calibration_check_flag(p)
     add_image_flags(p)
     _baseline_flags(p)
     p.add_argument("--out", default="runs/default", help="run directory")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    _quiet_flag(p)
     p.set_defaults(func=_eval)
 
-    p = subparsers.add_parser(
+    p = command(
+        subparsers,
         "calibrate",
-        help="fit a calibration.json from a few items (§4.2)",
-        description="Run the symmetrised calibration set (every item under all N cyclic shifts) "
-        "and fit the bias matrix and attention prior. The records are kept beside the output. "
-        "Example: lad calibrate --model demo --data cal.jsonl --out calibration.json",
+        "fit a calibration.json from a few items (§4.2)",
+        "Run the symmetrised calibration set (every item under all N cyclic shifts) and fit "
+        "the bias matrix and attention prior. The records are kept beside the output.",
+        "lad calibrate --model demo --data cal.jsonl --out calibration.json",
     )
     _model_flags(p)
     p.add_argument("--data", required=True, help="items .jsonl file")
-    p.add_argument("--items", type=int, default=5, help="how many items of --data to use")
+    p.add_argument(
+        "--items", type=whole(1, "--items"), default=5, help="how many items of --data to use"
+    )
     add_preset_flag(p)
     add_obs_mean_flag(p)
     add_image_flags(p)
     p.add_argument("--out", required=True, help="calibration.json to write")
-    p.add_argument("--quiet", "-q", action="store_true")
+    _quiet_flag(p)
     p.set_defaults(func=_calibrate)
 
-    p = subparsers.add_parser(
+    p = command(
+        subparsers,
         "predict",
-        help="debias one multi-image choice",
-        description="Ask the model which image matches a query (or answers a question of your "
-        "own), and debias the answer with a calibration fitted under the same prompt. Example: "
-        "lad predict --calibration calibration.json --query 'a red circle' a.png b.png c.png "
-        "d.png; lad predict --calibration mmiu-cal.json --labels image-ordinals --question "
-        "'Which image is most likely to be a fake photograph?' a.jpg b.jpg c.jpg d.jpg",
+        "debias one multi-image choice",
+        "Ask the model which image matches a query (or answers a question of your own), and "
+        "debias the answer with a calibration fitted under the same prompt. Positions are "
+        "1-based in the text output, 0-based with --json.",
+        "lad predict --calibration runs/default/calibration.json --query 'a red circle' "
+        "a.png b.png c.png d.png",
+        "lad predict --model llava-hf/llava-onevision-qwen2-7b-ov-hf --calibration mmiu-cal.json "
+        "--labels image-ordinals --question 'Which image is most likely to be a fake "
+        "photograph?' a.jpg b.jpg c.jpg d.jpg",
     )
     _model_flags(p)
     p.add_argument("--calibration", required=True, help="calibration.json from lad calibrate/eval")
@@ -225,22 +270,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_lad_flags(p)
     add_calibration_check_flag(p)
     add_image_flags(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (positions 0-based)")
+    _quiet_flag(p)
     p.set_defaults(func=_predict)
 
-    p = subparsers.add_parser(
+    p = command(
+        subparsers,
         "report",
-        help="HTML report with figures for run directories",
-        description="Write an HTML page with PNG figures for one or more finished runs (runs "
-        "that differ in N also get accuracy against N). Example: lad report runs/n4 runs/n8",
+        "HTML report with figures for run directories",
+        "Write an HTML page with PNG figures for one or more finished runs (runs that differ "
+        "in N also get accuracy against N, one line per method and setting).",
+        "lad report runs/n4 runs/n8 --out runs/report",
     )
     p.add_argument("runs", nargs="+", help="run directories")
-    p.add_argument("--out", default=None, help="folder (default: RUN/report for one run)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="folder to write (default: RUN/report for one run; ./report for several)",
+    )
     p.set_defaults(func=_report)
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from lad.config import EvalConfig
+    from lad.config import DEFAULT_METHODS, EvalConfig
     from lad.evaluate import evaluate
 
     if (args.calibration_data or args.calibration) and args.calibrate_on is None:
@@ -260,7 +312,7 @@ def _eval(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         device=args.device,
         dtype=args.dtype,
-        methods=args.methods,
+        methods=methods_given(args.methods, DEFAULT_METHODS),
         top_k=args.top_k,
         tau=args.tau,
         quiet=args.quiet,
@@ -276,6 +328,10 @@ def _eval(args: argparse.Namespace) -> int:
         **_options(args, EVAL_PRESET),
         chat_template=args.chat_template,
     )
+    from lad.config import resolve_model
+    from lad.preflight import model_num_layers
+
+    check_layer_range_flag(config.layer_range, model_num_layers(resolve_model(config.model)), args)
     if config.calibrate_on == "evaluation":
         print(
             f"Warning: calibrating on the first {config.calibration_items} evaluation items, "
@@ -350,8 +406,19 @@ def _predict(args: argparse.Namespace) -> int:
         image_options=image_options(args),
         **values,
         chat_template=args.chat_template,
+        quiet=args.quiet,
     ).load(args.calibration)
-    choice = debiaser.predict(args.query, args.images, question=args.question)
+    from lad.preflight import check_top_k
+
+    layers = debiaser.calibration_.num_layers  # the model's, as far as can be known before it loads
+    check_top_k(args.top_k, layers, f"the calibration {args.calibration}")
+    check_layer_range_flag(values.get("layer_range"), layers, args)
+    try:
+        choice = debiaser.predict(args.query, args.images, question=args.question)
+    except CalibrationError as e:  # the API's name for the switch, as this command spells it
+        raise CalibrationError(
+            str(e).replace("check_calibration=False", "--no-calibration-check")
+        ) from None
     if args.json:
         print(json.dumps(choice.to_dict(), indent=2))
         return 0

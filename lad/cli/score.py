@@ -6,11 +6,11 @@ import argparse
 import json
 
 from lad.calibrate import Calibration
-from lad.cli.flags import add_lad_flags, resolved
+from lad.cli.flags import add_lad_flags, add_methods_flag, command, methods_given, resolved
 from lad.errors import LadError
 from lad.files import check_not_inputs, check_output_file, write_text
 from lad.labels import LABEL_SCHEMES
-from lad.methods import METHODS, MethodOptions, choose
+from lad.methods import MethodOptions, choose
 from lad.metrics import compute_metrics, format_table
 from lad.records import (
     predictions_by_method,
@@ -26,18 +26,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_metrics(subparsers)
 
 
-def _parser(
-    subparsers, name: str, short: str, description: str, example: str
-) -> argparse.ArgumentParser:
-    return subparsers.add_parser(
-        name,
-        help=short,
-        description=description,
-        epilog="example:\n  " + example,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-
-
 def _layers(text: str) -> str | tuple[int, ...]:
     if text in ("top-k", "all"):
         return text
@@ -50,31 +38,25 @@ def _layers(text: str) -> str | tuple[int, ...]:
 
 
 def _register_score(subparsers: argparse._SubParsersAction) -> None:
-    p = _parser(
+    p = command(
         subparsers,
         "score",
         "score stored records with methods, write predictions",
         "Score stored records with one or more methods and write predictions.jsonl.",
-        "lad score --records run/records.jsonl --calibration-records run/calibration.jsonl "
-        "--method vanilla --method lad --out run/predictions.jsonl",
+        "lad score --records runs/default/records.jsonl --calibration-records "
+        "runs/default/calibration.jsonl --methods vanilla,lad --out predictions.jsonl",
     )
     p.add_argument("--records", required=True, help="evaluation records (.jsonl or .parquet)")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--calibration-records", help="calibration records to fit (§4.2)")
     source.add_argument("--calibration", help="a calibration.json fitted earlier")
-    p.add_argument(
-        "--method",
-        action="append",
-        required=True,
-        choices=list(METHODS),
-        help="method to score; repeat for several",
-    )
+    add_methods_flag(p, None)
     add_lad_flags(p)
     p.add_argument(
         "--layers",
         type=_layers,
         default="top-k",
-        help="top-k (default), all, or comma-separated 0-based layer indices",
+        help="top-k (Eq. 9), all, or comma-separated 0-based layer indices",
     )
     p.add_argument("--no-prior", action="store_true", help="do not divide by the attention prior")
     p.add_argument("--perm-records", help="each item under all N cyclic shifts (for perm-avg)")
@@ -128,24 +110,26 @@ def run_score(args: argparse.Namespace) -> int:
             raise LadError("--save-calibration needs --calibration-records to fit one")
         calibration.save(args.save_calibration)
     perm = read_records(args.perm_records) if args.perm_records else None
-    methods = list(dict.fromkeys(args.method))
+    methods = list(methods_given(args.methods))
     chosen, written = {}, []
     for method in methods:  # generation methods choose -1 for an unparseable reply
         scores, chosen[method] = choose(method, records, calibration, options, perm)
         written += predictions_for(records, method, scores, chosen[method])
     write_predictions(args.out, written)
     print(format_table(compute_metrics(records, chosen)))
-    print(f"written: {args.out} ({len(records)} records × {len(methods)} methods)")
+    count = f"{len(methods)} method{'s' if len(methods) > 1 else ''}"
+    print(f"written: {args.out} ({len(records)} records × {count})")
     return 0
 
 
 def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
-    p = _parser(
+    p = command(
         subparsers,
         "metrics",
         "Acc, RStd, Cons. of predictions",
         "Acc ± std, RStd, Cons. (§5.2) of predictions against their records.",
-        "lad metrics --records run/records.jsonl --predictions run/predictions.jsonl --json",
+        "lad metrics --records runs/default/records.jsonl --predictions "
+        "runs/default/predictions.jsonl --json",
     )
     p.add_argument("--records", required=True, help="evaluation records (.jsonl or .parquet)")
     p.add_argument("--predictions", required=True, help="predictions.jsonl from lad score")

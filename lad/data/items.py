@@ -1,7 +1,7 @@
-"""Benchmark items (DESIGN.md): `{"id", "query", "images", "answer"}` per jsonl line, and the
+"""Benchmark items (docs/formats.md): `{"id", "query", "images", "answer"}` per jsonl line, and the
 orderings each item is shown in.
 
-Optional (additive to DESIGN.md's contract): `"question": str`, a multi-image question of the
+Optional (docs/formats.md): `"question": str`, a multi-image question of the
 item's own ("Which image is most likely to be a fake photograph?"). When present it is what the
 prompt asks, with the question variant of the template (lad.prompts), instead of asking to match
 the caption; `query` stays required (`lad data mmiu` writes the question there too).

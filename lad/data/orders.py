@@ -2,9 +2,10 @@
 used, instead of lad's seeded shuffles.
 
 The file is jsonl, one line per (item, ordering): `{"item": str, "order": [int]*N}`, where
-`order[p]` indexes the item's `images` shown at position p (the record's `order`, DESIGN.md). An
-item's orderings are numbered 0, 1, … in file order, or by an `"ordering"` int when every line
-has one. Other keys are ignored, so a lad `records.jsonl` is itself an orders file.
+`order[p]` indexes the item's `images` shown at position p (the record's `order`,
+docs/formats.md). An item's orderings are numbered 0, 1, … in file order, or by an `"ordering"`
+int when every line has one. Other keys are ignored, so a lad `records.jsonl` is itself an
+orders file.
 """
 
 from __future__ import annotations

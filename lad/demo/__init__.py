@@ -1,7 +1,7 @@
 """lad's embedded demo model: a tiny Qwen2-VL trained here on the shapes benchmark.
 
 `lad eval --model demo` (the default) loads it from `demo_model_path()`; docs/demo-model.md is its
-model card and `python -m lad.demo.train --out lad/demo/model` retrains it.
+model card and `python -m lad.demo.train --out lad/demo/model --replace-shipped-model` retrains it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ def demo_model_path() -> Path:
     if missing:
         raise BackendError(
             f"the demo model's weights are missing from {MODEL_DIR} (no {', '.join(missing)}). "
-            "Reinstall lad, or retrain them with: python -m lad.demo.train --out " + str(MODEL_DIR)
+            "Reinstall lad, or retrain them with: python -m lad.demo.train --out "
+            + str(MODEL_DIR)
+            + " --replace-shipped-model"
         )
     return MODEL_DIR

@@ -32,7 +32,13 @@ from lad.backends.prompting import (
     load_image,
     reply_tokens,
 )
-from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
+from lad.backends.scoring import (
+    LabelTrie,
+    Prefix,
+    RepetitionPenalty,
+    label_logprobs,
+    seen_tokens,
+)
 from lad.data.items import Item
 from lad.errors import BackendError
 from lad.labels import LabelScheme
@@ -122,6 +128,7 @@ def load_backend(
     image_options: dict[str, Any] | None = None,
     image_size: int | None = None,
     chat_template: str | Path | None = None,
+    repetition_penalty: float | None = None,
 ) -> Backend:
     """Load a hub id or local checkpoint; its language decoder runs through the capture function.
 
@@ -129,6 +136,7 @@ def load_backend(
     image_size: resize every picture to this square (bicubic) before the processor.
     chat_template: a Jinja file used instead of the checkpoint's own chat template (e.g. for a base
     checkpoint whose template ignores images). The template is checked before the weights load.
+    repetition_penalty: applied to the label steps' logits as `generate` would (Backend).
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
@@ -170,7 +178,15 @@ def load_backend(
     if arch.packed_vision:
         vision.use_packed_vision(net)
     net = (net if spread else net.to(dev)).eval()
-    return Backend(str(model), net, processor, arch, options, image_size=image_size)
+    return Backend(
+        str(model),
+        net,
+        processor,
+        arch,
+        options,
+        image_size=image_size,
+        repetition_penalty=repetition_penalty,
+    )
 
 
 def check_model_path(model: str) -> None:
@@ -211,6 +227,7 @@ class Backend:
         image_options: dict[str, Any],
         *,
         image_size: int | None = None,
+        repetition_penalty: float | None = None,
     ) -> None:
         self.model_id = model_id
         self.model = model
@@ -218,6 +235,9 @@ class Backend:
         self.arch = arch
         self.image_options = image_options
         self.image_size = image_size  # resize every picture to this square first (None: as is)
+        # Label steps' logits penalised as transformers' RepetitionPenaltyLogitsProcessor does
+        # (lad.backends.scoring.RepetitionPenalty); None or 1: not at all.
+        self.repetition_penalty = repetition_penalty
         text = model.config.get_text_config()
         self.num_layers: int = text.num_hidden_layers
         self.max_context: int = getattr(text, "max_position_embeddings", 1 << 30)
@@ -552,7 +572,15 @@ class Backend:
                 if trie.paths:
                     paths = self.decode_paths(trie, pre, inputs["attention_mask"])
                 pre = Prefill(pre.logits, kept, pre.rows)
-        return pre, label_logprobs(trie, pre.logits, paths)
+        return pre, label_logprobs(trie, pre.logits, paths, self._penalty(inputs, pre.logits))
+
+    def _penalty(self, inputs: dict[str, Any], logits: torch.Tensor) -> RepetitionPenalty | None:
+        """The repetition penalty over each prompt's tokens, or None without one."""
+        p = self.repetition_penalty
+        if p is None or p == 1:
+            return None
+        seen = seen_tokens(inputs["input_ids"], inputs["attention_mask"], logits.shape[-1])
+        return RepetitionPenalty(float(p), seen)
 
     def _stack_rows(self, rows: dict[int, torch.Tensor]) -> torch.Tensor:
         if len(rows) != self.num_layers:

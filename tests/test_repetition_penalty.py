@@ -17,10 +17,13 @@ from lad.backends import load_backend
 from lad.backends.hf import Backend
 from lad.backends.scoring import RepetitionPenalty, seen_tokens
 from lad.calibrate import Calibration
+from lad.cli import main
 from lad.config import EvalConfig, resolve_repetition_penalty, run_preprocessing
-from lad.data.items import Item
+from lad.data.items import Item, read_items
+from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import CalibrationError, RunError
 from lad.labels import get_scheme
+from lad.records import read_records
 from lad.tiny import build_tiny_model
 
 DIGITS = get_scheme("digits")
@@ -58,7 +61,8 @@ def test_penalty_equals_transformers_processor_bit_for_bit():
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = build_tiny_model("qwen2_5_vl", tmp_path_factory.mktemp("qwen") / "model")
+    folder = tmp_path_factory.mktemp("qwen") / "model"
+    path = build_tiny_model("qwen2_5_vl", folder, words=shapes_vocabulary())
     config = json.loads((path / "generation_config.json").read_text())
     config["repetition_penalty"] = 1.05  # as Qwen2.5-VL-*-Instruct's generation_config.json
     (path / "generation_config.json").write_text(json.dumps(config))
@@ -189,3 +193,36 @@ def test_the_penalty_defines_the_records(model_dir: Path, tmp_path: Path) -> Non
     old = Calibration().fit(records, model="m", preprocessing=without)
     with pytest.raises(CalibrationError, match="no --repetition-penalty"):
         old.check_compatible(records, model="m", preprocessing=with_it)
+
+
+def test_preset_official_takes_the_penalty_from_the_generation_config(model_dir, tmp_path, capsys):
+    from lad.presets import OFFICIAL
+    from lad.prompts import PromptTemplate
+
+    data = build_shapes(tmp_path / "eval", num_candidates=3, items=3, split="eval", seed=3,
+                        image_size=32)  # fmt: skip
+    argv = ["eval", "--model", str(model_dir), "--data", str(data), "-n", "3", "--quiet",
+            "--calibration-items", "1", "--num-shuffles", "1", "--device", "cpu",
+            "--methods", "vanilla,lad", "--layer-range", "0,1"]  # fmt: skip
+    out = tmp_path / "official"
+    assert main([*argv, "--preset", "official", "--out", str(out)]) == 0
+    assert json.loads((out / "run.json").read_text())["arguments"]["repetition_penalty"] == 1.05
+    made = json.loads((out / "calibration.json").read_text())["preprocessing"]
+    assert made["repetition_penalty"] == 1.05
+    # The records are the penalised log-probs of the backend (generation_config's 1.05).
+    backend = load_backend(str(model_dir), device="cpu", dtype="float32", image_size=336,
+                           repetition_penalty=1.05)  # fmt: skip
+    first = read_records(out / "records.jsonl").to_records()[0]
+    item = next(it for it in read_items(data) if it.id == first.item)
+    request = [(item, first.ordering, list(first.order))]
+    template = PromptTemplate(OFFICIAL["prompt_template"])
+    want = next(backend.records(request, template=template, scheme=DIGITS)).logprobs
+    np.testing.assert_allclose(first.logprobs, want, atol=1e-6, rtol=0)
+    backend.repetition_penalty = None
+    plain = next(backend.records(request, template=template, scheme=DIGITS)).logprobs
+    assert np.abs(np.array(plain) - want).max() > 1e-4
+    # Its calibration is refused on records made without the penalty (a stated flag wins).
+    capsys.readouterr()
+    argv += ["--calibration", str(out / "calibration.json"), "--out", str(tmp_path / "plain")]
+    assert main([*argv, "--preset", "official", "--repetition-penalty", "1"]) == 1
+    assert "recalibrate with the same --repetition-penalty" in capsys.readouterr().err

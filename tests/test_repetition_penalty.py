@@ -226,3 +226,18 @@ def test_preset_official_takes_the_penalty_from_the_generation_config(model_dir,
     argv += ["--calibration", str(out / "calibration.json"), "--out", str(tmp_path / "plain")]
     assert main([*argv, "--preset", "official", "--repetition-penalty", "1"]) == 1
     assert "recalibrate with the same --repetition-penalty" in capsys.readouterr().err
+
+
+def test_the_python_api_takes_the_penalty_too(model_dir: Path) -> None:
+    from lad.api import Debiaser
+
+    debiaser = Debiaser(str(model_dir), repetition_penalty="model", device="cpu")
+    assert debiaser.backend.repetition_penalty == 1.05  # the generation_config's
+    assert debiaser._preprocessing()["repetition_penalty"] == 1.05
+    assert "repetition_penalty" not in Debiaser(str(model_dir))._preprocessing()
+    assert (
+        Debiaser(str(model_dir), repetition_penalty=1.2)._preprocessing()["repetition_penalty"]
+        == 1.2
+    )
+    with pytest.raises(RunError, match="must be a number > 0 or 'model'"):
+        Debiaser(str(model_dir), repetition_penalty=-1)

@@ -21,7 +21,12 @@ from typing import Any
 import numpy as np
 
 from lad.calibrate import Calibration
-from lad.config import resolve_model, run_preprocessing
+from lad.config import (
+    check_repetition_penalty,
+    resolve_model,
+    resolve_repetition_penalty,
+    run_preprocessing,
+)
 from lad.data.items import Item
 from lad.errors import CalibrationError, DataError, LadError
 from lad.images import check_image
@@ -96,10 +101,13 @@ class Debiaser:
         are checked).
     top_k, tau, mixture, attn_mean, layer_range: as lad.methods.MethodOptions. obs_mean: how
     `fit` averages Eq. 1 ("prob" when None); a loaded calibration keeps its own, and stating
-    another is an error. image_size, image_options: as lad.backends.load_backend. The official
-    code's choices: obs_mean="logit", mixture="log", attn_mean="raw", layer_range=(21, 35),
-    image_size=336 (lad.presets.OFFICIAL). quiet: hide transformers' progress bars while the
-    model loads.
+    another is an error. image_size, image_options: as lad.backends.load_backend.
+    repetition_penalty: the label steps' logits penalised as transformers' generate does (a
+    number; "model": the model's generation_config's; None: none); records and calibrations
+    made with and without it are not exchanged. The official code's choices: obs_mean="logit",
+    mixture="log", attn_mean="raw", layer_range=(21, 35), image_size=336,
+    repetition_penalty="model" (lad.presets.OFFICIAL). quiet: hide transformers' progress bars
+    while the model loads.
     """
 
     def __init__(
@@ -122,6 +130,7 @@ class Debiaser:
         prompt_template: PromptTemplate | None = None,
         check_calibration: bool = True,
         chat_template: str | Path | None = None,
+        repetition_penalty: float | str | None = None,
         backend: Any = None,
     ) -> None:
         self.model = model
@@ -141,6 +150,8 @@ class Debiaser:
         self.prompt_template = prompt_template
         self.check_calibration = check_calibration
         self.chat_template = chat_template
+        check_repetition_penalty(repetition_penalty)
+        self.repetition_penalty = repetition_penalty
         self._backend = backend
 
     @property
@@ -161,11 +172,16 @@ class Debiaser:
                     image_options=self.image_options,
                     image_size=self.image_size,
                     chat_template=self.chat_template,
+                    repetition_penalty=self._penalty(),
                 )
             finally:
                 if shown:
                     hf_logging.enable_progress_bar()
         return self._backend
+
+    def _penalty(self) -> float | None:
+        """The repetition penalty as a number ("model": the model's generation_config's)."""
+        return resolve_repetition_penalty(self.repetition_penalty, self.model)
 
     @property
     def options(self) -> MethodOptions:
@@ -197,6 +213,7 @@ class Debiaser:
                 "chat_template": self.chat_template,
                 "image_size": self.image_size,
                 "image_options": self.image_options,
+                "repetition_penalty": self._penalty(),
             }
         )
 

@@ -35,12 +35,15 @@ MAX_LOG_GAMMA = 700.0
 
 # calibration.json's "preprocessing" (additive to lad-calibration/1): how the calibration records'
 # chat and pictures were prepared, besides the prompt text (prompt_sha256), each with the flags
-# that set it. A key absent on either side is unknown and not compared.
+# that set it. A key absent on either side is unknown and not compared, except those of
+# PREPROCESSING_ABSENT, whose absence from a known preprocessing means that value.
 PREPROCESSING = {
     "chat_template_sha256": "--chat-template",
     "image_size": "--image-size",
     "image_options": "--max-pixels / --min-pixels / --image-option",
+    "repetition_penalty": "--repetition-penalty",
 }
+PREPROCESSING_ABSENT = {"repetition_penalty": None}  # written only when a penalty is used
 
 
 def logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
@@ -122,7 +125,8 @@ class Calibration:
     preprocessing:           how the records' chat and pictures were prepared (PREPROCESSING):
                              {"chat_template_sha256": SHA-256 of the --chat-template file's bytes,
                              null for the checkpoint's own; "image_size": --image-size or null;
-                             "image_options": the processor options asked for, {} for none}.
+                             "image_options": the processor options asked for, {} for none;
+                             "repetition_penalty": the label steps' penalty, absent for none}.
                              None when unknown (a file from before lad recorded it, a fit on bare
                              records): then not checked.
     """
@@ -263,6 +267,8 @@ class Calibration:
         if self.prompt_sha256 and prompt_sha256 and self.prompt_sha256 != prompt_sha256:
             raise CalibrationError(self._prompt_mismatch(prompt_sha256, whose, skip))
         made, now = self.preprocessing or {}, preprocessing or {}
+        if self.preprocessing is not None and preprocessing is not None:
+            made, now = {**PREPROCESSING_ABSENT, **made}, {**PREPROCESSING_ABSENT, **now}
         for key, flags in PREPROCESSING.items():
             if key in made and key in now and made[key] != now[key]:
                 raise CalibrationError(
@@ -414,15 +420,18 @@ def _read_preprocessing(value: Any, source: object) -> dict[str, Any] | None:
         return None
     sha = value.get("chat_template_sha256") if isinstance(value, dict) else None
     size = value.get("image_size") if isinstance(value, dict) else None
+    penalty = value.get("repetition_penalty") if isinstance(value, dict) else None
     if (
         not isinstance(value, dict)
         or not (sha is None or (isinstance(sha, str) and len(sha) == 64))
         or not (size is None or (type(size) is int and size >= 1))
         or not isinstance(value.get("image_options", {}), dict)
+        or not (penalty is None or (type(penalty) in (int, float) and 0 < penalty < math.inf))
     ):
         raise CalibrationError(
             f"{source}: 'preprocessing' must be an object of chat_template_sha256 (a SHA-256 or "
-            f"null), image_size (pixels or null) and image_options (an object); got {value!r}"
+            f"null), image_size (pixels or null), image_options (an object) and, where used, "
+            f"repetition_penalty (a number > 0); got {value!r}"
         )
     return value
 
@@ -437,6 +446,8 @@ def _describe(key: str, value: Any) -> str:
         return (
             "no --image-size (pictures as they are)" if value is None else f"--image-size {value}"
         )
+    if key == "repetition_penalty":
+        return "no --repetition-penalty" if value is None else f"--repetition-penalty {value:g}"
     if not value:
         return "no image options (--max-pixels, --min-pixels, --image-option)"
     return "image options " + json.dumps(value, sort_keys=True)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lad.errors import RunError
+from lad.files import read_json
 from lad.labels import get_scheme
 from lad.methods import METHODS, MethodOptions
 from lad.prompts import CAPTION, PromptTemplate, check_template, prompt_sha256
@@ -64,6 +66,9 @@ class EvalConfig:
     attn_mean: str = "log"
     layer_range: tuple[int, int] | None = None
     chat_template: str | None = None  # a Jinja file replacing the checkpoint's chat template
+    # The label steps' logits penalised as `generate` does (docs/methods.md); "model": the
+    # model's generation_config's (resolve_repetition_penalty), None: no penalty.
+    repetition_penalty: float | str | None = None
 
     RECORD_FIELDS = (
         "model",
@@ -92,6 +97,7 @@ class EvalConfig:
         "orders",
         "calibrate_on",
         "chat_template",
+        "repetition_penalty",
     )
 
     def __post_init__(self) -> None:
@@ -134,6 +140,7 @@ class EvalConfig:
         size = self.image_size
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
             raise RunError(f"--image-size must be a positive number of pixels. Got {size!r}.")
+        check_repetition_penalty(self.repetition_penalty)
         _ = self.method_options  # MethodOptions checks the scoring options before any work
 
     def identity(self) -> dict[str, Any]:
@@ -192,7 +199,50 @@ def run_preprocessing(
     out["image_size"] = arguments.get("image_size")
     options = dict(arguments.get("image_options") or {})
     out["image_options"] = json.loads(json.dumps(options, sort_keys=True))  # as the file holds it
+    penalty = arguments.get("repetition_penalty")
+    if penalty is not None and penalty != 1:  # absent: none (files from before it existed agree)
+        out["repetition_penalty"] = penalty
     return out
+
+
+def check_repetition_penalty(value: Any, flag: str = "--repetition-penalty") -> None:
+    """None, "model" or a number > 0 (1 is no penalty)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (value is None or value == "model" or (number and math.isfinite(value) and value > 0)):
+        raise RunError(f"{flag} must be a number > 0 or 'model'. Got {value!r}.")
+
+
+def resolve_repetition_penalty(value: float | str | None, model: str) -> float | None:
+    """The penalty a record is made with: "model" reads the model's generation_config (its
+    repetition_penalty, e.g. 1.05 for Qwen instruct checkpoints; the official code gets it from
+    `generate`); 1 and none are None."""
+    check_repetition_penalty(value)
+    if value == "model":
+        value = model_repetition_penalty(model)
+    return None if value is None or value == 1 else float(value)
+
+
+def model_repetition_penalty(model: str) -> float | None:
+    """repetition_penalty of a checkpoint's generation_config (None where it sets none)."""
+    path = Path(resolve_model(model))
+    if path.is_dir():
+        file = path / "generation_config.json"
+        if not file.is_file():
+            return None
+        values = read_json(file, RunError, "generation config")
+        penalty = values.get("repetition_penalty") if isinstance(values, dict) else None
+    else:  # a hub id: transformers reads it, as generate would
+        from transformers import GenerationConfig
+
+        try:
+            penalty = GenerationConfig.from_pretrained(str(path)).repetition_penalty
+        except (OSError, ValueError) as e:
+            raise RunError(
+                f"--model {model}: cannot read its generation_config for --repetition-penalty "
+                f"model ({e}); pass a number instead"
+            ) from None
+    check_repetition_penalty(penalty, f"{model}: generation_config's repetition_penalty")
+    return None if penalty is None else float(penalty)
 
 
 def resolve_model(model: str) -> str:

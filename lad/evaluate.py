@@ -38,7 +38,12 @@ import numpy as np
 
 from lad import rundir
 from lad.calibrate import Calibration
-from lad.config import EvalConfig, run_preprocessing, run_prompt_sha256
+from lad.config import (
+    EvalConfig,
+    resolve_repetition_penalty,
+    run_preprocessing,
+    run_prompt_sha256,
+)
 from lad.data.items import Item, read_items, shuffle_orders
 from lad.errors import DataError, RunError
 from lad.files import write_text
@@ -106,6 +111,14 @@ def resolve_prompt(config: EvalConfig) -> EvalConfig:
     if template == CAPTION:
         return config
     return dataclasses.replace(config, prompt_template=template.text)
+
+
+def resolve_penalty(config: EvalConfig) -> EvalConfig:
+    """The run with its repetition penalty as a number (or None): "model" (--preset official)
+    becomes the model's generation_config's, stored in run.json so records, calibration and
+    every rescoring agree (lad.config.resolve_repetition_penalty)."""
+    penalty = resolve_repetition_penalty(config.repetition_penalty, config.model)
+    return dataclasses.replace(config, repetition_penalty=penalty)
 
 
 # ---------------------------------------------------------------- data
@@ -198,7 +211,7 @@ def evaluate(
     """
     run_dir = Path(run_dir)
     world = world or World.from_env()
-    config = resolve_prompt(config)
+    config = resolve_penalty(resolve_prompt(config))
     if not world.is_main:
         return _evaluate(config, run_dir, world)
     items = None if config.data == "shapes" else load_items(config, run_dir)

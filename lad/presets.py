@@ -15,7 +15,9 @@ from lad.prompts import OFFICIAL as OFFICIAL_PROMPT
 # The official code's defaults (its evaluate.py and agd.py): Eq. 1 over logits, Eq. 13 in log
 # space, Eq. 11 on the selected layers' mean raw attention, top-K searched in decoder layers
 # 21..35; every picture resized to 336×336 (bicubic) before the processor; calibration on the
-# first 5 evaluation items, which are scored too; the prompt ends with "Answer: " (a space).
+# first 5 evaluation items, which are scored too; the prompt ends with "Answer: " (a space); the
+# label logits are `generate`'s scores, so they carry the repetition penalty of the model's
+# generation_config ("model": 1.05 for Qwen instruct checkpoints, none where it sets none).
 OFFICIAL: dict[str, Any] = {
     "obs_mean": "logit",
     "mixture": "log",
@@ -24,6 +26,7 @@ OFFICIAL: dict[str, Any] = {
     "image_size": 336,
     "calibrate_on": "evaluation",
     "prompt_template": OFFICIAL_PROMPT.text,
+    "repetition_penalty": "model",
 }
 
 PRESETS: dict[str, dict[str, Any]] = {"paper": {}, "official": OFFICIAL}

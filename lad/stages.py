@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from lad import rundir
-from lad.config import EvalConfig, resolve_model
+from lad.config import EvalConfig, resolve_model, resolve_repetition_penalty
 from lad.data.items import Item, cyclic_shift
 from lad.errors import RunError
 from lad.files import write_text
@@ -187,6 +187,9 @@ class LazyBackend:
                 image_options=self.config.image_options or None,
                 image_size=self.config.image_size,
                 chat_template=self.config.chat_template,
+                repetition_penalty=resolve_repetition_penalty(
+                    self.config.repetition_penalty, self.config.model
+                ),
             )
             # Before any record: a layer range past the model's layers would fail only at scoring.
             check_layer_range(self.config.layer_range, self.backend.num_layers)

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
+from itertools import combinations
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lad.ablate import (
     AblateOptions,
@@ -134,7 +138,7 @@ def test_accuracy_rises_with_calibration_size_to_a_plateau(seed):
     acc = {size: p["lad_mean"] for size, p in points.items()}
     assert acc[5] > acc[1] + 1 and acc[20] > acc[1] + 1.5
     assert abs(acc[50] - acc[20]) < 1
-    assert points[1]["lad_std"] > points[20]["lad_std"]
+    assert points[1]["lad_subset_std"] > points[20]["lad_subset_std"]
     assert len(points[1]["subsets"]) == 10 and points[50]["subsets"] == [
         sorted(set(run.calibration_records.items.tolist()))
     ]
@@ -309,9 +313,41 @@ def test_calibration_subsets_are_seeded():
     assert calibration_subsets(items, 20, 4, seed=0) == [sorted(items)]
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    pool=st.integers(1, 30), size=st.integers(1, 30), count=st.integers(1, 12),
+    seed=st.integers(0, 5),
+)  # fmt: skip
+def test_calibration_subsets_draw_without_replacement_across_subsets(pool, size, count, seed):
+    items = [f"cal-{i:02d}" for i in range(pool)]
+    size = min(size, pool)
+    subsets = calibration_subsets(items, size, count, seed)
+    assert subsets == calibration_subsets(items, size, count, seed)
+    assert all(len(s) == size == len(set(s)) and s == sorted(s) for s in subsets)
+    assert len({tuple(s) for s in subsets}) == len(subsets)  # no subset twice
+    if math.comb(pool, size) <= count:  # all of them
+        assert len(subsets) == math.comb(pool, size)
+        return
+    assert len(subsets) == count
+    uses = Counter(item for s in subsets for item in s)
+    if size * count <= pool:  # disjoint: no item is used twice
+        assert max(uses.values()) == 1
+    if size * count >= pool:  # every item is used before any is used again
+        assert set(uses) == set(items)
+
+
+def test_size_one_subsets_of_five_items_are_each_item_once():
+    # The issue's case: five 1-item subsets of five items drew items 2, 4, 4, 2, 1.
+    items = [f"cal-{i}" for i in range(5)]
+    assert calibration_subsets(items, 1, 5, seed=0) == [[i] for i in items]
+    assert calibration_subsets(items, 4, 5, seed=0) == [list(c) for c in combinations(items, 4)]
+    assert len(calibration_subsets(items, 2, 5, seed=0)) == 5  # of C(5, 2) = 10
+
+
 def test_missing_prerequisites_are_listed_not_raised():
     bare = synthetic_run(SyntheticModel(num_candidates=4), "bare", items=20, perm=False)
     bare.calibration_records = None
+    bare.arguments["calibration"] = "given.json"  # lad eval --calibration given.json
     result = ablate([bare])
     made = {t.key for t in result.tables}
     assert made == {"table4", "fig6b", "table7"}
@@ -533,3 +569,136 @@ def test_lad_ablate_on_a_demo_run(demo_run, tmp_path, capsys):
     assert default["layers_used"] == 2 and rows[-1]["k"] == 8 and rows[-1]["layers_used"] == 4
     cost = json.loads((out / "table8_cost.json").read_text())["data"]["rows"]
     assert {r["method"]: r["acc"] for r in cost}["perm-avg"] == metrics["perm-avg"]["acc"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 26: Figure 6(a) as the paper draws it, every refused transfer, K above L everywhere.
+
+
+def test_figure6a_band_is_the_std_over_evaluation_shuffles(run4, tmp_path):
+    # The paper's caption: "Shaded regions denote the standard deviation across 5 random
+    # shuffles". The band is each subset's std over the shuffles, averaged over the subsets; the
+    # spread over the subsets is kept as a second quantity.
+    table = calibration_size_sweep(run4, AblateOptions(sizes=(3, 12), subsets=4))
+    cal = run4.calibration_records
+    for point in table.data["points"]:
+        fits = [Calibration().fit(cal.select(np.isin(cal.items, s))) for s in point["subsets"]]
+        for method in ("lad", "pride"):
+            got = [direct(run4, method, f) for f in fits]
+            acc = [m["acc"] for m in got]
+            assert point[f"{method}_acc"] == acc
+            assert point[f"{method}_acc_shuffle_std"] == [m["acc_std"] for m in got]
+            assert point[f"{method}_mean"] == pytest.approx(np.mean(acc), abs=1e-12)
+            band = np.mean([np.std(m["acc_by_shuffle"], ddof=1) for m in got])
+            assert point[f"{method}_shuffle_std"] == pytest.approx(band, abs=1e-9)
+            spread = np.std(acc, ddof=1) if len(acc) > 1 else 0.0
+            assert point[f"{method}_subset_std"] == pytest.approx(spread, abs=1e-12)
+    full = table.data["points"][-1]
+    assert full["size"] == 12 and len(full["subsets"]) == 1 and full["lad_subset_std"] == 0.0
+    assert full["lad_shuffle_std"] == direct(run4, "lad")["acc_std"] > 0  # was ± 0.00
+    row = table.rows[-1]
+    assert row[3] == f"{full['lad_mean']:.2f} ± {full['lad_shuffle_std']:.2f}"
+    assert table.columns[-2:] == ["LAD subset std", "PriDe subset std"]
+    assert "std over the 5 evaluation shuffles (the paper's band" in table.caption
+
+
+def _cli_run(tmp_path: Path, name: str, n: int = 4, **arguments) -> Path:
+    return write_run_dir(tmp_path / name, SyntheticModel(num_candidates=n), items=10, **arguments)
+
+
+def test_table3_lists_every_refused_pair(tmp_path, capsys):
+    r4, r8 = _cli_run(tmp_path, "r4"), _cli_run(tmp_path, "r8", n=8)
+    a6, t6 = _cli_run(tmp_path, "a6", n=6), _cli_run(tmp_path, "t3", n=3)
+    runs = load_runs([r4, r8, a6, t6])
+    result = ablate(runs, only=["table3"])
+    assert not result.tables
+    pairs = [m.reason.split(":")[0] for m in result.missing]
+    names = ["r4", "r8", "a6", "t3"]
+    assert pairs == [f"{a} → {b}" for a in names for b in names if a != b]  # all 12
+    with pytest.raises(AnalysisError) as e:
+        transfer_table(runs)
+    assert len(e.value.missing) == 12 and "t3 → r4" in str(e.value)
+
+    out = tmp_path / "out"
+    assert main(["ablate", str(r4), str(r8), "--only", "table3", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "table3: r4 → r8: Table 3 transfers" in err and "table3: r8 → r4: Table" in err
+    # Next to a table that is made: every refused pair in the output and in summary.json.
+    assert main(["ablate", str(r4), str(r8), "--only", "table3,table7", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "table3: r4 → r8" in printed and "table3: r8 → r4" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert [m["reason"].split(":")[0] for m in summary["missing"]] == ["r4 → r8", "r8 → r4"]
+
+
+def test_no_calibration_check_is_honoured_for_transfer(tmp_path, capsys):
+    native, at336 = _cli_run(tmp_path, "native"), _cli_run(tmp_path, "at336", image_size=336)
+    runs = load_runs([native, at336])
+    with pytest.raises(AnalysisError, match="--no-calibration-check"):
+        transfer_table(runs)
+    table = transfer_table(runs, AblateOptions(calibration_check=False))
+    pairs = {(p["calibration"], p["records"], p["method"]): p for p in table.data["pairs"]}
+    assert len(pairs) == 6 and not table.missing
+    moved = pairs["native", "at336", "lad"]["transferred"]["acc"]
+    assert moved == direct(runs[1], "lad", runs[0].calibration)["acc"]
+    assert "without checking" in table.caption and "--no-calibration-check" in table.caption
+    # N and the layer count are still checked.
+    r8 = load_run(_cli_run(tmp_path, "r8", n=8))
+    unchecked = transfer_table([*runs, r8], AblateOptions(calibration_check=False))
+    assert len(unchecked.missing) == 4 and all("same N" in m.reason for m in unchecked.missing)
+
+    out = tmp_path / "out"
+    args = ["ablate", str(native), str(at336), "--only", "table3", "--out", str(out)]
+    assert main(args) == 1
+    assert "skip this check on purpose (--no-calibration-check)" in capsys.readouterr().err
+    assert main([*args, "--no-calibration-check"]) == 0
+    assert "without checking" in (out / "table3_transfer.md").read_text()
+
+
+def test_a_missing_calibration_jsonl_is_named(tmp_path, capsys):
+    run = _cli_run(tmp_path, "run")
+    (run / "calibration.jsonl").unlink()
+    with pytest.raises(AnalysisError, match=r"calibration\.jsonl is missing") as e:
+        load_run(run).calibration_items()
+    assert "--calibration file" not in str(e.value)
+    assert main(["ablate", str(run), "--only", "fig6a"]) == 1
+    err = capsys.readouterr().err
+    assert f"run holds no calibration records: {run / 'calibration.jsonl'} is missing" in err
+    assert main(["ablate", str(run), "--calibration-items", "3"]) == 1
+    assert "calibration.jsonl is missing" in capsys.readouterr().err
+
+
+def test_top_k_above_the_layer_count_is_clamped_everywhere(run4, tmp_path, monkeypatch):
+    import lad.ablate.report as report
+
+    options = AblateOptions(top_k=20, ks=(1, 20), sizes=(3,), subsets=2)
+    result = ablate([run4], options, only=["table4", "fig6a", "fig6b", "table7", "table8"])
+    assert not result.missing or all(m.analysis == "table8" for m in result.missing)
+    tables = {t.key: t for t in result.tables}
+    assert set(tables) == {"table4", "fig6a", "fig6b", "table7", "table8"}
+    for table in tables.values():
+        assert "K = 20 (= all 12)" in table.caption, table.key
+    fig6b = {r["tau"]: r for r in tables["fig6b"].data["points"]}
+    assert fig6b[5.0]["acc"] == direct(run4, "lad", top_k=12)["acc"]
+    table7 = tables["table7"].data["runs"][0]["methods"]
+    assert table7["lad"]["acc"] == direct(run4, "lad", top_k=12)["acc"]
+    rows = rows_by(tables["table4"], "strategy", "prior", "k")
+    assert rows["Dynamic", True, 20]["k_shown"] == "20 (= all 12)"
+    assert rows["Dynamic", True, 20]["acc"] == direct(run4, "lad", top_k=12)["acc"]
+
+    drawn = {}
+
+    def keep(fig, path):
+        drawn[path.name] = [
+            (ax.get_title(), [t.get_text() for t in ax.get_yticklabels()]) for ax in fig.axes
+        ]
+
+    monkeypatch.setattr(report, "_save", keep)
+    write_ablation(result, tmp_path)
+    _, labels = drawn["table4_ablation.png"][0]
+    assert "Dynamic ✓ K=20 (= all 12)" in labels and "Dynamic ✓ K=1" in labels
+    assert "Attn Readout – K=20 (= all 12)" in labels
+    for name in ("fig6a_calibration_size.png", "fig6b_temperature.png", "table7_divergence.png"):
+        assert "K = 20 (= all 12)" in drawn[name][0][0], name
+    md = (tmp_path / "table4_ablation.md").read_text()
+    assert "| Dynamic | ✓ | 20 (= all 12) |" in md

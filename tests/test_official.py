@@ -25,7 +25,8 @@ from lad.tiny import build_tiny_model
 N = 3
 # The official code's variants as docs/methods.md states them, typed out independently of
 # lad.presets: Eq. 1 over logits, Eq. 13 in log space, Eq. 11 on the mean raw attention, top-K
-# inside layers 21..35, 336×336 pictures, calibration on the first evaluation items.
+# inside layers 21..35, 336×336 pictures, calibration on the first evaluation items, the label
+# logits under the repetition penalty of the model's generation_config (generate's scores).
 OFFICIAL = {
     "obs_mean": "logit",
     "mixture": "log",
@@ -38,6 +39,7 @@ OFFICIAL = {
         "provided caption. Respond with the index {noun} only and nothing else.\nCaption: "
         "{caption}\nAnswer: "
     ),
+    "repetition_penalty": "model",
 }
 
 

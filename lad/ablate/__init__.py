@@ -72,7 +72,7 @@ def ablate(
         try:
             table = ANALYSES[key](runs, options)
         except AnalysisError as e:
-            missing.append(Missing(key, e.reason, e.fix))
+            missing += e.missing or [Missing(key, e.reason, e.fix)]
             continue
         tables.append(table)
         missing += table.missing

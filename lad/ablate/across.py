@@ -16,7 +16,7 @@ from lad.ablate.runs import (
     Table,
     acc_text,
     calibration_note,
-    first_missing,
+    nothing_made,
     prepare,
     score_cells,
     settings_note,
@@ -86,12 +86,13 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
         for method, points in p["series"].items():
             cells = [acc_text(points[str(n)]) if str(n) in points else None for n in all_ns]
             rows.append([label, method, *cells])
+    shown = [r for by_n in groups.values() if len(by_n) > 1 for r in by_n.values()]
     return Table(
         "fig5",
         "Figure 5: accuracy against the number of candidates N",
-        f"Each method on each run's own records and calibration ({settings_note(options)}); "
-        "Acc is mean ± std over the shuffles. "
-        + calibration_note([r for by_n in groups.values() if len(by_n) > 1 for r in by_n.values()]),
+        f"Each method on each run's own records and calibration "
+        f"({settings_note(options, runs=shown)}); Acc is mean ± std over the shuffles. "
+        + calibration_note(shown),
         ["Setting", "Method", *[f"N = {n}" for n in all_ns]],
         rows,
         {"panels": panels},
@@ -113,7 +114,7 @@ def transfer_table(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Ta
         for target in runs:
             if source is target:
                 continue
-            reason = _transfer_refusal(source, target)
+            reason = _transfer_refusal(source, target, options.calibration_check)
             if reason:
                 missing.append(Missing("table3", reason))
                 continue
@@ -139,13 +140,15 @@ def transfer_table(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Ta
                     }
                 )
     if not rows:
-        raise first_missing(missing, "no pair of runs can exchange calibrations")
+        raise nothing_made(missing, "no pair of runs can exchange calibrations")
     return Table(
         "table3",
         "Table 3: calibration transfer",
         "A → B applies run A's calibration (fitted on A's calibration records) to run B's "
         "records; the last three columns are B with its own calibration. Vanilla uses no "
-        f"calibration. {settings_note(options)}. " + calibration_note(runs),
+        f"calibration. {settings_note(options, runs=runs)}. "
+        + ("" if options.calibration_check else UNCHECKED)
+        + calibration_note(runs),
         ["A → B", "Method", "Acc", "RStd", "Cons.", "Acc (own)", "RStd (own)", "Cons. (own)"],
         rows,
         {"pairs": data},
@@ -153,8 +156,15 @@ def transfer_table(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Ta
     )
 
 
-def _transfer_refusal(source: Run, target: Run) -> str:
-    """Why source's calibration cannot score target's records ("" if it can)."""
+UNCHECKED = (
+    "Calibrations are applied without checking that they were made with the records' model, "
+    "label scheme, prompt, chat template and picture preparation (--no-calibration-check). "
+)
+
+
+def _transfer_refusal(source: Run, target: Run, strict: bool = True) -> str:
+    """Why source's calibration cannot score target's records ("" if it can); `strict` False
+    checks only N, the layer count and Eq. 1's average."""
     pair = f"{source.name} → {target.name}"
     if source.num_candidates != target.num_candidates:
         return (
@@ -173,6 +183,7 @@ def _transfer_refusal(source: Run, target: Run) -> str:
             target.records,
             target.arguments,
             get_scheme(target.arguments.get("labels", "digits")),
+            strict,
             inputs=target.inputs,
         )
     except LadError as e:

@@ -145,8 +145,9 @@ def _ablation_figure(table: Table, path: Path) -> None:
     runs = _by_run(table.data["rows"])
     first = next(iter(runs.values()))
     labels = [
-        f"{r['strategy']} {'✓' if r['prior'] else '–'}" + ("" if r["k"] is None else f" K={r['k']}")
-        for r in first
+        f"{r['strategy']} {'✓' if r['prior'] else '–'}"
+        + _k_label([(name, rows[i]) for name, rows in runs.items()])
+        for i, r in enumerate(first)
     ]
     y = np.arange(len(labels))
     height = 0.8 / len(runs)
@@ -164,6 +165,25 @@ def _ablation_figure(table: Table, path: Path) -> None:
     _save(fig, path)
 
 
+def _k_label(rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """A Table 4 row's K as the Markdown shows it, "K=8 (= all 4)"; runs that show it
+    differently are named."""
+    k = rows[0][1]["k"]
+    if k is None:
+        return ""
+    shown = {r["k_shown"] for _, r in rows}
+    if len(shown) == 1:
+        return f" K={shown.pop()}"
+    clamped = [name for name, r in rows if r["k_shown"] != str(k)]
+    return f" K={k} (= all for {', '.join(clamped)})"
+
+
+def _k_title(table: Table) -> str:
+    """ ", K = 8 (= all 4)" for a figure's title where a run has fewer layers than K."""
+    k = table.data.get("k", "")
+    return f", K = {k}" if "(=" in k else ""
+
+
 def _size_figure(table: Table, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 3.9))
     for i, (name, points) in enumerate(_by_run(table.data["points"]).items()):
@@ -171,7 +191,7 @@ def _size_figure(table: Table, path: Path) -> None:
         x = [p["size"] for p in points]
         for method, style, label in (("lad", "-o", "LAD"), ("pride", "--s", "PriDe")):
             mean = np.array([p[f"{method}_mean"] for p in points])
-            std = np.array([p[f"{method}_std"] for p in points])
+            std = np.array([p[f"{method}_shuffle_std"] for p in points])  # the paper's band
             ax.plot(x, mean, style, color=colour, label=f"{label} ({name})")
             ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.15)
     ax.set_xscale("log")
@@ -180,7 +200,11 @@ def _size_figure(table: Table, path: Path) -> None:
     ax.minorticks_off()
     ax.set_xlabel("|D_cal| (calibration items)")
     ax.set_ylabel("accuracy (%)")
-    ax.set_title("Figure 6(a): calibration size (mean ± std over subsets)")
+    ax.set_title(
+        "Figure 6(a): calibration size" + _k_title(table) + "\n(mean over subsets ± std over "
+        "shuffles)",
+        fontsize=10,
+    )
     ax.legend(fontsize=8)
     _save(fig, path)
 
@@ -216,7 +240,7 @@ def _temperature_figure(table: Table, path: Path) -> None:
     )
     ax.set_xlabel("τ (Eq. 12)")
     ax.set_ylabel("accuracy (%)")
-    ax.set_title("Figure 6(b): temperature (mean ± std over shuffles)")
+    ax.set_title("Figure 6(b): temperature" + _k_title(table) + " (mean ± std over shuffles)")
     ax.legend(fontsize=8)
     _save(fig, path)
 
@@ -278,7 +302,7 @@ def _divergence_figure(table: Table, path: Path) -> None:
         ax.set_ylim(0, 119)  # room for the legend above 100
         ax.set_xlabel("ground-truth position")
         ax.set_ylabel("accuracy (%)")
-        ax.set_title(f"Table 7: logits vs attention ({run['run']})")
+        ax.set_title(f"Table 7: logits vs attention ({run['run']}{_k_title(table)})")
         ax.legend(fontsize=8, ncol=4)
     _save(fig, path)
 

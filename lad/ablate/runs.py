@@ -8,6 +8,7 @@ number of lad.ablate comes from.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,11 +43,13 @@ ANALYSIS_FILES = {
 
 
 class AnalysisError(LadError):
-    """The runs given cannot support an analysis; `fix` says what would make it possible."""
+    """The runs given cannot support an analysis; `fix` says what would make it possible.
+    `missing`: every part that could not be made (e.g. each refused pair of Table 3), when the
+    analysis had several; `lad.ablate.ablate` lists them all."""
 
-    def __init__(self, message: str, fix: str = ""):
+    def __init__(self, message: str, fix: str = "", missing: Sequence[Missing] = ()):
         super().__init__(message + (f" ({fix})" if fix else ""))
-        self.reason, self.fix = message, fix
+        self.reason, self.fix, self.missing = message, fix, list(missing)
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,9 @@ class AblateOptions:
     obs_mean, mixture, attn_mean, layer_range: MethodOptions' official-code variants for every
                  analysis (docs/methods.md). obs_mean None: each run's calibration.json's own;
                  another refits the calibration from the run's calibration records.
+    calibration_check: Table 3 refuses to apply a calibration to records of another model, label
+                 scheme, prompt, chat template or picture preparation; False accepts them (N and
+                 the layer count must still match), as lad ablate --no-calibration-check.
     """
 
     top_k: int = 2
@@ -79,6 +85,7 @@ class AblateOptions:
     mixture: str = "prob"
     attn_mean: str = "log"
     layer_range: tuple[int, int] | None = None
+    calibration_check: bool = True
 
     def __post_init__(self) -> None:
         self.method_options()  # validates K, τ and the variants
@@ -159,11 +166,28 @@ class Run:
 
     def options(self, ablation: AblateOptions | None = None, **changes: Any) -> MethodOptions:
         """MethodOptions for this run: the ablation's K, τ and variants, the run's label scheme
-        and its calibration's Eq. 1 average (`obs_mean`), then `changes`."""
+        and its calibration's Eq. 1 average (`obs_mean`), then `changes`. A K above the layers
+        Eq. 9 searches is clamped to them ("K (= all L)", `searched_layers`)."""
         labels = self.arguments.get("labels", "digits")
-        return (ablation or DEFAULTS).method_options(
+        opts = (ablation or DEFAULTS).method_options(
             labels=labels, obs_mean=self.calibration.obs_mean, **changes
         )
+        searched = self.searched_layers(opts.layer_range)
+        if 0 < searched < opts.top_k:  # asked for explicitly, as lad.methods wants
+            opts = dataclasses.replace(opts, top_k=searched)
+        return opts
+
+    def searched_layers(self, layer_range: Sequence[int] | None = None) -> int:
+        """How many layers Eq. 9 chooses from: all L, or those of `layer_range` (clipped to L;
+        0 when the range starts past the last layer, which lad.methods refuses)."""
+        nl = self.records.num_layers
+        first, last = layer_range or (0, nl - 1)
+        return max(min(last, nl - 1) - first + 1, 0)
+
+    def k_text(self, k: int, layer_range: Sequence[int] | None = None) -> str:
+        """K as tables and figures show it: "8 (= all 4)" where this run has fewer layers."""
+        searched = self.searched_layers(layer_range)
+        return f"{k} (= all {searched})" if 0 < searched <= k else str(k)
 
     def methods(self) -> list[str]:
         """The methods whose inputs this run holds."""
@@ -187,12 +211,22 @@ class Run:
 
     def calibration_items(self) -> list[str]:
         """The ids of the items of the run's calibration records (sorted)."""
-        if self.calibration_records is None:
+        if self.calibration_records is not None:
+            return sorted(set(self.calibration_records.items.tolist()))
+        if self.arguments.get("calibration"):
             raise AnalysisError(
                 f"{self.name} holds no calibration records: it was given a --calibration file",
                 "lad eval without --calibration",
             )
-        return sorted(set(self.calibration_records.items.tolist()))
+        if self.path is not None:
+            raise AnalysisError(
+                f"{self.name} holds no calibration records: {self.path / 'calibration.jsonl'} "
+                "is missing",
+                "restore the file, or make the run again with lad eval into a new --out",
+            )
+        raise AnalysisError(
+            f"{self.name} holds no calibration records", "give the Run its calibration_records"
+        )
 
     def fit_calibration(self, items: Sequence[str], obs_mean: str | None = None) -> Calibration:
         """A calibration (§4.2) fitted on these items' records of the run's calibration set, with
@@ -255,15 +289,30 @@ class Run:
 
 
 def calibration_subsets(items: Sequence[str], size: int, count: int, seed: int) -> list[list[str]]:
-    """`count` seeded random subsets of `size` calibration items (drawn independently; the whole
-    set once when size equals the number of items)."""
+    """`count` distinct seeded random subsets of `size` calibration items, drawn without
+    replacement across the subsets: every item is used once before any is used again (so the
+    subsets are disjoint while size × count fits in the pool). When there are at most `count`
+    subsets of that size, all of them (the whole set once when size is the number of items)."""
     names = sorted(set(items))
-    if size >= len(names):
-        return [names]
+    size = min(size, len(names))
+    if math.comb(len(names), size) <= count:
+        return [list(c) for c in itertools.combinations(names, size)]
     rng = np.random.default_rng([seed, size])
-    return [
-        sorted(names[i] for i in rng.choice(len(names), size, replace=False)) for _ in range(count)
-    ]
+    pool: list[int] = []  # the current round's items not used yet, in drawn order
+    chosen: list[tuple[int, ...]] = []
+    while len(chosen) < count:
+        subset = pool[:size]
+        pool = pool[size:]
+        if len(subset) < size:  # the round is used up: the rest from a fresh one
+            fresh = [int(i) for i in rng.permutation(len(names))]
+            new = [i for i in fresh if i not in subset][: size - len(subset)]
+            pool = [i for i in fresh if i not in new]  # the items just taken come again later
+            subset += new
+        drawn = tuple(sorted(subset))
+        while drawn in chosen:  # a repeat (possible once the rounds wrap): draw another
+            drawn = tuple(sorted(int(i) for i in rng.choice(len(names), size, replace=False)))
+        chosen.append(drawn)
+    return [[names[i] for i in c] for c in chosen]
 
 
 def prepare(runs: Run | Sequence[Run], options: AblateOptions) -> list[Run]:
@@ -392,9 +441,10 @@ def summary(m: dict[str, Any]) -> dict[str, Any]:
     return {k: m[k] for k in keys}
 
 
-def settings_note(options: AblateOptions, tau: bool = True) -> str:
-    """K, τ and any official-code variant, for a caption."""
-    parts = [f"K = {options.top_k}"] + ([f"τ = {tau_label(options.tau)}"] if tau else [])
+def settings_note(options: AblateOptions, tau: bool = True, runs: Sequence[Run] = ()) -> str:
+    """K, τ and any official-code variant, for a caption; K says where `runs` have fewer layers
+    than K to choose from ("K = 8 (= all 4 for r4)")."""
+    parts = [f"K = {k_note(options, runs)}"] + ([f"τ = {tau_label(options.tau)}"] if tau else [])
     defaults = {"mixture": "prob", "attn_mean": "log", "layer_range": None}
     parts += [
         f"{name} = {getattr(options, name)}"
@@ -402,6 +452,22 @@ def settings_note(options: AblateOptions, tau: bool = True) -> str:
         if getattr(options, name) != default
     ]
     return ", ".join(parts)
+
+
+def k_note(options: AblateOptions, runs: Sequence[Run] = (), k: int | None = None) -> str:
+    """K (default options.top_k) with "(= all L for RUN, ...)" where runs clamp it; "" else."""
+    k = options.top_k if k is None else k
+    clamped: dict[str, list[str]] = {}
+    for run in runs:
+        shown = run.k_text(k, options.layer_range)
+        if shown != str(k):
+            clamped.setdefault(shown.partition(" ")[2], []).append(run.name)
+    if not clamped:
+        return str(k)
+    if len(clamped) == 1 and len(next(iter(clamped.values()))) == len(runs):
+        return f"{k} {next(iter(clamped))}"
+    notes = [f"{text[:-1]} for {', '.join(names)})" for text, names in clamped.items()]
+    return f"{k} " + "; ".join(notes)
 
 
 def tau_label(tau: float) -> str:
@@ -413,11 +479,15 @@ def tau_json(tau: float) -> float | str:
     return "inf" if math.isinf(tau) else float(tau)
 
 
-def first_missing(missing: list[Missing], default: str) -> AnalysisError:
-    """The error for an analysis none of whose parts could be made."""
-    if missing:
-        return AnalysisError(missing[0].reason, missing[0].fix)
-    return AnalysisError(default)
+def nothing_made(missing: list[Missing], default: str) -> AnalysisError:
+    """The error for an analysis none of whose parts could be made: every part's reason (each
+    also in `missing`, so lad.ablate.ablate lists them one by one)."""
+    if not missing:
+        return AnalysisError(default)
+    fixes = list(dict.fromkeys(m.fix for m in missing if m.fix))
+    return AnalysisError(
+        "; ".join(m.reason for m in missing), "; ".join(fixes) if len(fixes) == 1 else "", missing
+    )
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,8 @@ from lad.ablate.runs import (
     acc_text,
     calibration_note,
     calibration_subsets,
-    first_missing,
+    k_note,
+    nothing_made,
     prepare,
     score_cells,
     settings_note,
@@ -56,14 +58,10 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
     rows, data = [], []
     for run in runs:
         nl = run.records.num_layers
-        first, last = options.layer_range or (0, nl - 1)
-        searched = min(last, nl - 1) - first + 1  # layers Eq. 9 chooses from
         for strategy, prior, k, method, changes in ablation_rows(options):
-            opts = run.options(options, **changes)
-            if 0 < searched < opts.top_k:  # "K (= all)": asked for explicitly, as lad.methods wants
-                opts = dataclasses.replace(opts, top_k=searched)
+            opts = run.options(options, **changes)  # K above the layers searched: clamped
             m = run.metrics(method, opts)
-            shown_k = "–" if k is None else (f"{k} (= all {searched})" if k >= searched else str(k))
+            shown_k = "–" if k is None else run.k_text(k, options.layer_range)
             rows.append([run.name, strategy, "✓" if prior else "–", shown_k, *score_cells(m)])
             data.append(
                 {
@@ -71,7 +69,8 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
                     "strategy": strategy,
                     "prior": prior,
                     "k": k,
-                    "layers_used": nl if k is None else min(k, searched),
+                    "k_shown": shown_k,
+                    "layers_used": nl if k is None else opts.top_k,
                     "method": method,
                     "options": {**dataclasses.asdict(opts), "tau": tau_json(opts.tau)},
                     **summary(m),
@@ -80,9 +79,9 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
     return Table(
         "table4",
         "Table 4: ablation of the attention-guided mechanisms",
-        f"{settings_note(options)}. Attn Readout without prior is the raw attention argmax "
-        "(method attn), with prior the purified attention π (attn-purified); the other rows are "
-        "LAD (Eq. 14) with that layer strategy, prior and K. Acc is mean ± std over the "
+        f"{settings_note(options, runs=runs)}. Attn Readout without prior is the raw attention "
+        "argmax (method attn), with prior the purified attention π (attn-purified); the other "
+        "rows are LAD (Eq. 14) with that layer strategy, prior and K. Acc is mean ± std over the "
         f"shuffles. {calibration_note(runs)}",
         ["Run", "Strategy", "Prior", "K", "Acc", "RStd", "Cons."],
         rows,
@@ -95,15 +94,18 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
 
 
 def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
-    """Figure 6(a): LAD's and PriDe's accuracy against |D_cal|, mean ± std over calibrations
-    fitted on random subsets of each run's calibration records."""
+    """Figure 6(a): LAD's and PriDe's accuracy against |D_cal|, each calibration fitted on a
+    random subset of the run's calibration items. A point is the mean Acc over the subsets; its
+    band, as the paper's caption, the std over the T evaluation shuffles (each subset's, then
+    averaged over the subsets); the spread over the subsets is kept beside it."""
     runs = [runs] if isinstance(runs, Run) else list(runs)  # subsets of all their items
     rows, data, missing = [], [], []
     for run in runs:
         try:
             items = run.calibration_items()
         except AnalysisError as e:
-            fix = f"{e.fix}, --calibration-items {max(options.sizes)}"
+            most = max(options.sizes)
+            fix = f"{e.fix}; |D_cal| up to {most} needs lad eval --calibration-items {most}"
             missing.append(Missing("fig6a", e.reason, fix))
             continue
         have = len(items)
@@ -121,44 +123,60 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
         opts = run.options(options)
         for size in (s for s in options.sizes if s <= have):
             subsets = calibration_subsets(items, size, options.subsets, options.seed)
-            acc: dict[str, list[float]] = {"lad": [], "pride": []}
+            got: dict[str, list[dict]] = {"lad": [], "pride": []}
             for subset in subsets:
                 fitted = run.fit_calibration(subset)
-                for method in acc:
-                    acc[method].append(run.metrics(method, opts, fitted)["acc"])
-            point = {m: _mean_std(v) for m, v in acc.items()}
+                for method in got:
+                    got[method].append(run.metrics(method, opts, fitted))
+            point = {m: _size_point(v) for m, v in got.items()}
             rows.append(
                 [run.name, size, len(subsets)]
-                + [f"{point[m][0]:.2f} ± {point[m][1]:.2f}" for m in ("lad", "pride")]
+                + [f"{point[m]['mean']:.2f} ± {point[m]['shuffle_std']:.2f}" for m in got]
+                + [round(point[m]["subset_std"], 2) for m in got]
             )
             data.append(
                 {
                     "run": run.name,
                     "size": size,
                     "subsets": subsets,
-                    **{f"{m}_acc": v for m, v in acc.items()},
-                    **{f"{m}_mean": point[m][0] for m in acc},
-                    **{f"{m}_std": point[m][1] for m in acc},
+                    **{f"{m}_{k}": v for m in got for k, v in point[m].items()},
                 }
             )
     if not rows:
-        raise first_missing(missing, "Figure 6(a) needs calibration records")
+        raise nothing_made(missing, "Figure 6(a) needs calibration records")
     return Table(
         "fig6a",
         "Figure 6(a): accuracy against the calibration size |D_cal|",
         f"Each |D_cal| draws {options.subsets} random subsets of the run's calibration items "
-        f"(seed {options.seed}; the whole set once), fits a calibration on each subset's "
-        f"symmetrised records and scores the run's records ({settings_note(options)}); Acc is "
-        "mean ± std over the subsets.",
-        ["Run", "|D_cal|", "subsets", "LAD Acc", "PriDe Acc"],
+        f"(seed {options.seed}; without replacement across subsets; all of them when there are "
+        "no more), fits a calibration on each subset's symmetrised records and scores the run's "
+        f"records ({settings_note(options, runs=runs)}). Acc is the mean over the subsets ± the "
+        f"std over the {_shuffles(runs)} evaluation shuffles (the paper's band; each subset's, "
+        "averaged over the subsets); subset std is the spread of Acc over the subsets.",
+        ["Run", "|D_cal|", "subsets", "LAD Acc", "PriDe Acc", "LAD subset std", "PriDe subset std"],
         rows,
-        {"points": data},
+        {"points": data, "k": k_note(options, runs)},
         missing,
     )
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+def _size_point(metrics: list[dict]) -> dict[str, Any]:
+    """One Figure 6(a) point of a method from each subset's metrics: Acc per subset, its std
+    over the shuffles per subset, their means (the point and its band) and the subset spread."""
+    acc = [m["acc"] for m in metrics]
+    shuffle_std = [m["acc_std"] for m in metrics]
+    return {
+        "acc": acc,
+        "acc_shuffle_std": shuffle_std,
+        "mean": float(np.mean(acc)),
+        "shuffle_std": float(np.mean(shuffle_std)),
+        "subset_std": float(np.std(acc, ddof=1)) if len(acc) > 1 else 0.0,
+    }
+
+
+def _shuffles(runs: Sequence[Run]) -> str:
+    counts = sorted({len(set(r.records.ordering.tolist())) for r in runs})
+    return "/".join(map(str, counts)) if counts else "T"
 
 
 def temperature_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
@@ -176,13 +194,13 @@ def temperature_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAUL
     return Table(
         "fig6b",
         "Figure 6(b): accuracy against the temperature τ",
-        f"LAD with {settings_note(options, tau=False)} and τ of Eq. 12; τ = 0 makes π uniform "
-        "(a static mixture of the bias rows), τ = ∞ puts all of π on the purified attention's "
-        "argmax. PriDe does not depend on τ. Acc is mean ± std over the shuffles. "
+        f"LAD with {settings_note(options, tau=False, runs=runs)} and τ of Eq. 12; τ = 0 makes π "
+        "uniform (a static mixture of the bias rows), τ = ∞ puts all of π on the purified "
+        "attention's argmax. PriDe does not depend on τ. Acc is mean ± std over the shuffles. "
         + calibration_note(runs),
         ["Run", "τ", "LAD Acc", "RStd", "Cons.", "PriDe Acc"],
         rows,
-        {"points": data},
+        {"points": data, "k": k_note(options, runs)},
     )
 
 
@@ -217,11 +235,12 @@ def divergence_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULT
         "Table 7: logit-attention divergence by ground-truth position",
         "Accuracy (%) of each readout over the records whose answer is at that position (1 = "
         "first), and overall (mean ± std over the shuffles): the logits (vanilla), the raw "
-        f"attention argmax, the purified attention π (Eq. 12) and LAD. {settings_note(options)}. "
+        "attention argmax, the purified attention π (Eq. 12) and LAD. "
+        f"{settings_note(options, runs=runs)}. "
         f"{calibration_note(runs)}",
         ["Run", "Position", *DIVERGENCE_METHODS.values()],
         rows,
-        {"runs": data},
+        {"runs": data, "k": k_note(options, runs)},
     )
 
 
@@ -260,7 +279,7 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
         "Table 8: cost against SoFA and permutation averaging",
         "Forward passes per evaluated prompt, and passes made once before evaluating "
         "(calibration: N per calibration item; SoFA with --sofa-sigma auto: its σ grid on the "
-        f"calibration items). {settings_note(options)}. "
+        f"calibration items). {settings_note(options, runs=runs)}. "
         + calibration_note([r for r in runs if r.name in {d["run"] for d in data}]),
         ["Run", "Method", "Acc", "RStd", "Cons.", "passes/item", "passes once"],
         rows,

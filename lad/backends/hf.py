@@ -32,7 +32,13 @@ from lad.backends.prompting import (
     load_image,
     reply_tokens,
 )
-from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
+from lad.backends.scoring import (
+    LabelTrie,
+    Prefix,
+    RepetitionPenalty,
+    label_logprobs,
+    seen_tokens,
+)
 from lad.backends.threads import set_cpu_threads
 from lad.data.items import Item
 from lad.errors import BackendError
@@ -123,6 +129,7 @@ def load_backend(
     image_options: dict[str, Any] | None = None,
     image_size: int | None = None,
     chat_template: str | Path | None = None,
+    repetition_penalty: float | None = None,
 ) -> Backend:
     """Load a hub id or local checkpoint, or "demo" (lad's embedded demo model, as everywhere
     else); its language decoder runs through the capture function.
@@ -131,6 +138,7 @@ def load_backend(
     image_size: resize every picture to this square (bicubic) before the processor.
     chat_template: a Jinja file used instead of the checkpoint's own chat template (e.g. for a base
     checkpoint whose template ignores images). The template is checked before the weights load.
+    repetition_penalty: applied to the label steps' logits as `generate` would (Backend).
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
@@ -177,7 +185,15 @@ def load_backend(
     net = (net if spread else net.to(dev)).eval()
     if dev.type == "cpu":
         set_cpu_threads()  # the cores free now, not all of them (lad.backends.threads)
-    return Backend(str(model), net, processor, arch, options, image_size=image_size)
+    return Backend(
+        str(model),
+        net,
+        processor,
+        arch,
+        options,
+        image_size=image_size,
+        repetition_penalty=repetition_penalty,
+    )
 
 
 def check_model_path(model: str) -> None:
@@ -218,6 +234,7 @@ class Backend:
         image_options: dict[str, Any],
         *,
         image_size: int | None = None,
+        repetition_penalty: float | None = None,
     ) -> None:
         self.model_id = model_id
         self.model = model
@@ -225,6 +242,9 @@ class Backend:
         self.arch = arch
         self.image_options = image_options
         self.image_size = image_size  # resize every picture to this square first (None: as is)
+        # Label steps' logits penalised as transformers' RepetitionPenaltyLogitsProcessor does
+        # (lad.backends.scoring.RepetitionPenalty); None or 1: not at all.
+        self.repetition_penalty = repetition_penalty
         text = model.config.get_text_config()
         self.num_layers: int = text.num_hidden_layers
         self.max_context: int = getattr(text, "max_position_embeddings", 1 << 30)
@@ -566,7 +586,15 @@ class Backend:
                 if trie.paths:
                     paths = self.decode_paths(trie, pre, inputs["attention_mask"])
                 pre = Prefill(pre.logits, kept, pre.rows)
-        return pre, label_logprobs(trie, pre.logits, paths)
+        return pre, label_logprobs(trie, pre.logits, paths, self._penalty(inputs, pre.logits))
+
+    def _penalty(self, inputs: dict[str, Any], logits: torch.Tensor) -> RepetitionPenalty | None:
+        """The repetition penalty over each prompt's tokens, or None without one."""
+        p = self.repetition_penalty
+        if p is None or p == 1:
+            return None
+        seen = seen_tokens(inputs["input_ids"], inputs["attention_mask"], logits.shape[-1])
+        return RepetitionPenalty(float(p), seen)
 
     def _stack_rows(self, rows: dict[int, torch.Tensor]) -> torch.Tensor:
         if len(rows) != self.num_layers:

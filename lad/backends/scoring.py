@@ -73,13 +73,48 @@ def restricted_logprob(logits: torch.Tensor, valid: list[int], token: int) -> to
     return sub[:, valid.index(token)]
 
 
+@dataclass(frozen=True)
+class RepetitionPenalty:
+    """The repetition penalty of the label steps' logits (docs/methods.md), as transformers'
+    RepetitionPenaltyLogitsProcessor applies it in `generate`: the logit of every token already
+    in the sequence (the prompt's tokens, image tokens included, and the label's tokens before
+    the step), each once, is divided by `penalty` where positive and multiplied where negative.
+
+    seen: (B, V) bool, the tokens of each prompt (left padding excluded: `seen_tokens`).
+    """
+
+    penalty: float
+    seen: torch.Tensor
+
+    def apply(self, logits: torch.Tensor, prefix: Prefix) -> torch.Tensor:
+        """`logits` (B, V) after the prompt and the label tokens `prefix`, penalised."""
+        seen = self.seen
+        if prefix:
+            seen = seen.clone()
+            seen[:, [t for t in prefix if t < seen.shape[1]]] = True
+        p = self.penalty  # the same element-wise operations as transformers', bit for bit
+        return torch.where(seen, torch.where(logits < 0, logits * p, logits / p), logits)
+
+
+def seen_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, vocab: int) -> torch.Tensor:
+    """(B, V) bool: which of the V output tokens occur in each prompt (padding left out; ids the
+    output layer lacks, which it cannot produce, are ignored as transformers does)."""
+    ids = input_ids.masked_fill(attention_mask == 0, vocab).clamp(max=vocab)  # (B, T)
+    seen = torch.zeros(ids.shape[0], vocab + 1, dtype=torch.bool, device=ids.device)
+    return seen.scatter_(1, ids, True)[:, :vocab]
+
+
 def label_logprobs(
-    trie: LabelTrie, root_logits: torch.Tensor, path_logits: torch.Tensor | None
+    trie: LabelTrie,
+    root_logits: torch.Tensor,
+    path_logits: torch.Tensor | None,
+    penalty: RepetitionPenalty | None = None,
 ) -> torch.Tensor:
     """log P(c_k|x) for every label: (B, N), float64.
 
     root_logits (B, V): next-token logits at the prompt's last token.
     path_logits (B, M, D, V): logits after each token of each decoding path (None if M == 0).
+    penalty: applied to each step's logits before the restricted softmax (None: none).
     """
     out = []
     for seq in trie.labels:
@@ -95,6 +130,8 @@ def label_logprobs(
                 logits = path_logits[:, m, pos]  # type: ignore[index]
             else:
                 logits = root_logits
+            if penalty is not None:
+                logits = penalty.apply(logits, prefix)
             total = total + restricted_logprob(logits, valid, token)
         out.append(total)
     return torch.stack(out, dim=1)

@@ -126,6 +126,7 @@ def _ablate(args: argparse.Namespace) -> int:
         subsets=args.subsets,
         seed=args.seed,
         calibration_items=args.calibration_items,
+        calibration_check=args.calibration_check,
         **resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range")),
     )
     runs = load_runs(args.runs, check_calibration=args.calibration_check)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import textwrap
 from collections.abc import Callable
 from typing import Any
@@ -205,6 +206,30 @@ def add_image_flags(p: argparse.ArgumentParser) -> None:
         help="any other processor option, VALUE as JSON if it parses (e.g. max_patches=6 for "
         "InternVL); repeat for several",
     )
+
+
+def add_repetition_penalty_flag(p: argparse.ArgumentParser) -> None:
+    """--repetition-penalty: defines the records (run.json, calibration.json)."""
+    p.add_argument(
+        "--repetition-penalty",
+        type=_penalty,
+        metavar="P",
+        help="penalise the label steps' logits of tokens already in the sequence, as "
+        "transformers' generate does with repetition_penalty P; 'model': the model's "
+        "generation_config's (official: 'model', 1.05 for Qwen instruct; default: none)",
+    )
+
+
+def _penalty(text: str) -> float | str:
+    if text == "model":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number > 0 or 'model', got {text!r}")
+    return value
 
 
 def image_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from lad.cli.flags import (
     add_methods_flag,
     add_obs_mean_flag,
     add_preset_flag,
+    add_repetition_penalty_flag,
     check_layer_range_flag,
     command,
     image_options,
@@ -30,9 +31,10 @@ from lad.labels import LABEL_SCHEMES
 
 # The options a preset may set, per command (lad.presets).
 _SCORING = ("obs_mean", "mixture", "attn_mean", "layer_range")
-EVAL_PRESET = (*_SCORING, "image_size", "calibrate_on", "prompt_template")
-PREDICT_PRESET = (*_SCORING, "image_size", "prompt_template")
-CALIBRATE_PRESET = ("obs_mean", "image_size", "prompt_template")
+_RECORDS = ("image_size", "prompt_template", "repetition_penalty")
+EVAL_PRESET = (*_SCORING, *_RECORDS, "calibrate_on")
+PREDICT_PRESET = (*_SCORING, *_RECORDS)
+CALIBRATE_PRESET = ("obs_mean", *_RECORDS)
 
 
 def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> None:
@@ -223,6 +225,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_lad_flags(p)
     add_calibration_check_flag(p)
     add_image_flags(p)
+    add_repetition_penalty_flag(p)
     _baseline_flags(p)
     p.add_argument("--out", default="runs/default", help="run directory")
     _quiet_flag(p)
@@ -244,6 +247,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_preset_flag(p)
     add_obs_mean_flag(p)
     add_image_flags(p)
+    add_repetition_penalty_flag(p)
     p.add_argument("--out", required=True, help="calibration.json to write")
     _quiet_flag(p)
     p.set_defaults(func=_calibrate)
@@ -270,6 +274,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_lad_flags(p)
     add_calibration_check_flag(p)
     add_image_flags(p)
+    add_repetition_penalty_flag(p)
     p.add_argument("--json", action="store_true", help="print JSON (positions 0-based)")
     _quiet_flag(p)
     p.set_defaults(func=_predict)

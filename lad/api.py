@@ -157,26 +157,18 @@ class Debiaser:
     @property
     def backend(self) -> Any:
         if self._backend is None:
-            from transformers.utils import logging as hf_logging
-
             from lad.backends import load_backend
 
-            shown = hf_logging.is_progress_bar_enabled()
-            if self.quiet:
-                hf_logging.disable_progress_bar()  # transformers' "Loading weights" bars
-            try:
-                self._backend = load_backend(
-                    resolve_model(self.model),
-                    device=self.device,
-                    dtype=self.dtype,
-                    image_options=self.image_options,
-                    image_size=self.image_size,
-                    chat_template=self.chat_template,
-                    repetition_penalty=self._penalty(),
-                )
-            finally:
-                if shown:
-                    hf_logging.enable_progress_bar()
+            self._backend = load_backend(
+                resolve_model(self.model),
+                device=self.device,
+                dtype=self.dtype,
+                image_options=self.image_options,
+                image_size=self.image_size,
+                chat_template=self.chat_template,
+                repetition_penalty=self._penalty(),
+                quiet=self.quiet,
+            )
         return self._backend
 
     def _penalty(self) -> float | None:

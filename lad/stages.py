@@ -174,12 +174,8 @@ class LazyBackend:
         if self.backend is None:
             rundir.check_records_version(self.run_dir)  # new records must match the old ones
             start = time.perf_counter()
-            from transformers.utils import logging as hf_logging
-
             from lad.backends import load_backend
 
-            if self.config.quiet:
-                hf_logging.disable_progress_bar()  # transformers' "Loading weights" bars
             self.backend = load_backend(
                 resolve_model(self.config.model),
                 device=self.device,
@@ -190,6 +186,7 @@ class LazyBackend:
                 repetition_penalty=resolve_repetition_penalty(
                     self.config.repetition_penalty, self.config.model
                 ),
+                quiet=self.config.quiet,
             )
             # Before any record: a layer range past the model's layers would fail only at scoring.
             check_layer_range(self.config.layer_range, self.backend.num_layers)

@@ -130,6 +130,7 @@ def load_backend(
     image_size: int | None = None,
     chat_template: str | Path | None = None,
     repetition_penalty: float | None = None,
+    quiet: bool = False,
 ) -> Backend:
     """Load a hub id or local checkpoint, or "demo" (lad's embedded demo model, as everywhere
     else); its language decoder runs through the capture function.
@@ -139,6 +140,7 @@ def load_backend(
     chat_template: a Jinja file used instead of the checkpoint's own chat template (e.g. for a base
     checkpoint whose template ignores images). The template is checked before the weights load.
     repetition_penalty: applied to the label steps' logits as `generate` would (Backend).
+    quiet: no transformers progress bars ("Loading weights") while the weights load.
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
@@ -171,13 +173,14 @@ def load_backend(
     # over all of them (device_map). Under a launcher each process keeps its own GPU instead.
     spread = device == "auto" and torch.cuda.device_count() > 1 and "WORLD_SIZE" not in os.environ
     try:
-        net = AutoModelForImageTextToText.from_pretrained(
-            model,
-            dtype=torch_dtype,
-            attn_implementation=impl,
-            trust_remote_code=trust_remote_code,
-            device_map="auto" if spread else None,
-        )
+        with _progress_bars(not quiet):
+            net = AutoModelForImageTextToText.from_pretrained(
+                model,
+                dtype=torch_dtype,
+                attn_implementation=impl,
+                trust_remote_code=trust_remote_code,
+                device_map="auto" if spread else None,
+            )
     except (OSError, ValueError) as e:
         raise BackendError(f"cannot load model {model!r}: {e}") from None
     if arch.packed_vision:
@@ -194,6 +197,21 @@ def load_backend(
         image_size=image_size,
         repetition_penalty=repetition_penalty,
     )
+
+
+@contextmanager
+def _progress_bars(shown: bool) -> Iterator[None]:
+    """transformers' progress bars off inside (if not `shown`), as they were after."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    if not shown:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 def check_model_path(model: str) -> None:

@@ -1,0 +1,130 @@
+"""Circular variants of the picture-option tasks, for any model (task YAMLs in
+lad/harness/tasks, loaded with `--include_path`).
+
+`process_docs` keeps a task's picture questions (lad.harness.adapters) and asks each N times,
+its option pictures cyclically shifted as lad's evaluation does (lad.data.items.cyclic_shift: at
+shift s, position p shows the original option (p + s) mod N, and the answer letter moves with
+its picture); question pictures and option texts stay. Each document gains `lad_item` (the
+original id) and `lad_shift` (s). `*_results` score a document with the task's own
+process_results, unchanged, and add the row lad's metrics need (lad.harness.audit); the
+`lad_acc`, `lad_rstd` and `lad_cons` aggregations put Acc, RStd and Cons. in lmms-eval's table.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from typing import Any
+
+from lad.data.items import cyclic_shift
+from lad.harness.adapters import (
+    IMAGE_PLACEHOLDER,
+    PictureChoice,
+    blink_option_keys,
+    picture_choice,
+)
+from lad.harness.audit import pooled
+
+AUDIT_METRICS = ("lad_acc", "lad_rstd", "lad_cons")
+
+
+def _expand(dataset: Any, adapter: str, shifted: Callable[[dict, PictureChoice, int], dict]):
+    """Each picture question of `dataset` (a datasets.Dataset) under all N cyclic shifts."""
+    import datasets
+
+    rows = []
+    for doc in dataset:
+        choice = picture_choice(doc, adapter)
+        if choice is None or choice.answer is None:
+            continue
+        for s in range(choice.num_candidates):
+            rows.append({**shifted(dict(doc), choice, s), "lad_item": choice.item, "lad_shift": s})
+    features = dataset.features.copy()
+    features["lad_item"] = datasets.Value("string")
+    features["lad_shift"] = datasets.Value("int64")
+    return datasets.Dataset.from_list(rows, features=features)
+
+
+def _letter(p: int) -> str:
+    return string.ascii_uppercase[p]
+
+
+def _muirbench_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
+    n = choice.num_candidates
+    q = doc["question"].count(IMAGE_PLACEHOLDER)
+    options = doc["image_list"][q:]
+    order = cyclic_shift(n, s)
+    doc["image_list"] = doc["image_list"][:q] + [options[i] for i in order]
+    doc["answer"] = _letter(order.index(choice.answer))
+    return doc
+
+
+def _blink_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
+    keys = blink_option_keys(doc)
+    assert keys is not None  # a picture choice
+    order = cyclic_shift(choice.num_candidates, s)
+    pictures = [doc[k] for k in keys]
+    for p, key in enumerate(keys):
+        doc[key] = pictures[order[p]]
+    doc["answer"] = f"({_letter(order.index(choice.answer))})"
+    return doc
+
+
+def muirbench_docs(dataset: Any) -> Any:
+    return _expand(dataset, "muirbench", _muirbench_shift)
+
+
+def blink_docs(dataset: Any) -> Any:
+    return _expand(dataset, "blink", _blink_shift)
+
+
+def audit_row(doc: dict, adapter: str, parsed: str) -> dict[str, Any]:
+    """The row lad's metrics read; `parsed` is the option letter the task's parser found ("" or
+    anything else: none)."""
+    choice = picture_choice(doc, adapter)
+    assert choice is not None and choice.answer is not None  # kept by process_docs
+    n = choice.num_candidates
+    prediction = _letters(n).index(parsed) if len(parsed) == 1 and parsed in _letters(n) else -1
+    return {
+        "item": choice.item,
+        "ordering": choice.ordering,
+        "order": choice.order,
+        "answer": choice.answer,
+        "prediction": prediction,
+    }
+
+
+def _letters(n: int) -> str:
+    return string.ascii_uppercase[:n]
+
+
+def _with_audit(scored: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    return {**scored, **{name: row for name in AUDIT_METRICS}}
+
+
+def muirbench_results(doc: dict, results: list[str]) -> dict[str, Any]:
+    from lmms_eval.tasks.muirbench.utils import muir_process_results
+
+    scored = muir_process_results(doc, results)
+    # The task counts a reply right when it equals the answer letter (case and spaces aside).
+    parsed = str(scored["muirbench_score_overall"]["pred"]).strip().upper()
+    return _with_audit(scored, audit_row(doc, "muirbench", parsed))
+
+
+def blink_results(doc: dict, results: list[str]) -> dict[str, Any]:
+    from lmms_eval.tasks.blink.utils import blink_process_results
+
+    scored = blink_process_results(doc, results)
+    return _with_audit(scored, audit_row(doc, "blink", scored["blink_acc"]["pred_parsed"]))
+
+
+def lad_acc(rows: list[dict[str, Any]]) -> float:
+    return pooled(rows, "acc")
+
+
+def lad_rstd(rows: list[dict[str, Any]]) -> float:
+    return pooled(rows, "rstd")
+
+
+def lad_cons(rows: list[dict[str, Any]]) -> float:
+    return pooled(rows, "cons")

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from lad.errors import LadError
-from lad.files import write_text
+from lad.errors import LadError, RunError
+from lad.files import read_json, write_text
 from lad.metrics import compute_metrics
 from lad.records import RecordSet
 
@@ -94,6 +94,27 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any, task_d
     path = output / AUDIT_FILE
     write_text(path, json.dumps(audit, indent=2) + "\n")
     return path
+
+
+def audit_folders(path: Path) -> list[Path]:
+    """The run folders a harness audit lists, when `path` holds lad_audit.json and no
+    metrics.json of its own; else [path]."""
+    audit_path = path / AUDIT_FILE
+    if (path / "metrics.json").is_file() or not audit_path.is_file():
+        return [path]
+    audit = read_json(audit_path, RunError)
+    if not isinstance(audit, dict) or audit.get("format") != AUDIT_FORMAT:
+        raise RunError(f"{audit_path}: not a lad harness audit (format {AUDIT_FORMAT!r})")
+    tasks = audit.get("tasks")
+    folders = [
+        path / entry["folder"]
+        for by_n in (tasks.values() if isinstance(tasks, dict) else [])
+        for entry in by_n.values()
+        if isinstance(entry, dict) and isinstance(entry.get("folder"), str)
+    ]
+    if not folders:
+        raise RunError(f"{audit_path}: lists no task folder")
+    return folders
 
 
 # ---------------------------------------------------------------- any model, from rows

@@ -78,19 +78,18 @@ def blink_docs(dataset: Any) -> Any:
     return _expand(dataset, "blink", _blink_shift)
 
 
-def audit_row(doc: dict, adapter: str, parsed: str) -> dict[str, Any]:
-    """The row lad's metrics read; `parsed` is the option letter the task's parser found ("" or
-    anything else: none)."""
-    choice = picture_choice(doc, adapter)
-    assert choice is not None and choice.answer is not None  # kept by process_docs
-    n = choice.num_candidates
-    prediction = _letters(n).index(parsed) if len(parsed) == 1 and parsed in _letters(n) else -1
+def audit_row(doc: dict, num_options: int, parsed: str) -> dict[str, Any]:
+    """The row lad's metrics read, from a circular document's text fields alone (lmms-eval
+    hands process_results its documents without their pictures); `parsed` is the option letter
+    the task's parser found ("" or anything else: none)."""
+    letters = _letters(num_options)
+    answer = str(doc["answer"]).strip().strip("()")
     return {
-        "item": choice.item,
-        "ordering": choice.ordering,
-        "order": choice.order,
-        "answer": choice.answer,
-        "prediction": prediction,
+        "item": str(doc["lad_item"]),
+        "ordering": int(doc["lad_shift"]),
+        "order": cyclic_shift(num_options, int(doc["lad_shift"])),
+        "answer": letters.index(answer),
+        "prediction": letters.index(parsed) if len(parsed) == 1 and parsed in letters else -1,
     }
 
 
@@ -108,14 +107,15 @@ def muirbench_results(doc: dict, results: list[str]) -> dict[str, Any]:
     scored = muir_process_results(doc, results)
     # The task counts a reply right when it equals the answer letter (case and spaces aside).
     parsed = str(scored["muirbench_score_overall"]["pred"]).strip().upper()
-    return _with_audit(scored, audit_row(doc, "muirbench", parsed))
+    return _with_audit(scored, audit_row(doc, len(doc["options"]), parsed))
 
 
 def blink_results(doc: dict, results: list[str]) -> dict[str, Any]:
     from lmms_eval.tasks.blink.utils import blink_process_results
 
     scored = blink_process_results(doc, results)
-    return _with_audit(scored, audit_row(doc, "blink", scored["blink_acc"]["pred_parsed"]))
+    parsed = scored["blink_acc"]["pred_parsed"]
+    return _with_audit(scored, audit_row(doc, len(doc["choices"]), parsed))
 
 
 def lad_acc(rows: list[dict[str, Any]]) -> float:

@@ -1,0 +1,205 @@
+"""lad inside the REAL lmms-eval (issue 25): `python -m lmms_eval --model lad` on the embedded
+demo model and a local parquet in MuirBench's published schema, against lad's own `lad eval` and
+`lad metrics` on the same items.
+
+Needs the extra (`pip install -e ".[lmms-eval]"`); .ci/run installs it in a venv of its own and
+runs this file there (docs/harness.md says why). Skipped, saying so, where lmms-eval is absent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lmms_eval", reason="lmms-eval not installed (pip install -e '.[lmms-eval]')")
+
+from lad.data.items import cyclic_shift, read_items
+from lad.records import read_predictions, read_records
+from tests.harness_fixtures import local_task, shapes_muirbench
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 4
+EVAL_ITEMS = 6
+CAL_ITEMS = 3
+PLAIN, CIRCULAR = "muir_local", "muir_local_circular"
+
+
+def _run(*args: str, cwd: Path) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+def _lad(*args: str, cwd: Path) -> str:
+    """A lad command in this process (its output), as `python -m lad` runs it."""
+    from lad.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    assert code == 0, err.getvalue()
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One lmms-eval CLI run of --model lad on MuirBench's own task and lad's circular variant,
+    both on a local parquet, and the same items through `lad eval`."""
+    import lmms_eval
+
+    from lad.harness import tasks_folder
+
+    root = tmp_path_factory.mktemp("harness")
+    parquet = shapes_muirbench(root / "eval", items=EVAL_ITEMS, split="eval", n=N)
+    shapes_muirbench(root / "cal", items=CAL_ITEMS, split="calibration", n=N)
+    muirbench_yaml = Path(lmms_eval.__file__).parent / "tasks/muirbench/muirbench.yaml"
+    tasks = local_task(
+        root / "tasks", parquet, PLAIN, muirbench_yaml, "lmms_eval.tasks.muirbench.utils"
+    )
+    local_task(root / "tasks", parquet, CIRCULAR, tasks_folder() / "muirbench_circular.yaml")
+    calibration = root / "calibration.json"
+    common = ("--model", "demo", "--labels", "upper", "--device", "cpu", "--quiet")
+    _lad("calibrate", *common, "--data", str(root / "cal/items.jsonl"), "--out", str(calibration),
+         cwd=root)  # fmt: skip
+    out = root / "lmms"
+    log = _run(
+        "-m", "lmms_eval", "--model", "lad",
+        "--model_args", f"model=demo,method=lad,calibration={calibration},output={out}/lad",
+        "--tasks", f"{PLAIN},{CIRCULAR}", "--include_path", str(tasks),
+        "--output_path", str(out), "--log_samples", "--device", "cpu",
+        cwd=root,
+    )  # fmt: skip
+    (root / "lmms.log").write_text(log)
+    # lmms-eval logs an error and exits 0; its results file is the sign it finished.
+    assert list(out.rglob("*_results.json")), log[-3000:]
+    # The same items through lad's own pipeline: the identity order, and all N cyclic shifts.
+    items = root / "eval/items.jsonl"
+    run_args = (*common, "--data", str(items), "--calibration", str(calibration), "-n", str(N))
+    _lad("eval", *run_args, "--methods", "vanilla,lad", "--num-shuffles", "1",
+         "--out", str(root / "eval-plain"), cwd=root)  # fmt: skip
+    orders = root / "cyclic.jsonl"
+    with orders.open("w") as f:
+        for it in read_items(items):
+            for s in range(N):
+                f.write(json.dumps({"item": it.id, "order": cyclic_shift(N, s)}) + "\n")
+    _lad("eval", *run_args, "--methods", "vanilla,lad", "--orders", str(orders),
+         "--out", str(root / "eval-cyclic"), cwd=root)  # fmt: skip
+    return {"root": root, "out": out, "lad": out / "lad"}
+
+
+def _samples(out: Path, task: str) -> list[dict]:
+    (path,) = [p for p in out.rglob(f"*_samples_{task}.jsonl")]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _results(out: Path) -> dict:
+    (path,) = [p for p in out.rglob("*_results.json")]
+    return json.loads(path.read_text())["results"]
+
+
+def _chosen(run_dir: Path, method: str) -> dict[tuple[str, int], int]:
+    return {
+        (p.item, p.ordering): p.prediction
+        for p in read_predictions(run_dir / "predictions.jsonl")
+        if p.method == method
+    }
+
+
+def _metrics(run_dir: Path) -> dict:
+    text = _lad(
+        "metrics", "--records", str(run_dir / "records.jsonl"),
+        "--predictions", str(run_dir / "predictions.jsonl"), "--json", cwd=run_dir,
+    )  # fmt: skip
+    return json.loads(text[text.index("{") :])
+
+
+@pytest.mark.parametrize(("task", "lad_run"), [(PLAIN, "eval-plain"), (CIRCULAR, "eval-cyclic")])
+def test_answers_equal_lad_eval(run: dict[str, Path], task: str, lad_run: str) -> None:
+    """Each document's reply in lmms-eval's samples is the letter of the option lad eval's LAD
+    chooses for the same item shown in the same order; the records agree with lad eval's."""
+    ours = run["lad"] / task / f"n{N}"
+    theirs = run["root"] / lad_run
+    mine, ref = read_records(ours / "records.jsonl"), read_records(theirs / "records.jsonl")
+    where = {k: i for i, k in enumerate(ref.keys())}
+    asked = mine.keys()  # (item, ordering) of each record
+    rows = [where[k] for k in asked]
+    assert sorted(rows) == list(range(len(ref)))  # the same (item, ordering) requests
+    assert np.array_equal(mine.order, ref.order[rows])
+    assert np.array_equal(mine.answer, ref.answer[rows])
+    assert np.allclose(mine.logprobs, ref.logprobs[rows], atol=1e-5)
+    assert np.allclose(mine.attention, ref.attention[rows], rtol=1e-4, atol=1e-7)
+    lad_eval = _chosen(theirs, "lad")
+    samples = _samples(run["out"], task)
+    assert len(samples) == len(ref)
+    for sample in samples:
+        doc = sample["muirbench_score_overall"]
+        ordering = sample["lad_acc"]["ordering"] if task == CIRCULAR else 0
+        letter = "ABCD"[lad_eval[(doc["idx"], ordering)]]
+        assert sample["filtered_resps"] == letter
+    # vanilla side by side, from the same passes
+    assert _chosen(ours, "vanilla") == _chosen(theirs, "vanilla")
+
+
+def test_audit_numbers_equal_lad_metrics(run: dict[str, Path]) -> None:
+    """lad_audit.json (--model lad: vanilla and LAD side by side) holds lad metrics' numbers of
+    lad eval's run on the same orderings; lmms-eval's own table holds the same Acc/RStd/Cons.,
+    and MuirBench's own metric equals lad's accuracy."""
+    audit = json.loads((run["lad"] / "lad_audit.json").read_text())
+    assert audit["format"] == "lad-harness-audit/1"
+    reference = _metrics(run["root"] / "eval-cyclic")["methods"]
+    entry = audit["tasks"][CIRCULAR][str(N)]
+    assert entry["num_items"] == EVAL_ITEMS and entry["num_shuffles"] == N
+    assert entry["calibration"]["kind"] == "file"
+    for method in ("vanilla", "lad"):
+        got = entry["methods"][method]
+        for key in ("acc", "acc_std", "rstd", "cons", "recall_by_position"):
+            assert got[key] == pytest.approx(reference[method][key], abs=1e-9), (method, key)
+    table = _results(run["out"])[CIRCULAR]
+    for name in ("acc", "rstd", "cons"):
+        assert table[f"lad_{name},flexible-extract"] == pytest.approx(reference["lad"][name])
+    assert 100 * table["muirbench_score_overall,flexible-extract"] == pytest.approx(
+        reference["lad"]["acc"]
+    )
+    plain = _results(run["out"])[PLAIN]["muirbench_score_overall,flexible-extract"]
+    plain_lad = _metrics(run["root"] / "eval-plain")["methods"]["lad"]
+    assert 100 * plain == pytest.approx(plain_lad["acc"])
+
+
+def test_audit_of_logged_samples_and_report(run: dict[str, Path]) -> None:
+    """`lad harness audit` on lmms-eval's output folder gives the replies' metrics (here LAD's),
+    and `lad report` reads both audits."""
+    out = run["root"] / "samples-audit"
+    _lad("harness", "audit", str(run["out"]), "--out", str(out), cwd=run["root"])
+    audit = json.loads((out / "lad_audit.json").read_text())
+    assert list(audit["tasks"]) == [CIRCULAR]  # MuirBench's own task carries no audit rows
+    got = audit["tasks"][CIRCULAR][str(N)]["methods"]["model"]
+    reference = _metrics(run["root"] / "eval-cyclic")["methods"]["lad"]
+    for key in ("acc", "acc_std", "rstd", "cons", "recall_by_position", "selection_by_position"):
+        assert got[key] == pytest.approx(reference[key]), key
+    for folder in (out, run["lad"]):
+        text = _lad("report", str(folder), "--out", str(folder / "report"), cwd=run["root"])
+        assert "report:" in text and (folder / "report/index.html").is_file()
+
+
+def test_calibration_of_another_prompt_is_refused(run: dict[str, Path]) -> None:
+    """A calibration fitted under other labels is refused before any record is made, with the
+    check lad uses everywhere."""
+    from lad.harness.runner import HarnessOptions, PictureScorer
+
+    calibration = run["root"] / "calibration.json"
+    scorer = PictureScorer(HarnessOptions(calibration=str(calibration), labels="digits"))
+    from lad.errors import CalibrationError
+
+    with pytest.raises(CalibrationError, match="label"):
+        scorer.calibrated(CIRCULAR, N, [])

@@ -202,7 +202,7 @@ class Debiaser:
         sizes = {it.num_candidates for it in items}
         if len(sizes) != 1:
             raise DataError(f"calibration items must all have the same N; got N in {sorted(sizes)}")
-        for path in dict.fromkeys(p for it in items for p in it.images):
+        for path in dict.fromkeys(p for it in items for p in it.pictures):
             check_image(path)  # before the model loads
         template = self._template(items)
         records = self._records(

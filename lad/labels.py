@@ -30,7 +30,7 @@ class LabelScheme:
         if not 1 <= num_candidates <= self.max_candidates:
             raise LadError(
                 f"The '{self.name}' label scheme supports 1 to {self.max_candidates} candidates. "
-                f"Got {num_candidates} instead."
+                f"Got {num_candidates} instead; {schemes_for(num_candidates)}"
             )
         n = num_candidates
         if self.name == "digits":
@@ -57,6 +57,18 @@ LABEL_SCHEMES: dict[str, LabelScheme] = {
         LabelScheme("image-ordinals", "phrase", 12),
     )
 }
+
+
+# The most candidates any label scheme can name; items and converters refuse more.
+MAX_CANDIDATES = max(s.max_candidates for s in LABEL_SCHEMES.values())
+
+
+def schemes_for(num_candidates: int) -> str:
+    """Which label schemes can name `num_candidates` candidates, as advice for a message."""
+    able = [s.name for s in LABEL_SCHEMES.values() if 1 <= num_candidates <= s.max_candidates]
+    if not able:
+        return f"no label scheme names more than {MAX_CANDIDATES} candidates"
+    return f"for N = {num_candidates} use --labels {' or '.join(able)}"
 
 
 def get_scheme(name: str) -> LabelScheme:

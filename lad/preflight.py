@@ -30,6 +30,7 @@ def check_inputs(
     """
     check_output_dir(run_dir)
     check_device(config.device)
+    get_scheme(config.labels).labels(config.num_candidates)  # names the schemes that can name N
     if config.calibration:
         calibration = check_given_calibration(config)
         check_top_k(config.top_k, calibration.num_layers, f"the calibration {config.calibration}")
@@ -41,10 +42,11 @@ def check_inputs(
         check_images(eval_items + cal_items)
         from_data = eval_items + ([] if config.calibration_data else cal_items)
         files["data"] = config.data
-        inputs["data"] = rundir.fingerprint(config.data, [p for it in from_data for p in it.images])
+        pictures = [p for it in from_data for p in it.pictures]  # context pictures too
+        inputs["data"] = rundir.fingerprint(config.data, pictures)
         if config.calibration_data:
             files["calibration_data"] = config.calibration_data
-            images = [p for it in cal_items for p in it.images]
+            images = [p for it in cal_items for p in it.pictures]
             inputs["calibration_data"] = rundir.fingerprint(config.calibration_data, images)
     for name in ("calibration", "orders", "chat_template"):
         if getattr(config, name) and Path(getattr(config, name)).is_file():
@@ -57,7 +59,7 @@ def check_inputs(
 
 def check_images(items: Sequence[Item]) -> None:
     """Every image opens within lad.images' limits (header only: no pixel is decoded)."""
-    for path in dict.fromkeys(p for it in items for p in it.images):
+    for path in dict.fromkeys(p for it in items for p in it.pictures):
         check_image(path)
 
 

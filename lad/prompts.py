@@ -1,7 +1,9 @@
 """The paper's prompt templates (Appendix E, Table 9), for any label scheme, and user templates.
 
 Images come first (one slot per candidate, in presentation order), then this text; the backend
-wraps both in the model's own chat template. PriDe and LAD use the vanilla prompt.
+wraps both in the model's own chat template. PriDe and LAD use the vanilla prompt. An item's
+context pictures (pictures of the question, not candidates) come before the candidates, or where
+its question writes `<image>` (`prompt_parts`, `shown_pictures`).
 
 An item with a `question` (a multi-image question of its own, e.g. MMIU's "Which image is most
 likely to be a fake photograph?") is asked with the question variant of each template, which asks
@@ -16,9 +18,10 @@ vanilla template (`--prompt-template FILE`, `PromptTemplate`), with these placeh
     {noun}       the scheme's label noun ("number", "letter", "numeral", "word", "phrase")
     {single}     "integer" for digits, else the noun (Table 9's CoT wording)
 
-`{{` and `}}` are literal braces. The prompt fingerprint (`prompt_sha256`, stored in
-calibration.json) covers the template's text, so a calibration fitted under one template is
-refused under another.
+`{{` and `}}` are literal braces; a template may not hold `<image>`, which marks where an item's
+context pictures go in its question (lad.data.items). The prompt fingerprint (`prompt_sha256`,
+stored in calibration.json) covers the template's text, so a calibration fitted under one
+template is refused under another.
 """
 
 from __future__ import annotations
@@ -30,11 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lad.data.items import CONTEXT_PLACEHOLDER
 from lad.errors import DataError, LadError
 from lad.labels import LabelScheme
 
 if TYPE_CHECKING:
     from lad.data.items import Item
+
+# One part of the user turn: text, or a picture slot ("candidate", position) / ("context", j).
+Part = str | tuple[str, int]
 
 _TASK = (
     "Given {n} images indexed from {first} to {last}, identify the image that best matches "
@@ -100,6 +107,11 @@ def check_template(text: str, source: str = "the prompt template") -> str:
     if not used & set(QUERY_PLACEHOLDERS):
         raise LadError(
             f"{source} never shows the item's question or caption; put {{query}} where it goes"
+        )
+    if CONTEXT_PLACEHOLDER in text:
+        raise LadError(
+            f"{source} holds {CONTEXT_PLACEHOLDER}, which marks an item's context pictures in its "
+            "question; a template cannot show pictures of its own"
         )
     return text
 
@@ -178,6 +190,45 @@ def render_item(
     asked = item.question is not None
     text = item.question if item.question is not None else item.query
     return render_prompt(template, text, scheme, num_candidates, question=asked)
+
+
+def prompt_parts(text: str, num_candidates: int, num_context: int = 0) -> list[Part]:
+    """The user turn in order: the N candidate slots, then `text`; context pictures go at the
+    text's `<image>` places when it has one per context picture, else before the candidates."""
+    places = text.count(CONTEXT_PLACEHOLDER)
+    candidates: list[Part] = [("candidate", p) for p in range(num_candidates)]
+    if places == 0:
+        return [*(("context", j) for j in range(num_context)), *candidates, text]
+    if places != num_context:
+        raise DataError(
+            f"the prompt's text holds {places} {CONTEXT_PLACEHOLDER} places for {num_context} "
+            f"context pictures: {text[:80]!r}"
+        )
+    parts = candidates
+    for j, piece in enumerate(text.split(CONTEXT_PLACEHOLDER)):
+        if j:
+            parts.append(("context", j - 1))
+        if piece:
+            parts.append(piece)
+    return parts
+
+
+def shown_pictures(item: Item, order: Sequence[int]) -> tuple[list[Path], list[int]]:
+    """Every picture of `item`'s prompt under `order`, in the order the prompt shows them, and
+    where among them the candidates at positions 0..N-1 are (the image spans that are scored)."""
+    parts = prompt_parts(item.asked, item.num_candidates, len(item.context_images))
+    shown: list[Path] = []
+    candidates = [0] * item.num_candidates
+    for part in parts:
+        if isinstance(part, str):
+            continue
+        kind, k = part
+        if kind == "candidate":
+            candidates[k] = len(shown)
+            shown.append(item.images[order[k]])
+        else:
+            shown.append(item.context_images[k])
+    return shown, candidates
 
 
 def vanilla_template(items: Sequence[Item], custom: PromptTemplate | None = None) -> PromptTemplate:

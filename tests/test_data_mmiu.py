@@ -1,177 +1,269 @@
-"""`lad data mmiu`: MMIU question files in their released format (as in github.com/OpenGVLab/MMIU:
-a JSON list of {"task", "visual_input_component", "source", "options", "question", "context",
-"input_image_path", "output"}) become items for the tasks whose options are the images."""
+"""`lad data mmiu` on MMIU's question files as released.
+
+Fixture rows copy the released schema field for field: the objects of
+github.com/OpenGVLab/MMIU `results/<task>/qwen3-vl/metadata_info.json` (commit e8963c2), e.g.
+forensic_detection_forgerynet's first question (context "You are a judge in a photography
+competition, ...\\nSelect from the following choices.\\nA: the first image\\n...") and
+image2image_retrieval's ("The query image is the first image.", options "A: The second image"
+... "D: The fifth image", context "Select from the following choices.\\n" + options), with the
+model's answer key dropped; image paths `./<relationship>/<task>/<task>_<q>_<i>.jpg`. all.parquet
+has the same columns (input_image_path a list of strings). The order of question and context is
+MMIU's own evaluation prompt's (VLMEvalKit/test_qwen3_vl.py: `tasks_exist` get question + "\\n" +
+context, the others context + "\\n" + question). The nested layout is InternVL's MMIU evaluation:
+{"input": {question, context, input_image_path}, "output": {"output_text"}}.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from lad.cli import main
 from lad.data.items import read_items
-from lad.data.mmiu import import_mmiu, option_images, read_mmiu
+from lad.data.mmiu import QUESTION_FIRST, instruction, option_images, read_mmiu
 from lad.errors import DataError
 from tests.data_fixtures import make_images
 
-ORDINAL_OPTIONS = "A: the first image\nB: the second image\nC: the third image\nD: the fourth image"
+FORGERY = "forensic_detection_forgerynet"
+I2I = "image2image_retrieval"
+JUDGE = (
+    "You are a judge in a photography competition, and now you are given the four images. Please "
+    "examine the details and tell which one of them is most likely to be a fake photograph."
+)
+FAKE = "Which image is most likely to be a fake photograph?"
+FORGERY_OPTIONS = "A: the first image\nB: the second image\nC: the third image\nD: the fourth image"
+I2I_OPTIONS = "A: The second image\nB: The third image\nC: The fourth image\nD: The fifth image"
+I2I_QUESTION = (
+    "Please retrieve the most similar scene to the query in the candidate.The query image is the "
+    "first image."
+)
+RELATIONSHIP = {FORGERY: "Low-level-semantic", I2I: "High-level-obj-semantic"}
 
 
-def _entry(task: str, k: int, n: int, options: str, question: str, output: str) -> dict:
-    category = "Low-level-semantic" if "forensic" in task else "High-level-obj-semantic"
-    paths = [f"./{category}/{task}/{task}_{k}_{j}.jpg" for j in range(n)]
+def _row(task: str, q: int, n: int, options: str, question: str, output, context=None) -> dict:
+    if context is None:
+        context = (JUDGE + "\n" if task == FORGERY else "") + (
+            "Select from the following choices.\n" + options + ("\n" if task == FORGERY else "")
+        )
     return {
         "task": task,
-        "visual_input_component": "natural image and synthetic image",
-        "source": "forgerynet",
+        "visual_input_component": (
+            "natural image and synthetic image" if task == FORGERY else "['natural_image']"
+        ),
+        "source": "forgerynet" if task == FORGERY else "places365_retrieval",
         "options": options,
         "question": question,
-        "context": f"Please examine the details.\nSelect from the following choices.\n{options}\n",
-        "input_image_path": paths,
+        "context": context,
+        "input_image_path": [f"./{RELATIONSHIP[task]}/{task}/{task}_{q}_{i}.jpg" for i in range(n)],
         "output": output,
     }
 
 
-FORGERY = "forensic_detection_forgerynet"
-QUESTION = "Which image is most likely to be a fake photograph?"
-# (options, output, expected answer): option order and case vary as in MMIU's files.
-FORGERY_QUESTIONS = [
-    (ORDINAL_OPTIONS, "B", 1),
-    (ORDINAL_OPTIONS + "\n", "D", 3),  # q_bench+-style trailing newline
-    (ORDINAL_OPTIONS.replace("the", "The"), "A", 0),  # text2image_retrieval's capitals
-    ("A: the third image\nB: the first image\nC: the fourth image\nD: the second image", "A", 2),
-    (ORDINAL_OPTIONS, "C", 2),
-    (ORDINAL_OPTIONS, "A", 0),
-]
+def _rows() -> list[dict]:
+    forgery = [
+        _row(FORGERY, 0, 4, FORGERY_OPTIONS, FAKE, "B"),
+        _row(FORGERY, 1, 4, FORGERY_OPTIONS, FAKE, "D"),
+        _row(FORGERY, 2, 4, FORGERY_OPTIONS, FAKE, " c "),  # MMIU's scorer: trimmed, any case
+        _row(FORGERY, 3, 4, FORGERY_OPTIONS, FAKE, "A"),
+        _row(FORGERY, 4, 4, FORGERY_OPTIONS, FAKE, None),  # no answer
+        _row(FORGERY, 5, 4, FORGERY_OPTIONS, FAKE, "E"),  # not an option
+        _row(FORGERY, 6, 4, FORGERY_OPTIONS, "", "A", context=""),  # nothing asked
+        _row(FORGERY, 7, 4, "A: Yes\nB: No", "Is the first image real?", "A"),
+        _row(FORGERY, 8, 4, "A: the first image\nB: the first image", FAKE, "A"),
+        _row(FORGERY, 9, 3, "A: the first image\nB: the second image", FAKE, "B"),  # 3rd: context
+        _row(FORGERY, 10, 2, "A: the first image\nB: the second image", FAKE, "B"),  # N = 2
+    ]
+    i2i = [_row(I2I, q, 5, I2I_OPTIONS, I2I_QUESTION, out) for q, out in enumerate("CDBA")]
+    return forgery + i2i
 
 
-def _write_task(root: Path, task: str, entries: list[dict]) -> Path:
-    """A task folder as MMIU ships it: metadata_info.json and its images."""
-    folder = root / ("Low-level-semantic" if "forensic" in task else "High-level-obj-semantic")
-    folder = folder / task
-    count = sum(len(e["input_image_path"]) for e in entries)
-    names = iter(make_images(folder, count))
-    for e in entries:
-        for p in e["input_image_path"]:
-            (folder / next(names)).rename(folder / Path(p).name)
-    path = folder / "metadata_info.json"
-    path.write_text(json.dumps(entries))
-    return path
+FORGERY_SKIPS = {  # with --num-candidates 4
+    "answer not an option": 1,
+    "other N": 1,
+    "empty question": 1,
+    "no answer": 1,
+    "not one option per image": 1,
+    "options not images": 1,
+    "reference pictures not first": 1,
+}
 
 
 @pytest.fixture
-def mmiu(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """(MMIU root, forgerynet's metadata_info.json, an all.json of three tasks)."""
+def release(tmp_path: Path) -> tuple[Path, list[dict]]:
+    """The folder MMIU's zips were extracted in (`<relationship>/<task>/<file>`) and the rows."""
     root = tmp_path / "MMIU"
-    forgery = [
-        _entry(FORGERY, k, 4, options, QUESTION, output)
-        for k, (options, output, _) in enumerate(FORGERY_QUESTIONS)
-    ]
-    # Not one image per option: a question whose options are words, one about two images.
-    forgery.append(_entry(FORGERY, 6, 4, "A: Yes\nB: No\n", "Is the first image real?", "A"))
-    forgery.append(_entry(FORGERY, 7, 2, "A: the first image\nB: the second image\n", "?", "B"))
-    task_file = _write_task(root, FORGERY, forgery)
-    retrieval = [
-        _entry(
-            "image2image_retrieval",
-            k,
-            5,
-            "A: The second image\nB: The third image\nC: The fourth image\nD: The fifth image",
-            "Please retrieve the most similar scene to the query in the candidate.The query "
-            "image is the first image.",
-            "C",
-        )
-        for k in range(2)
-    ]
-    _write_task(root, "image2image_retrieval", retrieval)
-    all_json = tmp_path / "VLMEvalKit" / "all.json"
-    all_json.parent.mkdir()
-    all_json.write_text(json.dumps(forgery + retrieval, indent=2))
-    return root, task_file, all_json
+    rows = _rows()
+    for task, relationship in RELATIONSHIP.items():
+        folder = root / relationship / task
+        paths = [p for r in rows if r["task"] == task for p in r["input_image_path"]]
+        for name, p in zip(make_images(folder, len(paths)), paths, strict=True):
+            (folder / name).rename(folder / Path(p).name)
+    return root, rows
 
 
-def test_options_that_name_images(mmiu):
-    assert option_images(ORDINAL_OPTIONS) == [("A", 0), ("B", 1), ("C", 2), ("D", 3)]
+def test_options_that_name_images():
+    assert option_images(FORGERY_OPTIONS) == [("A", 0), ("B", 1), ("C", 2), ("D", 3)]
     assert option_images("A. The second image.\nB. the first image\n") == [("A", 1), ("B", 0)]
     assert option_images("A: Yes\nB: No") is None
     assert option_images("A: The sky in the first image\nB: the second image") is None
     assert option_images("") is None
 
 
-def test_task_file_converts_to_the_expected_items(mmiu):
-    # No --images: the images are found beside the task's own file.
-    task, items, skipped = read_mmiu(mmiu[1], num_candidates=4)
-    assert task == FORGERY
-    assert [it.answer for it in items] == [a for _, _, a in FORGERY_QUESTIONS]
-    assert dict(skipped) == {"options not images": 1, "other N": 1}
-    for k, it in enumerate(items):
-        assert it.id == f"{FORGERY}-{k:05d}"
-        assert it.question == QUESTION and it.query == QUESTION
-        assert [p.name for p in it.images] == [f"{FORGERY}_{k}_{j}.jpg" for j in range(4)]
-        assert it.extra == {"source": "mmiu", "task": FORGERY, "mmiu_index": k}
+def test_context_loses_only_its_list_of_options():
+    assert instruction(_row(FORGERY, 0, 4, FORGERY_OPTIONS, FAKE, "B")["context"]) == JUDGE
+    assert instruction(_row(I2I, 0, 5, I2I_OPTIONS, I2I_QUESTION, "C")["context"]) == ""
+    assert instruction("Look closely.\nA: Yes\n") == "Look closely."
+    assert I2I in QUESTION_FIRST and FORGERY not in QUESTION_FIRST
 
 
-def test_cli_holds_out_calibration_items_and_counts_skips(mmiu, tmp_path, capsys):
-    root, task_file, _ = mmiu
-    out = tmp_path / "forgery.jsonl"
-    args = ["data", "mmiu", str(task_file), "--images", str(root), "-n", "4"]
-    assert main([*args, "--calibration-items", "2", "--out", str(out)]) == 0
+def _write_parquet(path: Path, rows: list[dict]) -> Path:
+    schema = pa.schema(
+        [(k, pa.string()) for k in ("task", "visual_input_component", "source", "options")]
+        + [("question", pa.string()), ("context", pa.string())]
+        + [("input_image_path", pa.list_(pa.string())), ("output", pa.string())]
+    )
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return path
+
+
+def _nested(row: dict) -> dict:
+    return {
+        "task": row["task"],
+        "options": row["options"],
+        "input": {k: row[k] for k in ("question", "context", "input_image_path")},
+        "output": {"output_text": row["output"]},
+    }
+
+
+def _shape(items) -> list[tuple]:
+    return [
+        (it.id, it.answer, it.question, [p.name for p in it.images],
+         [p.name for p in it.context_images])
+        for it in items
+    ]  # fmt: skip
+
+
+def test_every_released_format_gives_the_same_items(release, tmp_path):
+    root, rows = release
+    files = {
+        "parquet": _write_parquet(tmp_path / "all.parquet", rows),
+        "json": tmp_path / "all.json",
+        "jsonl": tmp_path / "all.jsonl",
+        "nested": tmp_path / "internvl.jsonl",
+    }
+    files["json"].write_text(json.dumps(rows, indent=2))
+    files["jsonl"].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files["nested"].write_text("".join(json.dumps(_nested(r)) + "\n" for r in rows))
+    shapes = {}
+    for name, path in files.items():
+        task, converted = read_mmiu(path, task=FORGERY, images_dir=root, num_candidates=4)
+        assert task == FORGERY
+        assert dict(converted.skipped[FORGERY]) == FORGERY_SKIPS, name
+        shapes[name] = _shape(converted.items)
+    assert len({json.dumps(s) for s in shapes.values()}) == 1
+    # Worked by hand from the rows: answers B, D, c (C), A; context first (forgerynet is not
+    # among MMIU's question-first tasks), the list of options dropped.
+    asked = JUDGE + "\n" + FAKE
+    assert shapes["parquet"] == [
+        (f"{FORGERY}-{q:05d}", answer, asked, [f"{FORGERY}_{q}_{i}.jpg" for i in range(4)], [])
+        for q, answer in ((0, 1), (1, 3), (2, 2), (3, 0))
+    ]
+
+
+def test_reference_pictures_become_context_pictures(release, tmp_path):
+    root, rows = release
+    path = _write_parquet(tmp_path / "all.parquet", rows)
+    _, converted = read_mmiu(path, task=I2I, images_dir=root)
+    assert not converted.skipped
+    for q, (item, output) in enumerate(zip(converted.items, "CDBA", strict=True)):
+        # "C: The fourth image" is candidate 2 of the second..fifth images; the first is context.
+        assert item.answer == "ABCD".index(output)
+        assert [p.name for p in item.images] == [f"{I2I}_{q}_{i}.jpg" for i in (1, 2, 3, 4)]
+        assert [p.name for p in item.context_images] == [f"{I2I}_{q}_0.jpg"]
+        assert item.question == I2I_QUESTION  # question first; the context was only options
+
+
+def test_cli_writes_items_calibration_and_summary(release, tmp_path, capsys):
+    root, rows = release
+    path = _write_parquet(tmp_path / "all.parquet", rows)
+    out = tmp_path / "out" / "forgery.jsonl"
+    args = ["data", "mmiu", str(path), "--task", FORGERY, "--images", str(root), "-n", "4"]
+    assert main([*args, "--calibration-items", "1", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert f"Wrote 4 items of task {FORGERY}" in printed
-    assert "Wrote 2 calibration items" in printed
-    assert "Skipped 2 questions (options not images: 1, other N: 1)" in printed
+    assert "Wrote 3 items to" in printed and "Wrote 1 calibration items to" in printed
+    assert (
+        f"  {FORGERY}: converted 4; skipped 7 (answer not an option: 1, empty question: 1, "
+        "no answer: 1, not one option per image: 1, options not images: 1, other N: 1, "
+        "reference pictures not first: 1)"
+    ) in printed
+    summary = json.loads((tmp_path / "out" / "forgery.summary.json").read_text())
+    assert summary["tasks"] == {FORGERY: {"converted": 4, "skipped": FORGERY_SKIPS}}
+    assert (summary["items"], summary["calibration_items"]) == (3, 1)
     evaluation = read_items(out, num_candidates=4)
-    calibration = read_items(tmp_path / "forgery.calibration.jsonl", num_candidates=4)
-    ids = [it.id for it in evaluation] + [it.id for it in calibration]
-    assert sorted(ids) == [f"{FORGERY}-{k:05d}" for k in range(6)]  # disjoint, all converted
-    by_id = {it.id: it for it in [*evaluation, *calibration]}
-    for k, (_, _, answer) in enumerate(FORGERY_QUESTIONS):
-        assert by_id[f"{FORGERY}-{k:05d}"].answer == answer
-        assert by_id[f"{FORGERY}-{k:05d}"].question == QUESTION
-    # Same seed, same split; the items file round-trips its questions.
-    again = tmp_path / "again.jsonl"
-    assert main([*args, "--calibration-items", "2", "--out", str(again)]) == 0
-    assert again.read_text() == out.read_text()
+    calibration = read_items(tmp_path / "out" / "forgery.calibration.jsonl", num_candidates=4)
+    ids = sorted(it.id for it in [*evaluation, *calibration])
+    assert ids == [f"{FORGERY}-{q:05d}" for q in range(4)]  # disjoint, all converted
+    again = tmp_path / "out" / "again.jsonl"
+    assert main([*args, "--calibration-items", "1", "--out", str(again)]) == 0
+    assert again.read_text() == out.read_text()  # same seed, same split
+    # Context pictures travel through the items file.
+    i2i = tmp_path / "i2i.jsonl"
+    i2i_args = ["data", "mmiu", str(path), "--task", I2I, "--images", str(root)]
+    assert main([*i2i_args, "--calibration-items", "1", "--out", str(i2i)]) == 0
+    back = read_items(i2i)
+    assert all(len(it.context_images) == 1 and it.num_candidates == 4 for it in back)
 
 
-def test_all_json_needs_a_task_and_finds_images_under_the_root(mmiu, tmp_path, capsys):
-    root, _, all_json = mmiu
-    out = str(tmp_path / "x.jsonl")
-    assert main(["data", "mmiu", str(all_json), "--images", str(root), "--out", out]) == 1
-    err = capsys.readouterr().err
-    assert f"holds 2 tasks; choose one with --task: {FORGERY} (8), image2image_retrieval (2)" in err
-    args = ["data", "mmiu", str(all_json), "--images", str(root), "--out", out]
-    assert main([*args, "--task", "image2image_retrieval", "--calibration-items", "0"]) == 1
-    err = capsys.readouterr().err
-    assert "0 questions of task 'image2image_retrieval' have one image per option" in err
-    assert "not one option per image: 2" in err
-    # Two N in one task: the user chooses.
-    assert main([*args, "--task", FORGERY]) == 1
-    assert "(N = 2 (1), N = 4 (6)); choose one with --num-candidates" in capsys.readouterr().err
-    result = import_mmiu(all_json, out, task=FORGERY, images_dir=root, num_candidates=2,
-                         calibration_items=0)  # fmt: skip
-    assert (result.items, result.skipped) == (1, {"options not images": 1, "other N": 6})
+def test_old_image_layout_and_task_file_beside_its_images(release, tmp_path):
+    root, rows = release
+    # all.json of the GitHub repository wrote ../MMIU-Benchmark/<task>/<file>.
+    old = [
+        {**r, "input_image_path": [f"../MMIU-Benchmark/{r['task']}/{Path(p).name}"
+                                   for p in r["input_image_path"]]}
+        for r in rows
+    ]  # fmt: skip
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    folder = root / RELATIONSHIP[FORGERY]
+    _, converted = read_mmiu(
+        tmp_path / "old.json", task=FORGERY, images_dir=folder, num_candidates=4
+    )
+    assert len(converted.items) == 4
+    # A task's own metadata_info.json finds the pictures beside it without --images.
+    task_file = root / RELATIONSHIP[I2I] / I2I / "metadata_info.json"
+    task_file.write_text(json.dumps([r for r in rows if r["task"] == I2I]))
+    assert len(read_mmiu(task_file)[1].items) == 4
 
 
-def test_bad_entries_are_named(mmiu, tmp_path):
-    root, task_file, _ = mmiu
-    entries = json.loads(task_file.read_text())
-    entries[2]["output"] = "E"
-    task_file.write_text(json.dumps(entries))
-    with pytest.raises(DataError, match=r"entry 2: 'output' 'E' is not one of the options"):
-        read_mmiu(task_file)
-    entries[2]["output"] = "A"
-    del entries[3]["options"]
-    task_file.write_text(json.dumps(entries))
-    with pytest.raises(DataError, match=r"entry 3: missing key 'options'"):
-        read_mmiu(task_file)
-    entries[3]["options"] = ORDINAL_OPTIONS
-    entries[0]["input_image_path"][1] = "./Low-level-semantic/gone.jpg"
-    task_file.write_text(json.dumps(entries))
+def test_what_cannot_be_read_is_named(release, tmp_path, capsys):
+    root, rows = release
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n{not json\n")
+    with pytest.raises(DataError, match=r"bad.jsonl:2: not valid JSON .*one question per line"):
+        read_mmiu(bad)
+    gone = dict(rows[0], input_image_path=["./Low-level-semantic/gone.jpg", "./x.jpg"],
+                options="A: the first image\nB: the second image")  # fmt: skip
+    (tmp_path / "gone.json").write_text(json.dumps([gone]))
     with pytest.raises(DataError, match=r"entry 0: image './Low-level-semantic/gone.jpg' is not"):
-        read_mmiu(task_file, images_dir=root)
-    _, items, skipped = read_mmiu(task_file, images_dir=root, num_candidates=4, skip_missing=True)
-    assert skipped["missing image"] == 1 and len(items) == 5
+        read_mmiu(tmp_path / "gone.json", images_dir=root)
+    _, converted = read_mmiu(tmp_path / "gone.json", images_dir=root, skip_missing=True)
+    assert dict(converted.skipped[FORGERY]) == {"missing image": 1}
+    no_question = {k: v for k, v in rows[0].items() if k != "question"}
+    (tmp_path / "nq.json").write_text(json.dumps([no_question]))
+    with pytest.raises(DataError, match="entry 0: missing field 'question'"):
+        read_mmiu(tmp_path / "nq.json")
+    both = tmp_path / "both.json"
+    both.write_text(json.dumps(rows))
+    assert main(["data", "mmiu", str(both), "--out", str(tmp_path / "x.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert f"holds 2 tasks; choose one with --task: {FORGERY} (11), {I2I} (4)" in err
     with pytest.raises(DataError, match="no question of task 'nope'"):
-        read_mmiu(task_file, task="nope")
+        read_mmiu(both, task="nope")
+    # Two N in one task: the user chooses.
+    with pytest.raises(DataError, match=r"\(N = 2 \(1\), N = 4 \(4\)\); choose one"):
+        read_mmiu(both, task=FORGERY, images_dir=root)
+    _, two = read_mmiu(both, task=FORGERY, images_dir=root, num_candidates=2)
+    assert len(two.items) == 1 and two.skipped[FORGERY]["other N"] == 4

@@ -30,6 +30,7 @@ import torch
 from lad.backends import load_backend
 from lad.backends.hf import Backend
 from lad.data.items import Item
+from lad.errors import BackendError
 from lad.labels import get_scheme
 from lad.prompts import render_prompt
 
@@ -395,3 +396,42 @@ def test_batch_of_four_equals_one_at_a_time(real: Real, images: list[Path]) -> N
         assert (a.item, a.order, a.extra) == (b.item, b.order, b.extra)
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5, rtol=0)
         np.testing.assert_allclose(a.attention, b.attention, atol=1e-5, rtol=0)
+
+
+# Checkpoints whose published chat template writes every image before any text.
+IMAGES_FIRST = ("llava-1.5-7b-hf", "llava-onevision-qwen2-7b-ov-hf")
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_context_picture_tokens_are_in_no_span(real: Real, images: list[Path], inline: bool):
+    """An item's context picture (before the candidates, or at its question's <image>) is in the
+    prompt with all its tokens, and none of them is in a candidate's span."""
+    backend = real.backend
+    question = "Which one is like <image>?" if inline else "Which one is like the first image?"
+    item = Item("ctx", question, images[:3], 0, question=question)
+    item.context_images = [images[4]]  # another size than the candidates: its own token count
+    req = (item, 0, [2, 0, 1])
+    if inline and real.name in IMAGES_FIRST:
+        with pytest.raises(BackendError, match="does not keep the pictures where the question"):
+            backend.build_prompts([req], "vanilla", DIGITS)
+        return
+    texts, imgs = backend.build_prompts([req], "vanilla", DIGITS)
+    inputs, spans = backend.encode([req], texts, imgs)
+    ids = inputs["input_ids"][0].tolist()
+    image_id = backend.model.config.image_token_id
+
+    def alone(path: Path) -> int:
+        picture = backend.picture(path)
+        out = backend.processor(
+            text=[backend.processor.image_token], images=[[picture]], **backend.image_options
+        )
+        return list(out["input_ids"][0]).count(image_id)
+
+    where = [i for i, t in enumerate(ids) if t == image_id]
+    covered = {i for s, e in spans[0] for i in range(s, e)}
+    outside = [i for i in where if i not in covered]
+    own = alone(item.context_images[0])
+    assert len(outside) == own > 0
+    assert outside == (where[-own:] if inline else where[:own])
+    for k, (s, e) in enumerate(spans[0]):
+        assert ids[s:e].count(image_id) == alone(item.images[req[2][k]])

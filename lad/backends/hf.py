@@ -36,7 +36,7 @@ from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
 from lad.data.items import Item
 from lad.errors import BackendError
 from lad.labels import LabelScheme
-from lad.prompts import PromptTemplate, render_item, render_prompt
+from lad.prompts import PromptTemplate, render_item, render_prompt, shown_pictures
 from lad.records import Record
 
 Request = tuple[Item, int, list[int]]
@@ -389,8 +389,9 @@ class Backend:
             _check_order(item, order)
             n = item.num_candidates
             text = render_item(template, item, scheme, n)
-            texts.append(chat_text(processor, text, n, self.model_id))
-            images.append([self.picture(item.images[i]) for i in order])
+            context = len(item.context_images)
+            texts.append(chat_text(processor, text, n, self.model_id, context))
+            images.append([self.picture(p) for p in shown_pictures(item, order)[0]])
         return texts, images
 
     def _encode_host(
@@ -399,14 +400,16 @@ class Backend:
         tok = processor.tokenizer
         markers = [tok.convert_tokens_to_ids(m) for m in self.arch.markers]
         special = set(tok.all_special_ids)
-        inputs, spans = encode(processor, texts, images, self.image_options, markers, special)
+        inputs, all_spans = encode(processor, texts, images, self.image_options, markers, special)
         lengths = inputs["attention_mask"].sum(-1).tolist()
-        for (item, _, _), item_spans, length in zip(batch, spans, lengths, strict=True):
-            if len(item_spans) != item.num_candidates:
+        spans = []  # each prompt's candidate spans in position order; context pictures' left out
+        for (item, _, order), item_spans, length in zip(batch, all_spans, lengths, strict=True):
+            if len(item_spans) != len(item.pictures):
                 raise BackendError(
                     f"item {item.id!r}: the prompt has {len(item_spans)} image spans but the item "
-                    f"has {item.num_candidates} images (chat template or processor dropped some)"
+                    f"has {len(item.pictures)} images (chat template or processor dropped some)"
                 )
+            spans.append([item_spans[k] for k in shown_pictures(item, order)[1]])
             if length > self.max_context:
                 image_tokens = sum(end - start for start, end in item_spans)
                 fix = (

@@ -12,6 +12,7 @@ import torch
 
 from lad.errors import BackendError
 from lad.images import open_image
+from lad.prompts import Part, prompt_parts
 
 _FIX = "pass a chat template that does with --chat-template FILE (chat_template= in Python)"
 
@@ -21,10 +22,15 @@ def load_image(path: str | Path) -> Any:
     return open_image(path)
 
 
-def chat_messages(text: str, num_images: int) -> list[dict[str, Any]]:
-    """One user turn: N image slots in presentation order, then the text."""
-    content: list[dict[str, Any]] = [{"type": "image"} for _ in range(num_images)]
-    return [{"role": "user", "content": [*content, {"type": "text", "text": text}]}]
+def chat_messages(text: str, num_images: int, context: int = 0) -> list[dict[str, Any]]:
+    """One user turn: N image slots in presentation order, then the text; `context` pictures of
+    the question before them or at the text's <image> places (lad.prompts.prompt_parts)."""
+    content = [_content(part) for part in prompt_parts(text, num_images, context)]
+    return [{"role": "user", "content": content}]
+
+
+def _content(part: Part) -> dict[str, Any]:
+    return {"type": "text", "text": part} if isinstance(part, str) else {"type": "image"}
 
 
 def render(
@@ -45,25 +51,59 @@ def render(
         ) from None
 
 
-def chat_text(processor: Any, text: str, num_images: int, model: str = "the model") -> str:
+def chat_text(
+    processor: Any, text: str, num_images: int, model: str = "the model", context: int = 0
+) -> str:
     """The full prompt string, ending with the chat template's generation prompt.
 
     Checked: one image placeholder per image and the text, both written by the template (a base
-    checkpoint's template often ignores structured content and writes neither).
+    checkpoint's template often ignores structured content and writes neither); with `context`
+    pictures, that the template keeps every picture and text piece where the turn puts them (a
+    template that writes all images first would put a context picture among the candidates).
     """
-    prompt = render(processor, chat_messages(text, num_images), True, model)
+    parts = prompt_parts(text, num_images, context)
+    prompt = render(processor, chat_messages(text, num_images, context), True, model)
     placeholder = getattr(processor, "image_token", None)
-    if placeholder and prompt.count(placeholder) != num_images:
+    total = num_images + context
+    if placeholder and prompt.count(placeholder) != total:
         raise BackendError(
             f"{model}: its chat template writes {prompt.count(placeholder)} image placeholders "
-            f"({placeholder}) for a prompt of {num_images} images; {_FIX}"
+            f"({placeholder}) for a prompt of {total} images; {_FIX}"
         )
-    if text.strip() not in prompt:
-        raise BackendError(
-            f"{model}: its chat template does not write the prompt's text {text.strip()[:60]!r}; "
-            f"{_FIX}"
-        )
+    if context:
+        _check_places(prompt, parts, placeholder, model)
+    for piece in (p for p in parts if isinstance(p, str) and p.strip()):
+        if piece.strip() not in prompt:
+            raise BackendError(
+                f"{model}: its chat template does not write the prompt's text "
+                f"{piece.strip()[:60]!r}; {_FIX}"
+            )
     return prompt
+
+
+def _check_places(prompt: str, parts: list[Part], placeholder: str | None, model: str) -> None:
+    """Each part of the user turn must appear in the rendered prompt after the one before it."""
+    if not placeholder:
+        raise BackendError(
+            f"{model}: its processor names no image token, so lad cannot check where the chat "
+            "template puts an item's context pictures; use items without context_images"
+        )
+    cursor = 0
+    for part in parts:
+        needle = part.strip() if isinstance(part, str) else placeholder
+        if not needle:
+            continue
+        found = prompt.find(needle, cursor)
+        if found < 0:
+            shown = needle[:40] if isinstance(part, str) else f"{part[0]} picture {part[1] + 1}"
+            raise BackendError(
+                f"{model}: its chat template does not keep the pictures where the question puts "
+                f"them ({shown!r} is out of place; e.g. it writes every image first), so a "
+                "context picture would sit among the candidates; place the item's context "
+                "pictures before the candidates (no <image> in its question) or pass a chat "
+                "template that keeps the order with --chat-template FILE"
+            )
+        cursor = found + len(needle)
 
 
 def encode(

@@ -1,4 +1,4 @@
-"""`lad data shapes|coco|flickr8k|import|mmiu`: build benchmark items files."""
+"""`lad data shapes|coco|flickr8k|import|mmiu|muirbench|blink`: build benchmark items files."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from lad.files import check_not_inputs, check_output_dir, check_output_file
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "data",
-        help="build benchmark items: shapes, MS-COCO, Flickr8k, official files, MMIU",
+        help="build benchmark items: shapes, MS-COCO, Flickr8k, official files, MMIU, MuirBench, "
+        "BLINK",
         description="Build benchmark items files (DESIGN.md format).",
         epilog="example:\n  lad data shapes --num-candidates 4 --items 100 --out data/shapes",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -23,6 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_real(commands, "flickr8k")
     _register_import(commands)
     _register_mmiu(commands)
+    _register_hub(commands, "muirbench")
+    _register_hub(commands, "blink")
 
 
 def _add(commands: argparse._SubParsersAction, name: str, help_text: str, example: str):
@@ -217,17 +220,20 @@ def _register_mmiu(commands: argparse._SubParsersAction) -> None:
     p = _add(
         commands,
         "mmiu",
-        "Convert one MMIU task (its released question file) into items with their own question, "
-        "for the tasks whose options are the images (paper Table 5); other questions are skipped "
-        "and counted. Ask them with --labels image-ordinals.",
-        "lad data mmiu MMIU/Low-level-semantic/forensic_detection_forgerynet/metadata_info.json "
-        "--images MMIU --out forgerynet.jsonl",
+        "Convert one MMIU task (all.parquet, a JSON Lines export, all.json or a task's "
+        "metadata_info.json) into items with their own question, for the questions whose options "
+        "are pictures (paper Table 5); a query picture no option names becomes a context picture. "
+        "Other questions are skipped and counted per reason in OUT's .summary.json sibling.",
+        "lad data mmiu MMIU/all.parquet --task forensic_detection_forgerynet --images MMIU "
+        "--out forgerynet.jsonl",
     )
-    p.add_argument("file", help="MMIU question file: a task's metadata_info.json, or all.json")
+    p.add_argument(
+        "file", help="MMIU question file: all.parquet, .jsonl, all.json or a metadata_info.json"
+    )
     p.add_argument("--task", help="the task to convert (needed when the file holds several)")
     p.add_argument(
         "--images",
-        help="the MMIU folder the image paths are relative to (default: beside the file)",
+        help="the folder MMIU's picture zips were extracted in (default: beside the file)",
     )
     p.add_argument(
         "--num-candidates", "-n", type=int, help="keep only questions with N images (else all)"
@@ -249,10 +255,10 @@ def _register_mmiu(commands: argparse._SubParsersAction) -> None:
 
 def _run_mmiu(args: argparse.Namespace) -> int:
     from lad.data.mmiu import import_mmiu
+    from lad.data.released import summary_lines
 
-    if not args.out.endswith(".jsonl"):
-        raise DataError(f"--out must be a .jsonl file. Got {args.out!r}.")
-    result = import_mmiu(
+    _check_jsonl(args.out)
+    task, written = import_mmiu(
         args.file,
         args.out,
         task=args.task,
@@ -263,11 +269,80 @@ def _run_mmiu(args: argparse.Namespace) -> int:
         seed=args.seed,
         skip_missing=args.skip_missing,
     )
-    print(f"Wrote {result.items} items of task {result.task} to {result.items_path}")
-    if result.calibration_path is not None:
-        print(f"Wrote {result.calibration_items} calibration items to {result.calibration_path}")
-    skipped = sum(result.skipped.values())
-    if skipped:
-        reasons = ", ".join(f"{reason}: {count}" for reason, count in result.skipped.items())
-        print(f"Skipped {skipped} questions ({reasons})")
+    print(f"MMIU task {task}:")
+    for line in summary_lines(written):
+        print(line)
+    return 0
+
+
+def _check_jsonl(out: str) -> None:
+    if not out.endswith(".jsonl"):
+        raise DataError(f"--out must be a .jsonl file. Got {out!r}.")
+
+
+_HUB = {
+    "muirbench": (
+        "MuirBench",
+        "MUIRBENCH/MUIRBENCH",
+        "lad data muirbench MUIRBENCH/data --task 'Image-Text Matching' -n 4 "
+        "--out muirbench-itm.jsonl",
+    ),
+    "blink": (
+        "BLINK",
+        "BLINK-Benchmark/BLINK",
+        "lad data blink BLINK/Visual_Similarity --out blink-similarity.jsonl",
+    ),
+}
+
+
+def _register_hub(commands: argparse._SubParsersAction, name: str) -> None:
+    title, hub, example = _HUB[name]
+    p = _add(
+        commands,
+        name,
+        f"Convert {title} as published on the hub ({hub}: its parquet files, downloaded by you) "
+        "into items, for the questions whose options are pictures; the question's own pictures "
+        "become context pictures. Pictures are written out to a folder; other questions are "
+        "skipped and counted per reason in OUT's .summary.json sibling.",
+        example,
+    )
+    p.add_argument("path", help=f"a {title} .parquet file, or a folder searched for them")
+    p.add_argument("--task", help="convert only this task (default: every task)")
+    p.add_argument(
+        "--num-candidates", "-n", type=int, help="keep only questions with N candidates (else all)"
+    )
+    p.add_argument(
+        "--pictures", help="folder the pictures are written to (default: OUT's -pictures sibling)"
+    )
+    p.add_argument("--items", type=int, default=None, help="evaluation items (default: all)")
+    p.add_argument(
+        "--calibration-items",
+        type=int,
+        default=5,
+        help="questions held out to OUT's .calibration.jsonl sibling (default 5)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
+    p.add_argument("--out", required=True, help="output items file (.jsonl)")
+    p.set_defaults(func=_run_hub, benchmark=name)
+
+
+def _run_hub(args: argparse.Namespace) -> int:
+    from lad.data.blink import import_blink
+    from lad.data.muirbench import import_muirbench
+    from lad.data.released import summary_lines
+
+    _check_jsonl(args.out)
+    convert = import_muirbench if args.benchmark == "muirbench" else import_blink
+    written = convert(
+        args.path,
+        args.out,
+        pictures=args.pictures,
+        task=args.task,
+        num_candidates=args.num_candidates,
+        items=args.items,
+        calibration_items=args.calibration_items,
+        seed=args.seed,
+    )
+    for line in summary_lines(written):
+        print(line)
     return 0

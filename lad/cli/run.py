@@ -307,7 +307,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     items = read_items(args.data)[: args.items]
     values = _options(args, CALIBRATE_PRESET)
     prompt = _prompt(values)
-    images = [p for it in items for p in it.images]
+    images = [p for it in items for p in it.pictures]
     check_not_inputs(
         {"--out": out, "its records file": records_out}, {"--data": args.data, "image": images}
     )

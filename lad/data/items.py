@@ -5,6 +5,12 @@ Optional (additive to DESIGN.md's contract): `"question": str`, a multi-image qu
 item's own ("Which image is most likely to be a fake photograph?"). When present it is what the
 prompt asks, with the question variant of the template (lad.prompts), instead of asking to match
 the caption; `query` stays required (`lad data mmiu` writes the question there too).
+
+Optional: `"context_images": [path, ...]`, pictures that belong to the question but are not
+candidates (a reference picture: "which of these shows the same place as this one?"). They are
+shown before the candidates, or, when the asked text (the question, else the query) holds one
+`<image>` per context picture, at those places. They are never candidates: `images`, `answer`,
+N and every ordering are about the candidates alone (docs/methods.md, "Context pictures").
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ import numpy as np
 
 from lad.errors import DataError, at
 from lad.files import replacing
+from lad.labels import MAX_CANDIDATES
+
+CONTEXT_PLACEHOLDER = "<image>"  # where the asked text shows a context picture
 
 
 @dataclass
@@ -28,6 +37,8 @@ class Item:
     """One query with its N candidate images. `answer` indexes `images` (0-based).
 
     question: the item's own question, asked instead of the caption template (None: a caption).
+    context_images: pictures of the question that are not candidates, in the order the question
+                    shows them (CONTEXT_PLACEHOLDER); never shuffled, never scored.
     """
 
     id: str
@@ -36,10 +47,21 @@ class Item:
     answer: int
     extra: dict[str, Any] = field(default_factory=dict)
     question: str | None = None
+    context_images: list[Path] = field(default_factory=list)
 
     @property
     def num_candidates(self) -> int:
         return len(self.images)
+
+    @property
+    def asked(self) -> str:
+        """The text the prompt asks: the item's question if it has one, else its query."""
+        return self.question if self.question is not None else self.query
+
+    @property
+    def pictures(self) -> list[Path]:
+        """Every picture the item's prompts show: the candidates, then the context pictures."""
+        return [*self.images, *self.context_images]
 
 
 def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item]:
@@ -105,6 +127,11 @@ def _parse_item(
             raise DataError(
                 f"{where}{key!r} holds a lone surrogate escape, not valid text: {text!r}"
             )
+    if len(images) > MAX_CANDIDATES:
+        raise DataError(
+            f"{where}item {obj['id']!r} has {len(images)} candidate images; no label scheme names "
+            f"more than {MAX_CANDIDATES}"
+        )
     if num_candidates is not None and len(images) != num_candidates:
         raise DataError(
             f"{where}item {obj['id']!r} has {len(images)} images but --num-candidates is "
@@ -117,19 +144,49 @@ def _parse_item(
     question = obj.get("question")
     if question is not None and (not isinstance(question, str) or not question.strip()):
         raise DataError(f"{where}'question' must be a non-empty string, got {question!r}")
+    context = _context_images(obj, where)
     if obj["id"] in seen:
         raise DataError(f"{where}duplicate item id {obj['id']!r}")
     seen.add(obj["id"])
-    resolved = [p if Path(p).is_absolute() else path.parent / p for p in map(Path, images)]
+    resolved = _resolve_images(images, path, where)
+    extra = {k: v for k, v in obj.items() if k not in ITEM_KEYS}
+    item = Item(obj["id"], obj["query"], resolved, obj["answer"], extra, question)
+    item.context_images = _resolve_images(context, path, where, "context image")
+    return item
+
+
+ITEM_KEYS = ("id", "query", "images", "answer", "question", "context_images")
+
+
+def _context_images(obj: dict[str, Any], where: str) -> list[str]:
+    """The item's context picture paths, checked against the `<image>` places of its text."""
+    context = obj.get("context_images", [])
+    if not isinstance(context, list) or not all(isinstance(p, str) for p in context):
+        raise DataError(f"{where}'context_images' must be a list of paths, got {context!r}")
+    for p in context:
+        if not _is_text(p):
+            raise DataError(f"{where}'context_images' holds a lone surrogate escape: {p!r}")
+    asked = obj["question"] if obj.get("question") is not None else obj["query"]
+    key = "question" if obj.get("question") is not None else "query"
+    places = asked.count(CONTEXT_PLACEHOLDER)
+    if places not in (0, len(context)):
+        raise DataError(
+            f"{where}{key!r} holds {places} {CONTEXT_PLACEHOLDER} places but the item has "
+            f"{len(context)} context_images; give one {CONTEXT_PLACEHOLDER} per context picture "
+            "(or none: they are then shown before the candidates)"
+        )
+    return context
+
+
+def _resolve_images(paths: list[str], path: Path, where: str, what: str = "image") -> list[Path]:
+    """Paths made absolute against the items file's folder; each must be a file."""
+    resolved = [p if Path(p).is_absolute() else path.parent / p for p in map(Path, paths)]
     for p in resolved:
         if p.is_dir():
-            raise DataError(f"{where}image {p} is a folder, not an image file")
+            raise DataError(f"{where}{what} {p} is a folder, not an image file")
         if not p.is_file():
-            raise DataError(f"{where}image not found: {p}")
-    extra = {
-        k: v for k, v in obj.items() if k not in ("id", "query", "images", "answer", "question")
-    }
-    return Item(obj["id"], obj["query"], resolved, obj["answer"], extra, question)
+            raise DataError(f"{where}{what} not found: {p}")
+    return resolved
 
 
 def write_items(path: str | Path, items: Iterable[Item]) -> None:
@@ -139,14 +196,18 @@ def write_items(path: str | Path, items: Iterable[Item]) -> None:
     base = path.parent.resolve()
     with replacing(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         for it in items:
-            images = []
-            for p in it.images:
-                p = Path(p).resolve()
-                images.append(str(p.relative_to(base)) if p.is_relative_to(base) else str(p))
+            images = [_relative(p, base) for p in it.images]
             obj = {"id": it.id, "query": it.query, "images": images, "answer": it.answer}
             if it.question is not None:
                 obj["question"] = it.question
+            if it.context_images:
+                obj["context_images"] = [_relative(p, base) for p in it.context_images]
             f.write(json.dumps({**obj, **it.extra}) + "\n")
+
+
+def _relative(path: str | Path, base: Path) -> str:
+    p = Path(path).resolve()
+    return str(p.relative_to(base)) if p.is_relative_to(base) else str(p)
 
 
 def cyclic_shift(num_candidates: int, shift: int) -> list[int]:

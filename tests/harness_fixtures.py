@@ -1,40 +1,58 @@
 """A small local MuirBench: lad's shapes items as a parquet in MuirBench's published schema
 (MUIRBENCH/MUIRBENCH: idx, task, image_relation, image_type, question, options, answer,
-image_list, counterpart_idx; an option that is a picture is "<image>", the answer a letter), a
-task YAML that loads it with lmms-eval, and the same items in lad's items format."""
+image_list, counterpart_idx; a picture option is "<image>", the answer a letter, image_list the
+question's pictures at its `<image>` places, then the options'), and a task YAML that loads it
+with lmms-eval from the file, no hub."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from lad.data.items import read_items
 from lad.data.shapes import build_shapes
 
 QUESTION = "Which image shows {caption}?"
+WITH_CONTEXT = "This picture <image> is not the answer. Which image shows {caption}?"
+TEXT_OPTIONS = "Does <image> show {caption}?"
 
 
-def shapes_muirbench(folder: Path, *, items: int, split: str, n: int = 4) -> Path:
-    """`items` shapes items of N candidates as muirbench.parquet (and items.jsonl with each
-    item's question, for lad eval); returns the parquet."""
+def _row(idx: str, question: str, options: list[str], answer: int, pictures: list[Path]) -> dict:
+    return {
+        "idx": idx,
+        "task": "Image-Text Matching",
+        "image_relation": "Independent",
+        "image_type": "Drawing",
+        "question": question,
+        "options": options,
+        "answer": chr(ord("A") + answer),
+        "image_list": [{"bytes": p.read_bytes(), "path": None} for p in pictures],
+        "counterpart_idx": "",
+    }
+
+
+def shapes_muirbench(
+    folder: Path, *, items: int, split: str, n: int = 4, extras: bool = False
+) -> Path:
+    """`items` shapes items of N candidates as MuirBench picture questions in
+    `folder/muirbench.parquet`; with `extras`, also two questions that show a context picture
+    (a distractor, at the question's <image>) and one whose options are text (answered by
+    generation under --model lad)."""
     import datasets
 
     shapes = read_items(build_shapes(folder / "shapes", num_candidates=n, items=items, split=split))
-    rows = []
-    for it in shapes:
-        rows.append(
-            {
-                "idx": it.id,
-                "task": "Image-Text Matching",
-                "image_relation": "Independent",
-                "image_type": "Drawing",
-                "question": QUESTION.format(caption=it.query),
-                "options": ["<image>"] * n,
-                "answer": chr(ord("A") + it.answer),
-                "image_list": [{"bytes": p.read_bytes(), "path": None} for p in it.images],
-                "counterpart_idx": "",
-            }
-        )
+    rows = [
+        _row(it.id, QUESTION.format(caption=it.query), ["<image>"] * n, it.answer, it.images)
+        for it in shapes
+    ]
+    if extras:
+        for k, it in enumerate(shapes[:2]):
+            other = it.images[(it.answer + 1) % n]
+            question = WITH_CONTEXT.format(caption=it.query)
+            pictures = [other, *it.images]
+            rows.append(_row(f"context-{k}", question, ["<image>"] * n, it.answer, pictures))
+        it = shapes[0]
+        question = TEXT_OPTIONS.format(caption=it.query)
+        rows.append(_row("text-0", question, ["yes", "no"], 0, [it.images[it.answer]]))
     features = datasets.Features(
         {
             "idx": datasets.Value("string"),
@@ -50,16 +68,6 @@ def shapes_muirbench(folder: Path, *, items: int, split: str, n: int = 4) -> Pat
     )
     path = folder / "muirbench.parquet"
     datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
-    with (folder / "items.jsonl").open("w", encoding="utf-8") as f:
-        for it, row in zip(shapes, rows, strict=True):
-            obj = {
-                "id": it.id,
-                "query": row["question"],
-                "question": row["question"],
-                "images": [str(p) for p in it.images],
-                "answer": it.answer,
-            }
-            f.write(json.dumps(obj) + "\n")
     return path
 
 

@@ -55,22 +55,26 @@ def _lad(*args: str, cwd: Path) -> str:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One lmms-eval CLI run of --model lad on MuirBench's own task and lad's circular variant,
-    both on a local parquet, and the same items through `lad eval`."""
+    both on a local parquet, and the same parquet through `lad data muirbench` and `lad eval`."""
     import lmms_eval
 
     from lad.harness import tasks_folder
 
     root = tmp_path_factory.mktemp("harness")
-    parquet = shapes_muirbench(root / "eval", items=EVAL_ITEMS, split="eval", n=N)
-    shapes_muirbench(root / "cal", items=CAL_ITEMS, split="calibration", n=N)
+    parquet = shapes_muirbench(root / "eval", items=EVAL_ITEMS, split="eval", n=N, extras=True)
+    cal_parquet = shapes_muirbench(root / "cal", items=CAL_ITEMS, split="calibration", n=N)
     muirbench_yaml = Path(lmms_eval.__file__).parent / "tasks/muirbench/muirbench.yaml"
     tasks = local_task(
         root / "tasks", parquet, PLAIN, muirbench_yaml, "lmms_eval.tasks.muirbench.utils"
     )
     local_task(root / "tasks", parquet, CIRCULAR, tasks_folder() / "muirbench_circular.yaml")
+    # lad's own path: convert, calibrate on held-out questions, evaluate.
+    for name, path in (("eval", parquet), ("cal", cal_parquet)):
+        _lad("data", "muirbench", str(path), "--calibration-items", "0",
+             "--out", str(root / f"{name}.jsonl"), cwd=root)  # fmt: skip
     calibration = root / "calibration.json"
     common = ("--model", "demo", "--labels", "upper", "--device", "cpu", "--quiet")
-    _lad("calibrate", *common, "--data", str(root / "cal/items.jsonl"), "--out", str(calibration),
+    _lad("calibrate", *common, "--data", str(root / "cal.jsonl"), "--out", str(calibration),
          cwd=root)  # fmt: skip
     out = root / "lmms"
     log = _run(
@@ -83,8 +87,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "lmms.log").write_text(log)
     # lmms-eval logs an error and exits 0; its results file is the sign it finished.
     assert list(out.rglob("*_results.json")), log[-3000:]
-    # The same items through lad's own pipeline: the identity order, and all N cyclic shifts.
-    items = root / "eval/items.jsonl"
+    # The same items through lad eval: the identity order, and all N cyclic shifts.
+    items = root / "eval.jsonl"
     run_args = (*common, "--data", str(items), "--calibration", str(calibration), "-n", str(N))
     _lad("eval", *run_args, "--methods", "vanilla,lad", "--num-shuffles", "1",
          "--out", str(root / "eval-plain"), cwd=root)  # fmt: skip
@@ -95,7 +99,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                 f.write(json.dumps({"item": it.id, "order": cyclic_shift(N, s)}) + "\n")
     _lad("eval", *run_args, "--methods", "vanilla,lad", "--orders", str(orders),
          "--out", str(root / "eval-cyclic"), cwd=root)  # fmt: skip
-    return {"root": root, "out": out, "lad": out / "lad"}
+    return {"root": root, "out": out, "lad": out / "lad", "log": root / "lmms.log"}
 
 
 def _samples(out: Path, task: str) -> list[dict]:
@@ -126,27 +130,36 @@ def _metrics(run_dir: Path) -> dict:
 
 @pytest.mark.parametrize(("task", "lad_run"), [(PLAIN, "eval-plain"), (CIRCULAR, "eval-cyclic")])
 def test_answers_equal_lad_eval(run: dict[str, Path], task: str, lad_run: str) -> None:
-    """Each document's reply in lmms-eval's samples is the letter of the option lad eval's LAD
-    chooses for the same item shown in the same order; the records agree with lad eval's."""
+    """Each picture question's reply in lmms-eval's samples is the letter of the option lad
+    eval's LAD chooses for the same item (converted by lad data muirbench, context pictures
+    included) in the same order; the records are lad eval's."""
     ours = run["lad"] / task / f"n{N}"
     theirs = run["root"] / lad_run
     mine, ref = read_records(ours / "records.jsonl"), read_records(theirs / "records.jsonl")
     where = {k: i for i, k in enumerate(ref.keys())}
     asked = mine.keys()  # (item, ordering) of each record
+    assert sorted(asked) == sorted(ref.keys())  # the same requests, context questions included
+    assert any(k[0].startswith("muirbench-context-") for k in asked)
     rows = [where[k] for k in asked]
-    assert sorted(rows) == list(range(len(ref)))  # the same (item, ordering) requests
     assert np.array_equal(mine.order, ref.order[rows])
     assert np.array_equal(mine.answer, ref.answer[rows])
     assert np.allclose(mine.logprobs, ref.logprobs[rows], atol=1e-5)
     assert np.allclose(mine.attention, ref.attention[rows], rtol=1e-4, atol=1e-7)
     lad_eval = _chosen(theirs, "lad")
     samples = _samples(run["out"], task)
-    assert len(samples) == len(ref)
+    replied = {}
     for sample in samples:
         doc = sample["muirbench_score_overall"]
         ordering = sample["lad_acc"]["ordering"] if task == CIRCULAR else 0
-        letter = "ABCD"[lad_eval[(doc["idx"], ordering)]]
-        assert sample["filtered_resps"] == letter
+        replied[(f"muirbench-{doc['idx']}", ordering)] = sample["filtered_resps"]
+    for key, position in lad_eval.items():
+        assert replied.pop(key) == "ABCD"[position], key
+    if task == PLAIN:  # the question with text options was answered by generation
+        assert list(replied) == [("muirbench-text-0", 0)]
+        assert isinstance(replied["muirbench-text-0", 0], str)
+        assert "1 answered by plain generation" in run["log"].read_text()
+    else:  # the circular variant keeps picture questions only
+        assert replied == {}
     # vanilla side by side, from the same passes
     assert _chosen(ours, "vanilla") == _chosen(theirs, "vanilla")
 
@@ -159,7 +172,7 @@ def test_audit_numbers_equal_lad_metrics(run: dict[str, Path]) -> None:
     assert audit["format"] == "lad-harness-audit/1"
     reference = _metrics(run["root"] / "eval-cyclic")["methods"]
     entry = audit["tasks"][CIRCULAR][str(N)]
-    assert entry["num_items"] == EVAL_ITEMS and entry["num_shuffles"] == N
+    assert entry["num_items"] == EVAL_ITEMS + 2 and entry["num_shuffles"] == N
     assert entry["calibration"]["kind"] == "file"
     for method in ("vanilla", "lad"):
         got = entry["methods"][method]
@@ -171,9 +184,11 @@ def test_audit_numbers_equal_lad_metrics(run: dict[str, Path]) -> None:
     assert 100 * table["muirbench_score_overall,flexible-extract"] == pytest.approx(
         reference["lad"]["acc"]
     )
-    plain = _results(run["out"])[PLAIN]["muirbench_score_overall,flexible-extract"]
-    plain_lad = _metrics(run["root"] / "eval-plain")["methods"]["lad"]
-    assert 100 * plain == pytest.approx(plain_lad["acc"])
+    plain = audit["tasks"][PLAIN][str(N)]["methods"]
+    plain_reference = _metrics(run["root"] / "eval-plain")["methods"]
+    for method in ("vanilla", "lad"):
+        for key in ("acc", "rstd", "recall_by_position", "selection_by_position"):
+            assert plain[method][key] == pytest.approx(plain_reference[method][key])
 
 
 def test_audit_of_logged_samples_and_report(run: dict[str, Path]) -> None:

@@ -69,6 +69,9 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any, task_d
     tasks: dict[str, dict[str, Any]] = defaultdict(dict)
     for result in results:
         n = result.records.num_candidates
+        if not result.answers_known:  # e.g. a test split: there is nothing to measure
+            tasks[result.task][str(n)] = {"skipped": "some documents give no answer"}
+            continue
         folder = output / result.task / f"n{n}"
         arguments = {
             "model": options.model,

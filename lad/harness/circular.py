@@ -16,7 +16,9 @@ import string
 from collections.abc import Callable
 from typing import Any
 
+from lad.data.blink import PICTURE_FIELDS as BLINK_PICTURES
 from lad.data.items import cyclic_shift
+from lad.data.mmiu import ordinal_image
 from lad.harness.adapters import (
     IMAGE_PLACEHOLDER,
     PictureChoice,
@@ -29,11 +31,14 @@ AUDIT_METRICS = ("lad_acc", "lad_rstd", "lad_cons")
 
 
 def _expand(dataset: Any, adapter: str, shifted: Callable[[dict, PictureChoice, int], dict]):
-    """Each picture question of `dataset` (a datasets.Dataset) under all N cyclic shifts."""
+    """Each picture question of `dataset` (a datasets.Dataset) under all N cyclic shifts; the
+    pictures' bytes are moved, never re-encoded."""
     import datasets
 
+    from lad.harness.undecoded import undecoded
+
     rows = []
-    for doc in dataset:
+    for doc in undecoded(dataset):
         choice = picture_choice(doc, adapter)
         if choice is None or choice.answer is None:
             continue
@@ -60,13 +65,14 @@ def _muirbench_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
 
 
 def _blink_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
-    keys = blink_option_keys(doc)
-    assert keys is not None  # a picture choice
+    named = blink_option_keys(doc)
+    assert named is not None  # a picture choice
+    keys = sorted(named, key=BLINK_PICTURES.index)  # positions: BLINK's picture order
     order = cyclic_shift(choice.num_candidates, s)
     pictures = [doc[k] for k in keys]
     for p, key in enumerate(keys):
         doc[key] = pictures[order[p]]
-    doc["answer"] = f"({_letter(order.index(choice.answer))})"
+    doc["answer"] = f"({_letter(named.index(keys[order.index(choice.answer)]))})"
     return doc
 
 
@@ -78,19 +84,27 @@ def blink_docs(dataset: Any) -> Any:
     return _expand(dataset, "blink", _blink_shift)
 
 
-def audit_row(doc: dict, num_options: int, parsed: str) -> dict[str, Any]:
+def audit_row(doc: dict, positions: list[int], parsed: str) -> dict[str, Any]:
     """The row lad's metrics read, from a circular document's text fields alone (lmms-eval
-    hands process_results its documents without their pictures); `parsed` is the option letter
-    the task's parser found ("" or anything else: none)."""
-    letters = _letters(num_options)
+    hands process_results its documents without their pictures). positions[c] is the position
+    of the picture option letter c names; `parsed` is the letter the task's parser found ("" or
+    anything else: none)."""
+    letters = _letters(len(positions))
     answer = str(doc["answer"]).strip().strip("()")
+    chosen = letters.index(parsed) if len(parsed) == 1 and parsed in letters else None
     return {
         "item": str(doc["lad_item"]),
         "ordering": int(doc["lad_shift"]),
-        "order": cyclic_shift(num_options, int(doc["lad_shift"])),
-        "answer": letters.index(answer),
-        "prediction": letters.index(parsed) if len(parsed) == 1 and parsed in letters else -1,
+        "order": cyclic_shift(len(positions), int(doc["lad_shift"])),
+        "answer": positions[letters.index(answer)],
+        "prediction": -1 if chosen is None else positions[chosen],
     }
+
+
+def blink_positions(choices: list[str]) -> list[int]:
+    """positions[c]: where the picture choice c names is shown (BLINK's picture order)."""
+    named = [ordinal_image(str(c)) for c in choices]
+    return [sorted(named).index(k) for k in named]
 
 
 def _letters(n: int) -> str:
@@ -107,7 +121,7 @@ def muirbench_results(doc: dict, results: list[str]) -> dict[str, Any]:
     scored = muir_process_results(doc, results)
     # The task counts a reply right when it equals the answer letter (case and spaces aside).
     parsed = str(scored["muirbench_score_overall"]["pred"]).strip().upper()
-    return _with_audit(scored, audit_row(doc, len(doc["options"]), parsed))
+    return _with_audit(scored, audit_row(doc, list(range(len(doc["options"]))), parsed))
 
 
 def blink_results(doc: dict, results: list[str]) -> dict[str, Any]:
@@ -115,7 +129,7 @@ def blink_results(doc: dict, results: list[str]) -> dict[str, Any]:
 
     scored = blink_process_results(doc, results)
     parsed = scored["blink_acc"]["pred_parsed"]
-    return _with_audit(scored, audit_row(doc, len(doc["choices"]), parsed))
+    return _with_audit(scored, audit_row(doc, blink_positions(doc["choices"]), parsed))
 
 
 def lad_acc(rows: list[dict[str, Any]]) -> float:

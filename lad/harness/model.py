@@ -77,6 +77,7 @@ class LadModel(lmms):
         )
         self.adapter = _parse(adapter, str)
         self.scorer = PictureScorer(self.options)
+        self._undecoded: dict[tuple[str, str], Any] = {}
 
     # ------------------------------------------------------------ lmms-eval's interface
 
@@ -95,8 +96,8 @@ class LadModel(lmms):
         others = []
         for r, request in enumerate(requests):
             _, _, _, doc_id, task, split = request.args
-            choice = picture_choice(self.task_dict[task][split][doc_id], self.adapter)
-            if choice is None or choice.context:
+            choice = picture_choice(self._docs(task, split)[doc_id], self.adapter)
+            if choice is None:
                 others.append(r)
             else:
                 pictures[(task, choice.num_candidates)].append((r, doc_id, choice))
@@ -138,17 +139,26 @@ class LadModel(lmms):
         max_new = int(gen_kwargs.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS)
         return generate_reply(self.scorer.backend, ctx, list(visuals), max_new, until)
 
+    def _docs(self, task: str, split: str) -> Any:
+        """The task's documents with their pictures undecoded (lad.harness.undecoded)."""
+        from lad.harness.undecoded import undecoded
+
+        key = (task, split)
+        if key not in self._undecoded:
+            self._undecoded[key] = undecoded(self.task_dict[task][split])
+        return self._undecoded[key]
+
     def _calibration_docs(self, task: str, split: str, n: int) -> list[tuple[int, PictureChoice]]:
         """calibration_docs=K: the first K picture questions of N options in the task's split
         (dataset order, a circular variant's unshifted documents), with a known answer."""
         k = self.options.calibration_docs
         if not k:
             return []
-        docs = self.task_dict[task][split]
+        docs = self._docs(task, split)
         found: list[tuple[int, PictureChoice]] = []
         for doc_id in range(len(docs)):
             choice = picture_choice(docs[doc_id], self.adapter)
-            if choice is None or choice.context or choice.answer is None:
+            if choice is None or choice.answer is None:
                 continue
             if choice.num_candidates == n and choice.ordering == 0:
                 found.append((doc_id, choice))
@@ -165,7 +175,7 @@ class LadModel(lmms):
         if source.kind != "docs":
             return
         items = set(source.items)
-        docs = self.task_dict[task][split]
+        docs = self._docs(task, split)
         # Every document of a calibration item (a circular variant's shifts follow each other).
         last = max(source.doc_ids)
         while last + 1 < len(docs):

@@ -1,7 +1,8 @@
-"""The harness's pictures as files: lad's backend reads candidates from paths (lad.images), the
-harness hands over decoded PIL images. Each picture is written once as a lossless PNG named by
-the SHA-256 of its pixels, so the same picture is one file whichever document shows it, and
-`lad eval` on those files sees exactly the pixels the harness run saw."""
+"""The harness's pictures as files: lad's backend reads pictures from paths (lad.images). A
+picture the dataset stores as bytes ({"bytes", "path"}) is written unchanged, as `lad data
+muirbench|blink` write them, so lad decodes it exactly as `lad eval` on a converted file does; a
+decoded PIL image is written as a lossless PNG of its pixels. Files are named by content
+(SHA-256), so a picture is one file whichever document shows it."""
 
 from __future__ import annotations
 
@@ -19,13 +20,34 @@ class PictureFiles:
         self.folder = Path(folder)
 
     def path(self, image: Any) -> Path:
-        digest = picture_sha256(image)
-        path = self.folder / f"{digest}.png"
+        if isinstance(image, dict) and image.get("bytes") is not None:
+            data = image["bytes"]
+            path = self.folder / f"{hashlib.sha256(data).hexdigest()}{_suffix(data)}"
+            if not path.is_file():
+                with replacing(path) as tmp:
+                    tmp.write_bytes(data)
+            return path
+        if isinstance(image, dict):  # stored as a path only
+            return Path(image["path"])
+        path = self.folder / f"{picture_sha256(image)}.png"
         if not path.is_file():
-            self.folder.mkdir(parents=True, exist_ok=True)
             with replacing(path) as tmp:
                 image.save(tmp, format="PNG")
         return path
+
+
+def _suffix(data: bytes) -> str:
+    """The picture format's usual suffix (".img" where PIL does not know it)."""
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            name = (im.format or "img").lower()
+    except (UnidentifiedImageError, OSError):
+        name = "img"
+    return {"jpeg": ".jpg"}.get(name, f".{name}")
 
 
 def picture_sha256(image: Any) -> str:

@@ -103,6 +103,7 @@ class TaskResult:
     calibration: Calibration | None
     source: CalibrationSource
     perm_records: RecordSet | None = None
+    answers_known: bool = True  # every document gave its answer (else no audit: unknown)
 
 
 class PictureScorer:
@@ -169,9 +170,13 @@ class PictureScorer:
         return backend
 
     def item(self, choice: PictureChoice) -> Item:
+        """The lad item a picture question asks (its candidates in the original order); an
+        unknown answer is recorded as 0 and reported as unknown by the audit."""
         paths = [self.files.path(im) for im in choice.original_candidates()]
         answer = 0 if choice.answer is None else choice.order[choice.answer]
-        return Item(choice.item, choice.question, paths, answer, question=choice.question)
+        item = Item(choice.item, choice.question, paths, answer, question=choice.question)
+        item.context_images = [self.files.path(im) for im in choice.context]
+        return item
 
     def template(self) -> PromptTemplate:
         return vanilla_template([Item("q", "q", [], 0, question="q")], self.base.prompt_template)
@@ -240,7 +245,8 @@ class PictureScorer:
         scores, chosen = {}, {}
         for method in self.methods(calibration is not None):
             scores[method], chosen[method] = choose(method, records, calibration, options, perm)
-        return TaskResult(task, records, chosen, scores, calibration, source, perm)
+        known = all(c.answer is not None for c in choices)
+        return TaskResult(task, records, chosen, scores, calibration, source, perm, known)
 
     def methods(self, calibrated: bool) -> list[str]:
         """vanilla, the chosen method, and LAD beside them when a calibration is there."""

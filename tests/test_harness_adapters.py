@@ -220,3 +220,38 @@ def test_cli_tasks_and_audit(tmp_path: Path) -> None:
     assert code == 0 and (tmp_path / "report/index.html").is_file()
     code, _, err = _lad("harness", "audit", str(tmp_path / "nowhere"))
     assert code == 1 and err.startswith("Error: ") and err.count("\n") == 1
+
+
+def test_calibration_folder_one_per_n(tmp_path: Path) -> None:
+    """calibration=FOLDER: its calibration files serve their N (other .json files are passed
+    over); a question of an N none serves, or one fitted under other labels, is refused before
+    any record is made."""
+    from lad.api import Debiaser
+    from lad.calibrate import Calibration
+    from lad.errors import CalibrationError
+    from lad.harness.runner import PictureScorer
+    from lad.labels import get_scheme
+    from lad.prompts import QUESTION, prompt_sha256
+    from tests.synthetic import SyntheticModel
+
+    records = SyntheticModel(num_candidates=4).calibration_records(2)
+    scheme = get_scheme("upper")
+    Calibration().fit(
+        records,
+        model="demo",
+        labels=scheme.labels(4),
+        prompt_sha256=prompt_sha256(QUESTION, scheme, 4),
+        preprocessing=Debiaser()._preprocessing(),
+    ).save(tmp_path / "calibration.json")
+    (tmp_path / "metrics.json").write_text('{"num_candidates": 4}')
+    scorer = PictureScorer(HarnessOptions(calibration=str(tmp_path), output=str(tmp_path / "o")))
+    debiaser, source = scorer.calibrated("muirbench", 4, [])
+    assert source.kind == "file" and source.path == str(tmp_path / "calibration.json")
+    assert debiaser.calibration_.num_candidates == 4
+    with pytest.raises(CalibrationError, match="no calibration for N = 5"):
+        scorer.calibrated("muirbench", 5, [])
+    digits = PictureScorer(
+        HarnessOptions(calibration=str(tmp_path), labels="digits", output=str(tmp_path / "o"))
+    )
+    with pytest.raises(CalibrationError, match="label"):
+        digits.calibrated("muirbench", 4, [])

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from lad.api import Debiaser
+from lad.calibrate import FORMAT as CALIBRATION_FORMAT
 from lad.calibrate import Calibration
 from lad.data.items import Item
 from lad.errors import CalibrationError, LadError
@@ -147,8 +148,13 @@ class PictureScorer:
         )
 
     def _load_files(self, path: Path) -> dict[int, Debiaser]:
-        """calibration=: one file, or a folder of calibration files (one per N)."""
-        files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+        """calibration=: one file, or a folder whose calibration files ("format":
+        "lad-calibration/1"; other .json files are passed over) give one per N."""
+        files = (
+            sorted(p for p in path.glob("*.json") if _is_calibration(p))
+            if path.is_dir()
+            else [path]
+        )
         loaded: dict[int, Debiaser] = {}
         for file in files:
             debiaser = self._debiaser().load(file)
@@ -252,6 +258,14 @@ class PictureScorer:
         """vanilla, the chosen method, and LAD beside them when a calibration is there."""
         names = ["vanilla", self.options.method] + (["lad"] if calibrated else [])
         return list(dict.fromkeys(names))
+
+
+def _is_calibration(path: Path) -> bool:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and obj.get("format") == CALIBRATION_FORMAT
 
 
 def write_audit_folder(result: TaskResult, folder: Path, arguments: dict[str, Any]) -> dict:

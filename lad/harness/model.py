@@ -13,6 +13,7 @@ them, with vanilla and the method side by side.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,7 @@ class LadModel(lmms):
             f"(method={self.options.method}), {len(others)} answered by plain generation"
         )
         results = []
+        start = time.perf_counter()
         for (task, n), group in sorted(pictures.items()):
             split = requests[group[0][0]].args[5]
             debiaser, source = self.scorer.calibrated(
@@ -118,6 +120,8 @@ class LadModel(lmms):
             for (r, _, choice), p in zip(group, chosen, strict=True):
                 replies[r] = choice.replies[int(p)]
             results.append(result)
+        if pictures:
+            logger.info(f"lad: picture questions scored in {time.perf_counter() - start:.1f} s")
         for r in tqdm(others, desc="lad: plain generation", disable=not others):
             replies[r] = self._generate(requests[r])
         if results:

@@ -108,6 +108,10 @@ class LadModel(lmms):
         )
         results = []
         start = time.perf_counter()
+        if pictures:
+            _ = self.scorer.backend  # the model loads here, timed apart from the scoring
+            logger.info(f"lad: model loaded in {time.perf_counter() - start:.1f} s")
+            start = time.perf_counter()
         for (task, n), group in sorted(pictures.items()):
             split = requests[group[0][0]].args[5]
             debiaser, source = self.scorer.calibrated(

@@ -99,7 +99,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                 f.write(json.dumps({"item": it.id, "order": cyclic_shift(N, s)}) + "\n")
     _lad("eval", *run_args, "--methods", "vanilla,lad", "--orders", str(orders),
          "--out", str(root / "eval-cyclic"), cwd=root)  # fmt: skip
-    return {"root": root, "out": out, "lad": out / "lad", "log": root / "lmms.log"}
+    return {"root": root, "out": out, "lad": out / "lad", "log": root / "lmms.log", "tasks": tasks}
 
 
 def _samples(out: Path, task: str) -> list[dict]:
@@ -218,3 +218,27 @@ def test_calibration_of_another_prompt_is_refused(run: dict[str, Path]) -> None:
 
     with pytest.raises(CalibrationError, match="label"):
         scorer.calibrated(CIRCULAR, N, [])
+
+
+def test_calibration_docs_excluded_with_offset(run: dict[str, Path]) -> None:
+    """calibration_docs=2 fits on the circular task's first two questions (documents 0 and N,
+    their unshifted forms) and says which --offset leaves all their shifts out; with it, none of
+    them is scored, and the audit says so."""
+    out = run["root"] / "docs-calibrated"
+    log = _run(
+        "-m", "lmms_eval", "--model", "lad",
+        "--model_args", f"model=demo,method=lad,calibration_docs=2,output={out}/lad",
+        "--tasks", CIRCULAR, "--include_path", str(run["tasks"]), "--offset", str(2 * N),
+        "--output_path", str(out), "--device", "cpu",
+        cwd=run["root"],
+    )  # fmt: skip
+    assert list(out.rglob("*_results.json")), log[-3000:]
+    entry = json.loads((out / "lad/lad_audit.json").read_text())["tasks"][CIRCULAR][str(N)]
+    first = [f"muirbench-shapes-eval-random-n{N}-0000{k}" for k in range(2)]
+    assert entry["calibration"] == {
+        "kind": "docs", "doc_ids": [0, N], "items": first, "exclude_offset": 2 * N,
+    }  # fmt: skip
+    assert entry["num_items"] == EVAL_ITEMS + 2 - 2
+    assert "none of them scored" in log
+    records = read_records(out / f"lad/{CIRCULAR}/n{N}/records.jsonl")
+    assert not set(first) & set(records.items.tolist())

@@ -12,7 +12,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="lad inside lmms-eval: task folder, audit of logged samples",
         description="lad inside lmms-eval: --model lad and circular task variants "
         "(docs/harness.md).",
-        epilog="example:\n  python -m lmms_eval --model lad --tasks muirbench_circular "
+        epilog="example:\n  python -m lmms_eval --model lad --model_args "
+        "model=demo,calibration=calibration.json,output=out/lad --tasks muirbench_circular "
         "--include_path $(lad harness tasks) --output_path out --log_samples",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

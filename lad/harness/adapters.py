@@ -1,7 +1,8 @@
 """Per-task adapters: which of a harness document's pictures are the options of its question.
 
 An adapter reads one document of an lmms-eval task (a dict, as `lm.task_dict[task][split][i]`
-holds it: images decoded to PIL) and returns a `PictureChoice` when every option of the question
+holds it; `--model lad` hands its pictures over undecoded, {"bytes", "path"}, and the circular
+variants move them the same way) and returns a `PictureChoice` when every option of the question
 is one of the document's pictures, else None (the question is then answered by generation).
 Adapters are pure functions of the document; none imports lmms-eval. They apply the rules of
 lad's converters (`lad data muirbench|blink`, lad.data.muirbench and lad.data.blink) and name

@@ -93,3 +93,62 @@ def local_task(
     path = folder / f"{task}.yaml"
     path.write_text(head + "\n".join(lines) + "\n", encoding="utf-8")
     return folder
+
+
+ORDINALS = ("first", "second", "third", "fourth")
+
+
+def shapes_blink(folder: Path, *, items: int, split: str, n: int = 3) -> Path:
+    """`items` shapes items of N <= 3 candidates as BLINK Art_Style-like questions in
+    `folder/blink.parquet` (BLINK-Benchmark/BLINK's schema: idx, sub_task, question, choices,
+    answer "(X)", prompt, explanation, image_1 … image_4): image_1 a reference picture (a
+    distractor), image_2 … the candidates, the choices naming them in reverse picture order."""
+    import datasets
+
+    shapes = read_items(build_shapes(folder / "shapes", num_candidates=n, items=items, split=split))
+    rows = []
+    for k, it in enumerate(shapes):
+        pictures = [it.images[(it.answer + 1) % n], *it.images]
+        choices = [f"the {ORDINALS[j + 1]} image" for j in reversed(range(n))]
+        cells = [{"bytes": p.read_bytes(), "path": None} for p in pictures]
+        cells += [None] * (4 - len(cells))
+        rows.append(
+            {
+                "idx": f"val_Art_Style_{split}_{k}",
+                "sub_task": "Art_Style",
+                "question": f"Which image shows {it.query}?",
+                "choices": choices,
+                "answer": f"({chr(ord('A') + n - 1 - it.answer)})",
+                "prompt": "",
+                "explanation": "",
+                **{f"image_{j + 1}": cell for j, cell in enumerate(cells)},
+            }
+        )
+    features = datasets.Features(
+        {
+            "idx": datasets.Value("string"),
+            "sub_task": datasets.Value("string"),
+            "question": datasets.Value("string"),
+            "choices": datasets.Sequence(datasets.Value("string")),
+            "answer": datasets.Value("string"),
+            "prompt": datasets.Value("string"),
+            "explanation": datasets.Value("string"),
+            **{f"image_{j}": datasets.Image() for j in range(1, 5)},
+        }
+    )
+    path = folder / "blink.parquet"
+    datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
+    return path
+
+
+def blink_local_task(folder: Path, parquet: Path, task: str, template: Path) -> Path:
+    """`local_task` for one of lad's BLINK YAMLs: no hub config name, the parquet as `val`."""
+    text = Path(template).read_text(encoding="utf-8")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("dataset_name:"))
+    folder.mkdir(parents=True, exist_ok=True)
+    plain = folder / f"{task}.template.yaml.txt"
+    plain.write_text(text + "\n", encoding="utf-8")
+    local_task(folder, parquet, task, plain)
+    yaml = folder / f"{task}.yaml"
+    yaml.write_text(yaml.read_text().replace("    test: ", "    val: "), encoding="utf-8")
+    return folder

@@ -23,7 +23,7 @@ pytest.importorskip("lmms_eval", reason="lmms-eval not installed (pip install -e
 
 from lad.data.items import cyclic_shift, read_items
 from lad.records import read_predictions, read_records
-from tests.harness_fixtures import local_task, shapes_muirbench
+from tests.harness_fixtures import blink_local_task, local_task, shapes_blink, shapes_muirbench
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 4
@@ -242,3 +242,61 @@ def test_calibration_docs_excluded_with_offset(run: dict[str, Path]) -> None:
     assert "none of them scored" in log
     records = read_records(out / f"lad/{CIRCULAR}/n{N}/records.jsonl")
     assert not set(first) & set(records.items.tolist())
+
+
+def test_blink_circular_equals_lad_data_blink_and_lad_eval(run: dict[str, Path]) -> None:
+    """BLINK, a reference picture first and choices naming the candidates in reverse order: lad's
+    circular variant under --model lad asks what `lad data blink` + `lad eval` ask, replies with
+    the letter of the choice naming the picture LAD picks, and BLINK's own accuracy, lad_acc and
+    the audit equal lad metrics' LAD accuracy."""
+    from lad.harness import tasks_folder
+
+    root, n, task = run["root"] / "blink", 3, "blink_local_circular"
+    parquet = shapes_blink(root / "eval", items=4, split="eval", n=n)
+    cal = shapes_blink(root / "cal", items=2, split="calibration", n=n)
+    template = tasks_folder() / "blink_art_style_circular.yaml"
+    tasks = blink_local_task(root / "tasks", parquet, task, template)
+    for name, path in (("eval", parquet), ("cal", cal)):
+        _lad("data", "blink", str(path), "--calibration-items", "0",
+             "--out", str(root / f"{name}.jsonl"), cwd=root)  # fmt: skip
+    common = ("--model", "demo", "--labels", "upper", "--device", "cpu", "--quiet")
+    calibration = root / "calibration.json"
+    _lad("calibrate", *common, "--data", str(root / "cal.jsonl"), "--out", str(calibration),
+         cwd=root)  # fmt: skip
+    out = root / "lmms"
+    log = _run(
+        "-m", "lmms_eval", "--model", "lad",
+        "--model_args", f"model=demo,calibration={calibration},output={out}/lad",
+        "--tasks", task, "--include_path", str(tasks), "--output_path", str(out),
+        "--log_samples", "--device", "cpu", cwd=root,
+    )  # fmt: skip
+    assert list(out.rglob("*_results.json")), log[-3000:]
+    orders = root / "cyclic.jsonl"
+    with orders.open("w") as f:
+        for it in read_items(root / "eval.jsonl"):
+            for s in range(n):
+                f.write(json.dumps({"item": it.id, "order": cyclic_shift(n, s)}) + "\n")
+    _lad("eval", *common, "--data", str(root / "eval.jsonl"), "--calibration", str(calibration),
+         "-n", str(n), "--methods", "vanilla,lad", "--orders", str(orders),
+         "--out", str(root / "eval-cyclic"), cwd=root)  # fmt: skip
+    ours, theirs = out / "lad" / task / f"n{n}", root / "eval-cyclic"
+    mine, ref = read_records(ours / "records.jsonl"), read_records(theirs / "records.jsonl")
+    assert sorted(mine.keys()) == sorted(ref.keys())
+    where = {k: i for i, k in enumerate(ref.keys())}
+    rows = [where[k] for k in mine.keys()]  # noqa: SIM118 (RecordSet.keys is a list)
+    assert np.allclose(mine.logprobs, ref.logprobs[rows], atol=1e-5)
+    lad_eval = _chosen(theirs, "lad")
+    for sample in _samples(out, task):
+        row = sample["lad_acc"]
+        # position p shows image_{p + 2}, which the choices (in reverse) name with letter n-1-p
+        position = lad_eval[(row["item"], row["ordering"])]
+        assert sample["filtered_resps"] == "ABC"[n - 1 - position]
+        assert row["prediction"] == position
+    reference = _metrics(theirs)["methods"]["lad"]
+    table = _results(out)[task]
+    assert 100 * table["blink_acc,none"] == pytest.approx(reference["acc"])
+    assert table["lad_rstd,none"] == pytest.approx(reference["rstd"])
+    audit = json.loads((out / "lad/lad_audit.json").read_text())["tasks"][task][str(n)]
+    assert audit["methods"]["lad"]["recall_by_position"] == pytest.approx(
+        reference["recall_by_position"]
+    )

@@ -97,7 +97,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         for it in read_items(items):
             for s in range(N):
                 f.write(json.dumps({"item": it.id, "order": cyclic_shift(N, s)}) + "\n")
-    _lad("eval", *run_args, "--methods", "vanilla,lad", "--orders", str(orders),
+    _lad("eval", *run_args, "--methods", "vanilla,lad,perm-avg", "--orders", str(orders),
          "--out", str(root / "eval-cyclic"), cwd=root)  # fmt: skip
     return {"root": root, "out": out, "lad": out / "lad", "log": root / "lmms.log", "tasks": tasks}
 
@@ -223,13 +223,14 @@ def test_calibration_of_another_prompt_is_refused(run: dict[str, Path]) -> None:
 def test_calibration_docs_excluded_with_offset(run: dict[str, Path]) -> None:
     """calibration_docs=2 fits on the circular task's first two questions (documents 0 and N,
     their unshifted forms) and says which --offset leaves all their shifts out; with it, none of
-    them is scored, and the audit says so."""
+    them is scored, and the audit says so. method=perm-avg (N passes, no calibration needed)
+    answers as lad eval's perm-avg, with LAD beside it."""
     out = run["root"] / "docs-calibrated"
     log = _run(
         "-m", "lmms_eval", "--model", "lad",
-        "--model_args", f"model=demo,method=lad,calibration_docs=2,output={out}/lad",
+        "--model_args", f"model=demo,method=perm-avg,calibration_docs=2,output={out}/lad",
         "--tasks", CIRCULAR, "--include_path", str(run["tasks"]), "--offset", str(2 * N),
-        "--output_path", str(out), "--device", "cpu",
+        "--output_path", str(out), "--log_samples", "--device", "cpu",
         cwd=run["root"],
     )  # fmt: skip
     assert list(out.rglob("*_results.json")), log[-3000:]
@@ -242,6 +243,13 @@ def test_calibration_docs_excluded_with_offset(run: dict[str, Path]) -> None:
     assert "none of them scored" in log
     records = read_records(out / f"lad/{CIRCULAR}/n{N}/records.jsonl")
     assert not set(first) & set(records.items.tolist())
+    assert set(entry["methods"]) == {"vanilla", "perm-avg", "lad"}
+    perm = _chosen(out / f"lad/{CIRCULAR}/n{N}", "perm-avg")
+    reference = _chosen(run["root"] / "eval-cyclic", "perm-avg")
+    assert perm == {k: v for k, v in reference.items() if k in perm} and len(perm) == len(records)
+    for sample in _samples(out, CIRCULAR):
+        row = sample["lad_acc"]
+        assert sample["filtered_resps"] == "ABCD"[perm[(row["item"], row["ordering"])]]
 
 
 def test_blink_circular_equals_lad_data_blink_and_lad_eval(run: dict[str, Path]) -> None:

@@ -335,9 +335,18 @@ class Debiaser:
         if len(sizes) > 1:
             raise DataError(f"predict_many needs the same N for every query; got {sorted(sizes)}")
         template = self._template(items)
-        labels, sha = self._fingerprint(items[0].num_candidates, template)
+        labels = self.check_calibration_for(items[0].num_candidates, template)
         requests = [(it, 0, list(range(it.num_candidates))) for it in items]
-        # What can be checked before the model runs; the layer count after.
+        records = self._records(requests, template)
+        self.calibration_.check_compatible(records, strict=False)
+        return self._choices(items, records, labels)
+
+    def check_calibration_for(self, num_candidates: int, template: PromptTemplate) -> list[str]:
+        """Refuse, before the model runs, a fitted calibration made for another N, model, label
+        scheme, prompt or preprocessing than queries of `num_candidates` asked with `template`
+        (the layer count is checked on the records); return the labels c_1 … c_N."""
+        self._check_fitted()
+        labels, sha = self._fingerprint(num_candidates, template)
         if self.calibration_.num_candidates != len(labels):
             raise CalibrationError(
                 f"the calibration is for N = {self.calibration_.num_candidates} candidates but "
@@ -358,9 +367,7 @@ class Debiaser:
             if not hasattr(self, "_source"):
                 raise
             raise CalibrationError(f"{self._source}: {e}") from None
-        records = self._records(requests, template)
-        self.calibration_.check_compatible(records, strict=False)
-        return self._choices(items, records, labels)
+        return labels
 
     def _choices(self, items: list[Item], records: RecordSet, labels: list[str]) -> list[Choice]:
         options = self.options

@@ -349,8 +349,11 @@ def _table_html(metrics: dict[str, Any]) -> str:
 
 
 def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
-    """Write `out_dir/index.html` and its figures; return the page's path."""
-    runs = [_load_run(Path(d)) for d in run_dirs]
+    """Write `out_dir/index.html` and its figures; return the page's path. A folder holding a
+    harness audit (lad_audit.json, lad.harness.audit) stands for the run folders it lists."""
+    from lad.harness.audit import audit_folders
+
+    runs = [_load_run(d) for given in run_dirs for d in audit_folders(Path(given))]
     out_dir.mkdir(parents=True, exist_ok=True)
     parts = [
         "<!doctype html><meta charset=utf-8><title>lad report</title>",

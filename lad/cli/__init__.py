@@ -12,7 +12,7 @@ import sys
 
 from lad.errors import LadError
 
-COMMAND_MODULES = ("run", "score", "ablate", "data", "demo")
+COMMAND_MODULES = ("run", "score", "ablate", "data", "demo", "harness")
 
 
 def build_parser() -> argparse.ArgumentParser:

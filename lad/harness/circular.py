@@ -1,0 +1,144 @@
+"""Circular variants of the picture-option tasks, for any model (task YAMLs in
+lad/harness/tasks, loaded with `--include_path`).
+
+`process_docs` keeps a task's picture questions (lad.harness.adapters) and asks each N times,
+its option pictures cyclically shifted as lad's evaluation does (lad.data.items.cyclic_shift: at
+shift s, position p shows the original option (p + s) mod N, and the answer letter moves with
+its picture); question pictures and option texts stay. Each document gains `lad_item` (the
+original id) and `lad_shift` (s). `*_results` score a document with the task's own
+process_results, unchanged, and add the row lad's metrics need (lad.harness.audit); the
+`lad_acc`, `lad_rstd` and `lad_cons` aggregations put Acc, RStd and Cons. in lmms-eval's table.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from typing import Any
+
+from lad.data.blink import PICTURE_FIELDS as BLINK_PICTURES
+from lad.data.items import cyclic_shift
+from lad.data.mmiu import ordinal_image
+from lad.harness.adapters import (
+    IMAGE_PLACEHOLDER,
+    PictureChoice,
+    blink_option_keys,
+    picture_choice,
+)
+from lad.harness.audit import pooled
+
+AUDIT_METRICS = ("lad_acc", "lad_rstd", "lad_cons")
+
+
+def _expand(dataset: Any, adapter: str, shifted: Callable[[dict, PictureChoice, int], dict]):
+    """Each picture question of `dataset` (a datasets.Dataset) under all N cyclic shifts; the
+    pictures' bytes are moved, never re-encoded."""
+    import datasets
+
+    from lad.harness.undecoded import undecoded
+
+    rows = []
+    for doc in undecoded(dataset):
+        choice = picture_choice(doc, adapter)
+        if choice is None or choice.answer is None:
+            continue
+        for s in range(choice.num_candidates):
+            rows.append({**shifted(dict(doc), choice, s), "lad_item": choice.item, "lad_shift": s})
+    features = dataset.features.copy()
+    features["lad_item"] = datasets.Value("string")
+    features["lad_shift"] = datasets.Value("int64")
+    return datasets.Dataset.from_list(rows, features=features)
+
+
+def _letter(p: int) -> str:
+    return string.ascii_uppercase[p]
+
+
+def _muirbench_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
+    n = choice.num_candidates
+    q = doc["question"].count(IMAGE_PLACEHOLDER)
+    options = doc["image_list"][q:]
+    order = cyclic_shift(n, s)
+    doc["image_list"] = doc["image_list"][:q] + [options[i] for i in order]
+    doc["answer"] = _letter(order.index(choice.answer))
+    return doc
+
+
+def _blink_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
+    named = blink_option_keys(doc)
+    assert named is not None  # a picture choice
+    keys = sorted(named, key=BLINK_PICTURES.index)  # positions: BLINK's picture order
+    order = cyclic_shift(choice.num_candidates, s)
+    pictures = [doc[k] for k in keys]
+    for p, key in enumerate(keys):
+        doc[key] = pictures[order[p]]
+    doc["answer"] = f"({_letter(named.index(keys[order.index(choice.answer)]))})"
+    return doc
+
+
+def muirbench_docs(dataset: Any) -> Any:
+    return _expand(dataset, "muirbench", _muirbench_shift)
+
+
+def blink_docs(dataset: Any) -> Any:
+    return _expand(dataset, "blink", _blink_shift)
+
+
+def audit_row(doc: dict, positions: list[int], parsed: str) -> dict[str, Any]:
+    """The row lad's metrics read, from a circular document's text fields alone (lmms-eval
+    hands process_results its documents without their pictures). positions[c] is the position
+    of the picture option letter c names; `parsed` is the letter the task's parser found ("" or
+    anything else: none)."""
+    letters = _letters(len(positions))
+    answer = str(doc["answer"]).strip().strip("()")
+    chosen = letters.index(parsed) if len(parsed) == 1 and parsed in letters else None
+    return {
+        "item": str(doc["lad_item"]),
+        "ordering": int(doc["lad_shift"]),
+        "order": cyclic_shift(len(positions), int(doc["lad_shift"])),
+        "answer": positions[letters.index(answer)],
+        "prediction": -1 if chosen is None else positions[chosen],
+    }
+
+
+def blink_positions(choices: list[str]) -> list[int]:
+    """positions[c]: where the picture choice c names is shown (BLINK's picture order)."""
+    named = [ordinal_image(str(c)) for c in choices]
+    return [sorted(named).index(k) for k in named]
+
+
+def _letters(n: int) -> str:
+    return string.ascii_uppercase[:n]
+
+
+def _with_audit(scored: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    return {**scored, **{name: row for name in AUDIT_METRICS}}
+
+
+def muirbench_results(doc: dict, results: list[str]) -> dict[str, Any]:
+    from lmms_eval.tasks.muirbench.utils import muir_process_results
+
+    scored = muir_process_results(doc, results)
+    # The task counts a reply right when it equals the answer letter (case and spaces aside).
+    parsed = str(scored["muirbench_score_overall"]["pred"]).strip().upper()
+    return _with_audit(scored, audit_row(doc, list(range(len(doc["options"]))), parsed))
+
+
+def blink_results(doc: dict, results: list[str]) -> dict[str, Any]:
+    from lmms_eval.tasks.blink.utils import blink_process_results
+
+    scored = blink_process_results(doc, results)
+    parsed = scored["blink_acc"]["pred_parsed"]
+    return _with_audit(scored, audit_row(doc, blink_positions(doc["choices"]), parsed))
+
+
+def lad_acc(rows: list[dict[str, Any]]) -> float:
+    return pooled(rows, "acc")
+
+
+def lad_rstd(rows: list[dict[str, Any]]) -> float:
+    return pooled(rows, "rstd")
+
+
+def lad_cons(rows: list[dict[str, Any]]) -> float:
+    return pooled(rows, "cons")

@@ -1,0 +1,214 @@
+"""`--model lad` for lmms-eval (imported only by lmms-eval, through the entry point).
+
+    python -m lmms_eval --model lad --model_args model=demo,method=lad,calibration_docs=5 \
+        --tasks muirbench --include_path $(python -m lad harness tasks) --output_path out/
+
+A generate_until request whose document is a picture question (lad.harness.adapters) is scored
+by lad (lad.harness.runner): the option labels exactly, from one forward pass, the chosen method
+applied, and the reply is the option letter the task's own parser reads, so the task's metric is
+unchanged. Any other request is answered by the model's plain greedy generation. At the end each
+(task, N) gets an audit folder under `output` (lad.harness.audit) and `lad_audit.json` beside
+them, with vanilla and the method side by side.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from lmms_eval.api.instance import Instance
+from lmms_eval.api.model import lmms
+from loguru import logger
+from tqdm import tqdm
+
+from lad.harness.adapters import PictureChoice, picture_choice
+from lad.harness.audit import write_model_audit
+from lad.harness.runner import HarnessOptions, PictureScorer
+
+DEFAULT_MAX_NEW_TOKENS = 64
+
+
+def _parse(value: str | None, kind: type) -> Any:
+    return None if value in (None, "", "None", "none") else kind(value)
+
+
+class LadModel(lmms):
+    """lad's debiased multi-image choice inside lmms-eval (docs/harness.md)."""
+
+    is_simple = True
+
+    def __init__(
+        self,
+        model: str = "demo",
+        method: str = "lad",
+        calibration: str | None = None,
+        calibration_docs: int | str | None = None,
+        labels: str = "upper",
+        prompt_template: str | None = None,
+        device: str | None = "auto",
+        dtype: str = "auto",
+        batch_size: int | str | None = 1,
+        top_k: int | str = 2,
+        tau: float | str = 5.0,
+        output: str = "lad-harness",
+        image_size: int | str | None = None,
+        adapter: str | None = None,
+        **unused: Any,
+    ) -> None:
+        super().__init__()
+        unused = {k: v for k, v in unused.items() if v is not None}
+        if unused:
+            logger.warning(f"lad: model_args not used: {sorted(unused)}")
+        self.options = HarnessOptions(
+            model=str(model),
+            method=str(method),
+            calibration=_parse(calibration, str),
+            calibration_docs=_parse(calibration_docs, int),
+            labels=str(labels),
+            prompt_template=_parse(prompt_template, str),
+            device=str(device or "auto"),
+            dtype=str(dtype),
+            batch_size=_parse(batch_size, int) or 1,
+            top_k=int(top_k),
+            tau=float(tau),
+            output=str(output),
+            image_size=_parse(image_size, int),
+        )
+        self.adapter = _parse(adapter, str)
+        self.scorer = PictureScorer(self.options)
+        self._undecoded: dict[tuple[str, str], Any] = {}
+
+    # ------------------------------------------------------------ lmms-eval's interface
+
+    def loglikelihood(self, requests: list[Instance]) -> list[tuple[float, bool]]:
+        raise NotImplementedError(
+            "--model lad answers generate_until tasks (MuirBench, BLINK, …); loglikelihood "
+            "tasks are not supported"
+        )
+
+    def generate_until_multi_round(self, requests: list[Instance]) -> list[str]:
+        raise NotImplementedError("--model lad does not answer multi-round tasks")
+
+    def generate_until(self, requests: list[Instance]) -> list[str]:
+        replies: list[str | None] = [None] * len(requests)
+        pictures: dict[tuple[str, int], list[tuple[int, int, PictureChoice]]] = defaultdict(list)
+        others = []
+        for r, request in enumerate(requests):
+            _, _, _, doc_id, task, split = request.args
+            choice = picture_choice(self._docs(task, split)[doc_id], self.adapter)
+            if choice is None:
+                others.append(r)
+            else:
+                pictures[(task, choice.num_candidates)].append((r, doc_id, choice))
+        logger.info(
+            f"lad: {len(requests) - len(others)} picture questions scored by lad "
+            f"(method={self.options.method}), {len(others)} answered by plain generation"
+        )
+        results = []
+        start = time.perf_counter()
+        if pictures:
+            _ = self.scorer.backend  # the model loads here, timed apart from the scoring
+            logger.info(f"lad: model loaded in {time.perf_counter() - start:.1f} s")
+            start = time.perf_counter()
+        for (task, n), group in sorted(pictures.items()):
+            split = requests[group[0][0]].args[5]
+            debiaser, source = self.scorer.calibrated(
+                task, n, self._calibration_docs(task, split, n)
+            )
+            scored = {doc_id for _, doc_id, _ in group}
+            self._say_calibration(task, n, source, scored, split)
+            result = self.scorer.score(task, [c for _, _, c in group], debiaser, source)
+            chosen = result.chosen[self.options.method]
+            for (r, _, choice), p in zip(group, chosen, strict=True):
+                replies[r] = choice.replies[int(p)]
+            results.append(result)
+        if pictures:
+            logger.info(f"lad: picture questions scored in {time.perf_counter() - start:.1f} s")
+        for r in tqdm(others, desc="lad: plain generation", disable=not others):
+            replies[r] = self._generate(requests[r])
+        if results:
+            path = write_model_audit(
+                results, Path(self.options.output), self.options, self.task_dict
+            )
+            logger.info(f"lad: audit written to {path}")
+        return [str(x) for x in replies]
+
+    # ------------------------------------------------------------ helpers
+
+    def _generate(self, request: Instance) -> str:
+        from lad.harness.generation import generate_reply
+
+        ctx, gen_kwargs, doc_to_visual, doc_id, task, split = request.args
+        visuals = doc_to_visual(self.task_dict[task][split][doc_id]) or []
+        until = gen_kwargs.get("until") or []
+        until = [until] if isinstance(until, str) else list(until)
+        max_new = int(gen_kwargs.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS)
+        return generate_reply(self.scorer.backend, ctx, list(visuals), max_new, until)
+
+    def _docs(self, task: str, split: str) -> Any:
+        """The task's documents with their pictures undecoded (lad.harness.undecoded)."""
+        from lad.harness.undecoded import undecoded
+
+        key = (task, split)
+        if key not in self._undecoded:
+            self._undecoded[key] = undecoded(self.task_dict[task][split])
+        return self._undecoded[key]
+
+    def _calibration_docs(self, task: str, split: str, n: int) -> list[tuple[int, PictureChoice]]:
+        """calibration_docs=K: the first K picture questions of N options in the task's split
+        (dataset order, a circular variant's unshifted documents), with a known answer."""
+        k = self.options.calibration_docs
+        if not k:
+            return []
+        docs = self._docs(task, split)
+        found: list[tuple[int, PictureChoice]] = []
+        for doc_id in range(len(docs)):
+            choice = picture_choice(docs[doc_id], self.adapter)
+            if choice is None or choice.answer is None:
+                continue
+            if choice.num_candidates == n and choice.ordering == 0:
+                found.append((doc_id, choice))
+                if len(found) == k:
+                    break
+        return found
+
+    def _say_calibration(
+        self, task: str, n: int, source: Any, scored: set[int], split: str
+    ) -> None:
+        if source.kind == "file":
+            logger.info(f"lad: {task} N={n}: calibration {source.path}")
+            return
+        if source.kind != "docs":
+            return
+        items = set(source.items)
+        docs = self._docs(task, split)
+        # Every document of a calibration item (a circular variant's shifts follow each other).
+        last = max(source.doc_ids)
+        while last + 1 < len(docs):
+            choice = picture_choice(docs[last + 1], self.adapter)
+            if choice is None or choice.item not in items:
+                break
+            last += 1
+        source.exclude_offset = last + 1
+        also = sorted(
+            {
+                c.item
+                for d in scored
+                if (c := picture_choice(docs[d], self.adapter)) is not None and c.item in items
+            }
+        )
+        source.also_scored = also
+        if also:
+            logger.warning(
+                f"lad: {task} N={n}: calibration_docs={len(items)} fitted on documents "
+                f"{source.doc_ids} (items {sorted(items)}); {len(also)} of these items were ALSO "
+                f"scored. lmms-eval cannot skip single documents; --offset {last + 1} starts "
+                "the evaluation after all of them"
+            )
+        else:
+            logger.info(
+                f"lad: {task} N={n}: calibration_docs={len(items)} fitted on documents "
+                f"{source.doc_ids}, none of them scored"
+            )

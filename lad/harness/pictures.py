@@ -1,0 +1,58 @@
+"""The harness's pictures as files: lad's backend reads pictures from paths (lad.images). A
+picture the dataset stores as bytes ({"bytes", "path"}) is written unchanged, as `lad data
+muirbench|blink` write them, so lad decodes it exactly as `lad eval` on a converted file does; a
+decoded PIL image is written as a lossless PNG of its pixels. Files are named by content
+(SHA-256), so a picture is one file whichever document shows it."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from lad.files import replacing
+
+
+class PictureFiles:
+    """PNG files of PIL images under `folder`, by content."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    def path(self, image: Any) -> Path:
+        if isinstance(image, dict) and image.get("bytes") is not None:
+            data = image["bytes"]
+            path = self.folder / f"{hashlib.sha256(data).hexdigest()}{_suffix(data)}"
+            if not path.is_file():
+                with replacing(path) as tmp:
+                    tmp.write_bytes(data)
+            return path
+        if isinstance(image, dict):  # stored as a path only
+            return Path(image["path"])
+        path = self.folder / f"{picture_sha256(image)}.png"
+        if not path.is_file():
+            with replacing(path) as tmp:
+                image.save(tmp, format="PNG")
+        return path
+
+
+def _suffix(data: bytes) -> str:
+    """The picture format's usual suffix (".img" where PIL does not know it)."""
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            name = (im.format or "img").lower()
+    except (UnidentifiedImageError, OSError):
+        name = "img"
+    return {"jpeg": ".jpg"}.get(name, f".{name}")
+
+
+def picture_sha256(image: Any) -> str:
+    """SHA-256 of a PIL image's mode, size and pixel bytes."""
+    h = hashlib.sha256()
+    h.update(f"{image.mode}\n{image.size[0]}x{image.size[1]}\n".encode())
+    h.update(image.tobytes())
+    return h.hexdigest()

@@ -1,0 +1,291 @@
+"""What `--model lad` does with a task's picture questions, without lmms-eval: records from lad's
+backend, a checked calibration, the chosen method's answers, and the audit folders.
+
+For each (task, N): the picture questions become lad items (their pictures as PNG files,
+lad.harness.pictures), each asked in the order the document shows its options, with lad's
+question template (or `prompt_template`) and label scheme, in one forward pass per question
+(perm-avg: N). Every record-based method is then a pure function of those records, so vanilla
+and LAD come from the same passes and are reported side by side.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lad.api import Debiaser
+from lad.calibrate import FORMAT as CALIBRATION_FORMAT
+from lad.calibrate import Calibration
+from lad.data.items import Item
+from lad.errors import CalibrationError, LadError
+from lad.files import write_text
+from lad.harness.adapters import PictureChoice
+from lad.harness.pictures import PictureFiles
+from lad.labels import get_scheme
+from lad.methods import METHODS, choose
+from lad.metrics import compute_metrics
+from lad.prompts import PromptTemplate, vanilla_template
+from lad.records import RecordSet, predictions_for, write_predictions, write_records
+from lad.stages import cyclic_requests
+
+# The methods `--model lad` answers with: one pass per question, perm-avg N.
+HARNESS_METHODS = ("vanilla", "pride", "lad", "attn-purified", "perm-avg")
+NEEDS_CALIBRATION = ("pride", "lad", "attn-purified")
+
+
+@dataclass(frozen=True)
+class HarnessOptions:
+    """`--model_args` of `--model lad` (docs/harness.md)."""
+
+    model: str = "demo"
+    method: str = "lad"
+    calibration: str | None = None  # a calibration.json, or a folder of them (one per N)
+    calibration_docs: int | None = None  # fit on the first K picture questions of each task
+    labels: str = "upper"  # the tasks' option letters
+    prompt_template: str | None = None  # a file (lad.prompts); None: lad's question template
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: int = 1
+    top_k: int = 2
+    tau: float = 5.0
+    output: str = "lad-harness"  # audit folders and the pictures' files
+    image_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in HARNESS_METHODS:
+            raise LadError(
+                f"The 'method' model_arg must be one of {list(HARNESS_METHODS)}. "
+                f"Got {self.method!r} instead."
+            )
+        get_scheme(self.labels)
+        if self.calibration is not None and self.calibration_docs is not None:
+            raise LadError("give calibration=<calibration.json> or calibration_docs=K, not both")
+        if self.calibration_docs is not None and self.calibration_docs < 1:
+            raise LadError(f"calibration_docs must be >= 1. Got {self.calibration_docs}.")
+        if self.method in NEEDS_CALIBRATION and not (self.calibration or self.calibration_docs):
+            raise LadError(
+                f"method={self.method} needs a calibration: calibration=<calibration.json from "
+                "lad calibrate> or calibration_docs=K (fit on K documents of each task)"
+            )
+        if self.batch_size < 1:
+            raise LadError(f"batch_size must be >= 1. Got {self.batch_size}.")
+        if self.calibration is not None and not Path(self.calibration).exists():
+            raise LadError(f"calibration={self.calibration}: no such file or folder")
+
+
+@dataclass
+class CalibrationSource:
+    """Where a (task, N)'s calibration came from, as the audit reports it."""
+
+    kind: str  # "file" | "docs" | "none"
+    path: str | None = None
+    doc_ids: list[int] = field(default_factory=list)  # calibration_docs: the documents fitted on
+    items: list[str] = field(default_factory=list)
+    also_scored: list[str] = field(default_factory=list)  # calibration items that were scored too
+    exclude_offset: int | None = None  # lmms-eval --offset that leaves every one of them out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v not in (None, [])}
+
+
+@dataclass
+class TaskResult:
+    """One (task, N): the records, each method's chosen positions, the calibration used."""
+
+    task: str
+    records: RecordSet
+    chosen: dict[str, np.ndarray]
+    scores: dict[str, np.ndarray]
+    calibration: Calibration | None
+    source: CalibrationSource
+    perm_records: RecordSet | None = None
+    answers_known: bool = True  # every document gave its answer (else no audit: unknown)
+
+
+class PictureScorer:
+    """Scores picture questions with lad's backend; one instance per harness run."""
+
+    def __init__(self, options: HarnessOptions, backend: Any = None) -> None:
+        self.options = options
+        template = (
+            PromptTemplate.from_file(options.prompt_template) if options.prompt_template else None
+        )
+        self.base = Debiaser(
+            options.model,
+            labels=options.labels,
+            top_k=options.top_k,
+            tau=options.tau,
+            image_size=options.image_size,
+            batch_size=options.batch_size,
+            device=options.device,
+            dtype=options.dtype,
+            prompt_template=template,
+            backend=backend,
+        )
+        self.files = PictureFiles(Path(options.output) / "pictures")
+        self._loaded: dict[int, Debiaser] = {}
+        if options.calibration:
+            self._loaded = self._load_files(Path(options.calibration))
+
+    def _debiaser(self) -> Debiaser:
+        b = self.base
+        return Debiaser(
+            b.model,
+            labels=b.labels,
+            top_k=b.top_k,
+            tau=b.tau,
+            image_size=b.image_size,
+            batch_size=b.batch_size,
+            device=b.device,
+            dtype=b.dtype,
+            prompt_template=b.prompt_template,
+            backend=b._backend,
+        )
+
+    def _load_files(self, path: Path) -> dict[int, Debiaser]:
+        """calibration=: one file, or a folder whose calibration files ("format":
+        "lad-calibration/1"; other .json files are passed over) give one per N."""
+        files = (
+            sorted(p for p in path.glob("*.json") if _is_calibration(p))
+            if path.is_dir()
+            else [path]
+        )
+        loaded: dict[int, Debiaser] = {}
+        for file in files:
+            debiaser = self._debiaser().load(file)
+            n = debiaser.calibration_.num_candidates
+            if n in loaded:
+                raise CalibrationError(
+                    f"{path}: two calibrations for N = {n} ({loaded[n]._source}, {file})"
+                )
+            loaded[n] = debiaser
+        if not loaded:
+            raise CalibrationError(f"{path}: holds no calibration .json file")
+        return loaded
+
+    @property
+    def backend(self) -> Any:
+        backend = self.base.backend
+        for d in self._loaded.values():
+            d._backend = backend
+        return backend
+
+    def item(self, choice: PictureChoice) -> Item:
+        """The lad item a picture question asks (its candidates in the original order); an
+        unknown answer is recorded as 0 and reported as unknown by the audit."""
+        paths = [self.files.path(im) for im in choice.original_candidates()]
+        answer = 0 if choice.answer is None else choice.order[choice.answer]
+        item = Item(choice.item, choice.question, paths, answer, question=choice.question)
+        item.context_images = [self.files.path(im) for im in choice.context]
+        return item
+
+    def template(self) -> PromptTemplate:
+        return vanilla_template([Item("q", "q", [], 0, question="q")], self.base.prompt_template)
+
+    def calibrated(
+        self, task: str, n: int, calibration_docs: Sequence[tuple[int, PictureChoice]]
+    ) -> tuple[Debiaser | None, CalibrationSource]:
+        """The Debiaser whose calibration answers task's questions of N candidates, checked
+        against model, N, labels, prompt and preprocessing before any record is made."""
+        if self.options.calibration:
+            if n not in self._loaded:
+                raise CalibrationError(
+                    f"calibration={self.options.calibration} has no calibration for N = {n} "
+                    f"(task {task} asks picture questions of {n} options; it holds N = "
+                    f"{sorted(self._loaded)}); add one made by lad calibrate -n {n}"
+                )
+            debiaser = self._loaded[n]
+            debiaser.check_calibration_for(n, self.template())
+            return debiaser, CalibrationSource("file", path=str(debiaser._source))
+        if not self.options.calibration_docs:
+            return None, CalibrationSource("none")
+        if not calibration_docs:
+            raise CalibrationError(
+                f"calibration_docs={self.options.calibration_docs}: task {task} has no picture "
+                f"question of N = {n} with a known answer to calibrate on"
+            )
+        debiaser = self._debiaser()
+        debiaser._backend = self.backend
+        items = [self.item(c) for _, c in calibration_docs]
+        debiaser.fit(items)
+        source = CalibrationSource(
+            "docs", doc_ids=[i for i, _ in calibration_docs], items=[it.id for it in items]
+        )
+        return debiaser, source
+
+    def score(
+        self,
+        task: str,
+        choices: Sequence[PictureChoice],
+        debiaser: Debiaser | None,
+        source: CalibrationSource,
+    ) -> TaskResult:
+        """Records of `choices` (one N) and every harness method's positions."""
+        items = [self.item(c) for c in choices]
+        requests = [(it, c.ordering, list(c.order)) for it, c in zip(items, choices, strict=True)]
+        template = self.template()
+        scheme = get_scheme(self.options.labels)
+        made = self.backend.records(
+            requests, template=template, scheme=scheme, batch_size=self.options.batch_size
+        )
+        records = RecordSet.from_records(list(made))
+        calibration = debiaser.calibration_ if debiaser is not None else None
+        if calibration is not None:
+            calibration.check_compatible(records, strict=False)
+        perm = None
+        if self.options.method == "perm-avg":
+            unique = list({it.id: it for it in items}.values())
+            made = self.backend.records(
+                cyclic_requests(unique),
+                template=template,
+                scheme=scheme,
+                batch_size=self.options.batch_size,
+            )
+            perm = RecordSet.from_records(list(made))
+        options = (debiaser or self.base).options
+        scores, chosen = {}, {}
+        for method in self.methods(calibration is not None):
+            scores[method], chosen[method] = choose(method, records, calibration, options, perm)
+        known = all(c.answer is not None for c in choices)
+        return TaskResult(task, records, chosen, scores, calibration, source, perm, known)
+
+    def methods(self, calibrated: bool) -> list[str]:
+        """vanilla, the chosen method, and LAD beside them when a calibration is there."""
+        names = ["vanilla", self.options.method] + (["lad"] if calibrated else [])
+        return list(dict.fromkeys(names))
+
+
+def _is_calibration(path: Path) -> bool:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and obj.get("format") == CALIBRATION_FORMAT
+
+
+def write_audit_folder(result: TaskResult, folder: Path, arguments: dict[str, Any]) -> dict:
+    """A lad run folder for one (task, N) that `lad report` and `lad metrics` read: records,
+    predictions of each method, metrics.json, calibration.json, run.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    records = result.records
+    write_records(folder / "records.jsonl", records)
+    if result.perm_records is not None:
+        write_records(folder / "perm_records.jsonl", result.perm_records)
+    written = []
+    for method, chosen in result.chosen.items():
+        written += predictions_for(records, method, result.scores[method], chosen)
+    write_predictions(folder / "predictions.jsonl", written)
+    costs = {m: METHODS[m].forward_passes(records.num_candidates) for m in result.chosen}
+    metrics = compute_metrics(records, result.chosen, costs=costs)
+    metrics["harness"] = {"task": result.task, "calibration": result.source.to_dict()}
+    write_text(folder / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    if result.calibration is not None:
+        result.calibration.save(folder / "calibration.json")
+    run = {"arguments": {**arguments, "num_candidates": records.num_candidates}}
+    write_text(folder / "run.json", json.dumps(run, indent=2) + "\n")
+    return metrics

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.errors import RunError
+from lad.limits import check_image_flags
 from lad.methods import METHODS, MethodOptions
 from lad.prompts import CAPTION, PromptTemplate, check_template, prompt_sha256
 
@@ -134,6 +135,7 @@ class EvalConfig:
         size = self.image_size
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
             raise RunError(f"--image-size must be a positive number of pixels. Got {size!r}.")
+        check_image_flags(size, self.image_options)
         _ = self.method_options  # MethodOptions checks the scoring options before any work
 
     def identity(self) -> dict[str, Any]:

@@ -10,7 +10,9 @@ import errno
 import importlib
 import sys
 
+from lad.cli.flags import declared_files
 from lad.errors import LadError
+from lad.files import guarding
 
 COMMAND_MODULES = ("run", "score", "ablate", "data", "demo")
 
@@ -48,8 +50,11 @@ def _command_parser(
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = parse(build_parser(), argv)
-        return int(args.func(args) or 0)
+        parser = build_parser()
+        args = parse(parser, argv)
+        inputs, outputs = declared_files(_command_parser(parser, args), args)
+        with guarding(inputs, outputs):
+            return int(args.func(args) or 0)
     except LadError as e:
         print(f"Error: {e}", file=sys.stderr)
     except KeyboardInterrupt:

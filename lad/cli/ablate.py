@@ -6,7 +6,13 @@ import argparse
 import math
 from pathlib import Path
 
-from lad.cli.flags import add_calibration_check_flag, add_lad_flags, resolved
+from lad.cli.flags import (
+    InputPath,
+    OutputPath,
+    add_calibration_check_flag,
+    add_lad_flags,
+    resolved,
+)
 from lad.errors import LadError
 
 
@@ -49,8 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "  lad eval -n 8 --out runs/n8\n  lad ablate runs/n4 runs/n8 --out runs/ablate",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories made by lad eval")
-    p.add_argument("--out", help="folder to write (default: RUN/ablate for one run)")
+    p.add_argument(
+        "runs", type=InputPath, nargs="+", metavar="RUN", help="run directories made by lad eval"
+    )
+    p.add_argument(
+        "--out", type=OutputPath, help="folder to write (default: RUN/ablate for one run)"
+    )
     p.add_argument(
         "--only",
         type=_names,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lad.cli.flags import InputPath, OutputPath, model_path
 from lad.errors import DataError
 from lad.files import check_not_inputs, check_output_dir, check_output_file
 
@@ -65,7 +66,9 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
         default=None,
         help="comma-separated share of answers at each position (default: uniform)",
     )
-    p.add_argument("--out", required=True, help="output folder (items.jsonl and images/)")
+    p.add_argument(
+        "--out", type=OutputPath, required=True, help="output folder (items.jsonl and images/)"
+    )
     p.set_defaults(func=_run_shapes)
 
 
@@ -112,11 +115,17 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
             "--setting random --num-candidates 4 --items 1000 --out flickr-random-4.jsonl"
         )
     p = _add(commands, name, help_text, example)
-    p.add_argument("--images", required=True, help="folder holding the dataset's images")
-    p.add_argument("--captions", required=True, help="the dataset's caption annotation file")
+    p.add_argument(
+        "--images", type=InputPath, required=True, help="folder holding the dataset's images"
+    )
+    p.add_argument(
+        "--captions", type=InputPath, required=True, help="the dataset's caption annotation file"
+    )
     if name == "coco":
         p.add_argument(
-            "--instances", help="instances_*.json (categories; required for adversarial)"
+            "--instances",
+            type=InputPath,
+            help="instances_*.json (categories; required for adversarial)",
         )
     _common(p, items_default=1000)
     p.add_argument(
@@ -127,6 +136,7 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
     )
     p.add_argument(
         "--clip",
+        type=model_path,
         default="openai/clip-vit-large-patch14",
         help="CLIP-like model (hub id or local path) for the adversarial setting",
     )
@@ -135,8 +145,8 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
     p.add_argument(
         "--skip-missing", action="store_true", help="leave out listed images absent on disk"
     )
-    p.add_argument("--out", required=True, help="output items file (.jsonl)")
-    p.set_defaults(func=_run_real, dataset=name)
+    p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
+    p.set_defaults(func=_run_real, dataset=name, implied=_calibration_split)
 
 
 def _run_real(args: argparse.Namespace) -> int:
@@ -179,6 +189,13 @@ def _run_real(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibration_split(args: argparse.Namespace) -> tuple[dict, dict]:
+    """The calibration items written beside --out X.jsonl, as X.calibration.jsonl."""
+    from lad.data.builders import calibration_path_for
+
+    return {}, {"its calibration file": calibration_path_for(Path(args.out))}
+
+
 def _items_out(text: str) -> Path:
     if not text.endswith(".jsonl"):
         raise DataError(f"--out must be a .jsonl file. Got {text!r}.")
@@ -192,9 +209,11 @@ def _register_import(commands: argparse._SubParsersAction) -> None:
         "Convert the paper's official evaluation file (annotations_{N}_1_{mode}.json).",
         "lad data import annotations_4_1_adversarial.json --images val2014 --out coco-adv-4.jsonl",
     )
-    p.add_argument("file", help="the official annotations JSON file")
-    p.add_argument("--images", required=True, help="folder holding the images it names")
-    p.add_argument("--out", required=True, help="output items file (.jsonl)")
+    p.add_argument("file", type=InputPath, help="the official annotations JSON file")
+    p.add_argument(
+        "--images", type=InputPath, required=True, help="folder holding the images it names"
+    )
+    p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
     p.set_defaults(func=_run_import)
 
 
@@ -223,10 +242,13 @@ def _register_mmiu(commands: argparse._SubParsersAction) -> None:
         "lad data mmiu MMIU/Low-level-semantic/forensic_detection_forgerynet/metadata_info.json "
         "--images MMIU --out forgerynet.jsonl",
     )
-    p.add_argument("file", help="MMIU question file: a task's metadata_info.json, or all.json")
+    p.add_argument(
+        "file", type=InputPath, help="MMIU question file: a task's metadata_info.json, or all.json"
+    )
     p.add_argument("--task", help="the task to convert (needed when the file holds several)")
     p.add_argument(
         "--images",
+        type=InputPath,
         help="the MMIU folder the image paths are relative to (default: beside the file)",
     )
     p.add_argument(
@@ -243,8 +265,8 @@ def _register_mmiu(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--skip-missing", action="store_true", help="leave out questions whose images are absent"
     )
-    p.add_argument("--out", required=True, help="output items file (.jsonl)")
-    p.set_defaults(func=_run_mmiu)
+    p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
+    p.set_defaults(func=_run_mmiu, implied=_calibration_split)
 
 
 def _run_mmiu(args: argparse.Namespace) -> int:

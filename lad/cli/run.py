@@ -11,12 +11,16 @@ from typing import Any
 
 from lad.cli.flags import (
     DefaultsOnce,
+    InputPath,
+    OutputPath,
     add_calibration_check_flag,
     add_image_flags,
     add_lad_flags,
     add_obs_mean_flag,
     add_preset_flag,
     image_options,
+    items_or_shapes,
+    model_path,
     resolved,
 )
 from lad.errors import LadError
@@ -33,6 +37,7 @@ CALIBRATE_PRESET = ("obs_mean", "image_size", "prompt_template")
 def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> None:
     p.add_argument(
         "--model",
+        type=model_path,
         default=default,
         required=default is None,
         help="hub id or local path of a supported model, or 'demo' (default: %(default)s)",
@@ -50,6 +55,7 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
     p.add_argument("--batch-size", type=int, default=4, help="prompts per forward pass")
     p.add_argument(
         "--prompt-template",
+        type=InputPath,
         metavar="FILE",
         default=None,
         help="your own prompt text with placeholders {query} (the question or caption), {n}, "
@@ -58,6 +64,7 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
     )
     p.add_argument(
         "--chat-template",
+        type=InputPath,
         default=None,
         metavar="FILE",
         help="Jinja chat template to use instead of the checkpoint's own (e.g. for a base model "
@@ -137,7 +144,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=DefaultsOnce,
     )
     _model_flags(p)
-    p.add_argument("--data", default="shapes", help="items .jsonl file, or 'shapes'")
+    p.add_argument(
+        "--data", type=items_or_shapes, default="shapes", help="items .jsonl file, or 'shapes'"
+    )
     p.add_argument("--num-candidates", "-n", type=int, default=4, help="N images per query")
     p.add_argument(
         "--setting",
@@ -152,8 +161,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="evaluation items (default: all; 100 for shapes)",
     )
     cal = p.add_mutually_exclusive_group()
-    cal.add_argument("--calibration-data", default=None, help="items file for calibration")
-    cal.add_argument("--calibration", default=None, help="a saved calibration.json")
+    cal.add_argument(
+        "--calibration-data", type=InputPath, default=None, help="items file for calibration"
+    )
+    cal.add_argument("--calibration", type=InputPath, default=None, help="a saved calibration.json")
     p.add_argument(
         "--calibration-items",
         type=int,
@@ -177,6 +188,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     shown.add_argument("--num-shuffles", type=int, default=5, help="T orderings per item")
     shown.add_argument(
         "--orders",
+        type=InputPath,
         metavar="FILE",
         default=None,
         help="jsonl of {item, order}: evaluate exactly these orderings (a records.jsonl works)",
@@ -186,9 +198,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_calibration_check_flag(p)
     add_image_flags(p)
     _baseline_flags(p)
-    p.add_argument("--out", default="runs/default", help="run directory")
+    p.add_argument("--out", type=OutputPath, default="runs/default", help="run directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
-    p.set_defaults(func=_eval)
+    p.set_defaults(func=_eval, implied=_run_files)
 
     p = subparsers.add_parser(
         "calibrate",
@@ -198,14 +210,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Example: lad calibrate --model demo --data cal.jsonl --out calibration.json",
     )
     _model_flags(p)
-    p.add_argument("--data", required=True, help="items .jsonl file")
+    p.add_argument("--data", type=InputPath, required=True, help="items .jsonl file")
     p.add_argument("--items", type=int, default=5, help="how many items of --data to use")
     add_preset_flag(p)
     add_obs_mean_flag(p)
     add_image_flags(p)
-    p.add_argument("--out", required=True, help="calibration.json to write")
+    p.add_argument("--out", type=OutputPath, required=True, help="calibration.json to write")
     p.add_argument("--quiet", "-q", action="store_true")
-    p.set_defaults(func=_calibrate)
+    p.set_defaults(func=_calibrate, implied=_calibrate_files)
 
     p = subparsers.add_parser(
         "predict",
@@ -217,11 +229,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "'Which image is most likely to be a fake photograph?' a.jpg b.jpg c.jpg d.jpg",
     )
     _model_flags(p)
-    p.add_argument("--calibration", required=True, help="calibration.json from lad calibrate/eval")
+    p.add_argument(
+        "--calibration",
+        type=InputPath,
+        required=True,
+        help="calibration.json from lad calibrate/eval",
+    )
     asked = p.add_mutually_exclusive_group(required=True)
     asked.add_argument("--query", help="the caption to match")
     asked.add_argument("--question", help="a question of your own that one of the images answers")
-    p.add_argument("images", nargs="+", help="the candidate images, in the order shown")
+    p.add_argument(
+        "images", type=InputPath, nargs="+", help="the candidate images, in the order shown"
+    )
     add_lad_flags(p)
     add_calibration_check_flag(p)
     add_image_flags(p)
@@ -234,9 +253,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write an HTML page with PNG figures for one or more finished runs (runs "
         "that differ in N also get accuracy against N). Example: lad report runs/n4 runs/n8",
     )
-    p.add_argument("runs", nargs="+", help="run directories")
-    p.add_argument("--out", default=None, help="folder (default: RUN/report for one run)")
+    p.add_argument("runs", type=InputPath, nargs="+", help="run directories")
+    p.add_argument(
+        "--out", type=OutputPath, default=None, help="folder (default: RUN/report for one run)"
+    )
     p.set_defaults(func=_report)
+
+
+def _run_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The files of a run directory lad eval writes (lad.stages.RUN_OUTPUTS)."""
+    from lad.stages import RUN_OUTPUTS
+
+    return {}, {f"--out {args.out}/{name}": Path(args.out) / name for name in RUN_OUTPUTS}
+
+
+def _calibrate_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """lad calibrate writes its records beside --out X.json, as X.records.jsonl."""
+    out = Path(args.out)
+    return {}, {"its records file": out.with_name(out.stem + ".records.jsonl")}
 
 
 def _eval(args: argparse.Namespace) -> int:

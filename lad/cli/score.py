@@ -6,7 +6,7 @@ import argparse
 import json
 
 from lad.calibrate import Calibration
-from lad.cli.flags import add_lad_flags, resolved
+from lad.cli.flags import InputPath, OutputPath, add_lad_flags, resolved
 from lad.errors import LadError
 from lad.files import check_not_inputs, check_output_file, write_text
 from lad.labels import LABEL_SCHEMES
@@ -58,10 +58,17 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
         "lad score --records run/records.jsonl --calibration-records run/calibration.jsonl "
         "--method vanilla --method lad --out run/predictions.jsonl",
     )
-    p.add_argument("--records", required=True, help="evaluation records (.jsonl or .parquet)")
+    p.add_argument(
+        "--records",
+        type=InputPath,
+        required=True,
+        help="evaluation records (.jsonl or .parquet)",
+    )
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--calibration-records", help="calibration records to fit (§4.2)")
-    source.add_argument("--calibration", help="a calibration.json fitted earlier")
+    source.add_argument(
+        "--calibration-records", type=InputPath, help="calibration records to fit (§4.2)"
+    )
+    source.add_argument("--calibration", type=InputPath, help="a calibration.json fitted earlier")
     p.add_argument(
         "--method",
         action="append",
@@ -77,7 +84,9 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
         help="top-k (default), all, or comma-separated 0-based layer indices",
     )
     p.add_argument("--no-prior", action="store_true", help="do not divide by the attention prior")
-    p.add_argument("--perm-records", help="each item under all N cyclic shifts (for perm-avg)")
+    p.add_argument(
+        "--perm-records", type=InputPath, help="each item under all N cyclic shifts (for perm-avg)"
+    )
     p.add_argument(
         "--labels",
         default="digits",
@@ -87,8 +96,12 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--allow-partial", action="store_true", help="accept calibration items missing shifts"
     )
-    p.add_argument("--save-calibration", help="also write the fitted calibration.json here")
-    p.add_argument("--out", required=True, help="predictions file to write (.jsonl)")
+    p.add_argument(
+        "--save-calibration", type=OutputPath, help="also write the fitted calibration.json here"
+    )
+    p.add_argument(
+        "--out", type=OutputPath, required=True, help="predictions file to write (.jsonl)"
+    )
     p.set_defaults(func=run_score)
 
 
@@ -147,10 +160,17 @@ def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
         "Acc ± std, RStd, Cons. (§5.2) of predictions against their records.",
         "lad metrics --records run/records.jsonl --predictions run/predictions.jsonl --json",
     )
-    p.add_argument("--records", required=True, help="evaluation records (.jsonl or .parquet)")
-    p.add_argument("--predictions", required=True, help="predictions.jsonl from lad score")
+    p.add_argument(
+        "--records",
+        type=InputPath,
+        required=True,
+        help="evaluation records (.jsonl or .parquet)",
+    )
+    p.add_argument(
+        "--predictions", type=InputPath, required=True, help="predictions.jsonl from lad score"
+    )
     p.add_argument("--json", action="store_true", help="print metrics.json instead of a table")
-    p.add_argument("--out", help="also write metrics.json here")
+    p.add_argument("--out", type=OutputPath, help="also write metrics.json here")
     p.set_defaults(func=run_metrics)
 
 

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from lad import limits
 from lad.errors import DataError, at
-from lad.files import replacing
+from lad.files import note_input, replacing
 
 
 @dataclass
@@ -67,6 +68,9 @@ def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item
             items.append(_parse_item(line, path, lineno, num_candidates, seen))
     if not items:
         raise DataError(f"{path}: the items file is empty")
+    for image in {p for it in items for p in it.images}:
+        note_input(image)
+    note_input(path)
     return items
 
 
@@ -117,6 +121,9 @@ def _parse_item(
     question = obj.get("question")
     if question is not None and (not isinstance(question, str) or not question.strip()):
         raise DataError(f"{where}'question' must be a non-empty string, got {question!r}")
+    for key in ("query", "question"):
+        if isinstance(obj.get(key), str) and len(obj[key]) > limits.QUERY.value:
+            limits.QUERY.check(len(obj[key]), f"{where}{key!r}")
     if obj["id"] in seen:
         raise DataError(f"{where}duplicate item id {obj['id']!r}")
     seen.add(obj["id"])

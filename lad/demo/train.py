@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from lad.errors import LadError
+from lad.files import InputPath, OutputPath
 
 ARCH = "qwen2_vl"
 LABELS = "digits"
@@ -110,6 +111,10 @@ class TrainConfig:
 
 
 def _check(config: TrainConfig) -> None:
+    if not 0 <= config.seed < 2**32:
+        raise LadError(f"--seed must be in 0..{2**32 - 1}. Got {config.seed}.")
+    if not (math.isfinite(config.lr) and config.lr > 0):
+        raise LadError(f"--lr must be a positive finite number. Got {config.lr}.")
     for s in config.stages:
         if not 2 <= s.max_candidates <= 9:
             raise LadError(
@@ -625,7 +630,9 @@ def plot_history(training_json: str | Path, path: str | Path) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by `python -m lad.demo.train` and `lad demo train`."""
     d = TrainConfig()
-    p.add_argument("--out", required=True, help="folder to write the model into (replaced)")
+    p.add_argument(
+        "--out", type=OutputPath, required=True, help="folder to write the model into (replaced)"
+    )
     p.add_argument("--seed", type=int, default=d.seed, help="seed of data, init and batches")
     p.add_argument("--stage-steps", default=",".join(str(s.steps) for s in d.stages),
                    help="steps of the stages " + ", ".join(s.name for s in d.stages)
@@ -642,9 +649,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drift", choices=DRIFTS, default=d.stages[-1].drift,
                    help="bias stage: the picture a drifted label names")  # fmt: skip
     p.add_argument("--threads", type=int, default=d.threads, help="CPU threads")
-    p.add_argument("--init", default=None,
+    p.add_argument("--init", type=InputPath, default=None,
                    help="start from this checkpoint, not a fresh model")  # fmt: skip
-    p.add_argument("--figure", default=None, help="also draw the training curve into this PNG")
+    p.add_argument("--figure", type=OutputPath, default=None,
+                   help="also draw the training curve into this PNG")  # fmt: skip
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -680,6 +688,7 @@ EXAMPLE = "python -m lad.demo.train --out lad/demo/model"
 
 def run(args: argparse.Namespace) -> Path:
     config = config_from_args(args)
+    _check(config)  # every argument, before any work
     if args.figure:  # checked now, not after half an hour of training
         from lad.files import check_not_inputs, check_output_file
 

@@ -175,7 +175,12 @@ def guarding(
     check_not_inputs(outputs, inputs)
     named = [(k, Path(v)) for k, v in outputs.items() if v is not None]
     for i, (name, path) in enumerate(named):
-        check_not_inputs({name: path}, dict(named[:i]))
+        for other, where in named[i + 1 :]:
+            if _same(path, where):
+                raise LadError(
+                    f"{name} {path} is the same file as {other} {where}: a command writes each "
+                    f"of its files once; choose another {name}"
+                )
     guard = _Guard([path for _, path in named])
     for name, path in _flatten(inputs):
         guard.add(name, path)
@@ -256,6 +261,11 @@ def check_output_file(text: PathLike, flag: str = "--out") -> Path:
 def check_output_dir(text: PathLike, flag: str = "--out") -> Path:
     """An output folder: an existing folder or one lad may create, not a file."""
     path = Path(text)
+    if path.is_symlink() and not path.exists():
+        raise LadError(
+            f"{flag} {text} is a symlink to {os.readlink(path)}, which does not exist; create "
+            "that folder or give another path"
+        )
     if path.exists() and not path.is_dir():
         raise LadError(f"{flag} {text} is a file, not a folder; give a folder path")
     check_writable(path, flag, text)

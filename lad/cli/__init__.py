@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import signal
 import sys
 
 from lad.cli.flags import declared_files
@@ -50,6 +51,9 @@ def _command_parser(
 
 def main(argv: list[str] | None = None) -> int:
     try:
+        if getattr(signal.getsignal(signal.SIGINT), "lad_start_up", False):
+            # lad.__main__ quieted Ctrl-C while lad started: KeyboardInterrupt from here on
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         parser = build_parser()
         args = parse(parser, argv)
         inputs, outputs = declared_files(_command_parser(parser, args), args)

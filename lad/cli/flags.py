@@ -47,7 +47,11 @@ def declared_files(
     outputs: dict[str, Path] = {}
     for action in parser._actions:
         value = getattr(args, action.dest, None)
-        name = max(action.option_strings, key=len) if action.option_strings else action.dest
+        name = (
+            max(action.option_strings, key=len)
+            if action.option_strings
+            else f"the {action.metavar or action.dest} argument"
+        )
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, InputPath):
                 inputs.setdefault(name, []).append(Path(v))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from lad.calibrate import Calibration
 from lad.cli.flags import InputPath, OutputPath, add_lad_flags, resolved
@@ -120,6 +121,7 @@ def run_score(args: argparse.Namespace) -> int:
     records = read_records(args.records)
     if not len(records):
         raise LadError(f"{args.records}: holds no records; nothing to score")
+    warn_if_running(args.records, len(records))
     calibration = None
     if args.calibration:
         calibration = Calibration.load(args.calibration)
@@ -152,6 +154,21 @@ def run_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def warn_if_running(records: str, count: int) -> None:
+    """Records of a run directory a lad eval is still writing are a part of the run: say so."""
+    from pathlib import Path
+
+    from lad.rundir import running_holder
+
+    holder = running_holder(Path(records).parent)
+    if holder is not None:
+        print(
+            f"Warning: {Path(records).parent} is being written by a running lad eval ({holder}); "
+            f"these are the {count} records of {records} written so far, not the finished run",
+            file=sys.stderr,
+        )
+
+
 def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
     p = _parser(
         subparsers,
@@ -181,6 +198,9 @@ def run_metrics(args: argparse.Namespace) -> int:
             {"--out": args.out}, {"--records": args.records, "--predictions": args.predictions}
         )
     records = read_records(args.records)
+    if not len(records):
+        raise LadError(f"{args.records}: holds no records; nothing to measure")
+    warn_if_running(args.records, len(records))
     predictions = read_predictions(args.predictions)
     if not predictions:
         raise LadError(f"{args.predictions}: holds no predictions; nothing to measure")

@@ -620,3 +620,76 @@ def test_tau_overflow_is_one_line_without_numpy_warnings(tmp_path, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a numpy RuntimeWarning would fail the command
         one_error(capsys, argv, r"method 'lad': its scores overflow to infinity or NaN")
+
+
+# ---------------------------------------------------------------- hostile inputs, every command
+
+
+def _hostile(kind: str, folder: Path) -> Path:
+    """A file or folder a hostile but realistic user could pass where lad reads one."""
+    path = folder / f"hostile-{kind}"
+    contents = {
+        "latin-1": b'{"caption": "caf\xe9"}\n',
+        "parquet": b"PAR1\xf4\x15\x00\x00PAR1",
+        "nul": b'{"id": "a\x00"}\n',
+        "empty": b"",
+        "png": b"\x89PNG\r\n\x1a\n\x00\x00",
+        "not-json": b"{oops\n",
+    }
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "dangling":
+        path.symlink_to(folder / "gone")
+    elif kind == "missing":
+        pass
+    else:
+        path.write_bytes(contents[kind])
+    return path
+
+
+HOSTILE = ("latin-1", "parquet", "nul", "empty", "png", "not-json", "folder", "dangling", "missing")
+
+
+def _input_flags():
+    for command, parser in sorted(COMMANDS.items()):
+        for action in _file_actions(parser, InputPath):
+            yield pytest.param(command, action.dest, id=f"{' '.join(command)}:{action.dest}")
+
+
+@pytest.mark.parametrize(("command", "inp"), list(_input_flags()))
+def test_hostile_inputs_never_a_traceback(command, inp, tmp_path, capsys, monkeypatch):
+    """Every command, every input flag, every hostile file: exit 1 with one `Error:` line (or
+    argparse's usage, exit 2), never an exception escaping lad."""
+    from lad.errors import BackendError
+
+    def loading(*args, **kwargs):
+        raise BackendError("the checks passed; the model would load now")
+
+    monkeypatch.setattr("lad.backends.load_backend", loading)
+    monkeypatch.setattr("lad.demo.train._seed_everything", _no_training)
+    parser = COMMANDS[command]
+    for kind in HOSTILE:
+        folder = tmp_path / kind
+        folder.mkdir()
+        argv = _argv(
+            command, parser, {inp: str(_hostile(kind, folder)), "out": str(folder / "o")}, folder
+        )
+        if command == ("eval",):  # generated shapes data, when not the input under test: small
+            argv += ["--items", "2", "--calibration-items", "1"]
+        capsys.readouterr()
+        try:
+            code = main(argv)
+        except SystemExit as e:  # argparse: usage and exit 2
+            code = e.code
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, (kind, err)
+        assert code in (1, 2), (kind, code, err)
+        if code == 1:
+            errors = [line for line in err.splitlines() if line.startswith("Error: ")]
+            assert len(errors) == 1, (kind, err)
+
+
+def _no_training(*args, **kwargs):
+    from lad.errors import LadError
+
+    raise LadError("the checks passed; training would start now")

@@ -179,7 +179,7 @@ def guarding(
             if _same(path, where):
                 raise LadError(
                     f"{name} {path} is the same file as {other} {where}: a command writes each "
-                    f"of its files once; choose another {name}"
+                    f"of its files once; choose another {_flag(name)}"
                 )
     guard = _Guard([path for _, path in named])
     for name, path in _flatten(inputs):
@@ -242,8 +242,13 @@ def check_not_inputs(
             if _same(Path(out), path):
                 raise LadError(
                     f"{out_name} {out} is the same file as {in_name} {path}: lad never writes "
-                    f"over its inputs; choose another {out_name}"
+                    f"over its inputs; choose another {_flag(out_name)}"
                 )
+
+
+def _flag(name: str) -> str:
+    """The flag that chooses an output: itself, or --out for a file written beside --out's."""
+    return name.split()[0] if name.startswith("--") else "--out"
 
 
 def check_output_file(text: PathLike, flag: str = "--out") -> Path:

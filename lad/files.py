@@ -87,25 +87,34 @@ _BINARY_FORMATS = {
 }
 
 
+def _a(what: str) -> str:
+    return f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
+
+
+def check_not_binary(path: PathLike, head: bytes, error: type[LadError], what: str) -> None:
+    """Refuse a file whose first bytes `head` say it is a binary format, naming the format."""
+    for magic, kind in _BINARY_FORMATS.items():
+        if head.startswith(magic):
+            raise error(f"{path}: is {kind}, not {_a(what)} (UTF-8 text)")
+
+
 def read_text(path: PathLike, error: type[LadError] = LadError, what: str = "text file") -> str:
     """A UTF-8 text file's text; a missing file, a folder, a binary format or non-UTF-8 bytes is
     `error` naming the file (and where). The file becomes an input of the running command."""
     path = Path(path)
     if path.is_dir():
-        raise error(f"{path}: is a folder, not a {what}")
+        raise error(f"{path}: is a folder, not {_a(what)}")
     if not path.is_file():
         raise error(f"{path}: no such {what}")
     note_input(path)
     data = path.read_bytes()
-    for magic, kind in _BINARY_FORMATS.items():
-        if data.startswith(magic):
-            raise error(f"{path}: is {kind}, not a {what} (UTF-8 text)")
+    check_not_binary(path, data[:8], error, what)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise error(
-            f"{path}: not UTF-8 text (byte {data[e.start]:#04x}, line {line}); a {what} must be "
+            f"{path}: not UTF-8 text (byte {data[e.start]:#04x}, line {line}); {_a(what)} must be "
             "saved as UTF-8"
         ) from None
 

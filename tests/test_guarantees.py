@@ -147,6 +147,27 @@ def test_no_output_is_an_input(command, out, inp, tmp_path, capsys, monkeypatch)
     assert victim.read_text() == "precious\n"
 
 
+def _output_pairs():
+    for command, parser in sorted(COMMANDS.items()):
+        outs = _file_actions(parser, OutputPath)
+        for i, first in enumerate(outs):
+            for second in outs[i + 1 :]:
+                yield pytest.param(
+                    command, first.dest, second.dest, id=f"{' '.join(command)}:{first.dest}"
+                )
+
+
+@pytest.mark.parametrize(("command", "first", "second"), list(_output_pairs()))
+def test_no_file_is_written_twice(command, first, second, tmp_path, capsys, monkeypatch):
+    """Two outputs of one command that are the same file (score --save-calibration and --out,
+    demo train --out and --figure) are refused before any work."""
+    parser = COMMANDS[command]
+    monkeypatch.setattr(parser, "_defaults", {**parser._defaults, "func": _never})
+    same = str(tmp_path / "same.png")
+    argv = _argv(command, parser, {first: same, second: same}, tmp_path)
+    one_error(capsys, argv, r"is the same file as .*: a command writes each of its files once")
+
+
 def _never(args):
     raise AssertionError("the command ran although an output is one of its inputs")
 
@@ -288,6 +309,11 @@ def test_json_reader_on_non_utf8_and_on_parquet(tmp_path, capsys):
         capsys,
         ["data", "import", parquet, "--images", tmp_path, "--out", tmp_path / "o.jsonl"],
         r"all\.parquet: is a Parquet file, not a JSON annotation file",
+    )
+    one_error(
+        capsys,
+        ["calibrate", "--data", parquet, "--out", tmp_path / "c.json"],
+        r"all\.parquet: is a Parquet file, not an items file \(UTF-8 text\)",
     )
 
 

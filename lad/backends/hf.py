@@ -254,7 +254,11 @@ def _read_chat_template(path: str | Path | None) -> str | None:
 
     if Path(path).is_file():
         limits.CHAT_TEMPLATE.check(Path(path).stat().st_size, f"--chat-template {path}")
-    return files.read_text(path, BackendError, "Jinja chat template file")
+    try:
+        return files.read_text(path, BackendError, "Jinja chat template file")
+    except BackendError as e:
+        why = str(e).removeprefix(f"{path}: ")
+        raise BackendError(f"--chat-template {path}: cannot read the Jinja file ({why})") from None
 
 
 class Backend:

@@ -21,7 +21,7 @@ import numpy as np
 
 from lad import limits
 from lad.errors import DataError, at
-from lad.files import note_input, replacing
+from lad.files import check_not_binary, note_input, replacing
 
 
 @dataclass
@@ -56,6 +56,8 @@ def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item
     items: list[Item] = []
     seen: set[str] = set()
     with path.open("rb") as f:
+        check_not_binary(path, f.read(8), DataError, "items file")
+        f.seek(0)
         for lineno, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8")

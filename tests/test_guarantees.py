@@ -719,3 +719,26 @@ def _no_training(*args, **kwargs):
     from lad.errors import LadError
 
     raise LadError("the checks passed; training would start now")
+
+
+def test_default_calibration_items_of_a_smaller_file_are_said_and_recorded(
+    tmp_path, capsys, monkeypatch
+):
+    """Unstated, --calibration-items is 5 or all a smaller calibration file holds: the run says
+    so and run.json records the number it calibrates on."""
+    from lad.errors import BackendError
+
+    data = _shapes(tmp_path / "e", 3, split="eval")
+    cal = _shapes(tmp_path / "c", 2, split="calibration")
+
+    def loading(*args, **kwargs):
+        raise BackendError("the checks passed; the model would load now")
+
+    monkeypatch.setattr("lad.backends.load_backend", loading)
+    out = tmp_path / "r"
+    argv = ["eval", "--data", data, "--calibration-data", cal, "-n", 2, "--out", out]
+    capsys.readouterr()
+    assert main([str(a) for a in argv]) == 1
+    err = capsys.readouterr().err
+    assert f"Note: {cal} holds 2 calibration items: calibrating on 2" in err
+    assert json.loads((out / "run.json").read_text())["arguments"]["calibration_items"] == 2

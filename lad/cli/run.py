@@ -168,8 +168,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--calibration-items",
         type=int,
-        default=5,
-        help="|D_cal|; calibration.jsonl keeps them all, so lad ablate can draw subsets",
+        default=None,
+        help="|D_cal| (default: 5, or all a smaller calibration file holds); calibration.jsonl "
+        "keeps them all, so lad ablate can draw subsets",
     )
     p.add_argument(
         "--calibrate-on",
@@ -287,7 +288,7 @@ def _eval(args: argparse.Namespace) -> int:
         items=args.items,
         calibration_data=args.calibration_data,
         calibration=args.calibration,
-        calibration_items=args.calibration_items,
+        calibration_items=_calibration_items(args),
         num_shuffles=args.num_shuffles,
         seed=args.seed,
         labels=args.labels,
@@ -328,6 +329,27 @@ def _eval(args: argparse.Namespace) -> int:
     if result.report:
         print(f"report:        {result.report}")
     return 0
+
+
+def _calibration_items(args: argparse.Namespace) -> int:
+    """--calibration-items, stated (a file holding fewer is then refused), or by default 5, or all
+    the items a smaller calibration file holds, said so and recorded as such in run.json."""
+    from lad.config import EvalConfig
+
+    if args.calibration_items is not None:
+        return args.calibration_items
+    default = EvalConfig.calibration_items
+    on_eval = resolved(args, ("calibrate_on",)).get("calibrate_on") == "evaluation"
+    source = args.data if on_eval else args.calibration_data
+    if source is None or source == "shapes":
+        return default
+    from lad.data.items import read_items
+
+    held = len(read_items(source))
+    if held >= default:
+        return default
+    print(f"Note: {source} holds {held} calibration items: calibrating on {held}", file=sys.stderr)
+    return held
 
 
 def _calibrate(args: argparse.Namespace) -> int:

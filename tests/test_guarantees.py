@@ -742,3 +742,26 @@ def test_default_calibration_items_of_a_smaller_file_are_said_and_recorded(
     err = capsys.readouterr().err
     assert f"Note: {cal} holds 2 calibration items: calibrating on 2" in err
     assert json.loads((out / "run.json").read_text())["arguments"]["calibration_items"] == 2
+
+
+def test_chat_template_file_size_is_bounded(tiny, tmp_path, capsys, loads):
+    template = tmp_path / "big.jinja"
+    template.write_text("{{ messages }}" + " " * (1 << 20))
+    one_error(
+        capsys,
+        _calibrate_with(tiny, tmp_path, "--chat-template", template),
+        r"--chat-template .*big\.jinja: a chat template of 1,048,590 bytes is above lad's limit of "
+        r"1,048,576; set LAD_MAX_CHAT_TEMPLATE=1048590 to allow it",
+    )
+
+
+@pytest.mark.parametrize("flag", ["--prompt-template", "--chat-template"])
+def test_a_binary_template_is_named_for_what_it_is(tiny, tmp_path, capsys, loads, flag):
+    template = tmp_path / "t.parquet"
+    template.write_bytes(b"PAR1\x15\x04\x15")
+    one_error(
+        capsys,
+        _calibrate_with(tiny, tmp_path, flag, template),
+        r"t\.parquet: (cannot read the Jinja file \()?is a Parquet file, not a (prompt template "
+        r"file|Jinja chat template file)",
+    )

@@ -341,7 +341,7 @@ def _calibration_items(args: argparse.Namespace) -> int:
     default = EvalConfig.calibration_items
     on_eval = resolved(args, ("calibrate_on",)).get("calibrate_on") == "evaluation"
     source = args.data if on_eval else args.calibration_data
-    if source is None or source == "shapes":
+    if source is None or not Path(source).is_file():  # 'shapes', or a file evaluate refuses
         return default
     from lad.data.items import read_items
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -348,25 +349,28 @@ def test_malicious_pickle_weights_are_one_line(tiny, tmp_path, capsys, loads):
     import pickle
 
     (model / "pytorch_model.bin").write_bytes(pickle.dumps(Evil()))
-    line = one_error(
-        capsys,
-        [
-            "calibrate",
-            "--model",
-            model,
-            "--data",
-            tiny / "bench/items.jsonl",
-            "--items",
-            1,
-            "--device",
-            "cpu",
-            "--quiet",
-            "--out",
-            tmp_path / "c.json",
-        ],
-        r"cannot load model '.*model' \(its weights: pytorch_model\.bin\): \w+",
-    )
+    with warnings.catch_warnings(record=True) as shown:  # a warning is a line on stderr too
+        warnings.simplefilter("always")
+        line = one_error(
+            capsys,
+            [
+                "calibrate",
+                "--model",
+                model,
+                "--data",
+                tiny / "bench/items.jsonl",
+                "--items",
+                1,
+                "--device",
+                "cpu",
+                "--quiet",
+                "--out",
+                tmp_path / "c.json",
+            ],
+            r"cannot load model '.*model' \(its weights: pytorch_model\.bin\): \w+",
+        )
     assert "pwned" not in line
+    assert not [w for w in shown if "pickle" in str(w.message)]
 
 
 # ---------------------------------------------------------------- bounded resources (2 + 3)

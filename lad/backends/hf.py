@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -161,13 +162,16 @@ def load_backend(
     # over all of them (device_map). Under a launcher each process keeps its own GPU instead.
     spread = device == "auto" and torch.cuda.device_count() > 1 and "WORLD_SIZE" not in os.environ
     try:
-        net = AutoModelForImageTextToText.from_pretrained(
-            model,
-            dtype=torch_dtype,
-            attn_implementation=impl,
-            trust_remote_code=trust_remote_code,
-            device_map="auto" if spread else None,
-        )
+        with warnings.catch_warnings():
+            # torch warns of a pickle's protocol before refusing it: the refusal is the one line
+            warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
+            net = AutoModelForImageTextToText.from_pretrained(
+                model,
+                dtype=torch_dtype,
+                attn_implementation=impl,
+                trust_remote_code=trust_remote_code,
+                device_map="auto" if spread else None,
+            )
     except Exception as e:  # e.g. a pickle torch's weights-only loader refuses (UnpicklingError)
         raise load_error(model, e, weights=True) from None
     if arch.packed_vision:

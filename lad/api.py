@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from lad import limits
 from lad.calibrate import Calibration
 from lad.config import (
     check_repetition_penalty,
@@ -158,7 +159,9 @@ class Debiaser:
     def backend(self) -> Any:
         if self._backend is None:
             from lad.backends import load_backend
+            from lad.limits import check_image_flags
 
+            check_image_flags(self.image_size, self.image_options)
             self._backend = load_backend(
                 resolve_model(self.model),
                 device=self.device,
@@ -323,6 +326,7 @@ class Debiaser:
         for i, (text, images) in enumerate(queries):
             if not isinstance(text, str) or not text.strip():
                 raise LadError(f"query {i + 1}: the text to ask is empty")
+            limits.QUERY.check(len(text), "--question" if questions else "--query")
             if len(images) < 2:
                 raise DataError(f"query {i + 1}: needs at least 2 images, got {len(images)}")
             for image in images:

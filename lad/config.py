@@ -15,6 +15,7 @@ from typing import Any
 from lad.errors import RunError
 from lad.files import read_json
 from lad.labels import get_scheme
+from lad.limits import check_image_flags
 from lad.methods import METHODS, MethodOptions
 from lad.prompts import CAPTION, PromptTemplate, check_template, prompt_sha256
 
@@ -141,6 +142,7 @@ class EvalConfig:
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
             raise RunError(f"--image-size must be a positive number of pixels. Got {size!r}.")
         check_repetition_penalty(self.repetition_penalty)
+        check_image_flags(size, self.image_options)
         _ = self.method_options  # MethodOptions checks the scoring options before any work
 
     def identity(self) -> dict[str, Any]:

@@ -148,9 +148,12 @@ def load_items(config: EvalConfig, run_dir: Path) -> tuple[list[Item], list[Item
         return read_items(eval_path, n), read_items(cal_path, n)
     items = read_items(config.data, n)
     if on_eval:
+        _enough(items, config.calibration_items, config.data)
         return items[: config.items or len(items)], items[: config.calibration_items]
     if config.calibration_data:
         calibration = read_items(config.calibration_data, n)
+        _enough(calibration, config.calibration_items, config.calibration_data)
+        _same_kind(items, calibration, config)
     elif config.calibration:
         calibration = []
     else:
@@ -174,6 +177,29 @@ def load_items(config: EvalConfig, run_dir: Path) -> tuple[list[Item], list[Item
     if config.items:
         items = items[: config.items]
     return items, calibration
+
+
+def _enough(items: Sequence[Item], wanted: int, path: object) -> None:
+    """--calibration-items is what the run calibrates on, never silently fewer."""
+    if len(items) < wanted:
+        raise DataError(
+            f"{path}: holds {len(items)} items but --calibration-items asks for {wanted}; pass "
+            f"--calibration-items {len(items)} or a file with more items"
+        )
+
+
+def _same_kind(items: Sequence[Item], calibration: Sequence[Item], config: EvalConfig) -> None:
+    """Question items are asked their own question, caption items the caption prompt: a
+    calibration of the other kind is fitted under another prompt than the one evaluated."""
+    kind = {True: "question items", False: "caption items"}
+    asked = {it.question is not None for it in items}
+    calibrated = {it.question is not None for it in calibration}
+    if len(asked) == len(calibrated) == 1 and asked != calibrated:
+        raise DataError(
+            f"--calibration-data {config.calibration_data} holds {kind[calibrated.pop()]} but "
+            f"--data {config.data} holds {kind[asked.pop()]}; calibrate with items of the same "
+            "kind, asked with the same prompt"
+        )
 
 
 # ---------------------------------------------------------------- the whole run

@@ -1,6 +1,11 @@
 """Writing files safely. A whole file is written beside its destination and renamed onto it when
 complete, so an interruption or a full disk never leaves half a file, and a symlink placed at
-the destination is replaced rather than followed. No command writes over one of its inputs.
+the destination is replaced rather than followed.
+
+No command writes over one of its inputs, by one rule kept here: a command runs inside `guarding`,
+which refuses at once an output that is one of its inputs (or another of its outputs), and every
+write (`replacing`, `appending`) refuses a destination that is an input, declared or read since.
+Readers call `note_input`, so a file a command reads is protected even if nobody declared it.
 """
 
 from __future__ import annotations
@@ -9,8 +14,9 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lad.errors import LadError
 
@@ -22,6 +28,7 @@ def replacing(path: PathLike) -> Iterator[Path]:
     """A temporary path beside `path` (same suffix) to write the whole file to; renamed onto
     `path` when the block ends without error, removed when it raises."""
     path = Path(path)
+    check_destination(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
     try:
@@ -40,6 +47,15 @@ def named(e: OSError, path: PathLike) -> OSError:
     return type(e)(e.errno, e.strerror, str(path))
 
 
+@contextmanager
+def appending(path: PathLike) -> Iterator[BinaryIO]:
+    """`path` opened to append bytes (a records file growing batch by batch)."""
+    path = Path(path)
+    check_destination(path)
+    with path.open("ab") as f:
+        yield f
+
+
 def write_text(path: PathLike, text: str) -> None:
     """Replace `path` by `text` (UTF-8), all at once."""
     with replacing(path) as tmp:
@@ -54,21 +70,162 @@ def write_bytes(path: PathLike, data: bytes) -> None:
 def read_json(path: PathLike, error: type[LadError] = LadError, what: str = "JSON file") -> Any:
     """Parse a JSON file; a missing file, a folder, non-UTF-8 bytes or bad JSON is `error`
     naming the file (and the line)."""
-    path = Path(path)
-    if path.is_dir():
-        raise error(f"{path}: is a folder, not a {what}")
-    if not path.is_file():
-        raise error(f"{path}: no such {what}")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise error(f"{path}: not UTF-8 text (byte {data[e.start]:#04x}, line {line})") from None
+    text = read_text(path, error, what)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise error(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+
+
+# A file's first bytes that say it is not text: a reader of JSON or text names the format.
+_BINARY_FORMATS = {
+    b"PAR1": "a Parquet file",
+    b"PK\x03\x04": "a ZIP archive",
+    b"\x1f\x8b": "a gzip file",
+    b"\x89PNG": "a PNG image",
+    b"\xff\xd8\xff": "a JPEG image",
+}
+
+
+def _a(what: str) -> str:
+    return f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
+
+
+def check_not_binary(path: PathLike, head: bytes, error: type[LadError], what: str) -> None:
+    """Refuse a file whose first bytes `head` say it is a binary format, naming the format."""
+    for magic, kind in _BINARY_FORMATS.items():
+        if head.startswith(magic):
+            raise error(f"{path}: is {kind}, not {_a(what)} (UTF-8 text)")
+
+
+def read_text(path: PathLike, error: type[LadError] = LadError, what: str = "text file") -> str:
+    """A UTF-8 text file's text; a missing file, a folder, a binary format or non-UTF-8 bytes is
+    `error` naming the file (and where). The file becomes an input of the running command."""
+    path = Path(path)
+    if path.is_dir():
+        raise error(f"{path}: is a folder, not {_a(what)}")
+    if not path.is_file():
+        raise error(f"{path}: no such {what}")
+    note_input(path)
+    data = path.read_bytes()
+    check_not_binary(path, data[:8], error, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise error(
+            f"{path}: not UTF-8 text (byte {data[e.start]:#04x}, line {line}); {_a(what)} must be "
+            "saved as UTF-8"
+        ) from None
+
+
+# ---------------------------------------------------------------- inputs are never outputs
+
+
+class InputPath(str):
+    """A command-line value naming a file or folder the command reads (an argparse type)."""
+
+
+class OutputPath(str):
+    """A command-line value naming a file or folder the command writes (an argparse type)."""
+
+
+@dataclass
+class _Guard:
+    """The running command's files: its inputs (declared, or read since it started), keyed by
+    resolved path and by (device, inode) for hard links, each with how the user named it; and its
+    declared outputs (files or folders it may read back and rewrite, such as a run directory)."""
+
+    outputs: list[Path]
+    by_path: dict[Path, tuple[str, Path]] = field(default_factory=dict)
+    by_inode: dict[tuple[int, int], tuple[str, Path]] = field(default_factory=dict)
+
+    def add(self, name: str, path: Path) -> None:
+        self.by_path.setdefault(path.resolve(), (name, path))
+        try:
+            st = path.stat()
+        except OSError:
+            return
+        self.by_inode.setdefault((st.st_dev, st.st_ino), (name, path))
+
+    def find(self, path: Path) -> tuple[str, Path] | None:
+        found = self.by_path.get(path.resolve())
+        if found is None:
+            try:
+                st = path.stat()
+            except OSError:
+                return None
+            found = self.by_inode.get((st.st_dev, st.st_ino))
+        return found
+
+
+_guard: _Guard | None = None
+
+
+def _flatten(files: Mapping[str, PathLike | Iterable[PathLike] | None]) -> list[tuple[str, Path]]:
+    flat = []
+    for name, value in files.items():
+        if value is None:
+            continue
+        paths = [value] if isinstance(value, (str, os.PathLike)) else list(value)
+        flat += [(name, Path(p)) for p in paths]
+    return flat
+
+
+@contextmanager
+def guarding(
+    inputs: Mapping[str, PathLike | Iterable[PathLike] | None],
+    outputs: Mapping[str, PathLike | None],
+) -> Iterator[None]:
+    """Run a command that reads `inputs` and writes `outputs` (keys: how the user named each,
+    e.g. "--out", "its calibration file"). Refused at once: an output that is an input or
+    another output. While the block runs, writing any input is refused (`check_destination`)."""
+    global _guard
+    check_not_inputs(outputs, inputs)
+    named = [(k, Path(v)) for k, v in outputs.items() if v is not None]
+    for i, (name, path) in enumerate(named):
+        for other, where in named[i + 1 :]:
+            if _same(path, where):
+                raise LadError(
+                    f"{name} {path} is the same file as {other} {where}: a command writes each "
+                    f"of its files once; choose another {_flag(name)}"
+                )
+    guard = _Guard([path for _, path in named])
+    for name, path in _flatten(inputs):
+        guard.add(name, path)
+    previous, _guard = _guard, guard
+    try:
+        yield
+    finally:
+        _guard = previous
+
+
+def note_input(path: PathLike) -> None:
+    """`path` is read by the running command: from now on it may not be written, unless it lies
+    in one of the command's declared outputs (a run directory read back on resume)."""
+    if _guard is None:
+        return
+    path = Path(path)
+    if not any(_same(path, out) or _within(path, out) for out in _guard.outputs):
+        _guard.add("input", path)
+
+
+def check_destination(path: PathLike) -> None:
+    """Refuse to write `path` when it is one of the running command's inputs."""
+    found = _guard and _guard.find(Path(path))
+    if found:
+        name, given = found
+        raise LadError(
+            f"{path} is the same file as {name} {given}: lad never writes over the files a "
+            "command reads; choose another output"
+        )
+
+
+def _within(path: Path, folder: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except OSError:
+        return False
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -86,12 +243,7 @@ def check_not_inputs(
 ) -> None:
     """Refuse an output that is one of the inputs, however spelled (`./x` and `x`, a symlink or
     a hard link to it). Keys are how the user named each path, e.g. "--out", "--records"."""
-    flat = []
-    for name, value in inputs.items():
-        if value is None:
-            continue
-        paths = [value] if isinstance(value, (str, os.PathLike)) else list(value)
-        flat += [(name, Path(p)) for p in paths]
+    flat = _flatten(inputs)
     for out_name, out in outputs.items():
         if out is None:
             continue
@@ -99,8 +251,13 @@ def check_not_inputs(
             if _same(Path(out), path):
                 raise LadError(
                     f"{out_name} {out} is the same file as {in_name} {path}: lad never writes "
-                    f"over its inputs; choose another {out_name}"
+                    f"over its inputs; choose another {_flag(out_name)}"
                 )
+
+
+def _flag(name: str) -> str:
+    """The flag that chooses an output: itself, or --out for a file written beside --out's."""
+    return name.split()[0] if name.startswith("--") else "--out"
 
 
 def check_output_file(text: PathLike, flag: str = "--out") -> Path:
@@ -118,6 +275,11 @@ def check_output_file(text: PathLike, flag: str = "--out") -> Path:
 def check_output_dir(text: PathLike, flag: str = "--out") -> Path:
     """An output folder: an existing folder or one lad may create, not a file."""
     path = Path(text)
+    if path.is_symlink() and not path.exists():
+        raise LadError(
+            f"{flag} {text} is a symlink to {os.readlink(path)}, which does not exist; create "
+            "that folder or give another path"
+        )
     if path.exists() and not path.is_dir():
         raise LadError(f"{flag} {text} is a file, not a folder; give a folder path")
     check_writable(path, flag, text)

@@ -370,7 +370,7 @@ def score(
         )
     if not len(records):
         return np.zeros((0, records.num_candidates))
-    with np.errstate(over="ignore", invalid="ignore"):  # checked below, as one clear error
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below, once
         scores = METHODS[method].scores(records, calibration, options, perm_records)
     if not np.isfinite(scores).all():  # e.g. tau = 1e308 overflows Eq. 12
         raise LadError(

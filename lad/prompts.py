@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lad import files, limits
 from lad.data.items import CONTEXT_PLACEHOLDER
 from lad.errors import DataError, LadError
 from lad.labels import LABEL_SCHEMES, LabelScheme
@@ -129,12 +130,16 @@ class PromptTemplate:
     def from_file(cls, path: str | Path) -> PromptTemplate:
         """The file's text (UTF-8), less one final newline if it ends with one."""
         path = Path(path)
-        if not path.is_file():
-            raise LadError(f"{path}: no such prompt template file")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise LadError(f"{path}: cannot read the prompt template ({e})") from None
+        if path.is_file():
+            limits.PROMPT_TEMPLATE.check(path.stat().st_size, f"--prompt-template {path}")
+        text = files.read_text(path, LadError, "prompt template file")
+        control = next((c for c in text if ord(c) < 32 and c not in "\t\n\r"), None)
+        if control is not None:
+            line = text.count("\n", 0, text.index(control)) + 1
+            raise LadError(
+                f"--prompt-template {path}: holds the control character {control!r} on line "
+                f"{line}; a prompt template is plain text"
+            )
         text = text[:-1] if text.endswith("\n") else text
         return cls(check_template(text, str(path)))
 

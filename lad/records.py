@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from lad.errors import RecordError, at
-from lad.files import named, replacing
+from lad.files import check_destination, named, note_input, replacing
 
 
 @dataclass
@@ -381,6 +381,7 @@ def read_records(path: str | Path, *, missing_ok: bool = False) -> RecordSet:
         if missing_ok:
             return RecordSet.empty()
         raise RecordError(f"{path}: no such records file")
+    note_input(path)
     if _is_parquet(path):
         return _read_parquet(path)
     return _read_jsonl(path)
@@ -448,6 +449,7 @@ class RecordWriter:
         self._file = None
 
     def __enter__(self) -> RecordWriter:
+        check_destination(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         drop_partial_line(self.path)
         self._file = self.path.open("ab")
@@ -655,6 +657,7 @@ def read_predictions(path: str | Path) -> list[Prediction]:
     path = Path(path)
     if not path.is_file():
         raise RecordError(f"{path}: no such predictions file")
+    note_input(path)
     out: list[Prediction] = []
     with path.open("rb") as f:
         for lineno, line in enumerate(f, 1):

@@ -88,6 +88,25 @@ class RunLock:
             os.close(fd)
 
 
+def running_holder(run_dir: Path) -> str | None:
+    """Who holds `run_dir`'s lock now (a lad eval still writing it), or None. Tested with a
+    shared lock taken and dropped at once, so a finished or killed run reads as free."""
+    path = Path(run_dir) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # closing drops a lock taken here
+    return None
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %z")
 

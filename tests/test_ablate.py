@@ -38,7 +38,7 @@ from lad.ablate import (
 from lad.calibrate import Calibration
 from lad.cli import main
 from lad.config import EvalConfig
-from lad.errors import CalibrationError, LadError, RunError
+from lad.errors import CalibrationError, DataError, LadError, RunError
 from lad.evaluate import fit_or_load_calibration, load_items
 from lad.methods import MethodOptions, predict
 from lad.metrics import compute_metrics
@@ -528,11 +528,12 @@ def test_calibration_items_are_all_kept(tmp_path):
     evaluation, calibration = load_items(held_out, tmp_path / "run")
     assert (len(evaluation), len(calibration)) == (10, 100)
 
-    # A --calibration-data file with fewer items than --calibration-items gives what it holds;
-    # lad ablate then lists the larger |D_cal| as not possible.
+    # A --calibration-data file with fewer items than --calibration-items is refused, never cut
+    # silently (issue 23): the run would calibrate on fewer items than run.json says.
     few = build_shapes(tmp_path / "few", num_candidates=4, items=3, split="calibration")
     config = EvalConfig(data=str(items), calibration_data=str(few), calibration_items=100)
-    assert len(load_items(config, tmp_path / "run")[1]) == 3
+    with pytest.raises(DataError, match=r"holds 3 items but --calibration-items asks for 100"):
+        load_items(config, tmp_path / "run")
 
 
 # ---------------------------------------------------------------------------------------------

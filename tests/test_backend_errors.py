@@ -135,9 +135,10 @@ def test_missing_model_and_bad_options(tmp_path: Path, monkeypatch: pytest.Monke
             load_backend(str(path), device="cpu")
     with pytest.raises(BackendError, match="cannot load model"):
         load_backend(str(tmp_path), device="cpu")  # a folder, but no checkpoint in it
-    # A hub id with no such local folder still goes to the hub (offline here: it fails there).
+    # A hub id with no such local folder is looked for in the cache; offline here, the hub is
+    # not asked (HF_HUB_OFFLINE) and the error says so at once.
     monkeypatch.chdir(tmp_path)
-    hub = r"cannot load model 'no-org/no-model': .*huggingface\.co"
+    hub = r"--model no-org/no-model: not a local folder and not in the Hugging Face cache .*OFFLINE"
     with pytest.raises(BackendError, match=hub):
         load_backend("no-org/no-model", device="cpu")
     with pytest.raises(BackendError, match="'dtype' parameter must be one of"):

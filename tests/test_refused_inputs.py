@@ -176,7 +176,7 @@ def test_data_import_out_over_the_official_file(tmp_path, capsys):
     refused(
         capsys,
         ["data", "import", official, "--images", tmp_path, "--out", official],
-        r"--out .*official\.jsonl is the same file as the official file",
+        r"--out .*official\.jsonl is the same file as the file argument .*official\.jsonl",
     )
 
 

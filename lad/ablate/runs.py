@@ -352,6 +352,8 @@ def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
         if not (path / name).is_file():
             raise RunError(f"{path}: no {name}; the run is unfinished, rerun its lad eval")
     records = read_records(path / "records.jsonl")
+    if not len(records):
+        raise RunError(f"{path / 'records.jsonl'}: holds no records; rerun its lad eval")
     calibration = Calibration.load(path / "calibration.json")
     scheme = get_scheme(arguments["labels"])
     inputs = stored.get("inputs", {})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -156,15 +157,18 @@ def load_backend(
         config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
         arch = arch_for(config)
         processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as e:
-        raise BackendError(f"cannot load model {model!r}: {e}") from None
+    except BackendError:
+        raise
+    except Exception as e:  # a damaged or foreign file: whatever its reader raises
+        raise load_error(model, e) from None
     options = arch.processor_options(image_options)  # refuses bad options before the weights load
     if template is not None:
         processor.chat_template = template
     processor.tokenizer.padding_side = "left"
     # A template that cannot write the prompt or a reply fails here, before the weights load.
-    chat_text(processor, "Which image?", 2, str(model))
-    reply_tokens(processor, "Which image?", 2, ["1", "2"], str(model))
+    owner = template_owner(str(model), chat_template)
+    chat_text(processor, "Which image?", 2, owner)
+    reply_tokens(processor, "Which image?", 2, ["1", "2"], owner)
     impl = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
     if arch.packed_vision:
         vision.register()
@@ -173,7 +177,9 @@ def load_backend(
     # over all of them (device_map). Under a launcher each process keeps its own GPU instead.
     spread = device == "auto" and torch.cuda.device_count() > 1 and "WORLD_SIZE" not in os.environ
     try:
-        with _progress_bars(not quiet):
+        with _progress_bars(not quiet), warnings.catch_warnings():
+            # torch warns of a pickle's protocol before refusing it: the refusal is the one line
+            warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
             net = AutoModelForImageTextToText.from_pretrained(
                 model,
                 dtype=torch_dtype,
@@ -181,8 +187,8 @@ def load_backend(
                 trust_remote_code=trust_remote_code,
                 device_map="auto" if spread else None,
             )
-    except (OSError, ValueError) as e:
-        raise BackendError(f"cannot load model {model!r}: {e}") from None
+    except Exception as e:  # e.g. a pickle torch's weights-only loader refuses (UnpicklingError)
+        raise load_error(model, e, weights=True) from None
     if arch.packed_vision:
         vision.use_packed_vision(net)
     net = (net if spread else net.to(dev)).eval()
@@ -196,6 +202,7 @@ def load_backend(
         options,
         image_size=image_size,
         repetition_penalty=repetition_penalty,
+        template_owner=owner,
     )
 
 
@@ -214,6 +221,25 @@ def _progress_bars(shown: bool) -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+def load_error(model: str, e: Exception, weights: bool = False) -> BackendError:
+    """One line for a model that fails to load, naming its weight files when those failed."""
+    what = repr(model)
+    if weights and Path(model).is_dir():
+        files = sorted(p.name for p in Path(model).iterdir() if p.suffix in _WEIGHT_SUFFIXES)
+        what = f"{model!r} (its weights: {', '.join(files) or 'none found'})"
+    detail = " ".join(str(e).split())
+    detail = detail if len(detail) <= 300 else detail[:300] + " …"
+    return BackendError(f"cannot load model {what}: {type(e).__name__}: {detail}")
+
+
+_WEIGHT_SUFFIXES = (".bin", ".safetensors", ".pt", ".pth")
+
+
+def template_owner(model: str, chat_template: str | Path | None) -> str:
+    """Who a chat template's failure is blamed on: the --chat-template file, else the model."""
+    return model if chat_template is None else f"--chat-template {chat_template}"
+
+
 def check_model_path(model: str) -> None:
     """A --model that names no local folder and cannot be a hub id is an error at once.
 
@@ -229,15 +255,53 @@ def check_model_path(model: str) -> None:
         validate_repo_id(str(model))
     except HFValidationError:
         raise BackendError(f"--model {model}: no such model folder") from None
+    check_hub_model(str(model))
+
+
+def check_hub_model(model: str) -> None:
+    """A hub id that is not in the local cache: HF_HUB_OFFLINE refuses it at once, else the hub
+    is asked once (no retries), so a missing model or an unreachable hub is one line in seconds
+    rather than transformers' retries (~30 s and a warning per retry)."""
+    from huggingface_hub import constants, model_info, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    if isinstance(try_to_load_from_cache(model, "config.json"), str):
+        return
+    if constants.HF_HUB_OFFLINE:
+        raise BackendError(
+            f"--model {model}: not a local folder and not in the Hugging Face cache "
+            f"({constants.HF_HUB_CACHE}), and HF_HUB_OFFLINE is set, so the hub is not asked; "
+            f"download it first (hf download {model}) or give a local folder"
+        )
+    try:
+        model_info(model, timeout=10)
+    except GatedRepoError:
+        return  # transformers says how to get access
+    except RepositoryNotFoundError:
+        raise BackendError(
+            f"--model {model}: no such model on the Hugging Face hub (a private one needs "
+            "`hf auth login`)"
+        ) from None
+    except Exception as e:  # no network, DNS, proxy, TLS: whatever the HTTP client raises
+        raise BackendError(
+            f"--model {model}: not a local folder, not in the Hugging Face cache, and the hub "
+            f"({constants.ENDPOINT}) cannot be reached ({type(e).__name__}); check the "
+            "connection, or give a local folder"
+        ) from None
 
 
 def _read_chat_template(path: str | Path | None) -> str | None:
     if path is None:
         return None
+    from lad import files, limits
+
+    if Path(path).is_file():
+        limits.CHAT_TEMPLATE.check(Path(path).stat().st_size, f"--chat-template {path}")
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise BackendError(f"--chat-template {path}: cannot read the Jinja file ({e})") from None
+        return files.read_text(path, BackendError, "Jinja chat template file")
+    except BackendError as e:
+        why = str(e).removeprefix(f"{path}: ")
+        raise BackendError(f"--chat-template {path}: cannot read the Jinja file ({why})") from None
 
 
 class Backend:
@@ -253,8 +317,10 @@ class Backend:
         *,
         image_size: int | None = None,
         repetition_penalty: float | None = None,
+        template_owner: str | None = None,
     ) -> None:
         self.model_id = model_id
+        self.template_owner = template_owner or model_id  # named by chat-template errors
         self.model = model
         self.processor = processor
         self.arch = arch
@@ -353,7 +419,7 @@ class Backend:
         return self._end_of_answer
 
     def _replies(self, text: str, num_images: int, labels: list[str]) -> Replies:
-        return reply_tokens(self.processor, text, num_images, labels, self.model_id)
+        return reply_tokens(self.processor, text, num_images, labels, self.template_owner)
 
     # ----------------------------------------------------------------- steps
 
@@ -398,7 +464,7 @@ class Backend:
         if key in self._round_tripped:
             return
         text = render_prompt(template, PROBE_CAPTION, scheme, num_candidates)
-        prompt = chat_text(self.processor, text, num_candidates, self.model_id)
+        prompt = chat_text(self.processor, text, num_candidates, self.template_owner)
         check_round_trip(self.processor.tokenizer, prompt, self.model_id)
         self._round_tripped.add(key)
 
@@ -438,7 +504,7 @@ class Backend:
             n = item.num_candidates
             text = render_item(template, item, scheme, n)
             context = len(item.context_images)
-            texts.append(chat_text(processor, text, n, self.model_id, context))
+            texts.append(chat_text(processor, text, n, self.template_owner, context))
             images.append([self.picture(p) for p in shown_pictures(item, order)[0]])
         return texts, images
 

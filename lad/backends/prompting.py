@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lad import limits
 from lad.errors import BackendError
 from lad.images import open_image
 from lad.prompts import Part, prompt_parts
@@ -34,19 +35,60 @@ def _content(part: Part) -> dict[str, Any]:
 def render(
     processor: Any, messages: list[dict[str, Any]], generation_prompt: bool, model: str
 ) -> str:
-    """The chat template applied to `messages`; a template that fails is a BackendError."""
-    from jinja2 import TemplateError
-
+    """The chat template applied to `messages`. A chat template is code its author wrote: any
+    failure while it renders, or a prompt longer than lad.limits.CHAT_TEXT, is a BackendError
+    naming `model` (the model, or the --chat-template file)."""
+    _bound_output(processor)
     try:
         return processor.apply_chat_template(
             messages, add_generation_prompt=generation_prompt, tokenize=False
         )
-    except (TemplateError, ValueError, TypeError, KeyError, IndexError) as e:
+    except _TooLong:
+        limit = limits.CHAT_TEXT
+        raise BackendError(
+            f"{model}: its chat template writes more than {limit.value:,} characters for one "
+            f"prompt, lad's limit; set {limit.env} higher to allow it"
+        ) from None
+    except Exception as e:  # user code: ZeroDivisionError, OverflowError, RecursionError, ...
         roles = "/".join(m["role"] for m in messages)
+        detail = " ".join(str(e).split())[:200]
         raise BackendError(
             f"{model}: its chat template cannot render a {roles} conversation of images and text "
-            f"({type(e).__name__}: {e}); {_FIX}"
+            f"({type(e).__name__}: {detail}); {_FIX}"
         ) from None
+
+
+class _TooLong(Exception):
+    """A chat template's output passed lad.limits.CHAT_TEXT while rendering."""
+
+
+def _bound_output(processor: Any) -> None:
+    """Make the processor's compiled chat template stop once its output passes
+    lad.limits.CHAT_TEXT, as it renders, rather than fill the memory first. transformers renders
+    the Jinja template it compiled and cached for this text; that object's render is wrapped."""
+    text = getattr(processor, "chat_template", None)
+    if not isinstance(text, str):
+        return
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+
+        template = _compile_jinja_template(text)
+    except Exception:
+        return  # a template that does not compile fails in render, named there
+    if getattr(template, "_lad_bounded", False):
+        return
+
+    def bounded(*args: Any, **kwargs: Any) -> str:
+        limit, pieces, size = limits.CHAT_TEXT, [], 0
+        for piece in template.generate(*args, **kwargs):
+            size += len(piece)
+            if size > limit.value:
+                raise _TooLong
+            pieces.append(piece)
+        return "".join(pieces)
+
+    template.render = bounded
+    template._lad_bounded = True
 
 
 def chat_text(

@@ -8,9 +8,12 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import signal
 import sys
 
+from lad.cli.flags import declared_files
 from lad.errors import LadError
+from lad.files import guarding
 
 COMMAND_MODULES = ("run", "score", "ablate", "data", "demo", "harness")
 
@@ -52,8 +55,14 @@ def _command_parser(
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = parse(build_parser(), argv)
-        return int(args.func(args) or 0)
+        if getattr(signal.getsignal(signal.SIGINT), "lad_start_up", False):
+            # lad.__main__ quieted Ctrl-C while lad started: KeyboardInterrupt from here on
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        parser = build_parser()
+        args = parse(parser, argv)
+        inputs, outputs = declared_files(_command_parser(parser, args), args)
+        with guarding(inputs, outputs):
+            return int(args.func(args) or 0)
     except LadError as e:
         print(f"Error: {e}", file=sys.stderr)
     except KeyboardInterrupt:

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from lad.cli.flags import (
+    InputPath,
+    OutputPath,
     add_calibration_check_flag,
     add_lad_flags,
     command,
@@ -66,8 +68,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "lad eval -n 8 --out runs/n8",
         "lad ablate runs/n4 runs/n8 --out runs/ablate",
     )
-    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories made by lad eval")
-    p.add_argument("--out", help="folder to write (default: RUN/ablate for one run)")
+    p.add_argument(
+        "runs", type=InputPath, nargs="+", metavar="RUN", help="run directories made by lad eval"
+    )
+    p.add_argument(
+        "--out", type=OutputPath, help="folder to write (default: RUN/ablate for one run)"
+    )
     p.add_argument(
         "--analyses",
         "--only",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lad.cli.flags import HelpFormat, command, whole
+from lad.cli.flags import HelpFormat, InputPath, OutputPath, command, model_path, whole
 from lad.errors import DataError
 from lad.files import check_not_inputs, check_output_dir, check_output_file
 
@@ -87,7 +87,9 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
         default=None,
         help="comma-separated share of answers at each position (default: uniform)",
     )
-    p.add_argument("--out", required=True, help="output folder (items.jsonl and images/)")
+    p.add_argument(
+        "--out", type=OutputPath, required=True, help="output folder (items.jsonl and images/)"
+    )
     p.set_defaults(func=_run_shapes)
 
 
@@ -134,11 +136,17 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
             "--setting random --num-candidates 4 --items 1000 --out flickr-random-4.jsonl"
         )
     p = _add(commands, name, help_text, example)
-    p.add_argument("--images", required=True, help="folder holding the dataset's images")
-    p.add_argument("--captions", required=True, help="the dataset's caption annotation file")
+    p.add_argument(
+        "--images", type=InputPath, required=True, help="folder holding the dataset's images"
+    )
+    p.add_argument(
+        "--captions", type=InputPath, required=True, help="the dataset's caption annotation file"
+    )
     if name == "coco":
         p.add_argument(
-            "--instances", help="instances_*.json (categories; required for adversarial)"
+            "--instances",
+            type=InputPath,
+            help="instances_*.json (categories; required for adversarial)",
         )
     _common(p, items_default=1000)
     p.add_argument(
@@ -149,6 +157,7 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
     )
     p.add_argument(
         "--clip",
+        type=model_path,
         default="openai/clip-vit-large-patch14",
         help="CLIP-like model (hub id or local path) for the adversarial setting",
     )
@@ -157,8 +166,8 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
     p.add_argument(
         "--skip-missing", action="store_true", help="leave out listed images absent on disk"
     )
-    p.add_argument("--out", required=True, help="output items file (.jsonl)")
-    p.set_defaults(func=_run_real, dataset=name)
+    p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
+    p.set_defaults(func=_run_real, dataset=name, implied=_calibration_split)
 
 
 def _run_real(args: argparse.Namespace) -> int:
@@ -201,6 +210,24 @@ def _run_real(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibration_split(args: argparse.Namespace) -> tuple[dict, dict]:
+    """The calibration items written beside --out X.jsonl, as X.calibration.jsonl."""
+    from lad.data.builders import calibration_path_for
+
+    return {}, {"its calibration file": calibration_path_for(Path(args.out))}
+
+
+def _released_outputs(args: argparse.Namespace) -> tuple[dict, dict]:
+    """What a released-benchmark converter writes beside --out X.jsonl: X.calibration.jsonl,
+    X.summary.json and, where pictures are extracted, X-pictures/ unless --pictures says."""
+    _, outputs = _calibration_split(args)
+    out = Path(args.out)
+    outputs["its summary"] = out.with_name(out.stem + ".summary.json")
+    if "pictures" in vars(args) and args.pictures is None:
+        outputs["its pictures folder"] = out.with_name(out.stem + "-pictures")
+    return {}, outputs
+
+
 def _items_out(text: str) -> Path:
     if not text.endswith(".jsonl"):
         raise DataError(f"--out must be a .jsonl file. Got {text!r}.")
@@ -214,9 +241,11 @@ def _register_import(commands: argparse._SubParsersAction) -> None:
         "Convert the paper's official evaluation file (annotations_{N}_1_{mode}.json).",
         "lad data import annotations_4_1_adversarial.json --images val2014 --out coco-adv-4.jsonl",
     )
-    p.add_argument("file", help="the official annotations JSON file")
-    p.add_argument("--images", required=True, help="folder holding the images it names")
-    p.add_argument("--out", required=True, help="output items file (.jsonl)")
+    p.add_argument("file", type=InputPath, help="the official annotations JSON file")
+    p.add_argument(
+        "--images", type=InputPath, required=True, help="folder holding the images it names"
+    )
+    p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
     p.set_defaults(func=_run_import)
 
 
@@ -247,11 +276,14 @@ def _register_mmiu(commands: argparse._SubParsersAction) -> None:
         "--out forgerynet.jsonl",
     )
     p.add_argument(
-        "file", help="MMIU question file: all.parquet, .jsonl, all.json or a metadata_info.json"
+        "file",
+        type=InputPath,
+        help="MMIU question file: all.parquet, .jsonl, all.json or a metadata_info.json",
     )
     p.add_argument("--task", help="the task to convert (needed when the file holds several)")
     p.add_argument(
         "--images",
+        type=InputPath,
         help="the folder MMIU's picture zips were extracted in (default: beside the file)",
     )
     p.add_argument(
@@ -268,8 +300,8 @@ def _register_mmiu(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--skip-missing", action="store_true", help="leave out questions whose images are absent"
     )
-    p.add_argument("--out", required=True, help="output items file (.jsonl)")
-    p.set_defaults(func=_run_mmiu)
+    p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
+    p.set_defaults(func=_run_mmiu, implied=_released_outputs)
 
 
 def _run_mmiu(args: argparse.Namespace) -> int:
@@ -325,13 +357,17 @@ def _register_hub(commands: argparse._SubParsersAction, name: str) -> None:
         "skipped and counted per reason in OUT's .summary.json sibling.",
         example,
     )
-    p.add_argument("path", help=f"a {title} .parquet file, or a folder searched for them")
+    p.add_argument(
+        "path", type=InputPath, help=f"a {title} .parquet file, or a folder searched for them"
+    )
     p.add_argument("--task", help="convert only this task (default: every task)")
     p.add_argument(
         "--num-candidates", "-n", type=int, help="keep only questions with N candidates (else all)"
     )
     p.add_argument(
-        "--pictures", help="folder the pictures are written to (default: OUT's -pictures sibling)"
+        "--pictures",
+        type=OutputPath,
+        help="folder the pictures are written to (default: OUT's -pictures sibling)",
     )
     p.add_argument("--items", type=int, default=None, help="evaluation items (default: all)")
     p.add_argument(
@@ -341,8 +377,8 @@ def _register_hub(commands: argparse._SubParsersAction, name: str) -> None:
         help="questions held out to OUT's .calibration.jsonl sibling (default 5)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
-    p.add_argument("--out", required=True, help="output items file (.jsonl)")
-    p.set_defaults(func=_run_hub, benchmark=name)
+    p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
+    p.set_defaults(func=_run_hub, benchmark=name, implied=_released_outputs)
 
 
 def _run_hub(args: argparse.Namespace) -> int:

@@ -11,10 +11,62 @@ import json
 import math
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from lad.errors import LadError
+from lad.files import InputPath, OutputPath
 from lad.presets import PRESETS, preset_options
+
+# ---------------------------------------------------------------- the files a command touches
+# A flag naming a file or folder the command reads has `type=InputPath`, one it writes
+# `type=OutputPath`; lad.cli.main collects them (with the command's `implied` files) and runs the
+# command under lad.files.guarding, which refuses an output that is an input. A new command
+# inherits the rule by typing its flags so (tests/test_guarantees.py checks that every file flag
+# of every command is typed).
+
+
+def items_or_shapes(text: str) -> str:
+    """--data: an items file, or the keyword 'shapes' (generated data, no file)."""
+    return text if text == "shapes" else InputPath(text)
+
+
+def model_path(text: str) -> str:
+    """--model: a local folder is an input; a hub id or 'demo' names no file here."""
+    return InputPath(text) if Path(text).exists() else text
+
+
+FILE_TYPES = (InputPath, OutputPath, items_or_shapes, model_path)
+
+Implied = Callable[[argparse.Namespace], tuple[dict[str, Any], dict[str, Any]]]
+
+
+def declared_files(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[dict[str, list[Path]], dict[str, Path]]:
+    """(inputs, outputs) of the command `args` runs: its typed flags' values, by flag name, and
+    the files it implies (set_defaults(implied=f), f(args) -> (inputs, outputs))."""
+    inputs: dict[str, list[Path]] = {}
+    outputs: dict[str, Path] = {}
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        name = (
+            max(action.option_strings, key=len)
+            if action.option_strings
+            else f"the {action.metavar or action.dest} argument"
+        )
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, InputPath):
+                inputs.setdefault(name, []).append(Path(v))
+            elif isinstance(v, OutputPath):
+                outputs[name] = Path(v)
+    implied: Implied | None = getattr(args, "implied", None)
+    if implied is not None:
+        more_inputs, more_outputs = implied(args)
+        for key, value in more_inputs.items():
+            inputs.setdefault(key, []).extend(Path(p) for p in value)
+        outputs.update({k: Path(v) for k, v in more_outputs.items() if v is not None})
+    return inputs, outputs
 
 
 def whole(minimum: int, flag: str) -> Callable[[str], int]:

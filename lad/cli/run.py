@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from lad.cli.flags import (
+    InputPath,
+    OutputPath,
     add_calibration_check_flag,
     add_image_flags,
     add_lad_flags,
@@ -20,7 +22,9 @@ from lad.cli.flags import (
     check_layer_range_flag,
     command,
     image_options,
+    items_or_shapes,
     methods_given,
+    model_path,
     number,
     resolved,
     whole,
@@ -40,6 +44,7 @@ CALIBRATE_PRESET = ("obs_mean", *_RECORDS)
 def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> None:
     p.add_argument(
         "--model",
+        type=model_path,
         default=default,
         required=default is None,
         help="hub id or local path of a supported model, or 'demo' (lad's embedded demo model)",
@@ -62,6 +67,7 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
     )
     p.add_argument(
         "--prompt-template",
+        type=InputPath,
         metavar="FILE",
         default=None,
         help="your own prompt text with placeholders {query} (the question or caption), {n}, "
@@ -70,6 +76,7 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
     )
     p.add_argument(
         "--chat-template",
+        type=InputPath,
         default=None,
         metavar="FILE",
         help="Jinja chat template to use instead of the checkpoint's own (e.g. for a base model "
@@ -172,7 +179,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "lad eval --num-candidates 8 --out runs/demo-n8",
     )
     _model_flags(p)
-    p.add_argument("--data", default="shapes", help="items .jsonl file, or 'shapes'")
+    p.add_argument(
+        "--data", type=items_or_shapes, default="shapes", help="items .jsonl file, or 'shapes'"
+    )
     p.add_argument(
         "--num-candidates",
         "-n",
@@ -193,13 +202,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="evaluation items (default: all; 100 for shapes)",
     )
     cal = p.add_mutually_exclusive_group()
-    cal.add_argument("--calibration-data", default=None, help="items file for calibration")
-    cal.add_argument("--calibration", default=None, help="a saved calibration.json")
+    cal.add_argument(
+        "--calibration-data", type=InputPath, default=None, help="items file for calibration"
+    )
+    cal.add_argument("--calibration", type=InputPath, default=None, help="a saved calibration.json")
     p.add_argument(
         "--calibration-items",
         type=whole(1, "--calibration-items"),
-        default=5,
-        help="|D_cal|; calibration.jsonl keeps them all, so lad ablate can draw subsets",
+        default=None,
+        help="|D_cal| (default: 5, or all a smaller calibration file holds); calibration.jsonl "
+        "keeps them all, so lad ablate can draw subsets",
     )
     p.add_argument(
         "--calibrate-on",
@@ -215,6 +227,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     shown.add_argument(
         "--orders",
+        type=InputPath,
         metavar="FILE",
         default=None,
         help="jsonl of {item, order}: evaluate exactly these orderings (a records.jsonl works)",
@@ -227,9 +240,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_image_flags(p)
     add_repetition_penalty_flag(p)
     _baseline_flags(p)
-    p.add_argument("--out", default="runs/default", help="run directory")
+    p.add_argument("--out", type=OutputPath, default="runs/default", help="run directory")
     _quiet_flag(p)
-    p.set_defaults(func=_eval)
+    p.set_defaults(func=_eval, implied=_run_files)
 
     p = command(
         subparsers,
@@ -240,7 +253,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "lad calibrate --model demo --data cal.jsonl --out calibration.json",
     )
     _model_flags(p)
-    p.add_argument("--data", required=True, help="items .jsonl file")
+    p.add_argument("--data", type=InputPath, required=True, help="items .jsonl file")
     p.add_argument(
         "--items", type=whole(1, "--items"), default=5, help="how many items of --data to use"
     )
@@ -248,9 +261,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_obs_mean_flag(p)
     add_image_flags(p)
     add_repetition_penalty_flag(p)
-    p.add_argument("--out", required=True, help="calibration.json to write")
+    p.add_argument("--out", type=OutputPath, required=True, help="calibration.json to write")
     _quiet_flag(p)
-    p.set_defaults(func=_calibrate)
+    p.set_defaults(func=_calibrate, implied=_calibrate_files)
 
     p = command(
         subparsers,
@@ -266,11 +279,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "photograph?' a.jpg b.jpg c.jpg d.jpg",
     )
     _model_flags(p)
-    p.add_argument("--calibration", required=True, help="calibration.json from lad calibrate/eval")
+    p.add_argument(
+        "--calibration",
+        type=InputPath,
+        required=True,
+        help="calibration.json from lad calibrate/eval",
+    )
     asked = p.add_mutually_exclusive_group(required=True)
     asked.add_argument("--query", help="the caption to match")
     asked.add_argument("--question", help="a question of your own that one of the images answers")
-    p.add_argument("images", nargs="+", help="the candidate images, in the order shown")
+    p.add_argument(
+        "images", type=InputPath, nargs="+", help="the candidate images, in the order shown"
+    )
     add_lad_flags(p)
     add_calibration_check_flag(p)
     add_image_flags(p)
@@ -287,13 +307,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "in N also get accuracy against N, one line per method and setting).",
         "lad report runs/n4 runs/n8 --out runs/report",
     )
-    p.add_argument("runs", nargs="+", help="run directories")
+    p.add_argument("runs", type=InputPath, nargs="+", help="run directories")
     p.add_argument(
         "--out",
+        type=OutputPath,
         default=None,
         help="folder to write (default: RUN/report for one run; ./report for several)",
     )
     p.set_defaults(func=_report)
+
+
+def _run_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The files of a run directory lad eval writes (lad.stages.RUN_OUTPUTS)."""
+    from lad.stages import RUN_OUTPUTS
+
+    return {}, {f"--out {args.out}/{name}": Path(args.out) / name for name in RUN_OUTPUTS}
+
+
+def _calibrate_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """lad calibrate writes its records beside --out X.json, as X.records.jsonl."""
+    out = Path(args.out)
+    return {}, {"its records file": out.with_name(out.stem + ".records.jsonl")}
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -310,7 +344,7 @@ def _eval(args: argparse.Namespace) -> int:
         items=args.items,
         calibration_data=args.calibration_data,
         calibration=args.calibration,
-        calibration_items=args.calibration_items,
+        calibration_items=_calibration_items(args),
         num_shuffles=args.num_shuffles,
         seed=args.seed,
         labels=args.labels,
@@ -355,6 +389,27 @@ def _eval(args: argparse.Namespace) -> int:
     if result.report:
         print(f"report:        {result.report}")
     return 0
+
+
+def _calibration_items(args: argparse.Namespace) -> int:
+    """--calibration-items, stated (a file holding fewer is then refused), or by default 5, or all
+    the items a smaller calibration file holds, said so and recorded as such in run.json."""
+    from lad.config import EvalConfig
+
+    if args.calibration_items is not None:
+        return args.calibration_items
+    default = EvalConfig.calibration_items
+    on_eval = resolved(args, ("calibrate_on",)).get("calibrate_on") == "evaluation"
+    source = args.data if on_eval else args.calibration_data
+    if source is None or not Path(source).is_file():  # 'shapes', or a file evaluate refuses
+        return default
+    from lad.data.items import read_items
+
+    held = len(read_items(source))
+    if held >= default:
+        return default
+    print(f"Note: {source} holds {held} calibration items: calibrating on {held}", file=sys.stderr)
+    return held
 
 
 def _calibrate(args: argparse.Namespace) -> int:

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from lad.calibrate import Calibration
-from lad.cli.flags import add_lad_flags, add_methods_flag, command, methods_given, resolved
+from lad.cli.flags import (
+    InputPath,
+    OutputPath,
+    add_lad_flags,
+    add_methods_flag,
+    command,
+    methods_given,
+    resolved,
+)
 from lad.errors import LadError
 from lad.files import check_not_inputs, check_output_file, write_text
 from lad.labels import LABEL_SCHEMES
@@ -46,10 +55,17 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
         "lad score --records runs/default/records.jsonl --calibration-records "
         "runs/default/calibration.jsonl --methods vanilla,lad --out predictions.jsonl",
     )
-    p.add_argument("--records", required=True, help="evaluation records (.jsonl or .parquet)")
+    p.add_argument(
+        "--records",
+        type=InputPath,
+        required=True,
+        help="evaluation records (.jsonl or .parquet)",
+    )
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--calibration-records", help="calibration records to fit (§4.2)")
-    source.add_argument("--calibration", help="a calibration.json fitted earlier")
+    source.add_argument(
+        "--calibration-records", type=InputPath, help="calibration records to fit (§4.2)"
+    )
+    source.add_argument("--calibration", type=InputPath, help="a calibration.json fitted earlier")
     add_methods_flag(p, None)
     add_lad_flags(p)
     p.add_argument(
@@ -59,7 +75,9 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
         help="top-k (Eq. 9), all, or comma-separated 0-based layer indices",
     )
     p.add_argument("--no-prior", action="store_true", help="do not divide by the attention prior")
-    p.add_argument("--perm-records", help="each item under all N cyclic shifts (for perm-avg)")
+    p.add_argument(
+        "--perm-records", type=InputPath, help="each item under all N cyclic shifts (for perm-avg)"
+    )
     p.add_argument(
         "--labels",
         default="digits",
@@ -69,8 +87,12 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--allow-partial", action="store_true", help="accept calibration items missing shifts"
     )
-    p.add_argument("--save-calibration", help="also write the fitted calibration.json here")
-    p.add_argument("--out", required=True, help="predictions file to write (.jsonl)")
+    p.add_argument(
+        "--save-calibration", type=OutputPath, help="also write the fitted calibration.json here"
+    )
+    p.add_argument(
+        "--out", type=OutputPath, required=True, help="predictions file to write (.jsonl)"
+    )
     p.set_defaults(func=run_score)
 
 
@@ -89,6 +111,7 @@ def run_score(args: argparse.Namespace) -> int:
     records = read_records(args.records)
     if not len(records):
         raise LadError(f"{args.records}: holds no records; nothing to score")
+    warn_if_running(args.records, len(records))
     calibration = None
     if args.calibration:
         calibration = Calibration.load(args.calibration)
@@ -122,6 +145,21 @@ def run_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def warn_if_running(records: str, count: int) -> None:
+    """Records of a run directory a lad eval is still writing are a part of the run: say so."""
+    from pathlib import Path
+
+    from lad.rundir import running_holder
+
+    holder = running_holder(Path(records).parent)
+    if holder is not None:
+        print(
+            f"Warning: {Path(records).parent} is being written by a running lad eval ({holder}); "
+            f"these are the {count} records of {records} written so far, not the finished run",
+            file=sys.stderr,
+        )
+
+
 def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
     p = command(
         subparsers,
@@ -131,10 +169,17 @@ def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
         "lad metrics --records runs/default/records.jsonl --predictions "
         "runs/default/predictions.jsonl --json",
     )
-    p.add_argument("--records", required=True, help="evaluation records (.jsonl or .parquet)")
-    p.add_argument("--predictions", required=True, help="predictions.jsonl from lad score")
+    p.add_argument(
+        "--records",
+        type=InputPath,
+        required=True,
+        help="evaluation records (.jsonl or .parquet)",
+    )
+    p.add_argument(
+        "--predictions", type=InputPath, required=True, help="predictions.jsonl from lad score"
+    )
     p.add_argument("--json", action="store_true", help="print metrics.json instead of a table")
-    p.add_argument("--out", help="also write metrics.json here")
+    p.add_argument("--out", type=OutputPath, help="also write metrics.json here")
     p.set_defaults(func=run_metrics)
 
 
@@ -145,6 +190,9 @@ def run_metrics(args: argparse.Namespace) -> int:
             {"--out": args.out}, {"--records": args.records, "--predictions": args.predictions}
         )
     records = read_records(args.records)
+    if not len(records):
+        raise LadError(f"{args.records}: holds no records; nothing to measure")
+    warn_if_running(args.records, len(records))
     predictions = read_predictions(args.predictions)
     if not predictions:
         raise LadError(f"{args.predictions}: holds no predictions; nothing to measure")

@@ -7,24 +7,18 @@ empty category set.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from lad import files
 from lad.data.builders import Pool
-from lad.errors import DataError, at
+from lad.errors import DataError
 
 
 def read_json(path: str | Path) -> Any:
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such annotation file")
-    try:
-        with path.open(encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{at(path, e.lineno)}not valid JSON ({e.msg})") from None
+    """A dataset's JSON annotation file (UTF-8 only; lad.files.read_json's one-line errors)."""
+    return files.read_json(path, DataError, "JSON annotation file")
 
 
 def field(obj: Any, key: str, kind: type, path: Path, where: str) -> Any:

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from lad import limits
 from lad.errors import DataError, at
-from lad.files import replacing
+from lad.files import check_not_binary, note_input, replacing
 from lad.labels import MAX_CANDIDATES
 
 CONTEXT_PLACEHOLDER = "<image>"  # where the asked text shows a context picture
@@ -77,6 +78,8 @@ def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item
     items: list[Item] = []
     seen: set[str] = set()
     with path.open("rb") as f:
+        check_not_binary(path, f.read(8), DataError, "items file")
+        f.seek(0)
         for lineno, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8")
@@ -89,6 +92,9 @@ def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item
             items.append(_parse_item(line, path, lineno, num_candidates, seen))
     if not items:
         raise DataError(f"{path}: the items file is empty")
+    for image in {p for it in items for p in it.images}:
+        note_input(image)
+    note_input(path)
     return items
 
 
@@ -144,6 +150,9 @@ def _parse_item(
     question = obj.get("question")
     if question is not None and (not isinstance(question, str) or not question.strip()):
         raise DataError(f"{where}'question' must be a non-empty string, got {question!r}")
+    for key in ("query", "question"):
+        if isinstance(obj.get(key), str) and len(obj[key]) > limits.QUERY.value:
+            limits.QUERY.check(len(obj[key]), f"{where}{key!r}")
     context = _context_images(obj, where)
     if obj["id"] in seen:
         raise DataError(f"{where}duplicate item id {obj['id']!r}")

@@ -17,31 +17,30 @@ from typing import Any
 
 from lad.data.items import Item
 from lad.errors import DataError, at
+from lad.files import read_text
 
 
 def read_orders(path: str | Path, num_candidates: int) -> dict[str, list[list[int]]]:
     """{item id: its orders, by ordering number}; every order is a permutation of 0..N-1."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such orders file")
+    text = read_text(path, DataError, "orders file")
     numbered: dict[str, dict[int, list[int]]] = {}
     has_ordering: set[bool] = set()
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            item, ordering, order = _parse_line(line, at(path, lineno), num_candidates)
-            has_ordering.add(ordering is not None)
-            if len(has_ordering) > 1:
-                raise DataError(
-                    f"{at(path, lineno)}give an 'ordering' on every line or on none "
-                    "(without it an item's orderings are numbered in file order)"
-                )
-            mine = numbered.setdefault(item, {})
-            ordering = len(mine) if ordering is None else ordering
-            if ordering in mine:
-                raise DataError(f"{at(path, lineno)}item {item!r} has ordering {ordering} twice")
-            mine[ordering] = order
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        item, ordering, order = _parse_line(line, at(path, lineno), num_candidates)
+        has_ordering.add(ordering is not None)
+        if len(has_ordering) > 1:
+            raise DataError(
+                f"{at(path, lineno)}give an 'ordering' on every line or on none "
+                "(without it an item's orderings are numbered in file order)"
+            )
+        mine = numbered.setdefault(item, {})
+        ordering = len(mine) if ordering is None else ordering
+        if ordering in mine:
+            raise DataError(f"{at(path, lineno)}item {item!r} has ordering {ordering} twice")
+        mine[ordering] = order
     if not numbered:
         raise DataError(f"{path}: the orders file is empty")
     orders = {}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.errors import LadError
+from lad.files import InputPath, OutputPath
 
 DRIFTS = ("first", "previous")
 TRAINED = ("all", "head")
@@ -77,7 +78,9 @@ class TrainConfig:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by `python -m lad.demo.train` and `lad demo train`."""
     d = TrainConfig()
-    p.add_argument("--out", required=True, help="folder to write the model into (replaced)")
+    p.add_argument(
+        "--out", type=OutputPath, required=True, help="folder to write the model into (replaced)"
+    )
     p.add_argument("--seed", type=int, default=d.seed, help="seed of data, init and batches")
     p.add_argument("--stage-steps", default=",".join(str(s.steps) for s in d.stages),
                    help="steps of the stages " + ", ".join(s.name for s in d.stages)
@@ -94,9 +97,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drift", choices=DRIFTS, default=d.stages[-1].drift,
                    help="bias stage: the picture a drifted label names")  # fmt: skip
     p.add_argument("--threads", type=int, default=d.threads, help="CPU threads")
-    p.add_argument("--init", default=None,
+    p.add_argument("--init", type=InputPath, default=None,
                    help="start from this checkpoint, not a fresh model")  # fmt: skip
-    p.add_argument("--figure", default=None, help="also draw the training curve into this PNG")
+    p.add_argument(
+        "--figure", type=OutputPath, default=None, help="also draw the training curve into this PNG"
+    )
     p.add_argument("--replace-shipped-model", action="store_true",
                    help="allow --out to be the demo model shipped inside lad (lad/demo/model), "
                    "whose weights it then replaces")  # fmt: skip

@@ -61,6 +61,10 @@ FIND_PROMPT = "Describe the picture with {object}."
 
 
 def _check(config: TrainConfig) -> None:
+    if not 0 <= config.seed < 2**32:
+        raise LadError(f"--seed must be in 0..{2**32 - 1}. Got {config.seed}.")
+    if not (math.isfinite(config.lr) and config.lr > 0):
+        raise LadError(f"--lr must be a positive finite number. Got {config.lr}.")
     for s in config.stages:
         if not 2 <= s.max_candidates <= 9:
             raise LadError(
@@ -575,6 +579,7 @@ def plot_history(training_json: str | Path, path: str | Path) -> None:
 
 def run(args: argparse.Namespace) -> Path:
     config = config_from_args(args)
+    _check(config)  # every argument, before any work
     check_not_shipped(args.out, args.replace_shipped_model)
     if args.figure:  # checked now, not after half an hour of training
         from lad.files import check_not_inputs, check_output_file

@@ -1,0 +1,67 @@
+"""Resource limits: the sizes a command accepts by default, checked before any model work
+(docs/errors.md, "Bounded resources"). Each can be raised with its environment variable by a user
+who needs more; a value past a limit is refused in one line that names the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from lad.errors import LadError
+
+
+@dataclass(frozen=True)
+class Limit:
+    what: str  # what is limited, as the message names it
+    env: str  # the environment variable that raises the limit
+    default: int
+    unit: str
+
+    @property
+    def value(self) -> int:
+        """The limit in force: the environment variable's value, else the default."""
+        text = os.environ.get(self.env)
+        if text is None:
+            return self.default
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise LadError(f"{self.env} must be a positive whole number. Got {text!r}.")
+        return value
+
+    def check(self, amount: int, where: str) -> None:
+        """Refuse `amount` above the limit; `where` names the flag or file at fault."""
+        if amount > self.value:
+            raise LadError(
+                f"{where}: {self.what} of {amount:,} {self.unit} is above lad's limit of "
+                f"{self.value:,}; set {self.env}={amount} to allow it"
+            )
+
+
+# The processors lad supports never use more than 4096 pixels a side (lad.images downscales
+# larger pictures to it); Qwen2.5-VL's own default pixel budget is 12,845,056.
+IMAGE_SIZE = Limit("an image side", "LAD_MAX_IMAGE_SIZE", 4096, "pixels")
+PIXEL_BUDGET = Limit("a pixel budget", "LAD_MAX_PIXEL_BUDGET", 4096 * 4096, "pixels")
+PROMPT_TEMPLATE = Limit("a prompt template", "LAD_MAX_PROMPT_TEMPLATE", 64 * 1024, "bytes")
+CHAT_TEMPLATE = Limit("a chat template", "LAD_MAX_CHAT_TEMPLATE", 1024 * 1024, "bytes")
+QUERY = Limit("a query or question", "LAD_MAX_QUERY", 16 * 1024, "characters")
+CHAT_TEXT = Limit("a rendered chat prompt", "LAD_MAX_CHAT_TEXT", 1024 * 1024, "characters")
+
+LIMITS = (IMAGE_SIZE, PIXEL_BUDGET, PROMPT_TEMPLATE, CHAT_TEMPLATE, QUERY, CHAT_TEXT)
+
+
+def check_image_flags(image_size: int | None, image_options: dict | None) -> None:
+    """--image-size and the pixel budget (--min-pixels, --max-pixels) within their limits."""
+    if image_size is not None:
+        IMAGE_SIZE.check(image_size, f"--image-size {image_size}")
+    for key in ("min_pixels", "max_pixels"):
+        value = (image_options or {}).get(key)
+        flag = "--" + key.replace("_", "-")
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise LadError(f"{flag} must be a positive number of pixels. Got {value!r}.")
+        PIXEL_BUDGET.check(value, f"{flag} {value}")

@@ -95,6 +95,9 @@ def _file_actions(parser: argparse.ArgumentParser, kind: type) -> list[argparse.
     return [a for a in parser._actions if a.type in types]
 
 
+HARMLESS = {"methods": "vanilla"}  # values of required flags that are neither files nor numbers
+
+
 def _argv(command, parser, values: dict[str, str], tmp: Path) -> list[str]:
     """A command line for `command` giving `values` (dest → value) and a harmless value to
     every other required flag or positional."""
@@ -113,7 +116,7 @@ def _argv(command, parser, values: dict[str, str], tmp: Path) -> list[str]:
         elif action.type in FILE_TYPES:
             given[action.dest] = str(tmp / f"other-{action.dest}")
         else:
-            given[action.dest] = "1"
+            given[action.dest] = HARMLESS.get(action.dest, "1")
     for action in parser._actions:
         if action.dest not in given:
             continue
@@ -302,7 +305,7 @@ def test_json_reader_on_non_utf8_and_on_parquet(tmp_path, capsys):
     one_error(
         capsys,
         ["data", "mmiu", latin, "--out", tmp_path / "o.jsonl"],
-        r"latin\.json: not UTF-8 text \(byte 0xe9, line 1\); a JSON annotation file must be saved",
+        r"latin\.json: not UTF-8 text \(byte 0xe9, line 1\); a JSON question file must be saved",
     )
     parquet = tmp_path / "all.parquet"
     parquet.write_bytes(b"PAR1\xf4\x00\x00")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lad.cli.flags import InputPath, OutputPath
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -35,9 +37,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog="example:\n  lad harness audit out/  # out/ is lmms-eval's --output_path",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("output_path", help="lmms-eval's --output_path of a run with --log_samples")
-    p.add_argument("--out", help="folder to write into (default: OUTPUT_PATH)")
-    p.set_defaults(func=_audit)
+    p.add_argument(
+        "output_path",
+        type=InputPath,
+        help="lmms-eval's --output_path of a run with --log_samples",
+    )
+    p.add_argument("--out", type=OutputPath, help="folder to write into (default: OUTPUT_PATH)")
+    p.set_defaults(func=_audit, implied=_audit_file)
+
+
+def _audit_file(args: argparse.Namespace) -> tuple[dict, dict]:
+    """The audit summary written into --out (default: OUTPUT_PATH itself)."""
+    from lad.harness.audit import AUDIT_FILE
+
+    return {}, {"its audit file": Path(args.out or args.output_path) / AUDIT_FILE}
 
 
 def _tasks(args: argparse.Namespace) -> int:

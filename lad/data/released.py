@@ -17,7 +17,7 @@ from typing import Any
 from lad.data.builders import calibration_path_for, seeded_rng
 from lad.data.items import Item, write_items
 from lad.errors import DataError
-from lad.files import write_bytes, write_text
+from lad.files import read_text, write_bytes, write_text
 
 
 @dataclass
@@ -58,13 +58,8 @@ def read_rows(path: str | Path) -> list[Row]:
 
 
 def _text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise DataError(
-            f"{path}: neither Parquet nor UTF-8 JSON; expected the benchmark's .parquet, .json or "
-            ".jsonl question file"
-        ) from None
+    """A JSON or JSON Lines question file's text: UTF-8 only (lad.files' one rule)."""
+    return read_text(path, DataError, "JSON question file")
 
 
 def _json_line(line: str, path: Path, n: int) -> Any:

@@ -224,7 +224,9 @@ def _released_outputs(args: argparse.Namespace) -> tuple[dict, dict]:
     out = Path(args.out)
     outputs["its summary"] = out.with_name(out.stem + ".summary.json")
     if "pictures" in vars(args) and args.pictures is None:
-        outputs["its pictures folder"] = out.with_name(out.stem + "-pictures")
+        from lad.data.released import pictures_folder
+
+        outputs["its pictures folder"] = pictures_folder(out, None)
     return {}, outputs
 
 

@@ -19,20 +19,18 @@ is a text option, are skipped as `options not pictures`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from lad.data.items import CONTEXT_PLACEHOLDER, Item
 from lad.data.released import (
     Row,
     Written,
-    check_split,
-    collect,
+    convert_parquet,
     picture_bytes,
-    read_rows,
     require,
     safe_name,
     save_picture,
     text_or_none,
-    write_split,
 )
 from lad.errors import DataError
 
@@ -87,38 +85,11 @@ def convert_row(row: Row, pictures: Path) -> Item | str:
     return item
 
 
-def import_muirbench(
-    path: str | Path,
-    out: str | Path,
-    *,
-    pictures: str | Path | None = None,
-    task: str | None = None,
-    num_candidates: int | None = None,
-    items: int | None = None,
-    calibration_items: int = 5,
-    seed: int = 0,
-) -> Written:
+def import_muirbench(path: str | Path, out: str | Path, **options: Any) -> Written:
     """Convert MuirBench's parquet files (a file, or a folder searched for *.parquet) into an
-    items file `out`, calibration items and a summary beside it; pictures go to `pictures`
-    (default: `<out stem>-pictures/` beside `out`)."""
-    check_split(items, calibration_items)
-    out = Path(out)
-    folder = Path(pictures) if pictures is not None else out.with_name(out.stem + "-pictures")
-    rows = read_rows(path)
-    converted = collect(
-        rows,
-        lambda row: convert_row(row, folder),
-        task_of=lambda row: str(require(row, "task")),
-        task=task,
-        num_candidates=num_candidates,
-        source=path,
-    )
-    return write_split(
-        converted,
-        out,
-        benchmark="muirbench",
-        source=path,
-        items=items,
-        calibration_items=calibration_items,
-        seed=seed,
+    items file `out`, calibration items and a summary beside it; options: pictures (default
+    `<out stem>-pictures/` beside `out`), task, num_candidates, items, calibration_items, seed
+    (lad.data.released.convert_parquet)."""
+    return convert_parquet(
+        path, out, benchmark="muirbench", convert_row=convert_row, task_field="task", **options
     )

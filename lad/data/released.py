@@ -264,6 +264,52 @@ def write_split(
     return Written(out, cal_path, summary_path, len(evaluation), len(calibration), summary)
 
 
+def pictures_folder(out: str | Path, pictures: str | Path | None) -> Path:
+    """Where a converter writes the pictures it extracts: `pictures`, else OUT's -pictures
+    sibling (`x.jsonl` -> `x-pictures/`)."""
+    out = Path(out)
+    return Path(pictures) if pictures is not None else out.with_name(out.stem + "-pictures")
+
+
+def convert_parquet(
+    path: str | Path,
+    out: str | Path,
+    *,
+    benchmark: str,
+    convert_row: Callable[[Row, Path], Item | str],
+    task_field: str,
+    pictures: str | Path | None = None,
+    task: str | None = None,
+    num_candidates: int | None = None,
+    items: int | None = None,
+    calibration_items: int = 5,
+    seed: int = 0,
+) -> Written:
+    """A benchmark whose pictures are bytes in its parquet files (a file, or a folder searched
+    for *.parquet) into an items file `out`, calibration items and a summary beside it; each row
+    through `convert_row(row, folder)`, its pictures written to `pictures_folder(out, pictures)`;
+    `task_field` names a row's task."""
+    check_split(items, calibration_items)
+    folder = pictures_folder(out, pictures)
+    converted = collect(
+        read_rows(path),
+        lambda row: convert_row(row, folder),
+        task_of=lambda row: str(require(row, task_field)),
+        task=task,
+        num_candidates=num_candidates,
+        source=path,
+    )
+    return write_split(
+        converted,
+        out,
+        benchmark=benchmark,
+        source=path,
+        items=items,
+        calibration_items=calibration_items,
+        seed=seed,
+    )
+
+
 def _reasons(converted: Converted) -> str:
     total: Counter[str] = Counter()
     for counts in converted.skipped.values():

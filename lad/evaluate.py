@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,12 +228,17 @@ def fit_or_load_calibration(
 
 
 def evaluate(
-    config: EvalConfig, run_dir: str | Path, world: World | None = None
+    config: EvalConfig,
+    run_dir: str | Path,
+    world: World | None = None,
+    after_checks: Callable[[], None] | None = None,
 ) -> RunResult | None:
     """Run (or resume) one evaluation into `run_dir` and return its metrics.
 
     Under several processes (accelerate launch, torchrun) each makes its share of the records;
-    the main process merges, scores and reports, and the others return None.
+    the main process merges, scores and reports, and the others return None. `after_checks` is
+    called once every argument and input passed its checks, before any model work (the CLI's
+    notes go there, so a refused run prints its one error line and nothing else).
     """
     run_dir = Path(run_dir)
     world = world or World.from_env()
@@ -242,6 +247,8 @@ def evaluate(
         return _evaluate(config, run_dir, world)
     items = None if config.data == "shapes" else load_items(config, run_dir)
     inputs = check_inputs(config, run_dir, items)
+    if after_checks is not None:
+        after_checks()
     with rundir.RunLock(run_dir):
         return _evaluate(config, run_dir, world, inputs)
 

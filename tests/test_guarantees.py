@@ -514,8 +514,7 @@ def test_calibrate_on_evaluation_with_fewer_items_than_asked(tmp_path, capsys):
             "--calibration-items", 10, "--out", tmp_path / "r"]  # fmt: skip
     capsys.readouterr()
     assert main([str(a) for a in argv]) == 1
-    warning, error = capsys.readouterr().err.strip().splitlines()  # the official code's warning
-    assert warning.startswith("Warning: calibrating on the first 10 evaluation items")
+    (error,) = capsys.readouterr().err.strip().splitlines()  # no warning before the refusal
     assert error.startswith("Error: ") and "e/items.jsonl: holds 4 items but " in error
     assert "--calibration-items asks for 10; pass --calibration-items 4" in error
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -336,6 +337,8 @@ def _eval(args: argparse.Namespace) -> int:
 
     if (args.calibration_data or args.calibration) and args.calibrate_on is None:
         args.calibrate_on = "held-out"  # a stated calibration source wins over the preset's
+    notes = _Notes()
+    calibration_items = _calibration_items(args, notes)
     config = EvalConfig(
         model=args.model,
         data=args.data,
@@ -344,7 +347,7 @@ def _eval(args: argparse.Namespace) -> int:
         items=args.items,
         calibration_data=args.calibration_data,
         calibration=args.calibration,
-        calibration_items=_calibration_items(args),
+        calibration_items=calibration_items,
         num_shuffles=args.num_shuffles,
         seed=args.seed,
         labels=args.labels,
@@ -372,13 +375,12 @@ def _eval(args: argparse.Namespace) -> int:
 
     check_layer_range_flag(config.layer_range, model_num_layers(resolve_model(config.model)), args)
     if config.calibrate_on == "evaluation":
-        print(
+        notes.lines.append(
             f"Warning: calibrating on the first {config.calibration_items} evaluation items, "
             "which are scored too (the official code's choice); results on them are not held "
-            "out (§4.2)",
-            file=sys.stderr,
+            "out (§4.2)"
         )
-    result = evaluate(config, args.out)
+    result = evaluate(config, args.out, after_checks=notes.print)
     if result is None:  # not the main process of a distributed run
         return 0
     print(result.table)
@@ -391,9 +393,20 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _calibration_items(args: argparse.Namespace) -> int:
+@dataclass
+class _Notes:
+    """Lines said on stderr once the run's checks passed (never before an error line)."""
+
+    lines: list[str] = field(default_factory=list)
+
+    def print(self) -> None:
+        for line in self.lines:
+            print(line, file=sys.stderr)
+
+
+def _calibration_items(args: argparse.Namespace, notes: _Notes) -> int:
     """--calibration-items, stated (a file holding fewer is then refused), or by default 5, or all
-    the items a smaller calibration file holds, said so and recorded as such in run.json."""
+    the items a smaller calibration file holds, said so (`notes`) and recorded in run.json."""
     from lad.config import EvalConfig
 
     if args.calibration_items is not None:
@@ -408,7 +421,7 @@ def _calibration_items(args: argparse.Namespace) -> int:
     held = len(read_items(source))
     if held >= default:
         return default
-    print(f"Note: {source} holds {held} calibration items: calibrating on {held}", file=sys.stderr)
+    notes.lines.append(f"Note: {source} holds {held} calibration items: calibrating on {held}")
     return held
 
 

@@ -17,6 +17,7 @@ from lad.backends.hf import Backend, evidence
 from lad.data.items import Item
 from lad.labels import get_scheme
 from lad.tiny import ARCHITECTURES, build_tiny_model
+from tests.full_forward import extend_inputs
 
 ARCHS = sorted(ARCHITECTURES)
 DIGITS = get_scheme("digits")
@@ -87,14 +88,7 @@ def _brute_force(backend: Backend, req: tuple[Item, int, list[int]], scheme) -> 
     out = []
     for seq in trie.labels:
         steps = [*seq, trie.eos] if trie.valid(seq) else list(seq)
-        extended = {}
-        for key, value in inputs.items():
-            if torch.is_tensor(value) and value.dim() == 2 and value.shape[1] == t:
-                fill = torch.tensor([steps]) if key == "input_ids" else None
-                if fill is None:
-                    fill = torch.full((1, len(steps)), int(key == "attention_mask"))
-                value = torch.cat([value, fill.to(value.dtype)], dim=1)
-            extended[key] = value
+        extended = extend_inputs(inputs, steps)
         with torch.no_grad():
             logits = backend.model(**extended).logits[0, t - 1 :].double()
         total = 0.0

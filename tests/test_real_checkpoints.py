@@ -34,6 +34,7 @@ from lad.data.items import Item
 from lad.errors import BackendError
 from lad.labels import get_scheme
 from lad.prompts import render_prompt
+from tests.full_forward import extend_inputs
 
 ENV = "LAD_REAL_CHECKPOINTS"
 DIGITS = get_scheme("digits")
@@ -434,17 +435,6 @@ def _replies(
     return prompt, lead, seqs
 
 
-def _extend(inputs: dict[str, Any], tokens: list[int]) -> dict[str, Any]:
-    out = dict(inputs)
-    for key, value in inputs.items():
-        if torch.is_tensor(value) and value.dim() == 2 and value.shape == inputs["input_ids"].shape:
-            fill = torch.tensor([tokens]) if key == "input_ids" else None
-            if fill is None:
-                fill = torch.full((1, len(tokens)), int(key == "attention_mask"))
-            out[key] = torch.cat([value, fill.to(value.dtype)], dim=1)
-    return out
-
-
 @torch.no_grad()
 def _brute_force(real: Real, req: tuple[Item, int, list[int]], scheme_name: str, n: int):
     """log P(c_k|x): a softmax over the valid next tokens at every branching prefix of the
@@ -479,7 +469,7 @@ def _brute_force(real: Real, req: tuple[Item, int, list[int]], scheme_name: str,
                 continue
             if prefix not in logits:
                 out = real.reference(
-                    **_extend(inputs, list(prefix)), use_cache=False, logits_to_keep=1
+                    **extend_inputs(inputs, list(prefix)), use_cache=False, logits_to_keep=1
                 )
                 logits[prefix] = out.logits[0, -1].double()
             total[k] += float(logits[prefix][valid].log_softmax(-1)[valid.index(token)])

@@ -25,6 +25,7 @@ from lad.errors import CalibrationError, RunError
 from lad.labels import get_scheme
 from lad.records import read_records
 from lad.tiny import build_tiny_model
+from tests.full_forward import extend_inputs
 
 DIGITS = get_scheme("digits")
 
@@ -92,14 +93,7 @@ def _full_logits(backend: Backend, req) -> list[tuple[torch.Tensor, torch.Tensor
     out = []
     for seq in trie.labels:
         steps = [*seq, trie.eos] if trie.valid(seq) else list(seq)
-        extended = {}
-        for key, value in inputs.items():
-            if torch.is_tensor(value) and value.dim() == 2 and value.shape[1] == t:
-                fill = torch.tensor([steps]) if key == "input_ids" else None
-                if fill is None:
-                    fill = torch.full((1, len(steps)), int(key == "attention_mask"))
-                value = torch.cat([value, fill.to(value.dtype)], dim=1)
-            extended[key] = value
+        extended = extend_inputs(inputs, steps)
         with torch.no_grad():
             logits = backend.model(**extended).logits[0, t - 1 :].float()
         out.append((logits, extended["input_ids"]))

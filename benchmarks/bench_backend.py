@@ -38,9 +38,9 @@ import torch
 
 from lad.backends import load_backend
 from lad.backends.hf import Backend, evidence
+from lad.core.labels import get_scheme
 from lad.data.items import Item
-from lad.labels import get_scheme
-from lad.tiny import TinySize, build_tiny_model
+from lad.testing.tiny import TinySize, build_tiny_model
 
 MODES = ("plain", "lad", "eager")
 DIGITS = get_scheme("digits")

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 from PIL import Image
 
-from lad.images import check_image, open_image
-from lad.rundir import fingerprint
+from lad.io.images import check_image, open_image
+from lad.run.rundir import fingerprint
 
 
 def _plain(path: Path) -> Image.Image:

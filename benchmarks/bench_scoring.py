@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lad.calibrate import Calibration
-from lad.methods import METHODS, MethodOptions, predict
-from lad.metrics import compute_metrics
-from lad.records import read_records, write_records
+from lad.core.calibrate import Calibration
+from lad.core.methods import METHODS, MethodOptions, predict
+from lad.core.metrics import compute_metrics
+from lad.core.records import read_records, write_records
 from tests.synthetic import SyntheticModel
 
 N, L, T = 8, 36, 5

@@ -28,7 +28,7 @@ CHILD = """
 import json, os, sys, time
 from lad.backends import load_backend
 from lad.data.items import read_items
-from lad.labels import get_scheme
+from lad.core.labels import get_scheme
 import torch
 load = os.getloadavg()[0]
 items = read_items(sys.argv[1])

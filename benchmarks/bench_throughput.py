@@ -9,7 +9,7 @@ under the target device and dtype with `_from_config`; nothing downloaded, nothi
   256m  SmolVLM-256M-Instruct    30 x 576, 9/3 heads, MLP 1536;    vision 12 x 768, 512 px
 
 (`--tiny` shrinks any of them to a few layers for a CPU run; the architecture stays.) The
-tokenizer and processor come from lad.tiny's builders; the model is wrapped in lad's own
+tokenizer and processor come from lad.testing.tiny's builders; the model is wrapped in lad's own
 `Backend` exactly as `load_backend` sets it up (capture function on the language decoder, lad's
 packed vision attention on Qwen towers). Images are JPEG files on disk (448 x 448 by default).
 
@@ -56,9 +56,9 @@ from lad.backends import vision
 from lad.backends.archs import arch_for
 from lad.backends.hf import PREFETCH, Backend, Encoded
 from lad.backends.pipeline import prefetched
+from lad.core.labels import get_scheme
 from lad.data.items import Item
-from lad.labels import get_scheme
-from lad.tiny import ARCHITECTURES, TinySize, build_tiny_parts
+from lad.testing.tiny import ARCHITECTURES, TinySize, build_tiny_parts
 
 DIGITS = get_scheme("digits")
 MODES = ("plain", "record", "lad", "serial", "stock", "prep")
@@ -66,7 +66,8 @@ MODES = ("plain", "record", "lad", "serial", "stock", "prep")
 
 @dataclass(frozen=True)
 class Shape:
-    """A published checkpoint's architecture: lad.tiny arch, sizes lad.tiny takes, and the
+    """A published checkpoint's architecture: lad.testing.tiny arch, sizes lad.testing.tiny takes,
+    and the
     config fields it does not (set by name on the text / vision / top-level config)."""
 
     checkpoint: str

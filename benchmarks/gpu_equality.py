@@ -34,10 +34,10 @@ import torch
 from lad.backends import load_backend
 from lad.backends import vision as vis
 from lad.backends.hf import Backend
+from lad.core.labels import get_scheme
+from lad.core.records import RecordWriter
 from lad.data.items import Item
-from lad.labels import get_scheme
-from lad.records import RecordWriter
-from lad.tiny import TinySize, build_tiny_model
+from lad.testing.tiny import TinySize, build_tiny_model
 
 DIGITS = get_scheme("digits")
 ARCHS = ("qwen2_5_vl", "qwen2_vl", "idefics3", "llava")

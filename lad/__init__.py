@@ -13,7 +13,7 @@ def __getattr__(name: str) -> Any:
     # Imported on first use, so `lad` on the command line starts (and takes Ctrl-C) before
     # numpy and the rest load.
     if name in __all__:
-        from lad import api
+        from lad.run import debiaser
 
-        return getattr(api, name)
+        return getattr(debiaser, name)
     raise AttributeError(f"module 'lad' has no attribute {name!r}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class LadError(Exception):
     """Base class: a user mistake or bad input, reported without a traceback."""
@@ -30,3 +32,15 @@ class RunError(LadError):
 def at(path: object, line: int | None = None) -> str:
     """Location prefix for messages: 'file.jsonl:12: '."""
     return f"{path}:{line}: " if line is not None else f"{path}: "
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for a failure of the machine rather than of lad's input: full disk, read-only
+    folder, missing permission."""
+    where = f"{e.filename}: " if e.filename else ""
+    text = f"{where}{e.strerror or e}"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{text}. Free some space and rerun the same command: what was written is kept."
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{text}. Choose a folder lad may write in (--out), or fix its permissions."
+    return text

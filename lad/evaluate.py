@@ -17,11 +17,12 @@ method, metric and figure is then computed from the stored records. A run direct
                          calibration requests under each σ of the grid (only for --sofa-sigma auto)
     predictions.jsonl    one line per (record, method)
     metrics.json         the metrics format of docs/formats.md
-    report/index.html    figures and tables (lad.report)
+    report/index.html    figures and tables (lad.outputs.report)
 
-This module is the pipeline; its parts live beside it: lad.config (`EvalConfig`), lad.preflight
-(every check made before any model work), lad.stages (each records file, made by the model) and
-lad.rundir (the lock, run.json, resume and shards).
+This module is the pipeline; its parts live beside it: lad.run.config (`EvalConfig`),
+lad.run.preflight
+(every check made before any model work), lad.run.stages (each records file, made by the model) and
+lad.run.rundir (the lock, run.json, resume and shards).
 """
 
 from __future__ import annotations
@@ -36,31 +37,26 @@ from typing import Any
 
 import numpy as np
 
-from lad import rundir
-from lad.calibrate import Calibration
-from lad.config import (
-    EvalConfig,
-    resolve_repetition_penalty,
-    run_preprocessing,
-    run_prompt_sha256,
-)
-from lad.data.items import Item, read_items, shuffle_orders
+from lad.backends.checkpoint import resolve_repetition_penalty
+from lad.core.calibrate import Calibration
+from lad.core.labels import get_scheme
+from lad.core.methods import METHODS, MethodOptions, choose
+from lad.core.metrics import compute_metrics, format_table
+from lad.core.prompts import CAPTION, vanilla_template
+from lad.core.records import RecordSet, predictions_for, read_records, write_predictions
+from lad.data.items import Item, read_items
+from lad.data.orders import Request, cyclic_requests, given_requests, shuffled_requests
 from lad.errors import DataError, RunError
-from lad.files import write_text
-from lad.labels import get_scheme
-from lad.methods import METHODS, MethodOptions, choose
-from lad.metrics import compute_metrics, format_table
-from lad.preflight import calibration_check, check_inputs
-from lad.prompts import CAPTION, vanilla_template
-from lad.records import RecordSet, predictions_for, read_records, write_predictions
-from lad.rundir import World
-from lad.stages import (
+from lad.io.files import write_text
+from lad.run import rundir
+from lad.run.config import EvalConfig, run_preprocessing, run_prompt_sha256
+from lad.run.preflight import calibration_check, check_inputs
+from lad.run.rundir import World
+from lad.run.stages import (
     STAGE_FILES,
     Clock,
     LazyBackend,
-    Request,
     Stage,
-    cyclic_requests,
     run_stage,
     sofa_sigma,
 )
@@ -77,28 +73,12 @@ class RunResult:
 # ---------------------------------------------------------------- requests
 
 
-def evaluation_requests(items: Sequence[Item], num_shuffles: int, seed: int) -> list[Request]:
-    """Each item under T orderings: the identity first, then seeded random permutations (§5.2)."""
-    return [
-        (item, t, order)
-        for item in items
-        for t, order in enumerate(shuffle_orders(item.id, item.num_candidates, num_shuffles, seed))
-    ]
-
-
 def run_requests(config: EvalConfig, items: Sequence[Item]) -> list[Request]:
     """The evaluation requests of a run: each item under the orders of `config.orders` when
     given (lad.data.orders), else under T seeded shuffles."""
     if config.orders is None:
-        return evaluation_requests(items, config.num_shuffles, config.seed)
-    from lad.data.orders import orders_for, read_orders
-
-    given = orders_for(items, read_orders(config.orders, config.num_candidates), config.orders)
-    return [
-        (item, t, order)
-        for item, mine in zip(items, given, strict=True)
-        for t, order in enumerate(mine)
-    ]
+        return shuffled_requests(items, config.num_shuffles, config.seed)
+    return given_requests(items, config.orders, config.num_candidates)
 
 
 def resolve_prompt(config: EvalConfig) -> EvalConfig:
@@ -116,7 +96,7 @@ def resolve_prompt(config: EvalConfig) -> EvalConfig:
 def resolve_penalty(config: EvalConfig) -> EvalConfig:
     """The run with its repetition penalty as a number (or None): "model" (--preset official)
     becomes the model's generation_config's, stored in run.json so records, calibration and
-    every rescoring agree (lad.config.resolve_repetition_penalty)."""
+    every rescoring agree (lad.run.config.resolve_repetition_penalty)."""
     penalty = resolve_repetition_penalty(config.repetition_penalty, config.model)
     return dataclasses.replace(config, repetition_penalty=penalty)
 
@@ -356,7 +336,7 @@ def score_run(
     table = format_table(metrics)
     report = None
     if write_report:
-        from lad.report import write_report as _write_report
+        from lad.outputs.report import write_report as _write_report
 
         report = _write_report([run_dir], run_dir / "report")
     return RunResult(run_dir, metrics, table, report)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lad.records import RecordSet
+from lad.core.records import RecordSet
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lad.ablate import (
+from lad.cli import main
+from lad.core.calibrate import Calibration
+from lad.core.methods import MethodOptions, predict
+from lad.core.metrics import compute_metrics
+from lad.core.records import write_records
+from lad.data.orders import cyclic_requests
+from lad.errors import CalibrationError, DataError, LadError, RunError
+from lad.evaluate import fit_or_load_calibration, load_items
+from lad.outputs.ablate import (
     AblateOptions,
     AnalysisError,
     Run,
@@ -35,15 +43,7 @@ from lad.ablate import (
     transfer_table,
     write_ablation,
 )
-from lad.calibrate import Calibration
-from lad.cli import main
-from lad.config import EvalConfig
-from lad.errors import CalibrationError, DataError, LadError, RunError
-from lad.evaluate import fit_or_load_calibration, load_items
-from lad.methods import MethodOptions, predict
-from lad.metrics import compute_metrics
-from lad.records import write_records
-from lad.stages import cyclic_requests
+from lad.run.config import EvalConfig
 from tests.synthetic import SyntheticModel
 
 
@@ -82,7 +82,7 @@ def write_run_dir(path: Path, model: SyntheticModel, *, items: int = 40, cal: in
 
 
 def direct(run: Run, method: str, calibration: Calibration | None = None, **options) -> dict:
-    """metrics of `method` computed straight from lad.methods.predict and lad.metrics."""
+    """metrics of `method` computed straight from lad.core.methods.predict and lad.core.metrics."""
     chosen = predict(
         method, run.records, calibration or run.calibration, MethodOptions(**options),
         perm_records=run.perm_records,
@@ -298,8 +298,8 @@ def test_ablate_matches_lad_score_and_lad_metrics(tmp_path, capsys):
 
 
 def test_every_analysis_has_its_files():
-    from lad.ablate import ANALYSES, ANALYSIS_FILES
-    from lad.ablate.report import FIGURES
+    from lad.outputs.ablate import ANALYSES, ANALYSIS_FILES
+    from lad.outputs.ablate.report import FIGURES
 
     assert list(ANALYSES) == list(ANALYSIS_FILES) == list(FIGURES)
 
@@ -670,7 +670,7 @@ def test_a_missing_calibration_jsonl_is_named(tmp_path, capsys):
 
 
 def test_top_k_above_the_layer_count_is_clamped_everywhere(run4, tmp_path, monkeypatch):
-    import lad.ablate.report as report
+    import lad.outputs.ablate.report as report
 
     options = AblateOptions(top_k=20, ks=(1, 20), sizes=(3,), subsets=2)
     result = ablate([run4], options, only=["table4", "fig6a", "fig6b", "table7", "table8"])

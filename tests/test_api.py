@@ -10,13 +10,13 @@ import pytest
 
 from lad import Debiaser
 from lad.cli import main
-from lad.config import EvalConfig
 from lad.data.items import read_items
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import CalibrationError, DataError
 from lad.evaluate import evaluate
-from lad.report import write_report
-from lad.tiny import build_tiny_model
+from lad.outputs.report import write_report
+from lad.run.config import EvalConfig
+from lad.testing.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The HF backend on tiny random-init models of every supported architecture (lad.tiny).
+"""The HF backend on tiny random-init models of every supported architecture (lad.testing.tiny).
 
 Fast capture vs eager output_attentions, exact label scoring vs a brute-force full-sequence
 reference, batch-size invariance, determinism, and the per-record errors.
@@ -14,9 +14,9 @@ import torch
 
 from lad.backends import load_backend
 from lad.backends.hf import Backend, evidence
+from lad.core.labels import get_scheme
 from lad.data.items import Item
-from lad.labels import get_scheme
-from lad.tiny import ARCHITECTURES, build_tiny_model
+from lad.testing.tiny import ARCHITECTURES, build_tiny_model
 from tests.full_forward import extend_inputs
 
 ARCHS = sorted(ARCHITECTURES)

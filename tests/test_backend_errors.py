@@ -10,10 +10,10 @@ import pytest
 import lad.backends.hf as hf
 from lad.backends import load_backend
 from lad.backends.hf import Backend
+from lad.core.labels import get_scheme
 from lad.data.items import Item
 from lad.errors import BackendError, DataError
-from lad.labels import get_scheme
-from lad.tiny import build_tiny_model
+from lad.testing.tiny import build_tiny_model
 
 DIGITS = get_scheme("digits")
 

@@ -17,16 +17,16 @@ import torch
 from lad.backends import load_backend
 from lad.backends.generate import GenerationOptions, generation_records, stop_tokens
 from lad.backends.sofa import SofaOptions, _active, _Scope, sofa_applied, sofa_attention, sofa_mask
-from lad.config import EvalConfig
+from lad.core.labels import get_scheme
+from lad.core.methods import METHODS, parsed_paths
+from lad.core.records import read_predictions, read_records
 from lad.data.items import Item
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import BackendError, RunError
 from lad.evaluate import evaluate
-from lad.labels import get_scheme
-from lad.methods import METHODS, parsed_paths
-from lad.records import read_predictions, read_records
-from lad.stages import STAGE_FILES
-from lad.tiny import ARCHITECTURES, build_tiny_model
+from lad.run.config import EvalConfig
+from lad.run.stages import STAGE_FILES
+from lad.testing.tiny import ARCHITECTURES, build_tiny_model
 
 N = 3
 BASELINES = ("vanilla", "perm-avg", "instruction", "cot", "self-consistency", "sofa")

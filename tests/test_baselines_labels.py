@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from lad.backends import load_backend
-from lad.config import EvalConfig
+from lad.core.labels import LABEL_SCHEMES, get_scheme
+from lad.core.methods import METHODS, MethodOptions, choose
+from lad.core.prompts import render_prompt
+from lad.core.records import RecordSet
 from lad.data.items import Item
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import CalibrationError, RecordError
 from lad.evaluate import evaluate
-from lad.labels import LABEL_SCHEMES, get_scheme
-from lad.methods import METHODS, MethodOptions, choose
-from lad.prompts import render_prompt
-from lad.records import RecordSet
-from lad.tiny import build_tiny_model
+from lad.run.config import EvalConfig
+from lad.testing.tiny import build_tiny_model
 
 SCHEMES = sorted(LABEL_SCHEMES)
 
@@ -85,16 +85,16 @@ def _config(model: str, bench: tuple[Path, Path], **kw) -> EvalConfig:
 
 
 def test_labels_flow_through_calibration_and_report(model, bench, tmp_path, monkeypatch):
-    import lad.report
+    import lad.outputs.report
 
     axes: list[list[str]] = []
-    real = lad.report._heatmap
+    real = lad.outputs.report._heatmap
 
     def spy(ax, matrix, labels, *args, **kw):
         axes.append(list(labels))
         return real(ax, matrix, labels, *args, **kw)
 
-    monkeypatch.setattr(lad.report, "_heatmap", spy)
+    monkeypatch.setattr(lad.outputs.report, "_heatmap", spy)
     run = tmp_path / "roman"
     evaluate(_config(model, bench, labels="roman"), run)
     calibration = json.loads((run / "calibration.json").read_text())
@@ -177,7 +177,7 @@ def test_generation_methods_need_replies():
 
 def test_lad_score_parses_replies_and_keeps_unparseable(tmp_path, capsys):
     from lad.cli import main
-    from lad.records import read_predictions, write_records
+    from lad.core.records import read_predictions, write_records
 
     records = _records([["<think>x</think> II"], ["<think>II or III"]], 3)
     path = tmp_path / "cot_records.jsonl"

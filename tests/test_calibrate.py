@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lad.calibrate import ATTENTION_FLOOR, Calibration, check_symmetrised, log_softmax
+from lad.core.calibrate import ATTENTION_FLOOR, Calibration, check_symmetrised, log_softmax
+from lad.core.records import RecordSet
 from lad.errors import CalibrationError
-from lad.records import RecordSet
 from tests.synthetic import SyntheticModel
 
 # A 3×3 case of Eqs. 1, 4, 5 and 7 worked by hand. Two items, answer image 0, each under the
@@ -293,7 +293,7 @@ def test_malformed_preprocessing_is_refused(tmp_path, value):
 def test_run_preprocessing_fingerprints_the_chat_template_file(tmp_path):
     import hashlib
 
-    from lad.config import EvalConfig, run_preprocessing
+    from lad.run.config import EvalConfig, run_preprocessing
 
     assert run_preprocessing(EvalConfig().identity()) == NATIVE
     template = tmp_path / "t.jinja"

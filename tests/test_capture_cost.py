@@ -17,9 +17,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from lad.backends import capture as cap
 from lad.backends import load_backend
+from lad.core.labels import get_scheme
 from lad.data.items import Item
-from lad.labels import get_scheme
-from lad.tiny import build_tiny_model
+from lad.testing.tiny import build_tiny_model
 
 # Ops that only make views or allocate: no kernel is launched for them.
 NO_KERNEL = {

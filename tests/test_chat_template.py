@@ -18,11 +18,11 @@ import pytest
 from lad.backends import load_backend
 from lad.backends.prompting import reply_tokens
 from lad.cli import main
+from lad.core.labels import get_scheme
 from lad.data.items import Item
 from lad.data.shapes import build_shapes
 from lad.errors import BackendError
-from lad.labels import get_scheme
-from lad.tiny import ARCHITECTURES, TinySize, build_tiny_model, build_tokenizer
+from lad.testing.tiny import ARCHITECTURES, TinySize, build_tiny_model, build_tokenizer
 
 LABELS = ["1", "2", "10"]
 # What base checkpoints often ship: content written as is, so a list of parts comes out as its repr.

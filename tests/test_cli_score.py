@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from lad.cli import build_parser, main
-from lad.records import read_predictions, read_records, write_records
+from lad.core.records import read_predictions, read_records, write_records
 from tests.synthetic import SyntheticModel
 
 

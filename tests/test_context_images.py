@@ -21,10 +21,10 @@ import pytest
 
 from lad.backends import load_backend
 from lad.backends.hf import Backend
+from lad.core.labels import get_scheme
 from lad.data.items import Item, read_items, write_items
 from lad.errors import BackendError, DataError
-from lad.labels import get_scheme
-from lad.tiny import ARCHITECTURES, build_tiny_model
+from lad.testing.tiny import ARCHITECTURES, build_tiny_model
 
 ARCHS = sorted(ARCHITECTURES)
 DIGITS = get_scheme("digits")
@@ -213,8 +213,8 @@ def test_items_file_round_trips_context_pictures_and_checks_places(pictures, tmp
 
 
 def test_run_fingerprints_context_pictures_as_it_does_candidates(pictures, tmp_path):
-    from lad.config import EvalConfig
-    from lad.preflight import check_inputs
+    from lad.run.config import EvalConfig
+    from lad.run.preflight import check_inputs
 
     items = _context_items(pictures)
     write_items(tmp_path / "items.jsonl", items)

@@ -14,11 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from lad.config import EvalConfig
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import RunError
 from lad.evaluate import evaluate
-from lad.tiny import build_tiny_model
+from lad.run.config import EvalConfig
+from lad.testing.tiny import build_tiny_model
 from tests.runfiles import comparable
 
 pytest.importorskip("accelerate")

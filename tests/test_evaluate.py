@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from lad.cli import main
-from lad.config import EvalConfig
 from lad.data.items import read_items, write_items
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import CalibrationError, DataError, RunError
 from lad.evaluate import evaluate
-from lad.tiny import build_tiny_model
+from lad.run.config import EvalConfig
+from lad.testing.tiny import build_tiny_model
 from tests.runfiles import comparable
 
 N = 3
@@ -146,7 +146,7 @@ def test_wall_time_per_stage_is_recorded_and_a_rescoring_adds_none(full_run, tin
 
 
 def test_interrupted_run_resumes_to_identical_files(full_run, tiny, bench, tmp_path, monkeypatch):
-    import lad.stages as ev
+    import lad.run.stages as ev
 
     real = ev._records
     calls: list[int] = []

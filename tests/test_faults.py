@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from lad.cli import main
-from lad.files import replacing, write_text
-from lad.records import write_records
-from lad.rundir import RunLock
+from lad.core.records import write_records
+from lad.io.files import replacing, write_text
+from lad.run.rundir import RunLock
 from tests.runfiles import comparable
 from tests.synthetic import SyntheticModel
 
@@ -115,7 +115,7 @@ def made(tmp_path_factory) -> Path:
     """A folder holding `model/`, `bench/{eval,cal}/` and a finished run `run/`, made with paths
     relative to the folder (as a user in it would type them)."""
     from lad.data.shapes import build_shapes, shapes_vocabulary
-    from lad.tiny import build_tiny_model
+    from lad.testing.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp("made")
     build_tiny_model("llava", root / "model", words=shapes_vocabulary())
@@ -238,7 +238,7 @@ def test_an_older_lads_run_is_rescored_not_extended(here, no_model, capsys):
 
 
 def test_a_run_json_of_this_lad_names_its_records_version(here):
-    from lad.rundir import RECORDS_VERSION
+    from lad.run.rundir import RECORDS_VERSION
 
     stored = json.loads((here / "run/run.json").read_text())
     assert stored["records_version"] == RECORDS_VERSION == 2

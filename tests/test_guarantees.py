@@ -20,7 +20,7 @@ import pytest
 
 from lad.cli import _command_parser, build_parser, main
 from lad.cli.flags import FILE_TYPES, InputPath, OutputPath, declared_files
-from lad.records import write_records
+from lad.core.records import write_records
 from tests.synthetic import SyntheticModel
 
 
@@ -79,7 +79,7 @@ def test_every_command_is_enumerated():
 @pytest.mark.parametrize("command", sorted(COMMANDS), ids=" ".join)
 def test_every_file_flag_declares_itself(command):
     """A flag that names a file or folder is typed as an input or an output, so lad.cli runs the
-    command under lad.files.guarding (a new flag left untyped fails here)."""
+    command under lad.io.files.guarding (a new flag left untyped fails here)."""
     untyped = []
     for action in COMMANDS[command]._actions:
         text = f"{action.help or ''} {action.metavar or ''}".lower()
@@ -208,7 +208,7 @@ def test_the_writer_refuses_a_file_the_command_read(tmp_path):
     """A file read through lad's readers while a command runs is an input from then on, though
     no flag declared it; files inside a declared output folder may be read back and rewritten."""
     from lad.errors import LadError
-    from lad.files import guarding, read_json, write_text
+    from lad.io.files import guarding, read_json, write_text
 
     read = tmp_path / "read.json"
     read.write_text("{}")
@@ -259,7 +259,7 @@ def test_calibrate_out_over_its_template(tmp_path, capsys, flag):
 def tiny(tmp_path_factory) -> Path:
     """A tiny LLaVA checkpoint and a shapes items file of N = 2."""
     from lad.data.shapes import build_shapes, shapes_vocabulary
-    from lad.tiny import build_tiny_model
+    from lad.testing.tiny import build_tiny_model
 
     root = tmp_path_factory.mktemp("tiny")
     build_tiny_model("llava", root / "model", words=shapes_vocabulary())
@@ -546,7 +546,7 @@ def test_question_items_with_a_caption_calibration_file(tmp_path, capsys):
 
 
 def test_score_on_the_records_of_a_running_eval(tmp_path, capsys):
-    from lad.rundir import RunLock
+    from lad.run.rundir import RunLock
 
     model = SyntheticModel(num_candidates=4, num_layers=6)
     write_records(tmp_path / "records.jsonl", model.eval_records(6, num_shuffles=2))
@@ -638,7 +638,7 @@ def test_unknown_hub_model_is_one_line_without_retries(tmp_path):
 def test_tau_overflow_is_one_line_without_numpy_warnings(tmp_path, capsys):
     import warnings
 
-    from lad.calibrate import Calibration
+    from lad.core.calibrate import Calibration
 
     model = SyntheticModel(num_candidates=4, num_layers=6)
     records = model.eval_records(4, num_shuffles=1)

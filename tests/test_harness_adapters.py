@@ -226,12 +226,12 @@ def test_calibration_folder_one_per_n(tmp_path: Path) -> None:
     """calibration=FOLDER: its calibration files serve their N (other .json files are passed
     over); a question of an N none serves, or one fitted under other labels, is refused before
     any record is made."""
-    from lad.api import Debiaser
-    from lad.calibrate import Calibration
+    from lad.core.calibrate import Calibration
+    from lad.core.labels import get_scheme
+    from lad.core.prompts import QUESTION, prompt_sha256
     from lad.errors import CalibrationError
     from lad.harness.runner import PictureScorer
-    from lad.labels import get_scheme
-    from lad.prompts import QUESTION, prompt_sha256
+    from lad.run.debiaser import Debiaser
     from tests.synthetic import SyntheticModel
 
     records = SyntheticModel(num_candidates=4).calibration_records(2)

@@ -1,4 +1,4 @@
-"""lad.images.open_image: every PIL mode decoded to the 8-bit RGB a person sees, and its limits.
+"""lad.io.images.open_image: every PIL mode decoded to the 8-bit RGB a person sees, and its limits.
 
 Expected pixels are worked by hand from the file's values (compositing: out = a·c + (1 − a)·255).
 """
@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from lad.errors import DataError
-from lad.images import MAX_SIDE, check_image, open_image
+from lad.io.images import MAX_SIDE, check_image, open_image
 
 
 def _pixel(path: Path, xy: tuple[int, int] = (0, 0)) -> tuple[int, ...]:
@@ -217,9 +217,9 @@ def test_the_model_sees_the_decoded_picture(tmp_path):
     """Through the backend, a transparent RGBA, a 16-bit grey and an EXIF-rotated file give the
     same record as the 8-bit RGB picture they show."""
     from lad.backends import load_backend
+    from lad.core.labels import get_scheme
     from lad.data.items import Item
-    from lad.labels import get_scheme
-    from lad.tiny import build_tiny_model
+    from lad.testing.tiny import build_tiny_model
 
     rng = np.random.default_rng(0)
     shown = [rng.integers(0, 256, (28, 42, 3), dtype=np.uint8) for _ in range(2)]

@@ -5,9 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lad.calibrate import Calibration
-from lad.errors import CalibrationError, LadError, RecordError
-from lad.methods import (
+from lad.core.calibrate import Calibration
+from lad.core.methods import (
     METHODS,
     MethodOptions,
     lad_posterior,
@@ -17,8 +16,9 @@ from lad.methods import (
     score_methods,
     selected_layers,
 )
-from lad.metrics import compute_metrics
-from lad.records import RecordSet
+from lad.core.metrics import compute_metrics
+from lad.core.records import RecordSet
+from lad.errors import CalibrationError, LadError, RecordError
 from tests.synthetic import SyntheticModel
 
 # A 3×3 case of Eqs. 8-14 worked by hand (N = 3 candidates, L = 3 layers, one record).

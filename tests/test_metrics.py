@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lad.core.metrics import compute_metrics, format_table
+from lad.core.records import RecordSet
 from lad.errors import LadError
-from lad.metrics import compute_metrics, format_table
-from lad.records import RecordSet
 from tests.synthetic import SyntheticModel
 
 # Hand-computed case: N = 2, items a and b, T = 2 shuffles.

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from lad.cli import main
+from lad.core.labels import LABEL_SCHEMES, MAX_CANDIDATES, get_scheme
 from lad.data.items import read_items
 from lad.errors import DataError, LadError
-from lad.labels import LABEL_SCHEMES, MAX_CANDIDATES, get_scheme
 from tests.data_fixtures import make_images
 
 

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lad.cli import build_parser, main
-from lad.records import read_predictions, write_records
+from lad.core.records import read_predictions, write_records
 from tests.synthetic import SyntheticModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -237,7 +237,7 @@ def test_text_that_is_no_number_is_a_usage_error_naming_the_flag(argv, capsys):
 
 
 def test_predict_summary_is_aligned_one_based_and_explained():
-    from lad.api import Choice
+    from lad.run.debiaser import Choice
 
     labels = ["the first image", "the second image", "the third image"]
     long = "/data/very/long/folder/name/that/goes/on/and/on/photo-0001.jpg"
@@ -290,14 +290,14 @@ def _run(folder: Path, n: int, setting: str, accs: dict[str, float]) -> Path:
 
 
 def test_acc_vs_n_has_one_line_per_method_and_setting_with_integer_ticks(tmp_path, monkeypatch):
-    import lad.report
+    import lad.outputs.report
 
     figures = {}
 
     def keep(fig, path):
         figures[Path(path).name] = fig
 
-    monkeypatch.setattr(lad.report, "_save", keep)
+    monkeypatch.setattr(lad.outputs.report, "_save", keep)
     accs = {"vanilla": 50.0, "lad": 90.0}
     runs = [
         _run(tmp_path / "r4", 4, "random", accs),
@@ -305,7 +305,7 @@ def test_acc_vs_n_has_one_line_per_method_and_setting_with_integer_ticks(tmp_pat
         _run(tmp_path / "a4", 4, "adversarial", {"vanilla": 30.0, "lad": 70.0}),
         _run(tmp_path / "a6", 6, "adversarial", {"vanilla": 20.0, "lad": 60.0}),
     ]
-    lad.report.write_report(runs, tmp_path / "report")
+    lad.outputs.report.write_report(runs, tmp_path / "report")
     ax = figures["acc_vs_n.png"].axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert set(lines) == {
@@ -322,7 +322,7 @@ def test_acc_vs_n_has_one_line_per_method_and_setting_with_integer_ticks(tmp_pat
 
     # The case: random at 4 and 8, adversarial at 4 only (one setting drawn, no jump).
     figures.clear()
-    lad.report.write_report(runs[:3], tmp_path / "report3")
+    lad.outputs.report.write_report(runs[:3], tmp_path / "report3")
     ax = figures["acc_vs_n.png"].axes[0]
     assert sorted(line.get_label() for line in ax.get_lines()) == ["lad", "vanilla"]
     assert list(ax.get_xticks()) == [4, 8]
@@ -385,8 +385,8 @@ def test_lad_help_has_an_example(capsys):
 
 
 def test_cli_analysis_names_are_lad_ablates():
-    from lad.ablate import ANALYSIS_FILES
     from lad.cli.ablate import ANALYSES
+    from lad.outputs.ablate import ANALYSIS_FILES
 
     assert list(ANALYSES) == list(ANALYSIS_FILES)
 
@@ -414,7 +414,7 @@ def test_shapes_picture_side_and_its_older_name_draw_the_same(tmp_path):
 
 
 def test_progress_bar_names_what_its_accuracy_is(tmp_path, capsys):
-    from lad import rundir
+    from lad.run import rundir
 
     records = SyntheticModel(num_candidates=3, num_layers=2).eval_records(3, num_shuffles=1)
     recs = records.to_records()
@@ -430,7 +430,7 @@ def test_progress_bar_names_what_its_accuracy_is(tmp_path, capsys):
 
 
 def test_stage_labels():
-    from lad.stages import Stage, acc_label_for
+    from lad.run.stages import Stage, acc_label_for
 
     assert acc_label_for(Stage()) == "vanilla acc"
     assert acc_label_for(Stage(sofa_sigma=0.5)) == "sofa acc"
@@ -545,9 +545,9 @@ def test_records_equal_at_one_and_two_threads(tmp_path):
     import torch
 
     from lad.backends import load_backend
+    from lad.core.labels import get_scheme
     from lad.data.items import read_items
     from lad.data.shapes import build_shapes
-    from lad.labels import get_scheme
 
     before = torch.get_num_threads()
     items = read_items(build_shapes(tmp_path / "s", num_candidates=4, items=4))

@@ -12,19 +12,19 @@ import pytest
 
 from lad.backends import load_backend
 from lad.cli import main
-from lad.config import EvalConfig
+from lad.core.labels import get_scheme
+from lad.core.methods import MethodOptions
+from lad.core.records import read_predictions, read_records
 from lad.data.items import Item, read_items
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import BackendError, DataError, RunError
 from lad.evaluate import evaluate
-from lad.labels import get_scheme
-from lad.methods import MethodOptions
-from lad.records import read_predictions, read_records
-from lad.tiny import build_tiny_model
+from lad.run.config import EvalConfig
+from lad.testing.tiny import build_tiny_model
 
 N = 3
 # The official code's variants as docs/methods.md states them, typed out independently of
-# lad.presets: Eq. 1 over logits, Eq. 13 in log space, Eq. 11 on the mean raw attention, top-K
+# lad.run.presets: Eq. 1 over logits, Eq. 13 in log space, Eq. 11 on the mean raw attention, top-K
 # inside layers 21..35, 336×336 pictures, calibration on the first evaluation items, the label
 # logits under the repetition penalty of the model's generation_config (generate's scores).
 OFFICIAL = {
@@ -168,7 +168,7 @@ def test_official_run_records_its_arguments_and_scores_as_lad_score_with_the_var
 
 
 def test_the_official_prompt_is_the_papers_with_a_space_after_answer(qwen, data):
-    from lad.prompts import PromptTemplate
+    from lad.core.prompts import PromptTemplate
 
     backend = load_backend(qwen, device="cpu", dtype="float32")
     item = read_items(data)[0]
@@ -395,9 +395,9 @@ def test_a_given_calibration_of_another_eq1_average_is_refused_before_model_work
 def test_a_given_calibration_made_at_336_is_refused_at_native_resolution_before_model_work(
     official_run, qwen, data, tmp_path, monkeypatch
 ):
-    from lad.api import Debiaser
+    from lad.core.prompts import PromptTemplate
     from lad.errors import CalibrationError
-    from lad.prompts import PromptTemplate
+    from lad.run.debiaser import Debiaser
 
     def no_model(*a, **k):
         raise AssertionError("the refusal must come before the model loads")

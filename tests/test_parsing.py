@@ -1,7 +1,7 @@
 import pytest
 
-from lad.labels import get_scheme
-from lad.parsing import UNPARSEABLE, majority_vote, parse_answer, parse_answer_is, parse_cot
+from lad.core.labels import get_scheme
+from lad.core.parsing import UNPARSEABLE, majority_vote, parse_answer, parse_answer_is, parse_cot
 
 D4 = get_scheme("digits").labels(4)
 D12 = get_scheme("digits").labels(12)

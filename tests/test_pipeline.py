@@ -17,11 +17,11 @@ import pytest
 from lad.backends import load_backend
 from lad.backends.hf import Backend
 from lad.backends.pipeline import ProcessorPool, prefetched
+from lad.core.labels import get_scheme
+from lad.core.records import RecordWriter, read_records
 from lad.data.items import Item
 from lad.errors import DataError
-from lad.labels import get_scheme
-from lad.records import RecordWriter, read_records
-from lad.tiny import build_tiny_model
+from lad.testing.tiny import build_tiny_model
 
 DIGITS = get_scheme("digits")
 

@@ -15,13 +15,8 @@ import torch
 from lad import Debiaser
 from lad.backends import load_backend
 from lad.cli import main
-from lad.config import EvalConfig
-from lad.data.items import Item, read_items, write_items
-from lad.data.shapes import build_shapes
-from lad.errors import CalibrationError, DataError, LadError
-from lad.evaluate import evaluate
-from lad.labels import get_scheme
-from lad.prompts import (
+from lad.core.labels import get_scheme
+from lad.core.prompts import (
     QUESTION,
     TEMPLATES,
     PromptTemplate,
@@ -30,7 +25,12 @@ from lad.prompts import (
     render_prompt,
     vanilla_template,
 )
-from lad.tiny import build_tiny_model
+from lad.data.items import Item, read_items, write_items
+from lad.data.shapes import build_shapes
+from lad.errors import CalibrationError, DataError, LadError
+from lad.evaluate import evaluate
+from lad.run.config import EvalConfig
+from lad.testing.tiny import build_tiny_model
 
 FORGED = "Which image is most likely to be a fake photograph?"
 DIGITS = get_scheme("digits")
@@ -191,7 +191,7 @@ def test_bad_templates_are_refused_before_any_model_work(text, message, tmp_path
     ],
 )
 def test_image_ordinal_replies_parse(method, reply, expected):
-    from lad.methods import METHODS
+    from lad.core.methods import METHODS
 
     assert METHODS[method].parse(reply, ORDINALS.labels(4)) == expected
 
@@ -350,16 +350,16 @@ def test_a_calibration_from_another_template_is_refused(qwen, tmp_path, capsys, 
 
 
 def test_eval_on_question_items_with_image_ordinals(qwen, questions, tmp_path, asked, monkeypatch):
-    import lad.report
+    import lad.outputs.report
 
     axes = []
-    heatmap = lad.report._heatmap
+    heatmap = lad.outputs.report._heatmap
 
     def spy(ax, matrix, labels, *args, **kw):
         axes.append(list(labels))
         return heatmap(ax, matrix, labels, *args, **kw)
 
-    monkeypatch.setattr(lad.report, "_heatmap", spy)
+    monkeypatch.setattr(lad.outputs.report, "_heatmap", spy)
     args = ["eval", "--model", qwen, "--data", str(questions[0]), "--calibration-data"]
     args += [str(questions[1]), "-n", "4", "--labels", "image-ordinals", "--num-shuffles", "2"]
     args += ["--methods", "vanilla,attn-purified,lad,instruction", "--max-new-tokens", "2"]
@@ -439,8 +439,8 @@ def test_debiaser_predicts_questions_under_a_custom_template(qwen, questions, as
 
 
 def test_metrics_and_report_give_table_5s_columns(tmp_path):
-    from lad.metrics import compute_metrics, format_table
-    from lad.report import write_report
+    from lad.core.metrics import compute_metrics, format_table
+    from lad.outputs.report import write_report
     from tests.test_metrics import hand_records
 
     # Hand-worked (tests/test_metrics.py's case): answers at positions [0, 1, 1, 0].

@@ -30,10 +30,10 @@ import torch
 
 from lad.backends import load_backend
 from lad.backends.hf import Backend
+from lad.core.labels import get_scheme
+from lad.core.prompts import render_prompt
 from lad.data.items import Item
 from lad.errors import BackendError
-from lad.labels import get_scheme
-from lad.prompts import render_prompt
 from tests.full_forward import extend_inputs
 
 ENV = "LAD_REAL_CHECKPOINTS"

@@ -4,8 +4,7 @@ import re
 import numpy as np
 import pytest
 
-from lad.errors import RecordError
-from lad.records import (
+from lad.core.records import (
     Prediction,
     Record,
     RecordSet,
@@ -17,6 +16,7 @@ from lad.records import (
     write_predictions,
     write_records,
 )
+from lad.errors import RecordError
 from tests.synthetic import SyntheticModel
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from lad.cli import main
+from lad.core.records import write_records
 from lad.data.shapes import build_shapes
-from lad.records import write_records
 from tests.synthetic import SyntheticModel
 
 
@@ -214,9 +214,9 @@ def calibration(tmp_path, model) -> Path:
 def _calibration(path: Path, **changes) -> Path:
     import numpy as np
 
-    from lad.calibrate import Calibration
-    from lad.labels import get_scheme
-    from lad.prompts import prompt_sha256
+    from lad.core.calibrate import Calibration
+    from lad.core.labels import get_scheme
+    from lad.core.prompts import prompt_sha256
 
     scheme = get_scheme("digits")
     log_bias = np.log(np.full((N, N), 1 / N))

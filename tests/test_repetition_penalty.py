@@ -14,17 +14,18 @@ import torch
 from transformers import RepetitionPenaltyLogitsProcessor
 
 from lad.backends import load_backend
+from lad.backends.checkpoint import resolve_repetition_penalty
 from lad.backends.hf import Backend
 from lad.backends.scoring import RepetitionPenalty, seen_tokens
-from lad.calibrate import Calibration
 from lad.cli import main
-from lad.config import EvalConfig, resolve_repetition_penalty, run_preprocessing
+from lad.core.calibrate import Calibration
+from lad.core.labels import get_scheme
+from lad.core.records import read_records
 from lad.data.items import Item, read_items
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import CalibrationError, RunError
-from lad.labels import get_scheme
-from lad.records import read_records
-from lad.tiny import build_tiny_model
+from lad.run.config import EvalConfig, run_preprocessing
+from lad.testing.tiny import build_tiny_model
 from tests.full_forward import extend_inputs
 
 DIGITS = get_scheme("digits")
@@ -190,8 +191,8 @@ def test_the_penalty_defines_the_records(model_dir: Path, tmp_path: Path) -> Non
 
 
 def test_preset_official_takes_the_penalty_from_the_generation_config(model_dir, tmp_path, capsys):
-    from lad.presets import OFFICIAL
-    from lad.prompts import PromptTemplate
+    from lad.core.prompts import PromptTemplate
+    from lad.run.presets import OFFICIAL
 
     data = build_shapes(tmp_path / "eval", num_candidates=3, items=3, split="eval", seed=3,
                         image_size=32)  # fmt: skip
@@ -223,7 +224,7 @@ def test_preset_official_takes_the_penalty_from_the_generation_config(model_dir,
 
 
 def test_the_python_api_takes_the_penalty_too(model_dir: Path) -> None:
-    from lad.api import Debiaser
+    from lad.run.debiaser import Debiaser
 
     debiaser = Debiaser(str(model_dir), repetition_penalty="model", device="cpu")
     assert debiaser.backend.repetition_penalty == 1.05  # the generation_config's

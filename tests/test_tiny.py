@@ -1,4 +1,4 @@
-"""lad.tiny: the locally made tokenizer and a checkpoint that loads back like a hub one."""
+"""lad.testing.tiny: the locally made tokenizer and a checkpoint that loads back like a hub one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lad.errors import BackendError
-from lad.tiny import ARCHITECTURES, TinySize, build_tiny_model, build_tokenizer
+from lad.testing.tiny import ARCHITECTURES, TinySize, build_tiny_model, build_tokenizer
 
 SPECIAL = {"eos_token": "</s>", "pad_token": "<pad>"}
 

@@ -16,12 +16,12 @@ import pytest
 
 from lad.backends import load_backend
 from lad.backends.prompting import chat_text, check_round_trip
+from lad.core.labels import LABEL_SCHEMES, get_scheme
+from lad.core.prompts import TEMPLATES, render_prompt
 from lad.data.items import Item
 from lad.demo import demo_model_path
 from lad.errors import BackendError
-from lad.labels import LABEL_SCHEMES, get_scheme
-from lad.prompts import TEMPLATES, render_prompt
-from lad.tiny import ARCHITECTURES, build_tiny_model
+from lad.testing.tiny import ARCHITECTURES, build_tiny_model
 
 ENV = "LAD_REAL_CHECKPOINTS"
 PROMPTS = len(TEMPLATES) * len(LABEL_SCHEMES) * 3  # every template and label scheme, N = 2, 4, 12

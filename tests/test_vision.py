@@ -16,9 +16,9 @@ import transformers
 
 from lad.backends import load_backend
 from lad.backends import vision as vis
+from lad.core.labels import get_scheme
 from lad.data.items import Item
-from lad.labels import get_scheme
-from lad.tiny import ARCHITECTURES, TinySize, build_tiny_model, build_tiny_parts
+from lad.testing.tiny import ARCHITECTURES, TinySize, build_tiny_model, build_tiny_parts
 
 QWEN = ("qwen2_vl", "qwen2_5_vl")
 MIXED = [[1, 8, 12], [1, 6, 6], [1, 10, 4], [2, 4, 6]]  # (t, h, w) patches; t = 2: two frames

@@ -19,13 +19,18 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from lad.backends.hf import Backend, Prefill, Request, _batches, _positions
+from lad.backends.hf import Backend, Prefill, _batches, _positions
+from lad.core.labels import LabelScheme
+from lad.core.records import Record
+
+if TYPE_CHECKING:
+    from lad.data.orders import Request
+
 from lad.errors import BackendError
-from lad.labels import LabelScheme
-from lad.records import Record
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,13 +41,15 @@ from lad.backends.scoring import (
     seen_tokens,
 )
 from lad.backends.threads import set_cpu_threads
-from lad.data.items import Item
+from lad.core.labels import LabelScheme
+from lad.core.prompts import PromptTemplate, render_item, render_prompt, shown_pictures
+from lad.core.records import Record
 from lad.errors import BackendError
-from lad.labels import LabelScheme
-from lad.prompts import PromptTemplate, render_item, render_prompt, shown_pictures
-from lad.records import Record
 
-Request = tuple[Item, int, list[int]]
+if TYPE_CHECKING:
+    from lad.data.items import Item
+    from lad.data.orders import Request
+
 # Entered around a batch's prompt forward (and its label decoding) with (inputs, image spans).
 MaskScope = Callable[[dict[str, Any], list[list[tuple[int, int]]]], AbstractContextManager[Any]]
 CAPTURE_MODES = ("fast", "eager")
@@ -145,7 +147,7 @@ def load_backend(
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
-    from lad.config import resolve_model
+    from lad.backends.checkpoint import resolve_model
 
     model = resolve_model(model)
     check_model_path(model)
@@ -293,7 +295,7 @@ def check_hub_model(model: str) -> None:
 def _read_chat_template(path: str | Path | None) -> str | None:
     if path is None:
         return None
-    from lad import files, limits
+    from lad.io import files, limits
 
     if Path(path).is_file():
         limits.CHAT_TEMPLATE.check(Path(path).stat().st_size, f"--chat-template {path}")
@@ -361,7 +363,7 @@ class Backend:
     ) -> Iterator[Record]:
         """One record per request, in request order, yielded as each batch finishes.
 
-        template: a prompt of lad.prompts.TEMPLATES by name (an item with a `question` gets its
+        template: a prompt of lad.core.prompts.TEMPLATES by name (an item with a `question` gets its
         question variant), or a PromptTemplate for every item.
         prefetch: batches whose images and inputs are prepared ahead, in worker threads, while
         the model runs; 0: each batch in the calling thread when it is due; None: PREFETCH on

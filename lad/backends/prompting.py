@@ -1,4 +1,5 @@
-"""Prompt building: images first, then lad.prompts' text, through the model's own chat template;
+"""Prompt building: images first, then lad.core.prompts' text, through the model's own chat
+template;
 tokenisation with left padding, each image's token span (Eq. 6's R_k), and the labels' tokens as
 the chat template writes the model's reply (docs/backends.md, "Exact labels")."""
 
@@ -8,22 +9,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lad import limits
+from lad.core.prompts import Part, prompt_parts
 from lad.errors import BackendError
-from lad.images import open_image
-from lad.prompts import Part, prompt_parts
+from lad.io import limits
+from lad.io.images import open_image
 
 _FIX = "pass a chat template that does with --chat-template FILE (chat_template= in Python)"
 
 
 def load_image(path: str | Path) -> Any:
-    """An RGB PIL image as lad.images decodes it; a bad file is a DataError naming it."""
+    """An RGB PIL image as lad.io.images decodes it; a bad file is a DataError naming it."""
     return open_image(path)
 
 
 def chat_messages(text: str, num_images: int, context: int = 0) -> list[dict[str, Any]]:
     """One user turn: N image slots in presentation order, then the text; `context` pictures of
-    the question before them or at the text's <image> places (lad.prompts.prompt_parts)."""
+    the question before them or at the text's <image> places (lad.core.prompts.prompt_parts)."""
     content = [_content(part) for part in prompt_parts(text, num_images, context)]
     return [{"role": "user", "content": content}]
 
@@ -36,7 +37,7 @@ def render(
     processor: Any, messages: list[dict[str, Any]], generation_prompt: bool, model: str
 ) -> str:
     """The chat template applied to `messages`. A chat template is code its author wrote: any
-    failure while it renders, or a prompt longer than lad.limits.CHAT_TEXT, is a BackendError
+    failure while it renders, or a prompt longer than lad.io.limits.CHAT_TEXT, is a BackendError
     naming `model` (the model, or the --chat-template file)."""
     _bound_output(processor)
     try:
@@ -59,12 +60,12 @@ def render(
 
 
 class _TooLong(Exception):
-    """A chat template's output passed lad.limits.CHAT_TEXT while rendering."""
+    """A chat template's output passed lad.io.limits.CHAT_TEXT while rendering."""
 
 
 def _bound_output(processor: Any) -> None:
     """Make the processor's compiled chat template stop once its output passes
-    lad.limits.CHAT_TEXT, as it renders, rather than fill the memory first. transformers renders
+    lad.io.limits.CHAT_TEXT, as it renders, rather than fill the memory first. transformers renders
     the Jinja template it compiled and cached for this text; that object's render is wrapped."""
     text = getattr(processor, "chat_template", None)
     if not isinstance(text, str):

@@ -6,14 +6,13 @@ Each command group is a module with `register(subparsers)`; the library never im
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import signal
 import sys
 
 from lad.cli.flags import declared_files
-from lad.errors import LadError
-from lad.files import guarding
+from lad.errors import LadError, os_error_message
+from lad.io.files import guarding
 
 COMMAND_MODULES = ("run", "score", "ablate", "data", "demo", "harness")
 
@@ -71,18 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"Error: {os_error_message(e)}", file=sys.stderr)
     return 1
-
-
-def os_error_message(e: OSError) -> str:
-    """One line for a failure of the machine rather than of lad's input: full disk, read-only
-    folder, missing permission."""
-    where = f"{e.filename}: " if e.filename else ""
-    text = f"{where}{e.strerror or e}"
-    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"{text}. Free some space and rerun the same command: what was written is kept."
-    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return f"{text}. Choose a folder lad may write in (--out), or fix its permissions."
-    return text
 
 
 if __name__ == "__main__":

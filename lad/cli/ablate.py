@@ -1,4 +1,4 @@
-"""`lad ablate`: the paper's analyses of finished runs (thin over lad.ablate)."""
+"""`lad ablate`: the paper's analyses of finished runs (thin over lad.outputs.ablate)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,9 @@ def _whole_list(flag: str) -> Callable[[str], tuple[int, ...]]:
     return lambda text: _list("int", whole(1, flag), text)
 
 
-# lad.ablate.ANALYSIS_FILES' keys, in its order (a test keeps them equal): named here so that
-# `lad --help` need not import lad.ablate and its plotting.
+# lad.outputs.ablate.ANALYSIS_FILES' keys, in its order (a test keeps them equal): named here so
+# that
+# `lad --help` need not import lad.outputs.ablate and its plotting.
 ANALYSES = ("fig5", "table3", "table4", "fig6a", "fig6b", "table7", "table8")
 
 
@@ -117,8 +118,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _ablate(args: argparse.Namespace) -> int:
-    from lad.ablate import AblateOptions, ablate, load_runs, write_ablation
-    from lad.ablate.report import FILES, missing_text
+    from lad.outputs.ablate import AblateOptions, ablate, load_runs, write_ablation
+    from lad.outputs.ablate.report import FILES, missing_text
 
     if args.out is None and len(args.runs) > 1:
         raise LadError("--out is needed with several runs")

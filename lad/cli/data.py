@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lad.cli.flags import HelpFormat, InputPath, OutputPath, command, model_path, whole
 from lad.errors import DataError
-from lad.files import check_not_inputs, check_output_dir, check_output_file
+from lad.io.files import check_not_inputs, check_output_dir, check_output_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

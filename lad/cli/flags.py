@@ -1,6 +1,7 @@
 """Flags shared by several commands, declared once.
 
-Options a preset can set (lad.presets) default to None here, so `resolved` can tell a stated flag
+Options a preset can set (lad.run.presets) default to None here, so `resolved` can tell a stated
+flag
 from an unstated one: a stated flag wins, then the preset, then lad's default (the paper's).
 """
 
@@ -15,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from lad.errors import LadError
-from lad.files import InputPath, OutputPath
-from lad.presets import PRESETS, preset_options
+from lad.io.files import InputPath, OutputPath
+from lad.run.presets import PRESETS, preset_options
 
 # ---------------------------------------------------------------- the files a command touches
 # A flag naming a file or folder the command reads has `type=InputPath`, one it writes
 # `type=OutputPath`; lad.cli.main collects them (with the command's `implied` files) and runs the
-# command under lad.files.guarding, which refuses an output that is an input. A new command
+# command under lad.io.files.guarding, which refuses an output that is an input. A new command
 # inherits the rule by typing its flags so (tests/test_guarantees.py checks that every file flag
 # of every command is typed).
 
@@ -149,8 +150,8 @@ def command(
 
 
 def method_list(text: str) -> tuple[str, ...]:
-    """--methods a,b (also repeated): names of lad.methods.METHODS, checked while parsing."""
-    from lad.methods import METHODS
+    """--methods a,b (also repeated): names of lad.core.methods.METHODS, checked while parsing."""
+    from lad.core.methods import METHODS
 
     names = tuple(m.strip() for m in text.split(",") if m.strip())
     unknown = [m for m in names if m not in METHODS]

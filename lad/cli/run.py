@@ -1,5 +1,6 @@
-"""`lad eval`, `lad calibrate`, `lad predict`, `lad report`: thin over lad.evaluate, lad.api and
-lad.report."""
+"""`lad eval`, `lad calibrate`, `lad predict`, `lad report`: thin over lad.evaluate,
+lad.run.debiaser and
+lad.outputs.report."""
 
 from __future__ import annotations
 
@@ -30,11 +31,11 @@ from lad.cli.flags import (
     resolved,
     whole,
 )
+from lad.core.labels import LABEL_SCHEMES
 from lad.errors import CalibrationError, LadError
-from lad.files import check_not_inputs, check_output_dir, check_output_file
-from lad.labels import LABEL_SCHEMES
+from lad.io.files import check_not_inputs, check_output_dir, check_output_file
 
-# The options a preset may set, per command (lad.presets).
+# The options a preset may set, per command (lad.run.presets).
 _SCORING = ("obs_mean", "mixture", "attn_mean", "layer_range")
 _RECORDS = ("image_size", "prompt_template", "repetition_penalty")
 EVAL_PRESET = (*_SCORING, *_RECORDS, "calibrate_on")
@@ -72,8 +73,8 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
         metavar="FILE",
         default=None,
         help="your own prompt text with placeholders {query} (the question or caption), {n}, "
-        "{labels}, {first}, {last}, {noun} (lad.prompts); default: the paper's template, or its "
-        "question variant for items with a 'question'",
+        "{labels}, {first}, {last}, {noun} (lad.core.prompts); default: the paper's template, "
+        "or its question variant for items with a 'question'",
     )
     p.add_argument(
         "--chat-template",
@@ -95,8 +96,8 @@ def _quiet_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _template(path: str | None) -> Any:
-    """The --prompt-template FILE, read and checked (lad.prompts.PromptTemplate), or None."""
-    from lad.prompts import PromptTemplate
+    """The --prompt-template FILE, read and checked (lad.core.prompts.PromptTemplate), or None."""
+    from lad.core.prompts import PromptTemplate
 
     return None if path is None else PromptTemplate.from_file(path)
 
@@ -110,7 +111,7 @@ def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]
 
 def _prompt(values: dict[str, Any]) -> Any:
     """Take the template text out of `values`, as the PromptTemplate Debiaser wants (or None)."""
-    from lad.prompts import PromptTemplate
+    from lad.core.prompts import PromptTemplate
 
     text = values.pop("prompt_template", None)
     return None if text is None else PromptTemplate(text)
@@ -167,7 +168,7 @@ def _baseline_flags(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lad.config import DEFAULT_METHODS
+    from lad.run.config import DEFAULT_METHODS
 
     p = command(
         subparsers,
@@ -319,8 +320,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The files of a run directory lad eval writes (lad.stages.RUN_OUTPUTS)."""
-    from lad.stages import RUN_OUTPUTS
+    """The files of a run directory lad eval writes (lad.run.stages.RUN_OUTPUTS)."""
+    from lad.run.stages import RUN_OUTPUTS
 
     return {}, {f"--out {args.out}/{name}": Path(args.out) / name for name in RUN_OUTPUTS}
 
@@ -332,8 +333,8 @@ def _calibrate_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from lad.config import DEFAULT_METHODS, EvalConfig
     from lad.evaluate import evaluate
+    from lad.run.config import DEFAULT_METHODS, EvalConfig
 
     if (args.calibration_data or args.calibration) and args.calibrate_on is None:
         args.calibrate_on = "held-out"  # a stated calibration source wins over the preset's
@@ -370,8 +371,8 @@ def _eval(args: argparse.Namespace) -> int:
         **_options(args, EVAL_PRESET),
         chat_template=args.chat_template,
     )
-    from lad.config import resolve_model
-    from lad.preflight import model_num_layers
+    from lad.backends.checkpoint import resolve_model
+    from lad.run.preflight import model_num_layers
 
     check_layer_range_flag(config.layer_range, model_num_layers(resolve_model(config.model)), args)
     if config.calibrate_on == "evaluation":
@@ -407,7 +408,7 @@ class _Notes:
 def _calibration_items(args: argparse.Namespace, notes: _Notes) -> int:
     """--calibration-items, stated (a file holding fewer is then refused), or by default 5, or all
     the items a smaller calibration file holds, said so (`notes`) and recorded in run.json."""
-    from lad.config import EvalConfig
+    from lad.run.config import EvalConfig
 
     if args.calibration_items is not None:
         return args.calibration_items
@@ -426,8 +427,8 @@ def _calibration_items(args: argparse.Namespace, notes: _Notes) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from lad.api import Debiaser
     from lad.data.items import read_items
+    from lad.run.debiaser import Debiaser
 
     if args.items < 1:
         raise LadError(f"--items must be >= 1. Got {args.items}.")
@@ -463,7 +464,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from lad.api import Debiaser
+    from lad.run.debiaser import Debiaser
 
     values = _options(args, PREDICT_PRESET)
     prompt = _prompt(values)
@@ -481,7 +482,7 @@ def _predict(args: argparse.Namespace) -> int:
         chat_template=args.chat_template,
         quiet=args.quiet,
     ).load(args.calibration)
-    from lad.preflight import check_top_k
+    from lad.run.preflight import check_top_k
 
     layers = debiaser.calibration_.num_layers  # the model's, as far as can be known before it loads
     check_top_k(args.top_k, layers, f"the calibration {args.calibration}")
@@ -500,7 +501,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from lad.report import write_report
+    from lad.outputs.report import write_report
 
     runs = [Path(r) for r in args.runs]
     for r in runs:

@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 
-from lad.calibrate import Calibration
 from lad.cli.flags import (
     InputPath,
     OutputPath,
@@ -16,18 +15,19 @@ from lad.cli.flags import (
     methods_given,
     resolved,
 )
-from lad.errors import LadError
-from lad.files import check_not_inputs, check_output_file, write_text
-from lad.labels import LABEL_SCHEMES
-from lad.methods import MethodOptions, choose
-from lad.metrics import compute_metrics, format_table
-from lad.records import (
+from lad.core.calibrate import Calibration
+from lad.core.labels import LABEL_SCHEMES
+from lad.core.methods import MethodOptions, choose
+from lad.core.metrics import compute_metrics, format_table
+from lad.core.records import (
     predictions_by_method,
     predictions_for,
     read_predictions,
     read_records,
     write_predictions,
 )
+from lad.errors import LadError
+from lad.io.files import check_not_inputs, check_output_file, write_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -149,7 +149,7 @@ def warn_if_running(records: str, count: int) -> None:
     """Records of a run directory a lad eval is still writing are a part of the run: say so."""
     from pathlib import Path
 
-    from lad.rundir import running_holder
+    from lad.run.rundir import running_holder
 
     holder = running_holder(Path(records).parent)
     if holder is not None:

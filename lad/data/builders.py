@@ -18,7 +18,7 @@ import numpy as np
 from lad.data.clip import DEFAULT_CLIP, CacheStats, ClipEmbedder, EmbeddingCache, cache_dir_for
 from lad.data.items import Item, write_items
 from lad.errors import DataError
-from lad.images import check_image
+from lad.io.images import check_image
 
 SETTINGS = ("random", "adversarial")
 TEXT_SIMILARITY_THRESHOLD = 0.9
@@ -276,7 +276,7 @@ def _draw_items(
 
 
 def check_readable(paths: Iterable[Path]) -> None:
-    """Every image opens within lad.images' limits and passes PIL's integrity check; the first
+    """Every image opens within lad.io.images' limits and passes PIL's integrity check; the first
     that fails is an error."""
     for path in dict.fromkeys(paths):
         check_image(path, verify=True)

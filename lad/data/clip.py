@@ -129,7 +129,7 @@ class ClipEmbedder:
 
 
 def _open_rgb(path: Path):
-    from lad.images import open_image
+    from lad.io.images import open_image
 
     return open_image(path)
 

@@ -11,13 +11,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from lad import files
 from lad.data.builders import Pool
 from lad.errors import DataError
+from lad.io import files
 
 
 def read_json(path: str | Path) -> Any:
-    """A dataset's JSON annotation file (UTF-8 only; lad.files.read_json's one-line errors)."""
+    """A dataset's JSON annotation file (UTF-8 only; lad.io.files.read_json's one-line errors)."""
     return files.read_json(path, DataError, "JSON annotation file")
 
 

@@ -3,7 +3,8 @@ orderings each item is shown in.
 
 Optional (docs/formats.md): `"question": str`, a multi-image question of the
 item's own ("Which image is most likely to be a fake photograph?"). When present it is what the
-prompt asks, with the question variant of the template (lad.prompts), instead of asking to match
+prompt asks, with the question variant of the template (lad.core.prompts), instead of asking to
+match
 the caption; `query` stays required (`lad data mmiu` writes the question there too).
 
 Optional: `"context_images": [path, ...]`, pictures that belong to the question but are not
@@ -25,12 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from lad import limits
+from lad.core.labels import MAX_CANDIDATES
+from lad.core.prompts import CONTEXT_PLACEHOLDER
 from lad.errors import DataError, at
-from lad.files import check_not_binary, note_input, replacing
-from lad.labels import MAX_CANDIDATES
-
-CONTEXT_PLACEHOLDER = "<image>"  # where the asked text shows a context picture
+from lad.io import limits
+from lad.io.files import check_not_binary, note_input, replacing
 
 
 @dataclass

@@ -21,7 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lad.data.items import CONTEXT_PLACEHOLDER, Item
+from lad.core.prompts import CONTEXT_PLACEHOLDER
+from lad.data.items import Item
 from lad.data.released import (
     Row,
     Written,

@@ -20,7 +20,7 @@ from typing import Any
 from lad.data.coco import read_json
 from lad.data.items import Item, write_items
 from lad.errors import DataError
-from lad.files import write_text
+from lad.io.files import write_text
 
 _NAME = re.compile(r"annotations_(\d+)_\d+_(random|adversarial)\.json$")
 

@@ -1,5 +1,6 @@
-"""Explicit orderings (`lad eval --orders FILE`): evaluate exactly the image orders another tool
-used, instead of lad's seeded shuffles.
+"""The unit of work, `Request` (an item under one ordering), and the orderings a run asks for:
+lad's seeded shuffles (§5.2), the N cyclic shifts of calibration and perm-avg (§4.2), or
+explicit orderings (`lad eval --orders FILE`), exactly the image orders another tool used.
 
 The file is jsonl, one line per (item, ordering): `{"item": str, "order": [int]*N}`, where
 `order[p]` indexes the item's `images` shown at position p (the record's `order`,
@@ -13,11 +14,55 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from lad.data.items import Item
+from lad.data.items import Item, cyclic_shift, shuffle_orders
 from lad.errors import DataError, at
-from lad.files import read_text
+from lad.io.files import read_text
+
+
+class Request(NamedTuple):
+    """One prompt to make a record of: `item` shown under `order`.
+
+    item: the benchmark item (lad.data.items.Item).
+    ordering: the ordering's number among the item's, the record's `ordering` (0 is the
+        identity for shuffles; the shift for cyclic requests).
+    order: `order[p]` indexes `item.images` shown at position p (N ints, a permutation).
+
+    A plain `(item, ordering, order)` tuple is accepted wherever a Request is.
+    """
+
+    item: Item
+    ordering: int
+    order: list[int]
+
+
+def shuffled_requests(items: Sequence[Item], num_shuffles: int, seed: int) -> list[Request]:
+    """Each item under T orderings: the identity first, then seeded random permutations (§5.2)."""
+    return [
+        Request(item, t, order)
+        for item in items
+        for t, order in enumerate(shuffle_orders(item.id, item.num_candidates, num_shuffles, seed))
+    ]
+
+
+def cyclic_requests(items: Sequence[Item]) -> list[Request]:
+    """Each item under all N cyclic left-shifts: the symmetrised set of §4.2 (and of perm-avg)."""
+    return [
+        Request(item, s, cyclic_shift(item.num_candidates, s))
+        for item in items
+        for s in range(item.num_candidates)
+    ]
+
+
+def given_requests(items: Sequence[Item], path: str | Path, num_candidates: int) -> list[Request]:
+    """Each item under the orderings an orders file gives it (`lad eval --orders FILE`)."""
+    given = orders_for(items, read_orders(path, num_candidates), path)
+    return [
+        Request(item, t, order)
+        for item, mine in zip(items, given, strict=True)
+        for t, order in enumerate(mine)
+    ]
 
 
 def read_orders(path: str | Path, num_candidates: int) -> dict[str, list[list[int]]]:

@@ -17,7 +17,7 @@ from typing import Any
 from lad.data.builders import calibration_path_for, seeded_rng
 from lad.data.items import Item, write_items
 from lad.errors import DataError
-from lad.files import read_text, write_bytes, write_text
+from lad.io.files import read_text, write_bytes, write_text
 
 
 @dataclass
@@ -58,7 +58,7 @@ def read_rows(path: str | Path) -> list[Row]:
 
 
 def _text(path: Path) -> str:
-    """A JSON or JSON Lines question file's text: UTF-8 only (lad.files' one rule)."""
+    """A JSON or JSON Lines question file's text: UTF-8 only (lad.io.files' one rule)."""
     return read_text(path, DataError, "JSON question file")
 
 

@@ -30,7 +30,7 @@ from PIL import Image, ImageDraw
 from lad.data.builders import balanced_positions, check_setting, place_answer, seeded_rng
 from lad.data.items import Item, write_items
 from lad.errors import DataError
-from lad.files import replacing
+from lad.io.files import replacing
 
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 30, 30),

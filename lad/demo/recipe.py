@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.errors import LadError
-from lad.files import InputPath, OutputPath
+from lad.io.files import InputPath, OutputPath
 
 DRIFTS = ("first", "previous")
 TRAINED = ("all", "head")

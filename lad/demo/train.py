@@ -3,7 +3,8 @@
     python -m lad.demo.train --out runs/demo-model          (or: lad demo train --out ...)
     python -m lad.demo.train --out lad/demo/model --replace-shipped-model   (the shipped one)
 
-Recipe (docs/demo-model.md). A random-init Qwen2-VL (lad.tiny) learns the shapes training split
+Recipe (docs/demo-model.md). A random-init Qwen2-VL (lad.testing.tiny) learns the shapes training
+split
 as a causal LM on three kinds of multi-image prompt, built exactly as the backend builds them:
 caption matching (the vanilla prompt → the answer's label), referring ("What is in picture k?" →
 its description) and finding ("Describe the picture with a red circle." → that picture's
@@ -110,7 +111,7 @@ def _load_items(
     """A shapes split (4 candidates per item), pictures preprocessed once by the processor."""
     from lad.data.items import read_items
     from lad.data.shapes import build_shapes
-    from lad.images import open_image
+    from lad.io.images import open_image
 
     out = []
     for setting in settings:
@@ -182,8 +183,8 @@ def _draw(items: list[_Item], config: TrainConfig, stage: Stage, rng: np.random.
 def prompt_text(processor: Any, query: str, num_candidates: int) -> str:
     """The chat-formatted vanilla prompt, ending where the answer label starts."""
     from lad.backends.prompting import chat_text  # exactly the backend's prompt building
-    from lad.labels import get_scheme
-    from lad.prompts import render_prompt
+    from lad.core.labels import get_scheme
+    from lad.core.prompts import render_prompt
 
     text = render_prompt("vanilla", query, get_scheme(LABELS), num_candidates)
     return chat_text(processor, text, num_candidates)
@@ -375,7 +376,7 @@ def _initial_model(config: TrainConfig, out: Path) -> None:
     from transformers import AutoProcessor
 
     from lad.data.shapes import BACKGROUND, shapes_vocabulary
-    from lad.tiny import TinySize, build_tiny_model
+    from lad.testing.tiny import TinySize, build_tiny_model
 
     size = TinySize(
         text_layers=config.text_layers,
@@ -423,7 +424,7 @@ def train(
     """Train the demo model and save it into `out` (save_pretrained); returns `out`.
 
     init: a checkpoint to continue from (e.g. only the bias stage on a trained model); by
-    default a fresh random-init model (lad.tiny) is built from the config.
+    default a fresh random-init model (lad.testing.tiny) is built from the config.
     """
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -506,7 +507,7 @@ def _trained_parameters(model: Any, stage: Stage) -> list[torch.nn.Parameter]:
 
 def _check_out(out: Path, init: str | Path | None) -> None:
     """`out` is replaced at the end: refuse the --init checkpoint and any folder not a model's."""
-    from lad.files import check_not_inputs
+    from lad.io.files import check_not_inputs
 
     check_not_inputs({"--out": out}, {"--init": init})
     if out.exists() and (
@@ -582,7 +583,7 @@ def run(args: argparse.Namespace) -> Path:
     _check(config)  # every argument, before any work
     check_not_shipped(args.out, args.replace_shipped_model)
     if args.figure:  # checked now, not after half an hour of training
-        from lad.files import check_not_inputs, check_output_file
+        from lad.io.files import check_not_inputs, check_output_file
 
         if Path(args.figure).suffix.lower() != ".png":
             raise LadError(f"--figure {args.figure}: give a .png path")
@@ -614,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         print("Interrupted; --out is written only at the end, so it is unchanged.", file=sys.stderr)
         return 130
     except OSError as e:
-        from lad.cli import os_error_message
+        from lad.errors import os_error_message
 
         print(f"Error: {os_error_message(e)}", file=sys.stderr)
     else:

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lad.core.prompts import CONTEXT_PLACEHOLDER
 from lad.data.blink import PICTURE_FIELDS as BLINK_PICTURES
-from lad.data.items import CONTEXT_PLACEHOLDER, cyclic_shift
+from lad.data.items import cyclic_shift
 from lad.data.mmiu import ordinal_image
 from lad.data.released import safe_name
 

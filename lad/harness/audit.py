@@ -15,7 +15,7 @@ Two sources:
 lad_audit.json: {"format": "lad-harness-audit/1", "source", "tasks": {task: {N: {"folder",
 "num_items", "num_shuffles", "num_records", "calibration" (for --model lad), "methods": {name:
 {"acc", "acc_std", "rstd", "cons", "recall_by_position", "selection_by_position", "delta_rstd"
-}}}}}}; numbers are percentages as in metrics.json, computed by lad.metrics.
+}}}}}}; numbers are percentages as in metrics.json, computed by lad.core.metrics.
 """
 
 from __future__ import annotations
@@ -28,13 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from lad.errors import LadError, RunError
-from lad.files import read_json, write_text
-from lad.metrics import compute_metrics
-from lad.records import RecordSet
+from lad.core.metrics import compute_metrics
+from lad.core.records import RecordSet
+from lad.errors import LadError
+from lad.io.files import write_text
+from lad.run.rundir import AUDIT_FILE, AUDIT_FORMAT
 
-AUDIT_FORMAT = "lad-harness-audit/1"
-AUDIT_FILE = "lad_audit.json"
 ROW_KEYS = ("item", "ordering", "order", "answer", "prediction")
 _SUMMARY_KEYS = (
     "acc",
@@ -99,32 +98,11 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any, task_d
     return path
 
 
-def audit_folders(path: Path) -> list[Path]:
-    """The run folders a harness audit lists, when `path` holds lad_audit.json and no
-    metrics.json of its own; else [path]."""
-    audit_path = path / AUDIT_FILE
-    if (path / "metrics.json").is_file() or not audit_path.is_file():
-        return [path]
-    audit = read_json(audit_path, RunError)
-    if not isinstance(audit, dict) or audit.get("format") != AUDIT_FORMAT:
-        raise RunError(f"{audit_path}: not a lad harness audit (format {AUDIT_FORMAT!r})")
-    tasks = audit.get("tasks")
-    folders = [
-        path / entry["folder"]
-        for by_n in (tasks.values() if isinstance(tasks, dict) else [])
-        for entry in by_n.values()
-        if isinstance(entry, dict) and isinstance(entry.get("folder"), str)
-    ]
-    if not folders:
-        raise RunError(f"{audit_path}: lists no task folder")
-    return folders
-
-
 # ---------------------------------------------------------------- any model, from rows
 
 
 def positions_records(rows: Sequence[dict[str, Any]]) -> RecordSet:
-    """The rows of one N as the RecordSet lad.metrics reads. Only item, ordering, order and
+    """The rows of one N as the RecordSet lad.core.metrics reads. Only item, ordering, order and
     answer are known here (no model evidence): logprobs are zeros and attention has no layer,
     which no metric reads."""
     n = len(rows[0]["order"])

@@ -1,4 +1,4 @@
-"""The harness's pictures as files: lad's backend reads pictures from paths (lad.images). A
+"""The harness's pictures as files: lad's backend reads pictures from paths (lad.io.images). A
 picture the dataset stores as bytes ({"bytes", "path"}) is written unchanged, as `lad data
 muirbench|blink` write them, so lad decodes it exactly as `lad eval` on a converted file does; a
 decoded PIL image is written as a lossless PNG of its pixels. Files are named by content
@@ -10,7 +10,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from lad.files import replacing
+from lad.io.files import replacing
 
 
 class PictureFiles:

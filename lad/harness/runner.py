@@ -18,20 +18,20 @@ from typing import Any
 
 import numpy as np
 
-from lad.api import Debiaser
-from lad.calibrate import FORMAT as CALIBRATION_FORMAT
-from lad.calibrate import Calibration
+from lad.core.calibrate import FORMAT as CALIBRATION_FORMAT
+from lad.core.calibrate import Calibration
+from lad.core.labels import get_scheme
+from lad.core.methods import METHODS, choose
+from lad.core.metrics import compute_metrics
+from lad.core.prompts import PromptTemplate, vanilla_template
+from lad.core.records import RecordSet, predictions_for, write_predictions, write_records
 from lad.data.items import Item
+from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, LadError
-from lad.files import write_text
 from lad.harness.adapters import PictureChoice
 from lad.harness.pictures import PictureFiles
-from lad.labels import get_scheme
-from lad.methods import METHODS, choose
-from lad.metrics import compute_metrics
-from lad.prompts import PromptTemplate, vanilla_template
-from lad.records import RecordSet, predictions_for, write_predictions, write_records
-from lad.stages import cyclic_requests
+from lad.io.files import write_text
+from lad.run.debiaser import Debiaser
 
 # The methods `--model lad` answers with: one pass per question, perm-avg N.
 HARNESS_METHODS = ("vanilla", "pride", "lad", "attn-purified", "perm-avg")
@@ -47,7 +47,7 @@ class HarnessOptions:
     calibration: str | None = None  # a calibration.json, or a folder of them (one per N)
     calibration_docs: int | None = None  # fit on the first K picture questions of each task
     labels: str = "upper"  # the tasks' option letters
-    prompt_template: str | None = None  # a file (lad.prompts); None: lad's question template
+    prompt_template: str | None = None  # a file (lad.core.prompts); None: lad's question template
     device: str = "auto"
     dtype: str = "auto"
     batch_size: int = 1

@@ -6,18 +6,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lad.backends.checkpoint import check_repetition_penalty
+from lad.core.labels import get_scheme
+from lad.core.methods import METHODS, MethodOptions
+from lad.core.prompts import CAPTION, PromptTemplate, check_template, prompt_sha256
 from lad.errors import RunError
-from lad.files import read_json
-from lad.labels import get_scheme
-from lad.limits import check_image_flags
-from lad.methods import METHODS, MethodOptions
-from lad.prompts import CAPTION, PromptTemplate, check_template, prompt_sha256
+from lad.io.limits import check_image_flags
 
 DEFAULT_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified", "perm-avg")
 # Where the calibration items come from: held out from the evaluation items (the paper, §4.2),
@@ -55,7 +54,9 @@ class EvalConfig:
     sc_top_k: int = 40
     sofa_sigma: float | str = 0.5
     sofa_within_image: bool = False
-    prompt_template: str | None = None  # the vanilla template's text (lad.prompts); None: built-in
+    prompt_template: str | None = (
+        None  # the vanilla template's text (lad.core.prompts); None: built-in
+    )
     calibration_check: bool = True  # refuse a calibration of another model, scheme or prompt
     # How records are made (docs/methods.md, "The official code's variants").
     image_size: int | None = None  # every picture resized to this square first (official: 336)
@@ -162,7 +163,7 @@ class EvalConfig:
 
     @property
     def template(self) -> str | PromptTemplate:
-        """The records' prompt: the given template, else the built-in by name (lad.prompts)."""
+        """The records' prompt: the given template, else the built-in by name (lad.core.prompts)."""
         return "vanilla" if self.prompt_template is None else PromptTemplate(self.prompt_template)
 
 
@@ -180,7 +181,7 @@ def run_prompt_sha256(prompt_template: str | None, scheme: Any, num_candidates: 
 def run_preprocessing(
     arguments: Mapping[str, Any], inputs: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """calibration.json's "preprocessing" (lad.calibrate.PREPROCESSING) of records made with
+    """calibration.json's "preprocessing" (lad.core.calibrate.PREPROCESSING) of records made with
     `arguments`' chat_template, image_size and image_options (EvalConfig.identity(), run.json's
     "arguments", a Debiaser's settings).
 
@@ -205,52 +206,3 @@ def run_preprocessing(
     if penalty is not None and penalty != 1:  # absent: none (files from before it existed agree)
         out["repetition_penalty"] = penalty
     return out
-
-
-def check_repetition_penalty(value: Any, flag: str = "--repetition-penalty") -> None:
-    """None, "model" or a number > 0 (1 is no penalty)."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not (value is None or value == "model" or (number and math.isfinite(value) and value > 0)):
-        raise RunError(f"{flag} must be a number > 0 or 'model'. Got {value!r}.")
-
-
-def resolve_repetition_penalty(value: float | str | None, model: str) -> float | None:
-    """The penalty a record is made with: "model" reads the model's generation_config (its
-    repetition_penalty, e.g. 1.05 for Qwen instruct checkpoints; the official code gets it from
-    `generate`); 1 and none are None."""
-    check_repetition_penalty(value)
-    if value == "model":
-        value = model_repetition_penalty(model)
-    return None if value is None or value == 1 else float(value)
-
-
-def model_repetition_penalty(model: str) -> float | None:
-    """repetition_penalty of a checkpoint's generation_config (None where it sets none)."""
-    path = Path(resolve_model(model))
-    if path.is_dir():
-        file = path / "generation_config.json"
-        if not file.is_file():
-            return None
-        values = read_json(file, RunError, "generation config")
-        penalty = values.get("repetition_penalty") if isinstance(values, dict) else None
-    else:  # a hub id: transformers reads it, as generate would
-        from transformers import GenerationConfig
-
-        try:
-            penalty = GenerationConfig.from_pretrained(str(path)).repetition_penalty
-        except (OSError, ValueError) as e:
-            raise RunError(
-                f"--model {model}: cannot read its generation_config for --repetition-penalty "
-                f"model ({e}); pass a number instead"
-            ) from None
-    check_repetition_penalty(penalty, f"{model}: generation_config's repetition_penalty")
-    return None if penalty is None else float(penalty)
-
-
-def resolve_model(model: str) -> str:
-    """`demo` is the model shipped inside the package (docs/demo-model.md)."""
-    if model == "demo":
-        from lad.demo import demo_model_path
-
-        return str(demo_model_path())
-    return model

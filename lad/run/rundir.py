@@ -22,18 +22,20 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from lad.core.records import Record, RecordSet, RecordWriter, drop_partial_line, read_records
+from lad.data.orders import Request
 from lad.errors import RunError
-from lad.files import read_json, write_text
-from lad.records import Record, RecordSet, RecordWriter, drop_partial_line, read_records
+from lad.io.files import read_json, write_text
 
 RUN_FORMAT = "lad-run/1"
+# A harness audit (lad.harness.audit): a folder whose lad_audit.json lists run folders.
+AUDIT_FORMAT = "lad-harness-audit/1"
+AUDIT_FILE = "lad_audit.json"
 LOCK_NAME = "run.lock"
 # How records are made from the same arguments; bumped when lad would now make other records, so a
 # run begun by an older lad is never extended with records that do not match its own (1: labels
 # tokenised glued to the prompt; 2: labels as the chat template writes the reply).
 RECORDS_VERSION = 2
-# (item, ordering, order): one prompt to make a record of (lad.evaluate builds them).
-Request = tuple[Any, int, list[int]]
 
 
 # ---------------------------------------------------------------- lock
@@ -454,3 +456,24 @@ def _merge_shards(path: Path, size: int, batches: list[range]) -> None:
     tmp.replace(path)
     for r in range(size):
         _shard_path(path, r, size).unlink()
+
+
+def audit_folders(path: Path) -> list[Path]:
+    """The run folders a harness audit lists, when `path` holds lad_audit.json and no
+    metrics.json of its own; else [path]."""
+    audit_path = path / AUDIT_FILE
+    if (path / "metrics.json").is_file() or not audit_path.is_file():
+        return [path]
+    audit = read_json(audit_path, RunError)
+    if not isinstance(audit, dict) or audit.get("format") != AUDIT_FORMAT:
+        raise RunError(f"{audit_path}: not a lad harness audit (format {AUDIT_FORMAT!r})")
+    tasks = audit.get("tasks")
+    folders = [
+        path / entry["folder"]
+        for by_n in (tasks.values() if isinstance(tasks, dict) else [])
+        for entry in by_n.values()
+        if isinstance(entry, dict) and isinstance(entry.get("folder"), str)
+    ]
+    if not folders:
+        raise RunError(f"{audit_path}: lists no task folder")
+    return folders

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lad.calibrate import Calibration, check_symmetrised, log_attention, log_softmax, logsumexp
+from lad.core.calibrate import Calibration, check_symmetrised, log_attention, log_softmax, logsumexp
+from lad.core.labels import get_scheme
+from lad.core.parsing import UNPARSEABLE, majority_vote, parse_answer, parse_answer_is, parse_cot
+from lad.core.records import RecordSet
 from lad.errors import CalibrationError, LadError, RecordError
-from lad.labels import get_scheme
-from lad.parsing import UNPARSEABLE, majority_vote, parse_answer, parse_answer_is, parse_cot
-from lad.records import RecordSet
 
 LAYER_STRATEGIES = ("top-k", "all")
 # log of the smallest positive normal double: where a score would be log 0 (attn-purified at τ = ∞).
@@ -239,7 +239,7 @@ def _perm_avg(records: RecordSet, calibration, options, perm_records) -> np.ndar
 
 
 # ---------------------------------------------------------------------------------------------
-# Generation-based baselines (§5.1): replies in `extra["replies"]`, parsed by lad.parsing.
+# Generation-based baselines (§5.1): replies in `extra["replies"]`, parsed by lad.core.parsing.
 
 
 def _replies(records: RecordSet, method: str) -> list[list[str]]:

@@ -33,10 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lad import files, limits
-from lad.data.items import CONTEXT_PLACEHOLDER
+from lad.core.labels import LABEL_SCHEMES, LabelScheme
 from lad.errors import DataError, LadError
-from lad.labels import LABEL_SCHEMES, LabelScheme
+from lad.io import files, limits
 
 if TYPE_CHECKING:
     from lad.data.items import Item
@@ -82,6 +81,7 @@ QUESTION_TEMPLATES: dict[str, str] = {
     name: text.replace(_TASK, _TASK_Q).replace(_TAIL, _TAIL_Q) for name, text in TEMPLATES.items()
 }
 
+CONTEXT_PLACEHOLDER = "<image>"  # where the asked text shows a context picture
 QUERY_PLACEHOLDERS = ("query", "question", "caption")
 PLACEHOLDERS = (*QUERY_PLACEHOLDERS, "n", "labels", "first", "last", "noun", "single")
 

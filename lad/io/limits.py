@@ -41,7 +41,7 @@ class Limit:
             )
 
 
-# The processors lad supports never use more than 4096 pixels a side (lad.images downscales
+# The processors lad supports never use more than 4096 pixels a side (lad.io.images downscales
 # larger pictures to it); Qwen2.5-VL's own default pixel budget is 12,845,056.
 IMAGE_SIZE = Limit("an image side", "LAD_MAX_IMAGE_SIZE", 4096, "pixels")
 PIXEL_BUDGET = Limit("a pixel budget", "LAD_MAX_PIXEL_BUDGET", 4096 * 4096, "pixels")

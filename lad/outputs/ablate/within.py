@@ -1,6 +1,6 @@
 """Analyses of each run on its own: Table 4 (ablation), Figure 6(a) (|D_cal|), Figure 6(b) (τ),
-Table 7 (divergence by position), Table 8 (cost). Every number is `Run.metrics`: lad.methods'
-predictions on the run's stored records, measured by lad.metrics.
+Table 7 (divergence by position), Table 8 (cost). Every number is `Run.metrics`: lad.core.methods'
+predictions on the run's stored records, measured by lad.core.metrics.
 
     table = ablation_table(load_run("runs/adv4"), AblateOptions(ks=(1, 2, 4)))
 """
@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from lad.ablate.runs import (
+from lad.core.methods import METHODS
+from lad.outputs.ablate.runs import (
     DEFAULTS,
     AblateOptions,
     AnalysisError,
@@ -32,8 +33,7 @@ from lad.ablate.runs import (
     tau_json,
     tau_label,
 )
-from lad.methods import METHODS
-from lad.stages import SOFA_GRID, STAGE_FILES
+from lad.run.stages import SOFA_GRID, STAGE_FILES
 
 # ---------------------------------------------------------------------------------------------
 # Table 4: the ablation of the attention-guided mechanisms.

@@ -20,22 +20,22 @@ from typing import Any
 
 import numpy as np
 
-from lad import limits
-from lad.calibrate import Calibration
-from lad.config import (
+from lad.backends.checkpoint import (
     check_repetition_penalty,
     resolve_model,
     resolve_repetition_penalty,
-    run_preprocessing,
 )
+from lad.core.calibrate import Calibration
+from lad.core.labels import get_scheme
+from lad.core.methods import MethodOptions, lad_posterior, score, selected_layers
+from lad.core.prompts import PromptTemplate, prompt_sha256, vanilla_template
+from lad.core.records import RecordSet, RecordWriter
 from lad.data.items import Item
+from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, DataError, LadError
-from lad.images import check_image
-from lad.labels import get_scheme
-from lad.methods import MethodOptions, lad_posterior, score, selected_layers
-from lad.prompts import PromptTemplate, prompt_sha256, vanilla_template
-from lad.records import RecordSet, RecordWriter
-from lad.stages import cyclic_requests
+from lad.io import limits
+from lad.io.images import check_image
+from lad.run.config import run_preprocessing
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Choice:
     prob_after: list[float]  # softmax of Eq. 14's scores
     posterior: list[float]  # π, Eq. 12
     layers: list[int]  # L*, Eq. 9 (0-based decoder layers)
-    question: bool = False  # `query` was asked as a question (lad.prompts)
+    question: bool = False  # `query` was asked as a question (lad.core.prompts)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,19 +95,20 @@ class Debiaser:
     `fit` runs the symmetrised calibration set (§4.2) on a few items; `predict` costs one forward
     pass per query. Fitted attributes end in `_`.
 
-    prompt_template: the vanilla prompt for every query (lad.prompts); None: the paper's caption
+    prompt_template: the vanilla prompt for every query (lad.core.prompts); None: the paper's
+    caption
         template, or its question variant for items and queries that carry a question.
     check_calibration: refuse a calibration fitted with another model, label scheme, prompt
         template, chat template, image_size or image_options (False: only N and the layer count
         are checked).
-    top_k, tau, mixture, attn_mean, layer_range: as lad.methods.MethodOptions. obs_mean: how
+    top_k, tau, mixture, attn_mean, layer_range: as lad.core.methods.MethodOptions. obs_mean: how
     `fit` averages Eq. 1 ("prob" when None); a loaded calibration keeps its own, and stating
     another is an error. image_size, image_options: as lad.backends.load_backend.
     repetition_penalty: the label steps' logits penalised as transformers' generate does (a
     number; "model": the model's generation_config's; None: none); records and calibrations
     made with and without it are not exchanged. The official code's choices: obs_mean="logit",
     mixture="log", attn_mean="raw", layer_range=(21, 35), image_size=336,
-    repetition_penalty="model" (lad.presets.OFFICIAL). quiet: hide transformers' progress bars
+    repetition_penalty="model" (lad.run.presets.OFFICIAL). quiet: hide transformers' progress bars
     while the model loads.
     """
 
@@ -159,7 +160,7 @@ class Debiaser:
     def backend(self) -> Any:
         if self._backend is None:
             from lad.backends import load_backend
-            from lad.limits import check_image_flags
+            from lad.io.limits import check_image_flags
 
             check_image_flags(self.image_size, self.image_options)
             self._backend = load_backend(
@@ -296,7 +297,7 @@ class Debiaser:
         question: str | None = None,
     ) -> Choice:
         """Which of `images` (in the order shown) matches `query`, or answers `question`, before
-        and after debiasing. A question is asked with the question template (lad.prompts)."""
+        and after debiasing. A question is asked with the question template (lad.core.prompts)."""
         if (query is None) == (question is None):
             got = "both" if question is not None else "neither"
             raise LadError(

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lad.ablate.runs import (
+from lad.core.labels import get_scheme
+from lad.core.methods import METHODS
+from lad.errors import LadError
+from lad.outputs.ablate.runs import (
     DEFAULTS,
     AblateOptions,
     AnalysisError,
@@ -22,10 +25,7 @@ from lad.ablate.runs import (
     settings_note,
     summary,
 )
-from lad.errors import LadError
-from lad.labels import get_scheme
-from lad.methods import METHODS
-from lad.preflight import calibration_check
+from lad.run.preflight import calibration_check
 
 
 def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:

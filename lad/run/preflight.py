@@ -8,23 +8,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lad import rundir
-from lad.calibrate import Calibration
-from lad.config import EvalConfig, resolve_model, run_preprocessing, run_prompt_sha256
+from lad.backends.checkpoint import resolve_model
+from lad.core.calibrate import Calibration
+from lad.core.labels import get_scheme
+from lad.core.records import RecordSet
 from lad.data.items import Item
 from lad.errors import CalibrationError, RunError
-from lad.files import check_not_inputs, check_output_dir, read_json
-from lad.images import check_image
-from lad.labels import get_scheme
-from lad.records import RecordSet
-from lad.stages import RUN_OUTPUTS
+from lad.io.files import check_not_inputs, check_output_dir, read_json
+from lad.io.images import check_image
+from lad.run import rundir
+from lad.run.config import EvalConfig, run_preprocessing, run_prompt_sha256
+from lad.run.stages import RUN_OUTPUTS
 
 
 def check_inputs(
     config: EvalConfig, run_dir: Path, items: tuple[list[Item], list[Item]] | None
 ) -> dict[str, Any]:
     """Check every argument and input file before any model work and before the run directory
-    is touched; return the inputs' fingerprints for run.json (lad.rundir.fingerprint).
+    is touched; return the inputs' fingerprints for run.json (lad.run.rundir.fingerprint).
 
     items: the run's (evaluation, calibration) items from an items file; None for generated data.
     """
@@ -58,7 +59,7 @@ def check_inputs(
 
 
 def check_images(items: Sequence[Item]) -> None:
-    """Every image opens within lad.images' limits (header only: no pixel is decoded)."""
+    """Every image opens within lad.io.images' limits (header only: no pixel is decoded)."""
     for path in dict.fromkeys(p for it in items for p in it.pictures):
         check_image(path)
 

@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from lad.errors import RecordError, at
-from lad.files import check_destination, named, note_input, replacing
+from lad.io.files import check_destination, named, note_input, replacing
 
 
 @dataclass

@@ -17,10 +17,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lad.ablate.runs import ANALYSIS_FILES, Ablation, Missing, Table
-from lad.ablate.within import DIVERGENCE_METHODS
-from lad.files import replacing, write_text
-from lad.report import _STYLE
+from lad.io.files import replacing, write_text
+from lad.outputs.ablate.runs import ANALYSIS_FILES, Ablation, Missing, Table
+from lad.outputs.ablate.within import DIVERGENCE_METHODS
+from lad.outputs.report import _STYLE
 
 FILES = ANALYSIS_FILES
 

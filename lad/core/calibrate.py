@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from lad.core.records import Record, RecordSet
 from lad.errors import CalibrationError
-from lad.files import read_json, write_text
-from lad.records import Record, RecordSet
+from lad.io.files import read_json, write_text
 
 FORMAT = "lad-calibration/1"
 OBS_MEANS = ("prob", "logit")
@@ -231,7 +231,7 @@ class Calibration:
     ) -> None:
         """Refuse records (or, before any exist, a run of `num_candidates` / `num_layers`) of
         another N or L, or (when both sides know it and `strict`) another model, label scheme,
-        prompt, chat template or image preprocessing (`preprocessing`, as lad.config's
+        prompt, chat template or image preprocessing (`preprocessing`, as lad.run.config's
         run_preprocessing gives it).
 
         require_fingerprint: with `strict`, also refuse a calibration that does not know its
@@ -286,8 +286,8 @@ class Calibration:
             )
 
     def _prompt_mismatch(self, prompt_sha256: str, whose: str, skip: str) -> str:
-        """The two prompts in words (lad.prompts.describe_prompt), not as fingerprints."""
-        from lad.prompts import CAPTION_DESCRIPTION, QUESTION_DESCRIPTION, describe_prompt
+        """The two prompts in words (lad.core.prompts.describe_prompt), not as fingerprints."""
+        from lad.core.prompts import CAPTION_DESCRIPTION, QUESTION_DESCRIPTION, describe_prompt
 
         made = describe_prompt(self.prompt_sha256, self.labels)
         asked = describe_prompt(prompt_sha256, self.labels)

@@ -1,6 +1,6 @@
 """The stages of a run: each a records file made by the model from a list of requests (the vanilla
 prompt, perm-avg's shifts, a generation baseline's prompt, SoFA's mask), resumable through
-lad.rundir; the model is loaded only when some stage still has records to make."""
+lad.run.rundir; the model is loaded only when some stage still has records to make."""
 
 from __future__ import annotations
 
@@ -14,18 +14,19 @@ from typing import Any
 
 import numpy as np
 
-from lad import rundir
-from lad.config import EvalConfig, resolve_model, resolve_repetition_penalty
-from lad.data.items import Item, cyclic_shift
+from lad.backends.checkpoint import resolve_model, resolve_repetition_penalty
+from lad.core.labels import get_scheme
+from lad.core.methods import check_layer_range
+from lad.core.records import Record, RecordSet
+from lad.data.items import Item
+from lad.data.orders import Request, cyclic_requests
 from lad.errors import RunError
-from lad.files import write_text
-from lad.labels import get_scheme
-from lad.methods import check_layer_range
-from lad.records import Record, RecordSet
-from lad.rundir import World
+from lad.io.files import write_text
+from lad.run import rundir
+from lad.run.config import EvalConfig
+from lad.run.rundir import World
 
-Request = tuple[Item, int, list[int]]
-# The records file each method stage reads (lad.methods.Method.stage).
+# The records file each method stage reads (lad.core.methods.Method.stage).
 STAGE_FILES = {
     "records": "records.jsonl",
     "instruction": "instruction_records.jsonl",
@@ -47,15 +48,6 @@ RUN_OUTPUTS = (
 )
 
 
-def cyclic_requests(items: Sequence[Item]) -> list[Request]:
-    """Each item under all N cyclic left-shifts: the symmetrised set of §4.2 (and of perm-avg)."""
-    return [
-        (item, s, cyclic_shift(item.num_candidates, s))
-        for item in items
-        for s in range(item.num_candidates)
-    ]
-
-
 def run_stage(
     make_backend: Callable[[], Any],
     requests: Sequence[Request],
@@ -66,7 +58,7 @@ def run_stage(
     kind: Stage | None = None,
     acc_label: str | None = None,
 ) -> RecordSet:
-    """Make the records of `requests` that `path` does not hold yet (lad.rundir); return all.
+    """Make the records of `requests` that `path` does not hold yet (lad.run.rundir); return all.
     `kind` says how (default: the vanilla prompt); see `Stage`. The progress bar's running
     accuracy is `acc_label` (default: what the stage's records predict, none for replies)."""
     kind = kind or Stage()
@@ -106,7 +98,8 @@ def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> I
 
 @dataclass(frozen=True)
 class Stage:
-    """How a stage's records are made: `template` of lad.prompts ("vanilla", "instruction", "cot",
+    """How a stage's records are made: `template` of lad.core.prompts ("vanilla", "instruction",
+    "cot",
     "self-consistency"; the last three also generate replies), and `sofa_sigma` (None: the
     model's own mask; a number: the SoFA mask with that σ)."""
 
@@ -195,7 +188,8 @@ class LazyBackend:
 
 
 class Clock:
-    """Adds each stage's wall time in this session to run.json's "timing" (lad.rundir.add_times),
+    """Adds each stage's wall time in this session to run.json's "timing"
+    (lad.run.rundir.add_times),
     the model's load apart as "model_load". Only a stage with records still to make counts, so a
     rerun that only rescores adds nothing; the main process writes (its time includes waiting for
     the others)."""

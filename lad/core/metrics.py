@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from lad.core.records import RecordSet
 from lad.errors import LadError
-from lad.records import RecordSet
 
 
 def default_costs(num_candidates: int) -> dict[str, float]:
     """Forward passes per prediction of the methods computed from records."""
-    from lad.methods import METHODS
+    from lad.core.methods import METHODS
 
     return {name: m.forward_passes(num_candidates) for name, m in METHODS.items()}
 

@@ -1,8 +1,9 @@
 """Runs for `lad ablate`: a finished run's stored evidence, and the shape of an analysis's result.
 
 `load_run(dir)` reads a `lad eval` run directory; `Run.metrics(method, options, calibration)` is
-metrics.json's entry for a method scored by lad.methods on the run's records, the one place every
-number of lad.ablate comes from.
+metrics.json's entry for a method scored by lad.core.methods on the run's records, the one place
+every
+number of lad.outputs.ablate comes from.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from lad.calibrate import Calibration
-from lad.config import config_from_dict
+from lad.core.calibrate import Calibration
+from lad.core.labels import get_scheme
+from lad.core.methods import METHODS, MethodOptions, choose
+from lad.core.metrics import compute_metrics
+from lad.core.records import RecordSet, read_records
 from lad.errors import LadError, RunError
-from lad.files import read_json
-from lad.labels import get_scheme
-from lad.methods import METHODS, MethodOptions, choose
-from lad.metrics import compute_metrics
-from lad.preflight import calibration_check
-from lad.records import RecordSet, read_records
-from lad.rundir import RUN_FORMAT
-from lad.stages import STAGE_FILES
+from lad.io.files import read_json
+from lad.run.config import config_from_dict
+from lad.run.preflight import calibration_check
+from lad.run.rundir import RUN_FORMAT
+from lad.run.stages import STAGE_FILES
 
 RECORD_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified")
 # Every analysis by key, in the paper's order, with the stem of the files it is written to.
@@ -45,7 +46,7 @@ ANALYSIS_FILES = {
 class AnalysisError(LadError):
     """The runs given cannot support an analysis; `fix` says what would make it possible.
     `missing`: every part that could not be made (e.g. each refused pair of Table 3), when the
-    analysis had several; `lad.ablate.ablate` lists them all."""
+    analysis had several; `lad.outputs.ablate.ablate` lists them all."""
 
     def __init__(self, message: str, fix: str = "", missing: Sequence[Missing] = ()):
         super().__init__(message + (f" ({fix})" if fix else ""))
@@ -135,7 +136,7 @@ class Run:
     perm_records:        each evaluation item under all N cyclic shifts (perm-avg), or None.
     stages:              records of the other method stages present ("sofa", "cot", ...).
     arguments:           run.json's arguments (model, setting, labels, ...).
-    inputs:              run.json's input fingerprints (its chat template's, lad.config's
+    inputs:              run.json's input fingerprints (its chat template's, lad.run.config's
                          run_preprocessing).
     path:                the run directory, when read from one.
     calibration_source:  where `calibration` comes from, for captions.
@@ -173,13 +174,13 @@ class Run:
             labels=labels, obs_mean=self.calibration.obs_mean, **changes
         )
         searched = self.searched_layers(opts.layer_range)
-        if 0 < searched < opts.top_k:  # asked for explicitly, as lad.methods wants
+        if 0 < searched < opts.top_k:  # asked for explicitly, as lad.core.methods wants
             opts = dataclasses.replace(opts, top_k=searched)
         return opts
 
     def searched_layers(self, layer_range: Sequence[int] | None = None) -> int:
         """How many layers Eq. 9 chooses from: all L, or those of `layer_range` (clipped to L;
-        0 when the range starts past the last layer, which lad.methods refuses)."""
+        0 when the range starts past the last layer, which lad.core.methods refuses)."""
         nl = self.records.num_layers
         first, last = layer_range or (0, nl - 1)
         return max(min(last, nl - 1) - first + 1, 0)
@@ -269,7 +270,8 @@ class Run:
         options: MethodOptions | None = None,
         calibration: Calibration | None = None,
     ) -> dict[str, Any]:
-        """metrics.json's entry for `method` on this run's records (lad.methods, lad.metrics)."""
+        """metrics.json's entry for `method` on this run's records (lad.core.methods,
+        lad.core.metrics)."""
         if method == "perm-avg" and self.perm_records is None:
             raise AnalysisError(f"{self.name} has no perm_records.jsonl", self.methods_fix(method))
         stage = METHODS[method].stage
@@ -483,7 +485,7 @@ def tau_json(tau: float) -> float | str:
 
 def nothing_made(missing: list[Missing], default: str) -> AnalysisError:
     """The error for an analysis none of whose parts could be made: every part's reason (each
-    also in `missing`, so lad.ablate.ablate lists them one by one)."""
+    also in `missing`, so lad.outputs.ablate.ablate lists them one by one)."""
     if not missing:
         return AnalysisError(default)
     fixes = list(dict.fromkeys(m.fix for m in missing if m.fix))
@@ -494,7 +496,8 @@ def nothing_made(missing: list[Missing], default: str) -> AnalysisError:
 
 @dataclass
 class Ablation:
-    """What `lad.ablate.ablate` made: the tables, what the runs could not support, the runs."""
+    """What `lad.outputs.ablate.ablate` made: the tables, what the runs could not support, the
+    runs."""
 
     tables: list[Table]
     missing: list[Missing]

@@ -3,8 +3,10 @@
 Figure 5 (accuracy against N), Table 3 (calibration transfer), Table 4 (ablation of the
 attention-guided mechanisms), Figure 6(a) (calibration size |D_cal|), Figure 6(b) (temperature
 τ), Table 7 (logits vs attention at each ground-truth position) and Table 8 (cost). Every number
-is a metric (lad.metrics) of predictions from lad.methods on a run's stored records, with a
-calibration from lad.calibrate; nothing needs the model again. lad.ablate.report writes them as
+is a metric (lad.core.metrics) of predictions from lad.core.methods on a run's stored records, with
+a
+calibration from lad.core.calibrate; nothing needs the model again. lad.outputs.ablate.report
+writes them as
 Markdown, JSON, figures and an HTML page.
 
     runs = load_runs(["runs/n4", "runs/n8"])
@@ -17,9 +19,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from lad.ablate.across import accuracy_vs_n, transfer_table
-from lad.ablate.report import write_ablation
-from lad.ablate.runs import (
+from lad.errors import LadError
+from lad.outputs.ablate.across import accuracy_vs_n, transfer_table
+from lad.outputs.ablate.report import write_ablation
+from lad.outputs.ablate.runs import (
     ANALYSIS_FILES,
     DEFAULTS,
     AblateOptions,
@@ -33,14 +36,13 @@ from lad.ablate.runs import (
     load_runs,
     prepare,
 )
-from lad.ablate.within import (
+from lad.outputs.ablate.within import (
     ablation_table,
     calibration_size_sweep,
     cost_table,
     divergence_table,
     temperature_sweep,
 )
-from lad.errors import LadError
 
 # Keys and order as in ANALYSIS_FILES.
 ANALYSES: dict[str, Callable[[list[Run], AblateOptions], Table]] = {

@@ -2,15 +2,15 @@
 (github.com/brightXian/LAD) computes, item for item; docs/methods.md lists each difference.
 
 A preset only gives defaults: an option the user states explicitly wins over it. The values are
-the names of `lad.config.EvalConfig` fields (the scoring ones are also `MethodOptions` fields).
+the names of `lad.run.config.EvalConfig` fields (the scoring ones are also `MethodOptions` fields).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from lad.core.prompts import OFFICIAL as OFFICIAL_PROMPT
 from lad.errors import LadError
-from lad.prompts import OFFICIAL as OFFICIAL_PROMPT
 
 # The official code's defaults (its evaluate.py and agd.py): Eq. 1 over logits, Eq. 13 in log
 # space, Eq. 11 on the selected layers' mean raw attention, top-K searched in decoder layers

@@ -19,10 +19,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lad.calibrate import Calibration
+from lad.core.calibrate import Calibration
+from lad.core.labels import get_scheme
 from lad.errors import CalibrationError, LadError, RunError
-from lad.files import read_json, replacing, write_text
-from lad.labels import get_scheme
+from lad.io.files import read_json, replacing, write_text
 
 _SCALARS = ("acc", "acc_std", "rstd", "cons")
 _OPTIONAL = ("forward_passes_per_item", "generated_tokens_per_item", "parse_failure")
@@ -351,7 +351,7 @@ def _table_html(metrics: dict[str, Any]) -> str:
 def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     """Write `out_dir/index.html` and its figures; return the page's path. A folder holding a
     harness audit (lad_audit.json, lad.harness.audit) stands for the run folders it lists."""
-    from lad.harness.audit import audit_folders
+    from lad.run.rundir import audit_folders
 
     runs = [_load_run(d) for given in run_dirs for d in audit_folders(Path(given))]
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,8 @@
 `build_tiny_model(arch, path)` writes a checkpoint folder (config, weights, tokenizer, processor,
 chat template) that loads back through `from_pretrained` exactly like a hub checkpoint; nothing is
 downloaded. The tokenizer is made here: greedy longest-match over whole words
-(the prompt text of lad.prompts, labels of every scheme, chat-template words, plus any `words` the
+(the prompt text of lad.core.prompts, labels of every scheme, chat-template words, plus any `words`
+the
 caller gives), digits split one per token as in Llama/Qwen, so labels "10".."12" take two tokens
 and unknown words fall back to characters. `TinySize` sets the shape; a benchmark can make it
 realistic where the cost comes from (many decoder layers, hundreds of image tokens per image).
@@ -20,9 +21,9 @@ from typing import Any
 
 import torch
 
+from lad.core.labels import LABEL_SCHEMES
+from lad.core.prompts import TEMPLATES
 from lad.errors import BackendError
-from lad.labels import LABEL_SCHEMES
-from lad.prompts import TEMPLATES
 
 _SPACE = "\u2581"  # sentencepiece-style word-start marker
 

@@ -1,0 +1,1 @@
+"""Files, limits and pictures: lad's one rule for what it reads and writes (docs/errors.md)."""

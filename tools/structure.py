@@ -1,0 +1,174 @@
+"""Print lad's structure figures: units, import loops, layers, module sizes, total lines.
+
+    python tools/structure.py [--json]
+
+A unit is a subpackage of `lad/` (all of its modules together) or a top-level module. Every
+`import lad…` / `from lad… import` statement counts, also inside functions. A unit's layer is 1
+plus the highest layer of the units it imports; units in one import loop share a layer and the
+loop is listed.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "lad"
+MAX_MODULE_LINES = 500
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def unit_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "lad/__init__.py"
+    sub = ROOT / parts[1]
+    return f"lad/{parts[1]}/" if sub.is_dir() else f"lad/{parts[1]}.py"
+
+
+def imported_modules(path: Path, module: str) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    skipped = {  # imports for type annotations only never run
+        id(inner)
+        for node in ast.walk(tree)
+        if _type_checking_only(node)
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "lad"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if name.split(".")[0] == "lad":
+                found.add(name)
+                found |= {f"{name}.{a.name}" for a in node.names if resolves(f"{name}.{a.name}")}
+    return found
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and ast.unparse(node.test) in {
+        "TYPE_CHECKING",
+        "typing.TYPE_CHECKING",
+    }
+
+
+def resolves(module: str) -> bool:
+    rel = Path(*module.split(".")[1:])
+    return (ROOT / rel).with_suffix(".py").is_file() or (ROOT / rel / "__init__.py").is_file()
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            out.append(comp)
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def measure() -> dict:
+    files = sorted(p for p in ROOT.rglob("*.py"))
+    lines = {
+        str(p.relative_to(ROOT.parent)): len(p.read_text(encoding="utf-8").splitlines())
+        for p in files
+    }
+    graph: dict[str, set[str]] = {}
+    for p in files:
+        mod = module_name(p)
+        unit = unit_of(mod)
+        graph.setdefault(unit, set())
+        for target in imported_modules(p, mod):
+            other = unit_of(target)
+            if other != unit and target != "lad":
+                graph[unit].add(other)
+            elif target == "lad" and unit != "lad/__init__.py":
+                graph[unit].add("lad/__init__.py")
+    for deps in list(graph.values()):
+        for d in deps:
+            graph.setdefault(d, set())
+    comps = strongly_connected(graph)
+    comp_of = {u: i for i, c in enumerate(comps) for u in c}
+    layer: dict[int, int] = {}
+    for i, comp in enumerate(comps):  # Tarjan yields components in reverse topological order
+        below = [layer[comp_of[d]] for u in comp for d in graph[u] if comp_of[d] != i]
+        layer[i] = 1 + max(below, default=0)
+    loops = [sorted(c) for c in comps if len(c) > 1]
+    big = {k: v for k, v in lines.items() if v > MAX_MODULE_LINES}
+    return {
+        "units": len(graph),
+        "import_loops": loops,
+        "units_in_loops": sum(len(c) for c in loops),
+        "layers": max(layer.values()),
+        "layer_of_unit": {
+            u: layer[comp_of[u]] for u in sorted(graph, key=lambda u: (layer[comp_of[u]], u))
+        },
+        "modules_over_500_lines": big,
+        "total_lines": sum(lines.values()),
+        "modules": len(files),
+    }
+
+
+def main() -> None:
+    m = measure()
+    if "--json" in sys.argv:
+        print(json.dumps(m, indent=2))
+        return
+    print(f"lad/: {m['total_lines']:,} lines in {m['modules']} modules, {m['units']} units")
+    print(f"import loops: {len(m['import_loops'])} ({m['units_in_loops']} units)")
+    for loop in m["import_loops"]:
+        print("  loop: " + ", ".join(loop))
+    print(f"import layers: {m['layers']}")
+    by_layer: dict[int, list[str]] = {}
+    for unit, layer in m["layer_of_unit"].items():
+        by_layer.setdefault(layer, []).append(unit)
+    for layer in sorted(by_layer, reverse=True):
+        print(f"  {layer:2d}  " + "  ".join(by_layer[layer]))
+    print(f"modules over {MAX_MODULE_LINES} lines: {len(m['modules_over_500_lines'])}")
+    for k, v in sorted(m["modules_over_500_lines"].items(), key=lambda kv: -kv[1]):
+        print(f"  {k} {v}")
+
+
+if __name__ == "__main__":
+    main()

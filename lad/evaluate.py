@@ -28,7 +28,6 @@ lad.run.rundir (the lock, run.json, resume and shards).
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,23 +36,21 @@ from typing import Any
 
 import numpy as np
 
-from lad.backends.checkpoint import resolve_repetition_penalty
 from lad.core.calibrate import Calibration
-from lad.core.labels import get_scheme
-from lad.core.methods import METHODS, MethodOptions, choose
-from lad.core.metrics import compute_metrics, format_table
+from lad.core.methods import METHODS, MethodOptions
+from lad.core.metrics import format_table
 from lad.core.prompts import CAPTION, vanilla_template
-from lad.core.records import RecordSet, predictions_for, read_records, write_predictions
+from lad.core.records import RecordSet
+from lad.core.scoring import score_records
 from lad.data.items import Item, read_items
 from lad.data.orders import Request, cyclic_requests, given_requests, shuffled_requests
 from lad.errors import DataError, RunError
-from lad.io.files import write_text
-from lad.run import rundir
-from lad.run.config import EvalConfig, run_preprocessing, run_prompt_sha256
-from lad.run.preflight import calibration_check, check_inputs
-from lad.run.rundir import World
+from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig
+from lad.run.lock import RunLock
+from lad.run.preflight import check_inputs
+from lad.run.resume import World
+from lad.run.rundir import STAGE_FILES, RunDir
 from lad.run.stages import (
-    STAGE_FILES,
     Clock,
     LazyBackend,
     Stage,
@@ -96,9 +93,24 @@ def resolve_prompt(config: EvalConfig) -> EvalConfig:
 def resolve_penalty(config: EvalConfig) -> EvalConfig:
     """The run with its repetition penalty as a number (or None): "model" (--preset official)
     becomes the model's generation_config's, stored in run.json so records, calibration and
-    every rescoring agree (lad.run.config.resolve_repetition_penalty)."""
-    penalty = resolve_repetition_penalty(config.repetition_penalty, config.model)
-    return dataclasses.replace(config, repetition_penalty=penalty)
+    every rescoring agree (RecordSpec.penalty)."""
+    return dataclasses.replace(config, repetition_penalty=config.spec.penalty())
+
+
+def resolve_calibration_items(config: EvalConfig) -> tuple[EvalConfig, str | None]:
+    """The run with |D_cal| decided: as given (a file holding fewer is then refused), else 5, or
+    all the items of a smaller calibration file, which the note returned says."""
+    if config.calibration_items is not None:
+        return config, None
+    resolved = dataclasses.replace(config, calibration_items=DEFAULT_CALIBRATION_ITEMS)
+    source = config.data if config.calibrate_on == "evaluation" else config.calibration_data
+    if source is None or not Path(source).is_file():  # 'shapes', or a file evaluate refuses
+        return resolved, None
+    held = len(read_items(source))
+    if held >= DEFAULT_CALIBRATION_ITEMS:
+        return resolved, None
+    note = f"Note: {source} holds {held} calibration items: calibrating on {held}"
+    return dataclasses.replace(config, calibration_items=held), note
 
 
 # ---------------------------------------------------------------- data
@@ -188,21 +200,13 @@ def _same_kind(items: Sequence[Item], calibration: Sequence[Item], config: EvalC
 def fit_or_load_calibration(
     config: EvalConfig, run_dir: Path, calibration_records: RecordSet | None
 ) -> Calibration:
-    scheme = get_scheme(config.labels)
-    labels = scheme.labels(config.num_candidates)
-    sha = run_prompt_sha256(config.prompt_template, scheme, config.num_candidates)
     if config.calibration:
         calibration = Calibration.load(config.calibration)
     else:
         assert calibration_records is not None
-        inputs = json.loads((run_dir / "run.json").read_text()).get("inputs")
-        calibration = Calibration(obs_mean=config.obs_mean).fit(
-            calibration_records,
-            model=config.model,
-            labels=labels,
-            prompt_sha256=sha,
-            preprocessing=run_preprocessing(config.identity(), inputs),
-        )
+        inputs = RunDir(run_dir).inputs
+        fingerprint = config.spec.fingerprint(config.num_candidates, inputs)
+        calibration = Calibration(obs_mean=config.obs_mean).fit(calibration_records, **fingerprint)
     calibration.save(run_dir / "calibration.json")
     return calibration
 
@@ -222,14 +226,14 @@ def evaluate(
     """
     run_dir = Path(run_dir)
     world = world or World.from_env()
-    config = resolve_penalty(resolve_prompt(config))
+    config = resolve_penalty(resolve_prompt(resolve_calibration_items(config)[0]))
     if not world.is_main:
         return _evaluate(config, run_dir, world)
     items = None if config.data == "shapes" else load_items(config, run_dir)
     inputs = check_inputs(config, run_dir, items)
     if after_checks is not None:
         after_checks()
-    with rundir.RunLock(run_dir):
+    with RunLock(run_dir):
         return _evaluate(config, run_dir, world, inputs)
 
 
@@ -237,7 +241,7 @@ def _evaluate(
     config: EvalConfig, run_dir: Path, world: World, inputs: dict[str, Any] | None = None
 ) -> RunResult | None:
     if world.is_main:
-        rundir.check_run_dir(run_dir, config.identity(), EvalConfig().identity(), inputs)
+        RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), inputs)
         load_items(config, run_dir)  # builds generated data once, before the others read it
     world.barrier()
     eval_items, cal_items = load_items(config, run_dir)
@@ -300,39 +304,26 @@ def score_run(
     check_calibration: refuse a calibration.json of another model, label scheme, prompt, chat
     template or image preprocessing.
     """
-    records = read_records(run_dir / "records.jsonl")
-    calibration = Calibration.load(run_dir / "calibration.json")
-    stored = json.loads((run_dir / "run.json").read_text())
-    arguments = stored["arguments"]
-    scheme = get_scheme(arguments["labels"])
-    calibration_check(
-        calibration, records, arguments, scheme, check_calibration, stored.get("inputs")
-    )
-    perm_path = run_dir / "perm_records.jsonl"
-    perm_records = read_records(perm_path) if "perm-avg" in methods else None
-    options = dataclasses.replace(options, labels=scheme.name)
-
-    start = time.perf_counter()
-    stages = {"records": records}
-    predictions, written, tokens = {}, [], {}
+    run = RunDir(run_dir)
+    records = run.records
+    calibration = run.calibration(check=check_calibration)
+    options = dataclasses.replace(options, labels=run.arguments["labels"])
+    stages = {}
     for method in methods:
-        stage_name = METHODS[method].stage
-        if stage_name not in stages:
-            stages[stage_name] = stage_records(run_dir, stage_name, records)
-        stage = stages[stage_name]
-        scores, predictions[method] = choose(method, stage, calibration, options, perm_records)
-        written += predictions_for(records, method, scores, predictions[method])
-        if METHODS[method].parse is not None:
-            tokens[method] = generated_tokens_per_item(stage)
-    write_predictions(run_dir / "predictions.jsonl", written)
-    costs = {m: METHODS[m].forward_passes(records.num_candidates) for m in methods}
-    metrics = compute_metrics(records, predictions, costs=costs)
-    for method, count in tokens.items():
-        metrics["methods"][method]["generated_tokens_per_item"] = count
+        stage = METHODS[method].stage
+        if stage != "records" and stage not in stages:
+            stages[stage] = run.stage_records(stage)
+            if stages[stage] is None:
+                raise RunError(
+                    f"{run.file(STAGE_FILES[stage])}: missing; rerun lad eval with --methods "
+                    f"including {stage}"
+                )
+    perm = run.perm_records() if "perm-avg" in methods else None
+    start = time.perf_counter()
+    scored = score_records(records, methods, calibration, options, perm_records=perm, stages=stages)
     # Wall seconds per stage (run.json's, summed over sessions) and of this scoring.
-    scoring = round(time.perf_counter() - start, 3)
-    metrics["timing"] = {**rundir.stage_times(run_dir), "scoring": scoring}
-    write_text(run_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    timing = {**run.timing(), "scoring": round(time.perf_counter() - start, 3)}
+    metrics = run.write_scored(scored, timing=timing)
     table = format_table(metrics)
     report = None
     if write_report:
@@ -340,23 +331,3 @@ def score_run(
 
         report = _write_report([run_dir], run_dir / "report")
     return RunResult(run_dir, metrics, table, report)
-
-
-def stage_records(run_dir: Path, stage: str, records: RecordSet) -> RecordSet:
-    """A method stage's records; they must answer the evaluation records' requests, in order."""
-    path = run_dir / STAGE_FILES[stage]
-    if not path.is_file():
-        raise RunError(f"{path}: missing; rerun lad eval with --methods including {stage}")
-    made = read_records(path)
-    if made.keys() != records.keys() or not np.array_equal(made.order, records.order):
-        raise RunError(
-            f"{path}: its (item, ordering) records differ from records.jsonl; the file is "
-            "from another run or incomplete. Rerun lad eval to finish it."
-        )
-    return made
-
-
-def generated_tokens_per_item(records: RecordSet) -> float:
-    """Mean, over records, of the tokens generated for a record (all its paths together)."""
-    counts = [sum(extra.get("generated_tokens", [])) for extra in records.extra]
-    return float(np.mean(counts)) if counts else 0.0

@@ -25,7 +25,7 @@ def test_demo_model_path_is_the_shipped_folder():
 
 
 def test_missing_weights_are_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setattr("lad.demo.MODEL_DIR", tmp_path / "model")
+    monkeypatch.setattr("lad.backends.checkpoint.MODEL_DIR", tmp_path / "model")
     with pytest.raises(BackendError, match=r"demo model's weights are missing .*lad.demo.train"):
         demo_model_path()
 

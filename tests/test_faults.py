@@ -24,7 +24,7 @@ import pytest
 from lad.cli import main
 from lad.core.records import write_records
 from lad.io.files import replacing, write_text
-from lad.run.rundir import RunLock
+from lad.run.lock import RunLock
 from tests.runfiles import comparable
 from tests.synthetic import SyntheticModel
 

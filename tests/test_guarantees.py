@@ -546,7 +546,7 @@ def test_question_items_with_a_caption_calibration_file(tmp_path, capsys):
 
 
 def test_score_on_the_records_of_a_running_eval(tmp_path, capsys):
-    from lad.run.rundir import RunLock
+    from lad.run.lock import RunLock
 
     model = SyntheticModel(num_candidates=4, num_layers=6)
     write_records(tmp_path / "records.jsonl", model.eval_records(6, num_shuffles=2))

@@ -414,7 +414,7 @@ def test_shapes_picture_side_and_its_older_name_draw_the_same(tmp_path):
 
 
 def test_progress_bar_names_what_its_accuracy_is(tmp_path, capsys):
-    from lad.run import rundir
+    from lad.run import resume
 
     records = SyntheticModel(num_candidates=3, num_layers=2).eval_records(3, num_shuffles=1)
     recs = records.to_records()
@@ -424,7 +424,7 @@ def test_progress_bar_names_what_its_accuracy_is(tmp_path, capsys):
         yield from recs[len(recs) - len(todo) :]
 
     for label, path in (("sofa acc", "a.jsonl"), (None, "b.jsonl")):
-        rundir.run_stage(tmp_path / path, requests, make, batch_size=1, desc="x", acc_label=label)
+        resume.run_stage(tmp_path / path, requests, make, batch_size=1, desc="x", acc_label=label)
         err = capsys.readouterr().err
         assert ("sofa acc" in err) == (label is not None) and "vanilla acc" not in err
 

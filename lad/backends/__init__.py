@@ -1,5 +1,15 @@
 """Model backends: HF transformers multi-image LLMs → records (see docs/backends.md)."""
 
-from lad.backends.hf import Backend, load_backend
+from typing import Any
 
 __all__ = ["Backend", "load_backend"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use, so what reads only a checkpoint's files (lad.backends.checkpoint)
+    # does not load torch.
+    if name in __all__:
+        from lad.backends import hf
+
+        return getattr(hf, name)
+    raise AttributeError(f"module 'lad.backends' has no attribute {name!r}")

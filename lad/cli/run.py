@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +27,11 @@ from lad.cli.flags import (
     methods_given,
     model_path,
     number,
-    resolved,
     whole,
 )
 from lad.core.labels import LABEL_SCHEMES
 from lad.errors import CalibrationError, LadError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
-
-# The options a preset may set, per command (lad.run.presets).
-_SCORING = ("obs_mean", "mixture", "attn_mean", "layer_range")
-_RECORDS = ("image_size", "prompt_template", "repetition_penalty")
-EVAL_PRESET = (*_SCORING, *_RECORDS, "calibrate_on")
-PREDICT_PRESET = (*_SCORING, *_RECORDS)
-CALIBRATE_PRESET = ("obs_mean", *_RECORDS)
 
 
 def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> None:
@@ -100,21 +91,6 @@ def _template(path: str | None) -> Any:
     from lad.core.prompts import PromptTemplate
 
     return None if path is None else PromptTemplate.from_file(path)
-
-
-def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
-    """The preset's options among `names`, overridden by stated flags (lad.cli.flags.resolved);
-    "prompt_template" is the template's text, from --prompt-template FILE when given."""
-    text = getattr(_template(args.prompt_template), "text", None)
-    return resolved(argparse.Namespace(**{**vars(args), "prompt_template": text}), names)
-
-
-def _prompt(values: dict[str, Any]) -> Any:
-    """Take the template text out of `values`, as the PromptTemplate Debiaser wants (or None)."""
-    from lad.core.prompts import PromptTemplate
-
-    text = values.pop("prompt_template", None)
-    return None if text is None else PromptTemplate(text)
 
 
 def _sigma(text: str) -> float | str:
@@ -320,8 +296,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The files of a run directory lad eval writes (lad.run.stages.RUN_OUTPUTS)."""
-    from lad.run.stages import RUN_OUTPUTS
+    """The files of a run directory lad eval writes (lad.run.rundir.RUN_OUTPUTS)."""
+    from lad.run.rundir import RUN_OUTPUTS
 
     return {}, {f"--out {args.out}/{name}": Path(args.out) / name for name in RUN_OUTPUTS}
 
@@ -333,55 +309,25 @@ def _calibrate_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from lad.evaluate import evaluate
-    from lad.run.config import DEFAULT_METHODS, EvalConfig
-
-    if (args.calibration_data or args.calibration) and args.calibrate_on is None:
-        args.calibrate_on = "held-out"  # a stated calibration source wins over the preset's
-    notes = _Notes()
-    calibration_items = _calibration_items(args, notes)
-    config = EvalConfig(
-        model=args.model,
-        data=args.data,
-        num_candidates=args.num_candidates,
-        setting=args.setting,
-        items=args.items,
-        calibration_data=args.calibration_data,
-        calibration=args.calibration,
-        calibration_items=calibration_items,
-        num_shuffles=args.num_shuffles,
-        seed=args.seed,
-        labels=args.labels,
-        batch_size=args.batch_size,
-        device=args.device,
-        dtype=args.dtype,
-        methods=methods_given(args.methods, DEFAULT_METHODS),
-        top_k=args.top_k,
-        tau=args.tau,
-        quiet=args.quiet,
-        max_new_tokens=args.max_new_tokens,
-        sc_samples=args.sc_samples,
-        sc_temperature=args.sc_temperature,
-        sc_top_k=args.sc_top_k,
-        sofa_sigma=args.sofa_sigma,
-        sofa_within_image=args.sofa_within_image,
-        calibration_check=args.calibration_check,
-        orders=args.orders,
-        image_options=image_options(args),
-        **_options(args, EVAL_PRESET),
-        chat_template=args.chat_template,
-    )
     from lad.backends.checkpoint import resolve_model
+    from lad.evaluate import evaluate, resolve_calibration_items
+    from lad.run.config import DEFAULT_METHODS, FIELDS, eval_config
     from lad.run.preflight import model_num_layers
 
+    stated = {name: getattr(args, name) for name in FIELDS if hasattr(args, name)}
+    stated["methods"] = methods_given(args.methods, DEFAULT_METHODS)
+    stated["image_options"] = image_options(args)
+    stated["prompt_template"] = getattr(_template(args.prompt_template), "text", None)
+    config, note = resolve_calibration_items(eval_config(args.preset, **stated))
     check_layer_range_flag(config.layer_range, model_num_layers(resolve_model(config.model)), args)
+    notes = [note] if note else []
     if config.calibrate_on == "evaluation":
-        notes.lines.append(
+        notes.append(
             f"Warning: calibrating on the first {config.calibration_items} evaluation items, "
             "which are scored too (the official code's choice); results on them are not held "
             "out (§4.2)"
         )
-    result = evaluate(config, args.out, after_checks=notes.print)
+    result = evaluate(config, args.out, after_checks=lambda: _say(notes))
     if result is None:  # not the main process of a distributed run
         return 0
     print(result.table)
@@ -394,65 +340,25 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-@dataclass
-class _Notes:
+def _say(lines: list[str]) -> None:
     """Lines said on stderr once the run's checks passed (never before an error line)."""
-
-    lines: list[str] = field(default_factory=list)
-
-    def print(self) -> None:
-        for line in self.lines:
-            print(line, file=sys.stderr)
-
-
-def _calibration_items(args: argparse.Namespace, notes: _Notes) -> int:
-    """--calibration-items, stated (a file holding fewer is then refused), or by default 5, or all
-    the items a smaller calibration file holds, said so (`notes`) and recorded in run.json."""
-    from lad.run.config import EvalConfig
-
-    if args.calibration_items is not None:
-        return args.calibration_items
-    default = EvalConfig.calibration_items
-    on_eval = resolved(args, ("calibrate_on",)).get("calibrate_on") == "evaluation"
-    source = args.data if on_eval else args.calibration_data
-    if source is None or not Path(source).is_file():  # 'shapes', or a file evaluate refuses
-        return default
-    from lad.data.items import read_items
-
-    held = len(read_items(source))
-    if held >= default:
-        return default
-    notes.lines.append(f"Note: {source} holds {held} calibration items: calibrating on {held}")
-    return held
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def _calibrate(args: argparse.Namespace) -> int:
     from lad.data.items import read_items
-    from lad.run.debiaser import Debiaser
 
     if args.items < 1:
         raise LadError(f"--items must be >= 1. Got {args.items}.")
     out = check_output_file(args.out)
     records_out = out.with_name(out.stem + ".records.jsonl")
     items = read_items(args.data)[: args.items]
-    values = _options(args, CALIBRATE_PRESET)
-    prompt = _prompt(values)
     images = [p for it in items for p in it.pictures]
     check_not_inputs(
         {"--out": out, "its records file": records_out}, {"--data": args.data, "image": images}
     )
-    debiaser = Debiaser(
-        args.model,
-        labels=args.labels,
-        device=args.device,
-        dtype=args.dtype,
-        batch_size=args.batch_size,
-        quiet=args.quiet,
-        prompt_template=prompt,
-        image_options=image_options(args),
-        **values,
-        chat_template=args.chat_template,
-    )
+    debiaser = _debiaser(args, obs_mean=args.obs_mean, batch_size=args.batch_size)
     debiaser.fit(items, records_path=records_out)
     debiaser.save(out)
     cal = debiaser.calibration_
@@ -464,29 +370,20 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from lad.run.debiaser import Debiaser
 
-    values = _options(args, PREDICT_PRESET)
-    prompt = _prompt(values)
-    debiaser = Debiaser(
-        args.model,
-        labels=args.labels,
-        device=args.device,
-        dtype=args.dtype,
+    debiaser = _debiaser(
+        args,
         top_k=args.top_k,
         tau=args.tau,
-        prompt_template=prompt,
         check_calibration=args.calibration_check,
-        image_options=image_options(args),
-        **values,
-        chat_template=args.chat_template,
-        quiet=args.quiet,
+        **{name: getattr(args, name) for name in ("obs_mean", "mixture", "attn_mean")},
+        layer_range=args.layer_range,
     ).load(args.calibration)
     from lad.run.preflight import check_top_k
 
     layers = debiaser.calibration_.num_layers  # the model's, as far as can be known before it loads
     check_top_k(args.top_k, layers, f"the calibration {args.calibration}")
-    check_layer_range_flag(values.get("layer_range"), layers, args)
+    check_layer_range_flag(debiaser.options.layer_range, layers, args)
     try:
         choice = debiaser.predict(args.query, args.images, question=args.question)
     except CalibrationError as e:  # the API's name for the switch, as this command spells it
@@ -498,6 +395,26 @@ def _predict(args: argparse.Namespace) -> int:
         return 0
     print(choice.summary(args.images))
     return 0
+
+
+def _debiaser(args: argparse.Namespace, **more: Any) -> Any:
+    """The Debiaser of a command's model, spec and --preset flags (stated flags win)."""
+    from lad.run.debiaser import Debiaser
+
+    return Debiaser(
+        args.model,
+        preset=args.preset,
+        labels=args.labels,
+        device=args.device,
+        dtype=args.dtype,
+        quiet=args.quiet,
+        prompt_template=getattr(_template(args.prompt_template), "text", None),
+        chat_template=args.chat_template,
+        image_size=args.image_size,
+        image_options=image_options(args) or None,
+        repetition_penalty=args.repetition_penalty,
+        **more,
+    )
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -17,15 +17,15 @@ from lad.cli.flags import (
 )
 from lad.core.calibrate import Calibration
 from lad.core.labels import LABEL_SCHEMES
-from lad.core.methods import MethodOptions, choose
+from lad.core.methods import METHODS, MethodOptions
 from lad.core.metrics import compute_metrics, format_table
 from lad.core.records import (
     predictions_by_method,
-    predictions_for,
     read_predictions,
     read_records,
     write_predictions,
 )
+from lad.core.scoring import score_records
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_file, write_text
 
@@ -134,12 +134,10 @@ def run_score(args: argparse.Namespace) -> int:
         calibration.save(args.save_calibration)
     perm = read_records(args.perm_records) if args.perm_records else None
     methods = list(methods_given(args.methods))
-    chosen, written = {}, []
-    for method in methods:  # generation methods choose -1 for an unparseable reply
-        scores, chosen[method] = choose(method, records, calibration, options, perm)
-        written += predictions_for(records, method, scores, chosen[method])
-    write_predictions(args.out, written)
-    print(format_table(compute_metrics(records, chosen)))
+    stages = {METHODS[m].stage: records for m in methods}  # replies are in these records
+    scored = score_records(records, methods, calibration, options, perm_records=perm, stages=stages)
+    write_predictions(args.out, scored.predictions)
+    print(format_table(scored.metrics))
     count = f"{len(methods)} method{'s' if len(methods) > 1 else ''}"
     print(f"written: {args.out} ({len(records)} records × {count})")
     return 0
@@ -149,7 +147,7 @@ def warn_if_running(records: str, count: int) -> None:
     """Records of a run directory a lad eval is still writing are a part of the run: say so."""
     from pathlib import Path
 
-    from lad.run.rundir import running_holder
+    from lad.run.lock import running_holder
 
     holder = running_holder(Path(records).parent)
     if holder is not None:

@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 
 from lad.core.metrics import compute_metrics
-from lad.core.records import RecordSet
+from lad.core.records import RecordSet, predictions_for
+from lad.core.scoring import Scored
 from lad.errors import LadError
 from lad.io.files import write_text
-from lad.run.rundir import AUDIT_FILE, AUDIT_FORMAT
+from lad.run.rundir import AUDIT_FILE, AUDIT_FORMAT, RunDir
 
 ROW_KEYS = ("item", "ordering", "order", "answer", "prediction")
 _SUMMARY_KEYS = (
@@ -144,6 +145,22 @@ def pooled(rows: Sequence[dict[str, Any]], key: str) -> float:
     return float(sum(m["methods"]["model"][key] * m["num_records"] for m in by_n.values()) / total)
 
 
+def write_rows_folder(folder: Path, task: str, source: str, rows: Sequence[dict]) -> None:
+    """A run directory (lad.run.rundir.RunDir) of one (task, N) of any model's answers: the
+    rows as records without model evidence, the model's choice as the method "model"."""
+    records = positions_records(rows)
+    prediction = np.array([int(r["prediction"]) for r in rows], dtype=np.int64)
+    harness = {"task": task, "source": source}
+    run = RunDir(folder)
+    run.write_run({"labels": "upper", "source": source, "task": task}, records, harness=harness)
+    scored = Scored(
+        chosen={"model": prediction},
+        predictions=predictions_for(records, "model", np.zeros(records.logprobs.shape), prediction),
+        metrics=compute_metrics(records, {"model": prediction}),
+    )
+    run.write_scored(scored)
+
+
 def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: str) -> Path:
     """lad_audit.json and one folder (metrics.json, run.json) per (task, N) for any model."""
     tasks: dict[str, dict[str, Any]] = {}
@@ -151,10 +168,7 @@ def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: 
         tasks[task] = {}
         for n, metrics in rows_metrics(rows).items():
             folder = output / "lad_audit" / task / f"n{n}"
-            folder.mkdir(parents=True, exist_ok=True)
-            write_text(folder / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-            run = {"arguments": {"labels": "upper", "source": source, "task": task}}
-            write_text(folder / "run.json", json.dumps(run, indent=2) + "\n")
+            write_rows_folder(folder, task, source, [r for r in rows if len(r["order"]) == n])
             tasks[task][str(n)] = _summary(metrics, f"lad_audit/{task}/n{n}")
     audit = {"format": AUDIT_FORMAT, "source": source, "tasks": tasks}
     path = output / AUDIT_FILE

@@ -21,17 +21,18 @@ import numpy as np
 from lad.core.calibrate import FORMAT as CALIBRATION_FORMAT
 from lad.core.calibrate import Calibration
 from lad.core.labels import get_scheme
-from lad.core.methods import METHODS, choose
-from lad.core.metrics import compute_metrics
+from lad.core.methods import MethodOptions
 from lad.core.prompts import PromptTemplate, vanilla_template
-from lad.core.records import RecordSet, predictions_for, write_predictions, write_records
+from lad.core.records import RecordSet
+from lad.core.scoring import Scored, score_records
 from lad.data.items import Item
 from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, LadError
 from lad.harness.adapters import PictureChoice
 from lad.harness.pictures import PictureFiles
-from lad.io.files import write_text
 from lad.run.debiaser import Debiaser
+from lad.run.rundir import RunDir
+from lad.run.spec import RecordSpec
 
 # The methods `--model lad` answers with: one pass per question, perm-avg N.
 HARNESS_METHODS = ("vanilla", "pride", "lad", "attn-purified", "perm-avg")
@@ -99,12 +100,15 @@ class TaskResult:
 
     task: str
     records: RecordSet
-    chosen: dict[str, np.ndarray]
-    scores: dict[str, np.ndarray]
+    scored: Scored  # each method's scores, chosen positions, predictions and metrics
     calibration: Calibration | None
     source: CalibrationSource
     perm_records: RecordSet | None = None
     answers_known: bool = True  # every document gave its answer (else no audit: unknown)
+
+    @property
+    def chosen(self) -> dict[str, np.ndarray]:
+        return self.scored.chosen
 
 
 class PictureScorer:
@@ -116,36 +120,21 @@ class PictureScorer:
             PromptTemplate.from_file(options.prompt_template) if options.prompt_template else None
         )
         self.base = Debiaser(
-            options.model,
-            labels=options.labels,
-            top_k=options.top_k,
-            tau=options.tau,
-            image_size=options.image_size,
+            RecordSpec(options.model, options.labels, template and template.text, None,
+                       options.image_size),
+            MethodOptions(top_k=options.top_k, tau=options.tau, labels=options.labels),
             batch_size=options.batch_size,
             device=options.device,
             dtype=options.dtype,
-            prompt_template=template,
             backend=backend,
-        )
+        )  # fmt: skip
         self.files = PictureFiles(Path(options.output) / "pictures")
         self._loaded: dict[int, Debiaser] = {}
         if options.calibration:
             self._loaded = self._load_files(Path(options.calibration))
 
     def _debiaser(self) -> Debiaser:
-        b = self.base
-        return Debiaser(
-            b.model,
-            labels=b.labels,
-            top_k=b.top_k,
-            tau=b.tau,
-            image_size=b.image_size,
-            batch_size=b.batch_size,
-            device=b.device,
-            dtype=b.dtype,
-            prompt_template=b.prompt_template,
-            backend=b._backend,
-        )
+        return self.base.clone()
 
     def _load_files(self, path: Path) -> dict[int, Debiaser]:
         """calibration=: one file, or a folder whose calibration files ("format":
@@ -248,11 +237,10 @@ class PictureScorer:
             )
             perm = RecordSet.from_records(list(made))
         options = (debiaser or self.base).options
-        scores, chosen = {}, {}
-        for method in self.methods(calibration is not None):
-            scores[method], chosen[method] = choose(method, records, calibration, options, perm)
+        methods = self.methods(calibration is not None)
+        scored = score_records(records, methods, calibration, options, perm_records=perm)
         known = all(c.answer is not None for c in choices)
-        return TaskResult(task, records, chosen, scores, calibration, source, perm, known)
+        return TaskResult(task, records, scored, calibration, source, perm, known)
 
     def methods(self, calibrated: bool) -> list[str]:
         """vanilla, the chosen method, and LAD beside them when a calibration is there."""
@@ -269,23 +257,17 @@ def _is_calibration(path: Path) -> bool:
 
 
 def write_audit_folder(result: TaskResult, folder: Path, arguments: dict[str, Any]) -> dict:
-    """A lad run folder for one (task, N) that `lad report` and `lad metrics` read: records,
-    predictions of each method, metrics.json, calibration.json, run.json."""
-    folder.mkdir(parents=True, exist_ok=True)
-    records = result.records
-    write_records(folder / "records.jsonl", records)
-    if result.perm_records is not None:
-        write_records(folder / "perm_records.jsonl", result.perm_records)
-    written = []
-    for method, chosen in result.chosen.items():
-        written += predictions_for(records, method, result.scores[method], chosen)
-    write_predictions(folder / "predictions.jsonl", written)
-    costs = {m: METHODS[m].forward_passes(records.num_candidates) for m in result.chosen}
-    metrics = compute_metrics(records, result.chosen, costs=costs)
-    metrics["harness"] = {"task": result.task, "calibration": result.source.to_dict()}
-    write_text(folder / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    if result.calibration is not None:
-        result.calibration.save(folder / "calibration.json")
-    run = {"arguments": {**arguments, "num_candidates": records.num_candidates}}
-    write_text(folder / "run.json", json.dumps(run, indent=2) + "\n")
-    return metrics
+    """A run directory for one (task, N) (lad.run.rundir.RunDir), which `lad report`, `lad
+    ablate` and `lad metrics` read like any other: records, predictions of each method,
+    metrics.json, calibration.json, run.json."""
+    run = RunDir(folder)
+    harness = {"task": result.task, "calibration": result.source.to_dict()}
+    arguments = {**arguments, "num_candidates": result.records.num_candidates}
+    run.write_run(
+        arguments,
+        result.records,
+        harness=harness,
+        perm_records=result.perm_records,
+        calibration=result.calibration,
+    )
+    return run.write_scored(result.scored, harness=harness)

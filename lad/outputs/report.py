@@ -19,10 +19,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from lad.core.calibrate import Calibration
 from lad.core.labels import get_scheme
 from lad.errors import CalibrationError, LadError, RunError
-from lad.io.files import read_json, replacing, write_text
+from lad.io.files import replacing, write_text
+from lad.run.rundir import RunDir, audit_folders
 
 _SCALARS = ("acc", "acc_std", "rstd", "cons")
 _OPTIONAL = ("forward_passes_per_item", "generated_tokens_per_item", "parse_failure")
@@ -36,33 +36,24 @@ _STYLE = (
 
 
 def _load_run(run_dir: Path) -> dict[str, Any]:
-    """A run's metrics.json, run.json and calibration.json, each checked: a damaged file is a
-    RunError naming it."""
-    metrics_path = run_dir / "metrics.json"
-    if not metrics_path.is_file():
-        raise RunError(f"{run_dir}: no metrics.json; finish the run with `lad eval` first")
-    run: dict[str, Any] = {"dir": run_dir, "metrics": read_json(metrics_path, RunError)}
-    _check_metrics(run["metrics"], metrics_path)
-    run_json = run_dir / "run.json"
-    stored = read_json(run_json, RunError) if run_json.is_file() else {"arguments": {}}
-    if not isinstance(stored, dict) or not isinstance(stored.get("arguments"), dict):
-        raise RunError(f"{run_json}: damaged ('arguments' must be an object)")
-    run["arguments"] = stored["arguments"]
-    cal_path = run_dir / "calibration.json"
-    if cal_path.is_file():
+    """A run's metrics.json, run.json and calibration.json through lad.run.rundir.RunDir (the
+    checks every reader of a run applies), and metrics.json's fields the report reads."""
+    run = RunDir(run_dir)
+    metrics = run.metrics()
+    _check_metrics(metrics, run.file("metrics.json"))
+    out: dict[str, Any] = {"dir": run_dir, "metrics": metrics, "arguments": run.arguments}
+    out["calibration"] = None
+    if run.file("calibration.json").is_file():
         try:
-            run["calibration"] = Calibration.load(cal_path).to_dict()
+            out["calibration"] = run.calibration(check=False).to_dict()
         except CalibrationError as e:
             raise RunError(str(e)) from None
-    else:
-        run["calibration"] = None
-    n = run["metrics"]["num_candidates"]
-    scheme = run["arguments"].get("labels", "digits")
+    scheme = out["arguments"].get("labels", "digits")
     try:
-        run["labels"] = get_scheme(scheme).labels(n)
+        out["labels"] = get_scheme(scheme).labels(metrics["num_candidates"])
     except LadError as e:
-        raise RunError(f"{run_json}: {e}") from None
-    return run
+        raise RunError(f"{run.file('run.json')}: {e}") from None
+    return out
 
 
 def _check_metrics(metrics: Any, path: Path) -> None:
@@ -351,8 +342,6 @@ def _table_html(metrics: dict[str, Any]) -> str:
 def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     """Write `out_dir/index.html` and its figures; return the page's path. A folder holding a
     harness audit (lad_audit.json, lad.harness.audit) stands for the run folders it lists."""
-    from lad.run.rundir import audit_folders
-
     runs = [_load_run(d) for given in run_dirs for d in audit_folders(Path(given))]
     out_dir.mkdir(parents=True, exist_ok=True)
     parts = [

@@ -13,6 +13,7 @@ template of your own goes in `Debiaser(..., prompt_template=PromptTemplate.from_
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,22 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from lad.backends.checkpoint import (
-    check_repetition_penalty,
-    resolve_model,
-    resolve_repetition_penalty,
-)
 from lad.core.calibrate import Calibration
 from lad.core.labels import get_scheme
 from lad.core.methods import MethodOptions, lad_posterior, score, selected_layers
-from lad.core.prompts import PromptTemplate, prompt_sha256, vanilla_template
+from lad.core.prompts import PromptTemplate, vanilla_template
 from lad.core.records import RecordSet, RecordWriter
 from lad.data.items import Item
 from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, DataError, LadError
 from lad.io import limits
 from lad.io.images import check_image
-from lad.run.config import run_preprocessing
+from lad.run.presets import preset_options
+from lad.run.spec import RecordSpec
 
 
 @dataclass
@@ -89,106 +86,111 @@ def _shortened(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
+# The settings a Debiaser takes by name: the record spec's and the method options'.
+SPEC_SETTINGS = tuple(f.name for f in dataclasses.fields(RecordSpec))
+OPTION_SETTINGS = ("top_k", "tau", "obs_mean", "mixture", "attn_mean", "layer_range")
+
+
 class Debiaser:
     """Attention-guided debiasing for one model (sklearn-like: `fit`, then `predict` many).
 
     `fit` runs the symmetrised calibration set (§4.2) on a few items; `predict` costs one forward
     pass per query. Fitted attributes end in `_`.
 
-    prompt_template: the vanilla prompt for every query (lad.core.prompts); None: the paper's
-    caption
-        template, or its question variant for items and queries that carry a question.
+    model: a hub id, a local checkpoint, "demo", or a whole `RecordSpec` (lad.run.spec): the
+        model, label scheme, prompt, chat template, picture preparation and repetition penalty
+        the records are made with. Its fields may also be given by name (`labels=`,
+        `prompt_template=` a PromptTemplate or its text, `image_size=`, ...).
+    options: how records are scored (lad.core.methods.MethodOptions), or its fields by name
+        (`top_k=`, `tau=`, `obs_mean=`, ...). obs_mean: how `fit` averages Eq. 1 ("prob" unless
+        stated); a loaded calibration keeps its own, and stating another is an error.
+    preset: "official" gives the official code's choices (lad.run.presets.OFFICIAL:
+        obs_mean="logit", mixture="log", attn_mean="raw", layer_range=(21, 35), image_size=336,
+        its prompt, repetition_penalty="model"); what is stated by name wins over it.
     check_calibration: refuse a calibration fitted with another model, label scheme, prompt
         template, chat template, image_size or image_options (False: only N and the layer count
-        are checked).
-    top_k, tau, mixture, attn_mean, layer_range: as lad.core.methods.MethodOptions. obs_mean: how
-    `fit` averages Eq. 1 ("prob" when None); a loaded calibration keeps its own, and stating
-    another is an error. image_size, image_options: as lad.backends.load_backend.
-    repetition_penalty: the label steps' logits penalised as transformers' generate does (a
-    number; "model": the model's generation_config's; None: none); records and calibrations
-    made with and without it are not exchanged. The official code's choices: obs_mean="logit",
-    mixture="log", attn_mean="raw", layer_range=(21, 35), image_size=336,
-    repetition_penalty="model" (lad.run.presets.OFFICIAL). quiet: hide transformers' progress bars
-    while the model loads.
+        are checked). quiet: hide transformers' progress bars while the model loads.
     """
 
     def __init__(
         self,
-        model: str = "demo",
+        model: str | RecordSpec = "demo",
+        options: MethodOptions | None = None,
         *,
-        labels: str = "digits",
-        top_k: int = 2,
-        tau: float = 5.0,
-        obs_mean: str | None = None,
-        mixture: str = "prob",
-        attn_mean: str = "log",
-        layer_range: tuple[int, int] | None = None,
-        image_size: int | None = None,
-        image_options: dict[str, Any] | None = None,
+        preset: str = "paper",
         batch_size: int = 4,
         device: str = "auto",
         dtype: str = "auto",
         quiet: bool = True,
-        prompt_template: PromptTemplate | None = None,
         check_calibration: bool = True,
-        chat_template: str | Path | None = None,
-        repetition_penalty: float | str | None = None,
         backend: Any = None,
+        **settings: Any,
     ) -> None:
-        self.model = model
-        self.labels = labels
-        self.top_k = top_k
-        self.tau = tau
-        self.obs_mean = obs_mean
-        self.mixture = mixture
-        self.attn_mean = attn_mean
-        self.layer_range = layer_range
-        self.image_size = image_size
-        self.image_options = image_options
-        self.batch_size = batch_size
-        self.device = device
-        self.dtype = dtype
-        self.quiet = quiet
-        self.prompt_template = prompt_template
+        unknown = [k for k in settings if k not in (*SPEC_SETTINGS, *OPTION_SETTINGS)]
+        if unknown:
+            raise LadError(
+                f"Debiaser got an unexpected setting {unknown[0]!r}. Settings: "
+                f"{', '.join((*SPEC_SETTINGS, *OPTION_SETTINGS))}."
+            )
+        given = {k: v for k, v in settings.items() if v is not None}
+        preset_values = {
+            k: v
+            for k, v in preset_options(preset).items()
+            if k in (*SPEC_SETTINGS, *OPTION_SETTINGS)
+        }
+        values = {**preset_values, **given}
+        if isinstance(values.get("prompt_template"), PromptTemplate):
+            values["prompt_template"] = values["prompt_template"].text
+        spec = model if isinstance(model, RecordSpec) else RecordSpec(model=model)
+        self.spec = spec.replace(**{k: v for k, v in values.items() if k in SPEC_SETTINGS}).check()
+        base = options or MethodOptions()
+        changed = {k: v for k, v in values.items() if k in OPTION_SETTINGS}
+        self.obs_mean = changed.get("obs_mean", None if options is None else base.obs_mean)
+        self._options = dataclasses.replace(base, **changed)
+        self.batch_size, self.device, self.dtype, self.quiet = batch_size, device, dtype, quiet
         self.check_calibration = check_calibration
-        self.chat_template = chat_template
-        check_repetition_penalty(repetition_penalty)
-        self.repetition_penalty = repetition_penalty
         self._backend = backend
+
+    def clone(self) -> Debiaser:
+        """An unfitted Debiaser of the same spec, options and settings, sharing the loaded model."""
+        twin = Debiaser(
+            self.spec,
+            self._options,
+            batch_size=self.batch_size,
+            device=self.device,
+            dtype=self.dtype,
+            quiet=self.quiet,
+            check_calibration=self.check_calibration,
+            backend=self._backend,
+        )
+        twin.obs_mean = self.obs_mean
+        return twin
+
+    @property
+    def model(self) -> str:
+        return self.spec.model
+
+    @property
+    def labels(self) -> str:
+        return self.spec.labels
+
+    @property
+    def prompt_template(self) -> PromptTemplate | None:
+        text = self.spec.prompt_template
+        return None if text is None else PromptTemplate(text)
 
     @property
     def backend(self) -> Any:
         if self._backend is None:
-            from lad.backends import load_backend
-            from lad.io.limits import check_image_flags
-
-            check_image_flags(self.image_size, self.image_options)
-            self._backend = load_backend(
-                resolve_model(self.model),
-                device=self.device,
-                dtype=self.dtype,
-                image_options=self.image_options,
-                image_size=self.image_size,
-                chat_template=self.chat_template,
-                repetition_penalty=self._penalty(),
-                quiet=self.quiet,
+            self._backend = self.spec.load_backend(
+                device=self.device, dtype=self.dtype, quiet=self.quiet
             )
         return self._backend
 
-    def _penalty(self) -> float | None:
-        """The repetition penalty as a number ("model": the model's generation_config's)."""
-        return resolve_repetition_penalty(self.repetition_penalty, self.model)
-
     @property
     def options(self) -> MethodOptions:
-        return MethodOptions(
-            top_k=self.top_k,
-            tau=self.tau,
-            obs_mean=self._obs_mean(),
-            mixture=self.mixture,
-            attn_mean=self.attn_mean,
-            layer_range=self.layer_range,
-        )
+        """How records are scored; Eq. 1's average is a fitted calibration's own."""
+        return dataclasses.replace(self._options, obs_mean=self._obs_mean())
 
     def _obs_mean(self) -> str:
         """Eq. 1's average: a fitted calibration's own, else the one `fit` would use."""
@@ -198,20 +200,12 @@ class Debiaser:
     def _template(self, items: Sequence[Item]) -> PromptTemplate:
         return vanilla_template(items, self.prompt_template)
 
-    def _fingerprint(self, n: int, template: PromptTemplate) -> tuple[list[str], str]:
-        scheme = get_scheme(self.labels)
-        return scheme.labels(n), prompt_sha256(template, scheme, n)
+    def _fingerprint(self, n: int, template: PromptTemplate) -> dict[str, Any]:
+        return self.spec.fingerprint(n, template=template)
 
     def _preprocessing(self) -> dict[str, Any]:
         """How this Debiaser prepares chat and pictures, as calibration.json records it."""
-        return run_preprocessing(
-            {
-                "chat_template": self.chat_template,
-                "image_size": self.image_size,
-                "image_options": self.image_options,
-                "repetition_penalty": self._penalty(),
-            }
-        )
+        return self.spec.preprocessing()
 
     def _records(
         self, requests: list, template: PromptTemplate, path: Path | None = None
@@ -256,13 +250,9 @@ class Debiaser:
         `template` (default: this Debiaser's prompt_template, else the paper's caption one) and
         this Debiaser's chat_template, image_size and image_options (recorded as made with them)."""
         template = template or vanilla_template([], self.prompt_template)
-        labels, sha = self._fingerprint(records.num_candidates, template)
+        fingerprint = self._fingerprint(records.num_candidates, template)
         self.calibration_ = Calibration(obs_mean=self.obs_mean or "prob").fit(
-            records,
-            model=self.model,
-            labels=labels,
-            prompt_sha256=sha,
-            preprocessing=self._preprocessing(),
+            records, **fingerprint
         )
         return self
 
@@ -351,7 +341,8 @@ class Debiaser:
         scheme, prompt or preprocessing than queries of `num_candidates` asked with `template`
         (the layer count is checked on the records); return the labels c_1 … c_N."""
         self._check_fitted()
-        labels, sha = self._fingerprint(num_candidates, template)
+        fingerprint = self._fingerprint(num_candidates, template)
+        labels = fingerprint["labels"]
         if self.calibration_.num_candidates != len(labels):
             raise CalibrationError(
                 f"the calibration is for N = {self.calibration_.num_candidates} candidates but "
@@ -359,10 +350,7 @@ class Debiaser:
             )
         try:
             self.calibration_.check_compatible(
-                model=self.model,
-                labels=labels,
-                prompt_sha256=sha,
-                preprocessing=self._preprocessing(),
+                **fingerprint,
                 strict=self.check_calibration,
                 require_fingerprint=True,
                 whose="this query's",

@@ -11,14 +11,13 @@ from typing import Any
 from lad.backends.checkpoint import resolve_model
 from lad.core.calibrate import Calibration
 from lad.core.labels import get_scheme
-from lad.core.records import RecordSet
 from lad.data.items import Item
 from lad.errors import CalibrationError, RunError
 from lad.io.files import check_not_inputs, check_output_dir, read_json
 from lad.io.images import check_image
 from lad.run import rundir
-from lad.run.config import EvalConfig, run_preprocessing, run_prompt_sha256
-from lad.run.stages import RUN_OUTPUTS
+from lad.run.config import EvalConfig
+from lad.run.rundir import RUN_OUTPUTS
 
 
 def check_inputs(
@@ -104,7 +103,6 @@ def check_given_calibration(config: EvalConfig) -> Calibration:
     (unless --no-calibration-check), before any model work (the layer count is checked once
     records exist)."""
     calibration = Calibration.load(config.calibration)
-    scheme = get_scheme(config.labels)
     n = config.num_candidates
     try:
         if calibration.num_candidates != n:
@@ -118,37 +116,10 @@ def check_given_calibration(config: EvalConfig) -> Calibration:
                 f"--obs-mean {config.obs_mean}; pass --obs-mean {calibration.obs_mean}"
             )
         calibration.check_compatible(
-            model=config.model,
-            labels=scheme.labels(n),
-            prompt_sha256=run_prompt_sha256(config.prompt_template, scheme, n),
-            preprocessing=run_preprocessing(config.identity()),
+            **config.spec.fingerprint(n),
             strict=config.calibration_check,
             require_fingerprint=True,
         )
     except CalibrationError as e:
         raise CalibrationError(f"{config.calibration}: {e}") from e
     return calibration
-
-
-def calibration_check(
-    calibration: Calibration,
-    records: RecordSet,
-    arguments: dict[str, Any],
-    scheme: Any,
-    strict: bool = True,
-    inputs: dict[str, Any] | None = None,
-) -> None:
-    """Refuse a calibration that does not fit the records of a run made with `arguments` (and
-    `inputs`, run.json's fingerprints: they give its chat template's without the file)."""
-    n = records.num_candidates
-    try:
-        calibration.check_compatible(
-            records,
-            model=arguments["model"],
-            labels=scheme.labels(n),
-            prompt_sha256=run_prompt_sha256(arguments.get("prompt_template"), scheme, n),
-            preprocessing=run_preprocessing(arguments, inputs),
-            strict=strict,
-        )
-    except CalibrationError as e:
-        raise CalibrationError(f"{arguments.get('calibration') or 'calibration.json'}: {e}") from e

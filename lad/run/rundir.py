@@ -1,138 +1,58 @@
-"""The run directory of `lad eval`: its lock, run.json, resuming a records file, and the shards
-of a run split over several processes.
+"""`RunDir`: the one reader and writer of a run directory (docs/formats.md, "Run directory").
 
-Records are appended batch by batch as the model makes them; a rerun continues after the last
-whole batch, so an interrupted and resumed run writes the same bytes as an uninterrupted one.
+Every command that reads a run — `lad eval` resuming or rescoring it, `lad score`/`metrics` on its
+records, `lad report`, `lad ablate` — goes through `RunDir`, so each applies the same checks:
+run.json
+of lad's format (older layouts are read in `_read_run_json` alone), every stage's records answering
+the same (item, ordering) requests as records.jsonl, each item under the same number of orderings,
+and metrics.json made from these very records and arguments. The harness writes its audit folders
+through it too (`write_run`), so they are run directories like any other.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-import socket
-import sys
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from lad.core.records import Record, RecordSet, RecordWriter, drop_partial_line, read_records
-from lad.data.orders import Request
-from lad.errors import RunError
+from lad.core.calibrate import Calibration
+from lad.core.records import RecordSet, read_records, write_records
+from lad.errors import CalibrationError, RunError
 from lad.io.files import read_json, write_text
 
 RUN_FORMAT = "lad-run/1"
 # A harness audit (lad.harness.audit): a folder whose lad_audit.json lists run folders.
 AUDIT_FORMAT = "lad-harness-audit/1"
 AUDIT_FILE = "lad_audit.json"
-LOCK_NAME = "run.lock"
 # How records are made from the same arguments; bumped when lad would now make other records, so a
 # run begun by an older lad is never extended with records that do not match its own (1: labels
 # tokenised glued to the prompt; 2: labels as the chat template writes the reply).
 RECORDS_VERSION = 2
-
-
-# ---------------------------------------------------------------- lock
-
-
-class RunLock:
-    """One `lad eval` at a time in a run directory.
-
-    An exclusive flock on `run.lock`, which holds the holder's pid, host and start time so a
-    second run can say who has it. The kernel releases a flock when its process dies, so a lock
-    file left by a killed run is taken over (with a message); a finished run removes the file.
-    """
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = Path(run_dir)
-        self.path = self.run_dir / LOCK_NAME
-        self._fd: int | None = None
-
-    def __enter__(self) -> RunLock:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = _holder(fd)
-                os.close(fd)
-                raise RunError(
-                    f"{self.run_dir} is in use by another lad eval ({holder}); wait for it to "
-                    f"finish, or use another --out"
-                ) from None
-            if _still_there(fd, self.path):
-                break
-            os.close(fd)  # a finishing holder removed the file we opened: lock the new one
-        left = os.read(fd, 4096)
-        if left.strip():
-            print(
-                f"Note: {self.run_dir}: taking over the lock left by {_holder_text(left)}, "
-                "which no longer runs",
-                file=sys.stderr,
-            )
-        mine = {"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(mine) + "\n").encode(), 0)
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            self.path.unlink(missing_ok=True)
-            os.close(fd)
-
-
-def running_holder(run_dir: Path) -> str | None:
-    """Who holds `run_dir`'s lock now (a lad eval still writing it), or None. Tested with a
-    shared lock taken and dropped at once, so a finished or killed run reads as free."""
-    path = Path(run_dir) / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return _holder(fd)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)  # closing drops a lock taken here
-    return None
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S %z")
-
-
-def _still_there(fd: int, path: Path) -> bool:
-    try:
-        return os.fstat(fd).st_ino == os.stat(path).st_ino
-    except FileNotFoundError:
-        return False
-
-
-def _holder(fd: int) -> str:
-    return _holder_text(os.pread(fd, 4096, 0))
-
-
-def _holder_text(data: bytes) -> str:
-    try:
-        who = json.loads(data)
-        return f"pid {who['pid']} on host {who['host']}, since {who['since']}"
-    except (ValueError, KeyError, TypeError):
-        return "a process that has not written its pid yet"
-
-
-# ---------------------------------------------------------------- run.json
+# The records file each method stage reads (lad.core.methods.Method.stage).
+STAGE_FILES = {
+    "records": "records.jsonl",
+    "instruction": "instruction_records.jsonl",
+    "cot": "cot_records.jsonl",
+    "self-consistency": "sc_records.jsonl",
+    "sofa": "sofa_records.jsonl",
+}
+# Files `lad eval` writes in a run directory; none may be one of its inputs.
+RUN_OUTPUTS = (
+    "run.json",
+    "calibration.jsonl",
+    "calibration.json",
+    "perm_records.jsonl",
+    "predictions.jsonl",
+    "metrics.json",
+    "sofa.json",
+    *STAGE_FILES.values(),
+)
 
 
 # Arguments that name a file or folder: `./data/x.jsonl` and `data/x.jsonl` are the same one.
@@ -155,37 +75,19 @@ def fingerprint(path: str | Path, images: Iterable[Path] = ()) -> dict[str, Any]
     return out
 
 
-def check_run_dir(
-    run_dir: Path,
-    arguments: dict[str, Any],
-    defaults: dict[str, Any],
-    inputs: dict[str, dict[str, Any]] | None = None,
-) -> None:
-    """Create run.json holding the record-defining `arguments` and the `inputs`' fingerprints,
-    or check that an existing one was made with the same arguments from the same inputs.
-
-    An argument missing from an older run.json was made with its value in `defaults`. A run.json
-    under which no record was made yet (a run that failed at its start) does not bind: it is
-    replaced.
-    """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "run.json"
-    wanted = {"format": RUN_FORMAT, "arguments": json.loads(json.dumps(arguments))}
-    wanted["inputs"] = inputs or {}
-    wanted["records_version"] = RECORDS_VERSION
-    if path.exists():
-        stored = _read_run_json(path)
-        try:
-            _check_same(run_dir, stored, wanted, json.loads(json.dumps(defaults)))
-            return
-        except RunError:
-            if made_records(run_dir):
-                raise
-    write_text(path, json.dumps(wanted, indent=2) + "\n")
-
-
 def _read_run_json(path: Path) -> dict[str, Any]:
+    """run.json, checked; the one place older layouts are read: a harness folder written before
+    lad marked it (no "format"; its metrics.json says "harness") reads as one marked."""
     stored = read_json(path, RunError, "run.json")
+    if (
+        isinstance(stored, dict)
+        and "format" not in stored
+        and isinstance(stored.get("arguments"), dict)
+    ):
+        metrics = path.parent / "metrics.json"
+        made = read_json(metrics, RunError) if metrics.is_file() else None
+        if isinstance(made, dict) and isinstance(made.get("harness"), dict):
+            stored = {**stored, "format": RUN_FORMAT, "harness": made["harness"]}
     if not isinstance(stored, dict) or stored.get("format") != RUN_FORMAT:
         got = stored.get("format") if isinstance(stored, dict) else type(stored).__name__
         raise RunError(f"{path}: not a lad run (format {got!r}); use another --out")
@@ -231,231 +133,289 @@ def _check_same(
                 )
 
 
-def check_records_version(run_dir: Path) -> None:
-    """Refuse to add records to a run whose records an older lad made another way (the two would
-    mix in one run); its finished records can still be rescored without the model."""
-    stored = _read_run_json(run_dir / "run.json")
-    made = stored.get("records_version", 1)
-    if made != RECORDS_VERSION and made_records(run_dir):
-        raise RunError(
-            f"{run_dir} holds records made by an older lad (records version {made}; this lad "
-            f"makes version {RECORDS_VERSION}, whose label probabilities differ for models whose "
-            "chat template writes a space before the reply): it can be rescored, not extended. "
-            "Finish it with the lad that began it, or use another --out."
-        )
-
-
 def _same_path(a: Any, b: Any) -> bool:
     return isinstance(a, str) and isinstance(b, str) and os.path.normpath(a) == os.path.normpath(b)
 
 
-def made_records(run_dir: Path) -> bool:
-    """Whether any records file in the run directory holds a record."""
-    files = [*run_dir.glob("*.jsonl"), *run_dir.glob("sofa_grid/*.jsonl")]
-    return any(p.is_file() and p.stat().st_size > 0 for p in files)
+class RunDir:
+    """A run directory: `lad eval`'s, or a harness audit's folder for one (task, N).
 
-
-def add_times(run_dir: Path, seconds: dict[str, float]) -> None:
-    """Add wall times (seconds per stage) to run.json's "timing", the sum over every session that
-    worked on a stage. It sits beside "arguments", so a rerun's check never compares it."""
-    path = run_dir / "run.json"
-    stored = json.loads(path.read_text())
-    timing = stored.setdefault("timing", {})
-    for stage, s in seconds.items():
-        timing[stage] = round(timing.get(stage, 0.0) + s, 3)
-    write_text(path, json.dumps(stored, indent=2) + "\n")
-
-
-def stage_times(run_dir: Path) -> dict[str, float]:
-    """run.json's "timing" (empty for a run made before lad recorded it)."""
-    return json.loads((run_dir / "run.json").read_text()).get("timing", {})
-
-
-# ---------------------------------------------------------------- processes
-
-
-@dataclass(frozen=True)
-class World:
-    """The processes of one run, as `accelerate launch` or `torchrun` set them in the environment.
-
-    Work is split by whole batches, batch b going to rank b mod K, so every batch is padded exactly
-    as in a single-process run and the merged records are the same whatever K is.
+    Reading never writes; each file is read and checked once per RunDir.
     """
 
-    rank: int = 0
-    size: int = 1
-    local_rank: int = 0
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
 
-    @classmethod
-    def from_env(cls) -> World:
-        env = os.environ
-        return cls(
-            int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0))
-        )
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    # -- run.json ------------------------------------------------------------------------------
+
+    def begin(
+        self,
+        arguments: Mapping[str, Any],
+        defaults: Mapping[str, Any],
+        inputs: Mapping[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Create run.json holding the record-defining `arguments` and the `inputs`'
+        fingerprints, or check that an existing one was made with the same arguments from the
+        same inputs.
+
+        An argument missing from an older run.json was made with its value in `defaults`. A
+        run.json under which no record was made yet (a run that failed at its start) does not
+        bind: it is replaced.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        path = self.file("run.json")
+        wanted = {"format": RUN_FORMAT, "arguments": json.loads(json.dumps(dict(arguments)))}
+        wanted["inputs"] = dict(inputs or {})
+        wanted["records_version"] = RECORDS_VERSION
+        if path.exists():
+            stored = _read_run_json(path)
+            try:
+                _check_same(self.path, stored, wanted, json.loads(json.dumps(dict(defaults))))
+                return
+            except RunError:
+                if self.made_records():
+                    raise
+        write_text(path, json.dumps(wanted, indent=2) + "\n")
+        self.__dict__.pop("run_json", None)
+
+    def check_records_version(self) -> None:
+        """Refuse to add records to a run whose records an older lad made another way (the two
+        would mix in one run); its finished records can still be rescored without the model."""
+        made = _read_run_json(self.file("run.json")).get("records_version", 1)
+        if made != RECORDS_VERSION and self.made_records():
+            raise RunError(
+                f"{self.path} holds records made by an older lad (records version {made}; this "
+                f"lad makes version {RECORDS_VERSION}, whose label probabilities differ for "
+                "models whose chat template writes a space before the reply): it can be "
+                "rescored, not extended. Finish it with the lad that began it, or use another "
+                "--out."
+            )
+
+    def check_is_run(self) -> None:
+        """Refuse a path that is not a run directory, naming what it lacks."""
+        if not self.path.is_dir():
+            raise RunError(
+                f"{self.path}: not a directory; pass run directories made by lad eval --out DIR"
+            )
+        if not self.file("run.json").is_file():
+            raise RunError(
+                f"{self.path}: not a lad run directory (no run.json); make one with lad eval"
+            )
+
+    @cached_property
+    def run_json(self) -> dict[str, Any]:
+        self.check_is_run()
+        return _read_run_json(self.file("run.json"))
 
     @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+    def arguments(self) -> dict[str, Any]:
+        """run.json's arguments, those an older run.json lacks at their default."""
+        from lad.run.config import config_from_dict
 
-    def barrier(self) -> None:
-        if self.size == 1:
-            return
-        import torch.distributed as dist
+        stored = self.run_json["arguments"]
+        if self.is_harness:
+            return dict(stored)
+        return config_from_dict(stored).identity()
 
-        if not dist.is_initialized():
-            dist.init_process_group("gloo", rank=self.rank, world_size=self.size)
-        dist.barrier()
+    @property
+    def inputs(self) -> dict[str, Any]:
+        return self.run_json.get("inputs", {})
 
-    def device(self, device: str) -> str:
-        if device == "auto" and self.size > 1:
-            import torch
+    @property
+    def is_harness(self) -> bool:
+        """A harness audit's folder (lad.harness.runner): made without `lad eval`."""
+        return "harness" in self.run_json
 
-            if torch.cuda.is_available():
-                return f"cuda:{self.local_rank}"
-        return device
+    @property
+    def spec(self) -> Any:
+        """The RecordSpec the records were made with (lad.run.spec)."""
+        from lad.run.spec import RecordSpec
 
+        return RecordSpec.from_mapping(self.arguments)
 
-# ---------------------------------------------------------------- records files
+    def timing(self) -> dict[str, float]:
+        """run.json's "timing" (empty for a run made before lad recorded it)."""
+        return dict(self.run_json.get("timing", {}))
 
+    def add_times(self, seconds: Mapping[str, float]) -> None:
+        """Add wall times (seconds per stage) to run.json's "timing", the sum over every session
+        that worked on a stage. It sits beside "arguments", so a rerun's check never compares it."""
+        stored = _read_run_json(self.file("run.json"))
+        timing = stored.setdefault("timing", {})
+        for stage, s in seconds.items():
+            timing[stage] = round(timing.get(stage, 0.0) + s, 3)
+        write_text(self.file("run.json"), json.dumps(stored, indent=2) + "\n")
+        self.__dict__.pop("run_json", None)
 
-def run_stage(
-    path: Path,
-    requests: Sequence[Request],
-    make_records: Callable[[Sequence[Request]], Iterator[Record]],
-    *,
-    batch_size: int,
-    desc: str,
-    quiet: bool = False,
-    world: World | None = None,
-    acc_label: str | None = "vanilla acc",
-) -> RecordSet:
-    """Make the records of `requests` that `path` does not hold yet; return all of them.
-    The progress bar shows the running accuracy of the records' argmax as `acc_label` (None:
-    not shown, for records whose prediction is not that argmax).
+    def made_records(self) -> bool:
+        """Whether any records file in the run directory holds a record."""
+        files = [*self.path.glob("*.jsonl"), *self.path.glob("sofa_grid/*.jsonl")]
+        return any(p.is_file() and p.stat().st_size > 0 for p in files)
 
-    `make_records(requests)` yields one record per request, in order (it loads the model only
-    when called, so a finished stage never touches it).
+    # -- records -------------------------------------------------------------------------------
 
-    Under K processes each writes its own shard `path.shard{r}of{K}.jsonl` (resumable on its
-    own); the main process then merges them, in request order, into `path`.
-    """
-    world = world or World()
-    _check_shards(path, world.size, len(requests))
-
-    def make(mine: Sequence[Request], into: Path, where: str) -> None:
-        _append_records(into, mine, make_records, batch_size, where, quiet, acc_label)
-
-    if world.size == 1:
-        make(requests, path, desc)
-        return read_records(path)
-    if not (path.exists() and len(read_records(path)) == len(requests)):
-        batches = _batch_ranges(len(requests), batch_size)
-        mine = [requests[i] for b in batches[world.rank :: world.size] for i in b]
-        make(mine, _shard_path(path, world.rank, world.size), f"{desc} [{world.rank}/{world.size}]")
-        world.barrier()
-        if world.is_main:
-            _merge_shards(path, world.size, batches)
-    world.barrier()
-    return read_records(path)
-
-
-def _append_records(
-    path: Path,
-    requests: Sequence[Request],
-    make_records: Callable[[Sequence[Request]], Iterator[Record]],
-    batch_size: int,
-    desc: str,
-    quiet: bool,
-    acc_label: str | None = "vanilla acc",
-) -> None:
-    start = resume_point(path, requests, batch_size)
-    if start == len(requests):
-        return
-    made = make_records(requests[start:])
-    with (
-        RecordWriter(path) as writer,
-        tqdm(total=len(requests), initial=start, desc=desc, disable=quiet) as bar,
-    ):
-        correct = 0
-        for done, rec in enumerate(made, 1):
-            writer.write(rec)
-            correct += int(np.argmax(rec.logprobs) == rec.answer)
-            if acc_label:
-                bar.set_postfix_str(f"{acc_label} {100 * correct / done:.1f}%", refresh=False)
-            bar.update()
-
-
-def resume_point(path: Path, requests: Sequence[Request], batch_size: int) -> int:
-    """How many leading requests already have records in `path`.
-
-    Only whole batches count: a batch cut off by an interruption is dropped and rerun, so a
-    resumed run pads and batches exactly as an uninterrupted one and writes identical files.
-    """
-    drop_partial_line(path)
-    done = read_records(path, missing_ok=True)
-    if len(done) > len(requests):
-        raise RunError(f"{path} holds {len(done)} records but this run makes {len(requests)}")
-    for i, (item_id, ordering) in enumerate(zip(done.items, done.ordering, strict=True)):
-        if (item_id, int(ordering)) != (requests[i][0].id, requests[i][1]):
+    @cached_property
+    def records(self) -> RecordSet:
+        """records.jsonl: every item under the same number of orderings, numbered 0..T-1."""
+        path = self.file("records.jsonl")
+        if not path.is_file():
             raise RunError(
-                f"{path}: record {i + 1} is ({item_id!r}, ordering {ordering}), but this run's "
-                f"request {i + 1} is ({requests[i][0].id!r}, ordering {requests[i][1]}); the file "
-                "is from another run. Use another --out."
+                f"{self.path}: no records.jsonl; the run is unfinished, rerun its lad eval"
             )
-    keep = len(done) if len(done) == len(requests) else len(done) - len(done) % batch_size
-    if keep < len(done):
-        write_records_prefix(path, done, keep)
-    return keep
+        records = read_records(path)
+        if not len(records):
+            raise RunError(f"{path}: holds no records; rerun its lad eval")
+        _check_complete(records, path)
+        return records
+
+    def stage_records(self, stage: str) -> RecordSet | None:
+        """A method stage's records (STAGE_FILES), None where the run has none; they must
+        answer the same requests as records.jsonl, in order."""
+        if stage == "records":
+            return self.records
+        path = self.file(STAGE_FILES[stage])
+        if not path.is_file():
+            return None
+        made = read_records(path)
+        records = self.records
+        if made.keys() != records.keys() or not np.array_equal(made.order, records.order):
+            raise RunError(
+                f"{path}: its (item, ordering) records differ from records.jsonl; the file is "
+                "unfinished or from another run. Rerun the run's lad eval to finish it."
+            )
+        return made
+
+    def stages(self) -> dict[str, RecordSet]:
+        """The records of every method stage present, by stage name (records.jsonl's apart)."""
+        out = {s: self.stage_records(s) for s in STAGE_FILES if s != "records"}
+        return {s: r for s, r in out.items() if r is not None}
+
+    def perm_records(self) -> RecordSet | None:
+        """perm_records.jsonl (each evaluation item under all N cyclic shifts), or None."""
+        path = self.file("perm_records.jsonl")
+        if not path.is_file():
+            return None
+        made = read_records(path)
+        n = self.records.num_candidates
+        counts = np.unique(made.items, return_counts=True)[1] if len(made) else np.array([])
+        evaluated = set(self.records.items.tolist())
+        if set(made.items.tolist()) != evaluated or (counts != n).any():
+            raise RunError(
+                f"{path}: does not hold every evaluation item under all {n} cyclic shifts; the "
+                "file is unfinished or from another run. Rerun the run's lad eval to finish it."
+            )
+        return made
+
+    def calibration_records(self) -> RecordSet | None:
+        """calibration.jsonl (the symmetrised calibration set), or None."""
+        path = self.file("calibration.jsonl")
+        return read_records(path) if path.is_file() else None
+
+    # -- calibration and metrics ---------------------------------------------------------------
+
+    def calibration(self, *, check: bool = True) -> Calibration:
+        """calibration.json, refused if it does not fit the run's records (their N and L always;
+        with `check`, their model, label scheme, prompt, chat template and preprocessing)."""
+        path = self.file("calibration.json")
+        if not path.is_file():
+            raise RunError(
+                f"{self.path}: no calibration.json; the run is unfinished, rerun its lad eval"
+            )
+        calibration = Calibration.load(path)
+        records = self.records
+        fingerprint = self.spec.fingerprint(records.num_candidates, self.inputs)
+        if self.is_harness:  # made by the harness from the same records: N and L suffice
+            check = False
+        try:
+            calibration.check_compatible(records, **fingerprint, strict=check)
+        except CalibrationError as e:
+            given = self.arguments.get("calibration") or "calibration.json"
+            raise CalibrationError(f"{given}: {e}") from e
+        return calibration
+
+    def metrics(self) -> dict[str, Any]:
+        """metrics.json, refused unless it was computed from this run's records and arguments."""
+        path = self.file("metrics.json")
+        if not path.is_file():
+            raise RunError(f"{self.path}: no metrics.json; finish the run with `lad eval` first")
+        metrics = read_json(path, RunError)
+        if not isinstance(metrics, dict):
+            raise RunError(f"{path}: damaged (not a JSON object); rerun `lad eval` to rewrite it")
+        source = metrics.get("source")
+        if isinstance(source, dict):  # written since lad kept it: both must match
+            if source != self.source():
+                raise RunError(
+                    f"{path}: was computed from other records or arguments than this run's "
+                    "records.jsonl and run.json (a file was replaced or edited since); rerun "
+                    "`lad eval` on the run to rescore it"
+                )
+        elif metrics.get("num_records", len(self.records)) != len(self.records):
+            raise RunError(
+                f"{path}: counts {metrics.get('num_records')} records but records.jsonl holds "
+                f"{len(self.records)}; rerun `lad eval` on the run to rescore it"
+            )
+        return metrics
+
+    def source(self) -> dict[str, str]:
+        """What metrics.json was computed from: the SHA-256 of records.jsonl's bytes and of
+        run.json's arguments."""
+        arguments = json.dumps(self.run_json["arguments"], sort_keys=True)
+        return {
+            "records_sha256": hashlib.sha256(self.file("records.jsonl").read_bytes()).hexdigest(),
+            "arguments_sha256": hashlib.sha256(arguments.encode()).hexdigest(),
+        }
+
+    def write_scored(self, scored: Any, **more: Any) -> dict[str, Any]:
+        """predictions.jsonl and metrics.json of a `lad.core.scoring.Scored` (plus `more`
+        top-level metrics keys); returns the metrics written."""
+        from lad.core.records import write_predictions
+
+        write_predictions(self.file("predictions.jsonl"), scored.predictions)
+        metrics = {**scored.metrics, **more, "source": self.source()}
+        write_text(self.file("metrics.json"), json.dumps(metrics, indent=2) + "\n")
+        return metrics
+
+    # -- written without lad eval --------------------------------------------------------------
+
+    def write_run(
+        self,
+        arguments: Mapping[str, Any],
+        records: RecordSet,
+        *,
+        harness: Mapping[str, Any],
+        perm_records: RecordSet | None = None,
+        calibration: Calibration | None = None,
+    ) -> None:
+        """A run directory of records made elsewhere (a harness audit's folder for one task and
+        N): run.json (marked "harness"), records, perm records and calibration."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        run = {"format": RUN_FORMAT, "arguments": dict(arguments), "harness": dict(harness)}
+        write_text(self.file("run.json"), json.dumps(run, indent=2) + "\n")
+        self.__dict__.pop("run_json", None)
+        self.__dict__.pop("records", None)
+        write_records(self.file("records.jsonl"), records)
+        if perm_records is not None:
+            write_records(self.file("perm_records.jsonl"), perm_records)
+        if calibration is not None:
+            calibration.save(self.file("calibration.json"))
 
 
-def write_records_prefix(path: Path, records: RecordSet, count: int) -> None:
-    tmp = path.with_suffix(".tmp")
-    with RecordWriter(tmp) as writer:
-        for rec in records.select(np.arange(count)).to_records():
-            writer.write(rec)
-    tmp.replace(path)
-
-
-# ---------------------------------------------------------------- shards
-
-
-def _batch_ranges(count: int, batch_size: int) -> list[range]:
-    return [range(i, min(i + batch_size, count)) for i in range(0, count, batch_size)]
-
-
-def _shard_path(path: Path, rank: int, size: int) -> Path:
-    return path.with_name(f"{path.stem}.shard{rank}of{size}{path.suffix}")
-
-
-def _check_shards(path: Path, size: int, count: int) -> None:
-    """Refuse to mix a partial run made with another number of processes."""
-    others = [
-        p
-        for p in path.parent.glob(f"{path.stem}.shard*of*{path.suffix}")
-        if size == 1 or not p.name.endswith(f"of{size}{path.suffix}")
-    ]
-    partial_single = size > 1 and path.exists() and len(read_records(path)) < count
-    if others or partial_single:
-        made = others[0].name if others else path.name
+def _check_complete(records: RecordSet, path: Path) -> None:
+    """Every item under the same number of orderings: a record deleted or added is refused."""
+    names, counts = np.unique(records.items, return_counts=True)
+    short = np.flatnonzero(counts != counts.max())
+    if short.size:
         raise RunError(
-            f"{path.parent}: a partial run made with another number of processes is there "
-            f"({made}); resume it with that many processes, or use another --out."
+            f"{path}: item {names[short[0]]!r} has {counts[short[0]]} of the {counts.max()} "
+            "orderings the other items have; the file was cut or edited. Rerun the run's lad "
+            "eval to remake it."
         )
-
-
-def _merge_shards(path: Path, size: int, batches: list[range]) -> None:
-    shards = [read_records(_shard_path(path, r, size)).to_records() for r in range(size)]
-    taken = [0] * size
-    tmp = path.with_suffix(".merging")
-    with RecordWriter(tmp) as writer:
-        for b, batch in enumerate(batches):
-            rank = b % size
-            for rec in shards[rank][taken[rank] : taken[rank] + len(batch)]:
-                writer.write(rec)
-            taken[rank] += len(batch)
-    tmp.replace(path)
-    for r in range(size):
-        _shard_path(path, r, size).unlink()
 
 
 def audit_folders(path: Path) -> list[Path]:

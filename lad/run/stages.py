@@ -1,6 +1,6 @@
 """The stages of a run: each a records file made by the model from a list of requests (the vanilla
 prompt, perm-avg's shifts, a generation baseline's prompt, SoFA's mask), resumable through
-lad.run.rundir; the model is loaded only when some stage still has records to make."""
+lad.run.resume; the model is loaded only when some stage still has records to make."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from lad.backends.checkpoint import resolve_model, resolve_repetition_penalty
 from lad.core.labels import get_scheme
 from lad.core.methods import check_layer_range
 from lad.core.records import Record, RecordSet
@@ -22,30 +21,12 @@ from lad.data.items import Item
 from lad.data.orders import Request, cyclic_requests
 from lad.errors import RunError
 from lad.io.files import write_text
-from lad.run import rundir
+from lad.run import resume
 from lad.run.config import EvalConfig
-from lad.run.rundir import World
+from lad.run.resume import World
+from lad.run.rundir import RunDir
 
-# The records file each method stage reads (lad.core.methods.Method.stage).
-STAGE_FILES = {
-    "records": "records.jsonl",
-    "instruction": "instruction_records.jsonl",
-    "cot": "cot_records.jsonl",
-    "self-consistency": "sc_records.jsonl",
-    "sofa": "sofa_records.jsonl",
-}
 SOFA_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
-# Files `lad eval` writes in a run directory; none may be one of its inputs.
-RUN_OUTPUTS = (
-    "run.json",
-    "calibration.jsonl",
-    "calibration.json",
-    "perm_records.jsonl",
-    "predictions.jsonl",
-    "metrics.json",
-    "sofa.json",
-    *STAGE_FILES.values(),
-)
 
 
 def run_stage(
@@ -58,7 +39,7 @@ def run_stage(
     kind: Stage | None = None,
     acc_label: str | None = None,
 ) -> RecordSet:
-    """Make the records of `requests` that `path` does not hold yet (lad.run.rundir); return all.
+    """Make the records of `requests` that `path` does not hold yet (lad.run.resume); return all.
     `kind` says how (default: the vanilla prompt); see `Stage`. The progress bar's running
     accuracy is `acc_label` (default: what the stage's records predict, none for replies)."""
     kind = kind or Stage()
@@ -67,7 +48,7 @@ def run_stage(
     def make(todo: Sequence[Request]) -> Iterator[Record]:
         return _stage_records(make_backend(), todo, config, kind)
 
-    return rundir.run_stage(
+    return resume.run_stage(
         path,
         requests,
         make,
@@ -165,21 +146,10 @@ class LazyBackend:
 
     def __call__(self) -> Any:
         if self.backend is None:
-            rundir.check_records_version(self.run_dir)  # new records must match the old ones
+            RunDir(self.run_dir).check_records_version()  # new records must match the old ones
             start = time.perf_counter()
-            from lad.backends import load_backend
-
-            self.backend = load_backend(
-                resolve_model(self.config.model),
-                device=self.device,
-                dtype=self.config.dtype,
-                image_options=self.config.image_options or None,
-                image_size=self.config.image_size,
-                chat_template=self.config.chat_template,
-                repetition_penalty=resolve_repetition_penalty(
-                    self.config.repetition_penalty, self.config.model
-                ),
-                quiet=self.config.quiet,
+            self.backend = self.config.spec.load_backend(
+                device=self.device, dtype=self.config.dtype, quiet=self.config.quiet
             )
             # Before any record: a layer range past the model's layers would fail only at scoring.
             check_layer_range(self.config.layer_range, self.backend.num_layers)
@@ -189,7 +159,7 @@ class LazyBackend:
 
 class Clock:
     """Adds each stage's wall time in this session to run.json's "timing"
-    (lad.run.rundir.add_times),
+    (RunDir.add_times),
     the model's load apart as "model_load". Only a stage with records still to make counts, so a
     rerun that only rescores adds nothing; the main process writes (its time includes waiting for
     the others)."""
@@ -208,7 +178,7 @@ class Clock:
         finally:  # an interrupted session's time counts too: it was spent
             load = self.backend.load_seconds - loaded
             times = {"model_load": load} if load else {}
-            rundir.add_times(self.run_dir, {**times, name: time.perf_counter() - start - load})
+            RunDir(self.run_dir).add_times({**times, name: time.perf_counter() - start - load})
 
 
 def sofa_sigma(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lad.core.labels import get_scheme
 from lad.core.methods import METHODS
 from lad.errors import LadError
 from lad.outputs.ablate.runs import (
@@ -25,7 +24,6 @@ from lad.outputs.ablate.runs import (
     settings_note,
     summary,
 )
-from lad.run.preflight import calibration_check
 
 
 def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
@@ -178,14 +176,8 @@ def _transfer_refusal(source: Run, target: Run, strict: bool = True) -> str:
             f"{target.calibration.obs_mean!r}; pass --obs-mean to refit both alike"
         )
     try:
-        calibration_check(
-            source.calibration,
-            target.records,
-            target.arguments,
-            get_scheme(target.arguments.get("labels", "digits")),
-            strict,
-            inputs=target.inputs,
-        )
+        source.calibration.check_compatible(target.records, **target.fingerprint(), strict=strict)
     except LadError as e:
-        return f"{pair}: {e}"
+        given = target.arguments.get("calibration") or "calibration.json"
+        return f"{pair}: {given}: {e}"
     return ""

@@ -19,16 +19,12 @@ from typing import Any
 import numpy as np
 
 from lad.core.calibrate import Calibration
-from lad.core.labels import get_scheme
-from lad.core.methods import METHODS, MethodOptions, choose
-from lad.core.metrics import compute_metrics
-from lad.core.records import RecordSet, read_records
+from lad.core.methods import METHODS, MethodOptions
+from lad.core.records import RecordSet
+from lad.core.scoring import score_records
 from lad.errors import LadError, RunError
-from lad.io.files import read_json
-from lad.run.config import config_from_dict
-from lad.run.preflight import calibration_check
-from lad.run.rundir import RUN_FORMAT
-from lad.run.stages import STAGE_FILES
+from lad.run.rundir import STAGE_FILES, RunDir
+from lad.run.spec import RecordSpec
 
 RECORD_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified")
 # Every analysis by key, in the paper's order, with the stem of the files it is written to.
@@ -165,6 +161,11 @@ class Run:
     def model(self) -> str:
         return str(self.arguments.get("model", ""))
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What a calibration of these records must have been made for (RecordSpec)."""
+        spec = RecordSpec.from_mapping(self.arguments)
+        return spec.fingerprint(self.num_candidates, self.inputs)
+
     def options(self, ablation: AblateOptions | None = None, **changes: Any) -> MethodOptions:
         """MethodOptions for this run: the ablation's K, τ and variants, the run's label scheme
         and its calibration's Eq. 1 average (`obs_mean`), then `changes`. A K above the layers
@@ -280,14 +281,15 @@ class Run:
             raise AnalysisError(
                 f"{self.name} has no {STAGE_FILES[stage]}", self.methods_fix(method)
             )
-        _, chosen = choose(
-            method,
-            records,
+        scored = score_records(
+            self.records,
+            [method],
             calibration or self.calibration,
             options or self.options(),
-            self.perm_records,
+            perm_records=self.perm_records,
+            stages={stage: records},
         )
-        return compute_metrics(self.records, {method: chosen})["methods"][method]
+        return scored.metrics["methods"][method]
 
 
 def calibration_subsets(items: Sequence[str], size: int, count: int, seed: int) -> list[list[str]]:
@@ -331,59 +333,24 @@ def prepare(runs: Run | Sequence[Run], options: AblateOptions) -> list[Run]:
 
 
 def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
-    """Read a finished `lad eval` run directory (run.json, records.jsonl, calibration.json, and
-    calibration.jsonl, perm_records.jsonl and other stages' records where present).
+    """Read a finished run directory through lad.run.rundir.RunDir (run.json, records.jsonl,
+    calibration.json, and calibration.jsonl, perm_records.jsonl and other stages' records where
+    present), with the checks every reader of a run applies.
 
     check_calibration: refuse a calibration.json of another model, label scheme, prompt, chat
     template or image preprocessing (off for a run made with lad eval --no-calibration-check)."""
-    path = Path(path)
-    if not path.is_dir():
-        raise RunError(f"{path}: not a directory; pass run directories made by lad eval --out DIR")
-    run_json = path / "run.json"
-    if not run_json.is_file():
-        raise RunError(f"{path}: not a lad run directory (no run.json); make one with lad eval")
-    stored = read_json(run_json, RunError, "run.json")
-    if (
-        not isinstance(stored, dict)
-        or stored.get("format") != RUN_FORMAT
-        or not isinstance(stored.get("arguments", {}), dict)
-    ):
-        raise RunError(f"{run_json}: not a lad run (expected format {RUN_FORMAT!r})")
-    arguments = config_from_dict(stored.get("arguments", {})).identity()
-    for name in ("records.jsonl", "calibration.json"):
-        if not (path / name).is_file():
-            raise RunError(f"{path}: no {name}; the run is unfinished, rerun its lad eval")
-    records = read_records(path / "records.jsonl")
-    if not len(records):
-        raise RunError(f"{path / 'records.jsonl'}: holds no records; rerun its lad eval")
-    calibration = Calibration.load(path / "calibration.json")
-    scheme = get_scheme(arguments["labels"])
-    inputs = stored.get("inputs", {})
-    calibration_check(calibration, records, arguments, scheme, check_calibration, inputs)
-
-    def optional(name: str) -> RecordSet | None:
-        return read_records(path / name) if (path / name).is_file() else None
-
-    stages = {}
-    for stage, name in STAGE_FILES.items():
-        made = optional(name) if stage != "records" else None
-        if made is not None:
-            if made.keys() != records.keys() or not np.array_equal(made.order, records.order):
-                raise RunError(
-                    f"{path / name}: its records differ from records.jsonl; the file is "
-                    "unfinished or from another run, rerun the run's lad eval to finish it"
-                )
-            stages[stage] = made
+    run = RunDir(path)
+    arguments = run.arguments
     return Run(
-        name=path.name or str(path),
-        records=records,
-        calibration=calibration,
-        calibration_records=None if arguments["calibration"] else optional("calibration.jsonl"),
-        perm_records=optional("perm_records.jsonl"),
-        stages=stages,
+        name=run.path.name or str(run.path),
+        records=run.records,
+        calibration=run.calibration(check=check_calibration),
+        calibration_records=None if arguments.get("calibration") else run.calibration_records(),
+        perm_records=run.perm_records(),
+        stages=run.stages(),
         arguments=arguments,
-        inputs=inputs,
-        path=path,
+        inputs=run.inputs,
+        path=run.path,
     )
 
 

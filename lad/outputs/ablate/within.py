@@ -33,7 +33,8 @@ from lad.outputs.ablate.runs import (
     tau_json,
     tau_label,
 )
-from lad.run.stages import SOFA_GRID, STAGE_FILES
+from lad.run.rundir import STAGE_FILES
+from lad.run.stages import SOFA_GRID
 
 # ---------------------------------------------------------------------------------------------
 # Table 4: the ablation of the attention-guided mechanisms.

@@ -1,0 +1,67 @@
+"""`score_records`: stored records → each method's choice → predictions and metrics, the one loop
+every caller goes through (`lad eval`, `lad score`, the harness, `lad ablate`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lad.core.calibrate import Calibration
+from lad.core.methods import METHODS, MethodOptions, choose
+from lad.core.metrics import compute_metrics
+from lad.core.records import Prediction, RecordSet, predictions_for
+
+
+@dataclass
+class Scored:
+    """What `score_records` made: per method, the (R, N) scores and (R,) chosen positions (-1:
+    an unparseable reply), the predictions (one per record and method) and metrics.json."""
+
+    scores: dict[str, np.ndarray] = field(default_factory=dict)
+    chosen: dict[str, np.ndarray] = field(default_factory=dict)
+    predictions: list[Prediction] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def score_records(
+    records: RecordSet,
+    methods: Sequence[str],
+    calibration: Calibration | None = None,
+    options: MethodOptions | None = None,
+    *,
+    perm_records: RecordSet | None = None,
+    stages: Mapping[str, RecordSet] | None = None,
+    costs: Mapping[str, float] | None = None,
+) -> Scored:
+    """Score `records` with each method, on its stage's records (`stages`: the records of the
+    generation and SoFA stages by stage name; lad.core.methods.Method.stage), and measure them.
+
+    costs: forward passes per item by method, over each method's own (METHODS' forward_passes).
+    """
+    options = options or MethodOptions()
+    stages = {"records": records, **(stages or {})}
+    out = Scored()
+    tokens = {}
+    for method in methods:
+        stage = stages[METHODS[method].stage]
+        out.scores[method], out.chosen[method] = choose(
+            method, stage, calibration, options, perm_records
+        )
+        out.predictions += predictions_for(records, method, out.scores[method], out.chosen[method])
+        if METHODS[method].parse is not None:
+            tokens[method] = generated_tokens_per_item(stage)
+    n = records.num_candidates
+    own = {m: METHODS[m].forward_passes(n) for m in methods}
+    out.metrics = compute_metrics(records, out.chosen, costs={**own, **(costs or {})})
+    for method, count in tokens.items():
+        out.metrics["methods"][method]["generated_tokens_per_item"] = count
+    return out
+
+
+def generated_tokens_per_item(records: RecordSet) -> float:
+    """Mean, over records, of the tokens generated for a record (all its paths together)."""
+    counts = [sum(extra.get("generated_tokens", [])) for extra in records.extra]
+    return float(np.mean(counts)) if counts else 0.0

@@ -1,0 +1,144 @@
+"""`RecordSpec`: what defines a record, and the one place its fingerprint is computed.
+
+Two records are comparable (and a calibration fits records) only if they were made by the same
+model, under the same label scheme, prompt and chat template, from pictures prepared the same way,
+with the same repetition penalty on the label steps. calibration.json stores the fingerprint
+(`model`, `labels`, `prompt_sha256`, `preprocessing`); `Calibration.check_compatible` compares
+two of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lad.backends.checkpoint import (
+    check_repetition_penalty,
+    resolve_model,
+    resolve_repetition_penalty,
+)
+from lad.core.labels import get_scheme
+from lad.core.prompts import CAPTION, PromptTemplate, check_template, prompt_sha256
+from lad.io.limits import check_image_flags
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """What defines a record (docs/formats.md, calibration.json's fingerprint).
+
+    model: a hub id, a local checkpoint folder, or "demo".
+    labels: the label scheme (lad.core.labels).
+    prompt_template: the vanilla prompt's text (lad.core.prompts); None: the paper's caption
+        prompt, or its question variant for items that ask a question (`Debiaser`).
+    chat_template: a Jinja file replacing the checkpoint's chat template; None: its own.
+    image_size: every picture resized to this square first (the official code: 336).
+    image_options: processor options over the architecture's defaults (max_pixels, ...).
+    repetition_penalty: the label steps' logits penalised as `generate` does; "model": the
+        model's generation_config's; None: none.
+    """
+
+    model: str = "demo"
+    labels: str = "digits"
+    prompt_template: str | None = None
+    chat_template: str | None = None
+    image_size: int | None = None
+    image_options: Mapping[str, Any] = field(default_factory=dict)
+    repetition_penalty: float | str | None = None
+
+    def check(self) -> RecordSpec:
+        """Refuse a value out of range, before any model work; returns self."""
+        get_scheme(self.labels)
+        check_repetition_penalty(self.repetition_penalty)
+        if self.prompt_template is not None:
+            check_template(self.prompt_template, "--prompt-template")
+        check_image_flags(self.image_size, dict(self.image_options))
+        return self
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> RecordSpec:
+        """The spec of run.json's "arguments" (or any mapping holding its field names)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        given = {k: v for k, v in values.items() if k in names and v is not None}
+        if "image_options" in given:
+            given["image_options"] = dict(given["image_options"])
+        return cls(**given)
+
+    def replace(self, **changes: Any) -> RecordSpec:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def template(self) -> PromptTemplate:
+        """The vanilla prompt: the given text, else the paper's caption prompt."""
+        return CAPTION if self.prompt_template is None else PromptTemplate(self.prompt_template)
+
+    def penalty(self) -> float | None:
+        """The repetition penalty as a number ("model" reads the model's generation_config)."""
+        return resolve_repetition_penalty(self.repetition_penalty, self.model)
+
+    def resolved(self) -> RecordSpec:
+        """This spec with its repetition penalty as a number, as run.json stores it."""
+        return self.replace(repetition_penalty=self.penalty())
+
+    def prompt_sha256(self, num_candidates: int, template: PromptTemplate | None = None) -> str:
+        """The fingerprint of the prompt (`template`, default this spec's) at N candidates."""
+        return prompt_sha256(template or self.template, get_scheme(self.labels), num_candidates)
+
+    def preprocessing(self, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """calibration.json's "preprocessing" (lad.core.calibrate.PREPROCESSING).
+
+        The chat template is the SHA-256 of its file's bytes (None: the checkpoint's own):
+        run.json's fingerprint of it where `inputs` (run.json's "inputs") holds one, so a
+        finished run rescores without the file, else the file's; left out (unknown, not
+        compared) when neither exists.
+        """
+        out: dict[str, Any] = {}
+        if self.chat_template is None:
+            out["chat_template_sha256"] = None
+        else:
+            sha = ((inputs or {}).get("chat_template") or {}).get("sha256")
+            if sha is None and Path(self.chat_template).is_file():
+                sha = hashlib.sha256(Path(self.chat_template).read_bytes()).hexdigest()
+            if sha is not None:
+                out["chat_template_sha256"] = sha
+        out["image_size"] = self.image_size
+        options = dict(self.image_options or {})
+        out["image_options"] = json.loads(json.dumps(options, sort_keys=True))  # as a file has it
+        penalty = self.penalty()
+        if penalty is not None:  # absent: none (files from before it existed agree)
+            out["repetition_penalty"] = penalty
+        return out
+
+    def fingerprint(
+        self,
+        num_candidates: int,
+        inputs: Mapping[str, Any] | None = None,
+        template: PromptTemplate | None = None,
+    ) -> dict[str, Any]:
+        """What calibration.json records of the records it was fitted on, as the keyword
+        arguments of `Calibration.fit` and `Calibration.check_compatible`."""
+        return {
+            "model": self.model,
+            "labels": get_scheme(self.labels).labels(num_candidates),
+            "prompt_sha256": self.prompt_sha256(num_candidates, template),
+            "preprocessing": self.preprocessing(inputs),
+        }
+
+    def load_backend(self, *, device: str = "auto", dtype: str = "auto", quiet: bool = False):
+        """The model, loaded to make records of this spec (lad.backends.load_backend)."""
+        from lad.backends import load_backend
+
+        return load_backend(
+            resolve_model(self.model),
+            device=device,
+            dtype=dtype,
+            image_options=dict(self.image_options) or None,
+            image_size=self.image_size,
+            chat_template=self.chat_template,
+            repetition_penalty=self.penalty(),
+            quiet=quiet,
+        )

@@ -3,19 +3,25 @@ penalty of its generation_config (docs/methods.md, "The official code's variants
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from lad.errors import BackendError, RunError
 from lad.io.files import read_json
 
+# A penalty divides (or multiplies) logits: beyond these it overflows or erases a bfloat16 logit.
+PENALTY_RANGE = (1e-4, 1e4)
+
 
 def check_repetition_penalty(value: Any, flag: str = "--repetition-penalty") -> None:
-    """None, "model" or a number > 0 (1 is no penalty)."""
+    """None, "model" or a number in PENALTY_RANGE (1 is no penalty)."""
+    low, high = PENALTY_RANGE
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not (value is None or value == "model" or (number and math.isfinite(value) and value > 0)):
-        raise RunError(f"{flag} must be a number > 0 or 'model'. Got {value!r}.")
+    if not (value is None or value == "model" or (number and low <= value <= high)):
+        raise RunError(
+            f"{flag} must be a number > 0 or 'model', from {low:g} to {high:g} (1: no penalty; "
+            f"beyond them the penalised logits overflow). Got {value!r}."
+        )
 
 
 def resolve_repetition_penalty(value: float | str | None, model: str) -> float | None:

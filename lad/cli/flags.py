@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -279,9 +278,11 @@ def _penalty(text: str) -> float | str:
     try:
         value = float(text)
     except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number > 0 or 'model', got {text!r}")
+        message = f"expected a number > 0 or 'model', got {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
+    from lad.backends.checkpoint import check_repetition_penalty
+
+    check_repetition_penalty(value)
     return value
 
 

@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 
 from lad.core.metrics import compute_metrics
-from lad.core.records import RecordSet, predictions_for
-from lad.core.scoring import Scored
+from lad.core.records import RecordSet
 from lad.errors import LadError
 from lad.io.files import write_text
 from lad.run.rundir import AUDIT_FILE, AUDIT_FORMAT, RunDir
@@ -146,19 +145,12 @@ def pooled(rows: Sequence[dict[str, Any]], key: str) -> float:
 
 
 def write_rows_folder(folder: Path, task: str, source: str, rows: Sequence[dict]) -> None:
-    """A run directory (lad.run.rundir.RunDir) of one (task, N) of any model's answers: the
-    rows as records without model evidence, the model's choice as the method "model"."""
-    records = positions_records(rows)
-    prediction = np.array([int(r["prediction"]) for r in rows], dtype=np.int64)
-    harness = {"task": task, "source": source}
+    """A run directory (lad.run.rundir.RunDir) of one (task, N) of any model's answers:
+    metrics.json and run.json, no records (there is no model evidence)."""
     run = RunDir(folder)
-    run.write_run({"labels": "upper", "source": source, "task": task}, records, harness=harness)
-    scored = Scored(
-        chosen={"model": prediction},
-        predictions=predictions_for(records, "model", np.zeros(records.logprobs.shape), prediction),
-        metrics=compute_metrics(records, {"model": prediction}),
-    )
-    run.write_scored(scored)
+    arguments = {"labels": "upper", "source": source, "task": task}
+    run.write_run(arguments, None, harness={"task": task, "source": source})
+    run.write_answers(rows_metrics(rows)[len(rows[0]["order"])])
 
 
 def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: str) -> Path:

@@ -38,7 +38,7 @@ _STYLE = (
 def _load_run(run_dir: Path) -> dict[str, Any]:
     """A run's metrics.json, run.json and calibration.json through lad.run.rundir.RunDir (the
     checks every reader of a run applies), and metrics.json's fields the report reads."""
-    run = RunDir(run_dir)
+    run = RunDir(run_dir).check()
     metrics = run.metrics()
     _check_metrics(metrics, run.file("metrics.json"))
     out: dict[str, Any] = {"dir": run_dir, "metrics": metrics, "arguments": run.arguments}

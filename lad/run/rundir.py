@@ -339,6 +339,21 @@ class RunDir:
             raise CalibrationError(f"{given}: {e}") from e
         return calibration
 
+    def check(self) -> RunDir:
+        """The checks every reader of a finished run makes before reading on: run.json of lad's
+        format, every item of records.jsonl under the same number of orderings, and metrics.json,
+        where there is one, computed from these very records and arguments; returns self."""
+        if not self.answers_only:
+            _ = self.records
+        if self.file("metrics.json").is_file():
+            self.metrics()
+        return self
+
+    @property
+    def answers_only(self) -> bool:
+        """A harness audit of any model's logged answers: metrics without records."""
+        return self.is_harness and not self.file("records.jsonl").is_file()
+
     def metrics(self) -> dict[str, Any]:
         """metrics.json, refused unless it was computed from this run's records and arguments."""
         path = self.file("metrics.json")
@@ -348,6 +363,8 @@ class RunDir:
         if not isinstance(metrics, dict):
             raise RunError(f"{path}: damaged (not a JSON object); rerun `lad eval` to rewrite it")
         source = metrics.get("source")
+        if self.answers_only:
+            return metrics
         if isinstance(source, dict):  # written since lad kept it: both must match
             if source != self.source():
                 raise RunError(
@@ -381,25 +398,31 @@ class RunDir:
         write_text(self.file("metrics.json"), json.dumps(metrics, indent=2) + "\n")
         return metrics
 
+    def write_answers(self, metrics: Mapping[str, Any]) -> None:
+        """metrics.json of a model's answers only (no records to fingerprint)."""
+        write_text(self.file("metrics.json"), json.dumps(dict(metrics), indent=2) + "\n")
+
     # -- written without lad eval --------------------------------------------------------------
 
     def write_run(
         self,
         arguments: Mapping[str, Any],
-        records: RecordSet,
+        records: RecordSet | None,
         *,
         harness: Mapping[str, Any],
         perm_records: RecordSet | None = None,
         calibration: Calibration | None = None,
     ) -> None:
         """A run directory of records made elsewhere (a harness audit's folder for one task and
-        N): run.json (marked "harness"), records, perm records and calibration."""
+        N): run.json (marked "harness"), records (None: a model's answers only, whose metrics
+        `write_answers` writes), perm records and calibration."""
         self.path.mkdir(parents=True, exist_ok=True)
         run = {"format": RUN_FORMAT, "arguments": dict(arguments), "harness": dict(harness)}
         write_text(self.file("run.json"), json.dumps(run, indent=2) + "\n")
         self.__dict__.pop("run_json", None)
         self.__dict__.pop("records", None)
-        write_records(self.file("records.jsonl"), records)
+        if records is not None:
+            write_records(self.file("records.jsonl"), records)
         if perm_records is not None:
             write_records(self.file("perm_records.jsonl"), perm_records)
         if calibration is not None:
@@ -428,12 +451,19 @@ def audit_folders(path: Path) -> list[Path]:
     if not isinstance(audit, dict) or audit.get("format") != AUDIT_FORMAT:
         raise RunError(f"{audit_path}: not a lad harness audit (format {AUDIT_FORMAT!r})")
     tasks = audit.get("tasks")
-    folders = [
-        path / entry["folder"]
+    listed = [
+        entry["folder"]
         for by_n in (tasks.values() if isinstance(tasks, dict) else [])
         for entry in by_n.values()
         if isinstance(entry, dict) and isinstance(entry.get("folder"), str)
     ]
-    if not folders:
+    if not listed:
         raise RunError(f"{audit_path}: lists no task folder")
-    return folders
+    root = path.resolve()
+    for name in listed:  # an audit names its own folders, never another place on the machine
+        if not (path / name).resolve().is_relative_to(root):
+            raise RunError(
+                f"{audit_path}: lists the folder {name!r}, which is outside the audit's folder "
+                f"{path}; an audit lists only folders inside it"
+            )
+    return [path / name for name in listed]

@@ -67,10 +67,16 @@ def ablate(
     unknown = [k for k in keys if k not in ANALYSES]
     if unknown:
         raise LadError(f"Unknown analyses {unknown}. Analyses: {list(ANALYSES)}")
-    runs = prepare(runs, options)  # once, for all analyses
+    missing = [
+        Missing(key, f"{r.name} holds a model's answers without its evidence (no "
+                "calibration.json: a harness audit)", "make the run with lad eval, or with "
+                "--model lad and a calibration")
+        for r in runs if r.calibration is None for key in keys
+    ]  # fmt: skip
+    runs = prepare([r for r in runs if r.calibration is not None], options)  # once, for all
     options = dataclasses.replace(options, calibration_items=None)
-    tables, missing = [], []
-    for key in keys:
+    tables = []
+    for key in keys if runs else []:
         try:
             table = ANALYSES[key](runs, options)
         except AnalysisError as e:

@@ -139,8 +139,8 @@ class Run:
     """
 
     name: str
-    records: RecordSet
-    calibration: Calibration
+    records: RecordSet | None  # None: a model's answers only (a harness audit)
+    calibration: Calibration | None  # None: records without the model's evidence (a harness audit)
     calibration_records: RecordSet | None = None
     perm_records: RecordSet | None = None
     stages: dict[str, RecordSet] = field(default_factory=dict)
@@ -339,12 +339,16 @@ def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
 
     check_calibration: refuse a calibration.json of another model, label scheme, prompt, chat
     template or image preprocessing (off for a run made with lad eval --no-calibration-check)."""
-    run = RunDir(path)
+    run = RunDir(path).check()
     arguments = run.arguments
+    if run.answers_only:  # no evidence: every analysis is missing for it (lad.outputs.ablate)
+        return Run(run.path.name or str(run.path), None, None, arguments=arguments, path=run.path)
     return Run(
         name=run.path.name or str(run.path),
         records=run.records,
-        calibration=run.calibration(check=check_calibration),
+        calibration=run.calibration(check=check_calibration)
+        if run.file("calibration.json").is_file() or not run.is_harness
+        else None,
         calibration_records=None if arguments.get("calibration") else run.calibration_records(),
         perm_records=run.perm_records(),
         stages=run.stages(),

@@ -1,0 +1,37 @@
+"""Issue 31's classes on the run side, each closed by one rule: a harness audit lists only folders
+inside itself (lad.run.rundir.audit_folders), and a repetition penalty the logits cannot take is
+refused before any model work (lad.backends.checkpoint.check_repetition_penalty)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lad.cli import main
+
+
+def _audit(folder, listed: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    audit = {"format": "lad-harness-audit/1", "tasks": {"t": {"4": {"folder": listed}}}}
+    (folder / "lad_audit.json").write_text(json.dumps(audit))
+
+
+@pytest.mark.parametrize("listed", ["../elsewhere", "/etc", "link"])
+def test_an_audit_may_not_point_outside_itself(tmp_path, capsys, listed):
+    (tmp_path / "elsewhere").mkdir()
+    audit = tmp_path / "audit"
+    _audit(audit, listed)
+    (audit / "link").symlink_to(tmp_path / "elsewhere")
+    assert main(["report", str(audit), "--out", str(tmp_path / "r")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "outside the audit's folder" in err[0], err
+
+
+@pytest.mark.parametrize("penalty", ["1e308", "1e-300", "inf"])
+def test_a_penalty_the_logits_cannot_take_is_refused_before_the_model(tmp_path, capsys, penalty):
+    out = tmp_path / "run"
+    assert main(["eval", "--repetition-penalty", penalty, "--out", str(out), "-q"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--repetition-penalty must be a number > 0" in err[0], err
+    assert not out.exists()  # refused before the run directory or the model

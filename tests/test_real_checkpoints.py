@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -223,17 +223,31 @@ class Real:
 
 @pytest.fixture(scope="session", params=_checkpoint_names())
 def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Real:
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers import AutoConfig
 
     name = request.param
     source = _source(name)
     out = tmp_path_factory.mktemp("real") / name
+    return _load_both(name, _save_shrunk(source, _shrink(AutoConfig.from_pretrained(source)), out))
+
+
+def _save_shrunk(source: Path, config: Any, out: Path) -> Path:
+    """`config`'s model, random-initialised (seed 0), saved in `out` with the checkpoint's own
+    tokenizer, chat template and processor files."""
+    from transformers import AutoModelForImageTextToText
+
     torch.manual_seed(0)
-    model = AutoModelForImageTextToText.from_config(_shrink(AutoConfig.from_pretrained(source)))
-    model.save_pretrained(out)
+    AutoModelForImageTextToText.from_config(config).save_pretrained(out)
     for path in source.iterdir():  # the checkpoint's own tokenizer, template, processor files
         if path.is_file() and path.name != "config.json" and path.suffix != ".safetensors":
             shutil.copy(path, out / path.name)
+    return out
+
+
+def _load_both(name: str, out: Path) -> Real:
+    """The saved model loaded by lad, and by transformers alone (the reference)."""
+    from transformers import AutoModelForImageTextToText
+
     backend = load_backend(str(out), device="cpu", dtype="float32")
     # The language decoder on transformers' eager attention and masks (lad's capture function and
     # mask registration play no part); the vision tower on stock SDPA, which is not what is checked.
@@ -435,11 +449,23 @@ def _replies(
     return prompt, lead, seqs
 
 
+def _no_cache_logits(model: Any, inputs: dict[str, Any], prefix: list[int]) -> torch.Tensor:
+    """Next-token logits (V,) after the prompt and `prefix`: one full forward, no cache."""
+    out = model(**extend_inputs(inputs, prefix), use_cache=False, logits_to_keep=1)
+    return out.logits[0, -1]
+
+
 @torch.no_grad()
-def _brute_force(real: Real, req: tuple[Item, int, list[int]], scheme_name: str, n: int):
+def _brute_force(
+    real: Real,
+    req: tuple[Item, int, list[int]],
+    scheme_name: str,
+    n: int,
+    next_logits: Callable[[Any, dict[str, Any], list[int]], torch.Tensor] = _no_cache_logits,
+):
     """log P(c_k|x): a softmax over the valid next tokens at every branching prefix of the
-    template-rendered replies, each prefix run in one full forward without a cache, by the
-    reference model (transformers' own eager attention and masks)."""
+    template-rendered replies, each prefix's logits from `next_logits` on the reference model
+    (transformers' own eager attention and masks; by default one full forward without a cache)."""
     from PIL import Image
 
     item, _, order = req
@@ -468,10 +494,7 @@ def _brute_force(real: Real, req: tuple[Item, int, list[int]], scheme_name: str,
             if len(valid) == 1:
                 continue
             if prefix not in logits:
-                out = real.reference(
-                    **extend_inputs(inputs, list(prefix)), use_cache=False, logits_to_keep=1
-                )
-                logits[prefix] = out.logits[0, -1].double()
+                logits[prefix] = next_logits(real.reference, inputs, list(prefix)).double()
             total[k] += float(logits[prefix][valid].log_softmax(-1)[valid.index(token)])
     return total, lead, seqs
 
@@ -568,6 +591,97 @@ def test_sliding_window_label_logprobs_equal_reference_at_every_n(
         np.testing.assert_allclose(record.logprobs, reference, atol=1e-5, rtol=0)
         lengths.append(record.extra["prompt_tokens"])
     assert lengths[-1] > window  # so the window was exercised
+
+
+# ----------------------------------------------------------------- Gemma3, last layer sliding
+
+GEMMA3 = "gemma-3-4b-it"
+
+
+@pytest.fixture(scope="module")
+def sliding_tail(tmp_path_factory: pytest.TempPathFactory) -> Real:
+    """gemma-3-4b-it shrunk to the first two of its real layer_types, both sliding_attention (the
+    real model's last four layers slide), its real 1,024-token window kept: hidden 64, 4 heads of
+    16, 2 KV heads, a one-layer vision tower. (The `real` fixture keeps one layer of each kind, so
+    its last layer attends to every key.)"""
+    from transformers import AutoConfig
+
+    source = _source(GEMMA3)
+    config = AutoConfig.from_pretrained(source)
+    text, vision = config.text_config, config.vision_config
+    assert text.layer_types[-4:] == ["sliding_attention"] * 4
+    text.num_hidden_layers, text.layer_types = 2, text.layer_types[:2]
+    text.hidden_size, text.intermediate_size = 64, 128
+    text.num_attention_heads, text.head_dim, text.num_key_value_heads = 4, 16, 2
+    vision.num_hidden_layers, vision.num_attention_heads = 1, 2
+    vision.hidden_size, vision.intermediate_size = 32, 64
+    out = tmp_path_factory.mktemp("sliding-tail") / GEMMA3
+    return _load_both(GEMMA3, _save_shrunk(source, config, out))
+
+
+def test_last_layer_sliding_label_logprobs_equal_reference_at_every_n(
+    sliding_tail: Real, images: list[Path]
+) -> None:
+    """Every layer slides, the last one too: at every N from 2 (inside the window) to 12 (past
+    it) lad's label log-probabilities equal the plain transformers model's no-cache full
+    forwards (its own eager attention and masks; lad's model object and capture play no part)."""
+    real = sliding_tail
+    text = real.reference.config.get_text_config()
+    assert text.layer_types == ["sliding_attention"] * 2 and text.sliding_window == 1024
+    assert text._attn_implementation == "eager"
+    lengths = []
+    for n in range(2, 13):
+        req = _request(images, n, k=2)
+        (record,) = real.backend.records([req], scheme=DIGITS)
+        reference, _, _ = _brute_force(real, req, "digits", n)
+        gap = np.abs(np.exp(record.logprobs) - np.exp(reference)).max()
+        print(f"N={n}, {record.extra['prompt_tokens']} tokens: max |P lad - P reference| {gap:.1e}")
+        np.testing.assert_allclose(record.logprobs, reference, atol=1e-5, rtol=0)
+        assert np.abs(reference - np.log(1 / n)).max() > 1e-3  # a wrong window would show
+        lengths.append(record.extra["prompt_tokens"])
+    assert lengths[0] < text.sliding_window < lengths[-1]
+
+
+def _generated_logits(model: Any, inputs: dict[str, Any], prefix: list[int]) -> torch.Tensor:
+    """The logits (V,) the model's own `generate` computes after `prefix`, which it is made to
+    write token by token on its own cache (greedy, no other logits processor)."""
+    start, vocab = inputs["input_ids"].shape[-1], model.config.get_text_config().vocab_size
+
+    def allowed(_row: int, ids: torch.Tensor) -> list[int]:
+        step = ids.shape[-1] - start
+        return [prefix[step]] if step < len(prefix) else list(range(vocab))
+
+    out = model.generate(
+        **inputs,
+        max_new_tokens=len(prefix) + 1,
+        do_sample=False,
+        top_k=None,
+        top_p=None,
+        prefix_allowed_tokens_fn=allowed,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    kept = [layer.keys.shape[-2] for layer in out.cache.layers]
+    window = model.config.get_text_config().sliding_window
+    assert all(layer.is_sliding for layer in out.cache.layers)
+    assert start > window and max(kept) < window  # its cache slid: the prompt's start is gone
+    return out.logits[len(prefix)][0]
+
+
+def test_last_layer_sliding_label_logprobs_equal_the_models_generate(
+    sliding_tail: Real, images: list[Path]
+) -> None:
+    """What the model answers: the first label steps' logits of its own `generate`, on its
+    sliding-window cache, past the window (N = 12: the labels' second token is a decoding step).
+    lad's label log-probabilities equal them (and, by the test above on the same request, so do
+    transformers' no-cache full forwards: its cached and uncached paths agree)."""
+    req = _request(images, 12, k=2)
+    (record,) = sliding_tail.backend.records([req], scheme=DIGITS)
+    generated, _, seqs = _brute_force(sliding_tail, req, "digits", 12, _generated_logits)
+    assert any(len(s) > 2 for s in seqs)  # "10".."12": a step after the first label token
+    gap = np.abs(np.exp(record.logprobs) - np.exp(generated)).max()
+    print(f"N=12: max |P lad - P generate| {gap:.1e}")
+    np.testing.assert_allclose(record.logprobs, generated, atol=1e-5, rtol=0)
 
 
 # Checkpoints whose published chat template writes every image before any text.

@@ -62,7 +62,6 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
         "--prompt-template",
         type=InputPath,
         metavar="FILE",
-        default=None,
         help="your own prompt text with placeholders {query} (the question or caption), {n}, "
         "{labels}, {first}, {last}, {noun} (lad.core.prompts); default: the paper's template, "
         "or its question variant for items with a 'question'",
@@ -70,7 +69,6 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
     p.add_argument(
         "--chat-template",
         type=InputPath,
-        default=None,
         metavar="FILE",
         help="Jinja chat template to use instead of the checkpoint's own (e.g. for a base model "
         "whose template ignores images)",
@@ -176,7 +174,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--items",
         type=whole(1, "--items"),
-        default=None,
         help="evaluation items (default: all; 100 for shapes)",
     )
     cal = p.add_mutually_exclusive_group()
@@ -187,14 +184,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--calibration-items",
         type=whole(1, "--calibration-items"),
-        default=None,
         help="|D_cal| (default: 5, or all a smaller calibration file holds); calibration.jsonl "
         "keeps them all, so lad ablate can draw subsets",
     )
     p.add_argument(
         "--calibrate-on",
         choices=["held-out", "evaluation"],
-        default=None,
         help="calibration items held out from --data (paper; default) or the first "
         "--calibration-items evaluation items, scored too (official code; warns)",
     )
@@ -207,7 +202,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--orders",
         type=InputPath,
         metavar="FILE",
-        default=None,
         help="jsonl of {item, order}: evaluate exactly these orderings (a records.jsonl works)",
     )
     p.add_argument(
@@ -289,7 +283,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out",
         type=OutputPath,
-        default=None,
         help="folder to write (default: RUN/report for one run; ./report for several)",
     )
     p.set_defaults(func=_report)
@@ -401,16 +394,12 @@ def _debiaser(args: argparse.Namespace, **more: Any) -> Any:
     """The Debiaser of a command's model, spec and --preset flags (stated flags win)."""
     from lad.run.debiaser import Debiaser
 
+    names = ("labels", "device", "dtype", "quiet", "chat_template", "image_size")
     return Debiaser(
         args.model,
         preset=args.preset,
-        labels=args.labels,
-        device=args.device,
-        dtype=args.dtype,
-        quiet=args.quiet,
+        **{name: getattr(args, name) for name in names},
         prompt_template=getattr(_template(args.prompt_template), "text", None),
-        chat_template=args.chat_template,
-        image_size=args.image_size,
         image_options=image_options(args) or None,
         repetition_penalty=args.repetition_penalty,
         **more,

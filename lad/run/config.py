@@ -18,6 +18,8 @@ DEFAULT_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified", "perm-avg
 # Where the calibration items come from: held out from the evaluation items (the paper, §4.2),
 # or the first |D_cal| evaluation items, scored too (the official code).
 CALIBRATE_ON = ("held-out", "evaluation")
+# The official code's variants of the paper's equations (docs/methods.md).
+VARIANTS = ("obs_mean", "mixture", "attn_mean", "layer_range")
 DEFAULT_CALIBRATION_ITEMS = 5  # |D_cal| of the paper (§4.2)
 
 
@@ -131,15 +133,10 @@ class EvalConfig:
 
     @property
     def method_options(self) -> MethodOptions:
-        return MethodOptions(
-            top_k=self.top_k,
-            tau=self.tau,
-            obs_mean=self.obs_mean,
-            mixture=self.mixture,
-            attn_mean=self.attn_mean,
-            layer_range=None if self.layer_range is None else tuple(self.layer_range),
-            labels=self.labels,
-        )
+        values = {name: getattr(self, name) for name in ("top_k", "tau", *VARIANTS)}
+        if self.layer_range is not None:
+            values["layer_range"] = tuple(self.layer_range)
+        return MethodOptions(**values, labels=self.labels)
 
     @property
     def template(self) -> str | PromptTemplate:

@@ -147,22 +147,20 @@ class Debiaser:
         changed = {k: v for k, v in values.items() if k in OPTION_SETTINGS}
         self.obs_mean = changed.get("obs_mean", None if options is None else base.obs_mean)
         self._options = dataclasses.replace(base, **changed)
+        self._session = {
+            "batch_size": batch_size,
+            "device": device,
+            "dtype": dtype,
+            "quiet": quiet,
+            "check_calibration": check_calibration,
+        }
         self.batch_size, self.device, self.dtype, self.quiet = batch_size, device, dtype, quiet
         self.check_calibration = check_calibration
         self._backend = backend
 
     def clone(self) -> Debiaser:
         """An unfitted Debiaser of the same spec, options and settings, sharing the loaded model."""
-        twin = Debiaser(
-            self.spec,
-            self._options,
-            batch_size=self.batch_size,
-            device=self.device,
-            dtype=self.dtype,
-            quiet=self.quiet,
-            check_calibration=self.check_calibration,
-            backend=self._backend,
-        )
+        twin = Debiaser(self.spec, self._options, backend=self._backend, **self._session)
         twin.obs_mean = self.obs_mean
         return twin
 

@@ -25,7 +25,7 @@ from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import BackendError, RunError
 from lad.evaluate import evaluate
 from lad.run.config import EvalConfig
-from lad.run.stages import STAGE_FILES
+from lad.run.rundir import STAGE_FILES
 from lad.testing.tiny import ARCHITECTURES, build_tiny_model
 
 N = 3

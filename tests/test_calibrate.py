@@ -293,21 +293,21 @@ def test_malformed_preprocessing_is_refused(tmp_path, value):
 def test_run_preprocessing_fingerprints_the_chat_template_file(tmp_path):
     import hashlib
 
-    from lad.run.config import EvalConfig, run_preprocessing
+    from lad.run.config import EvalConfig
 
-    assert run_preprocessing(EvalConfig().identity()) == NATIVE
+    assert EvalConfig().spec.preprocessing() == NATIVE
     template = tmp_path / "t.jinja"
     template.write_bytes(b"{{ messages }}\n")
     config = EvalConfig(chat_template=str(template), image_size=336,
                         image_options={"min_pixels": 3136, "max_pixels": 200704})  # fmt: skip
-    assert run_preprocessing(config.identity()) == {
+    assert config.spec.preprocessing() == {
         "chat_template_sha256": hashlib.sha256(b"{{ messages }}\n").hexdigest(),
         "image_size": 336,
         "image_options": {"max_pixels": 200704, "min_pixels": 3136},
     }
     # run.json's fingerprint of the file wins (a finished run rescores without the file) ...
     inputs = {"chat_template": {"path": str(template), "sha256": "d" * 64}}
-    assert run_preprocessing(config.identity(), inputs)["chat_template_sha256"] == "d" * 64
+    assert config.spec.preprocessing(inputs)["chat_template_sha256"] == "d" * 64
     # ... and with neither, the template is unknown: its key is left out, so it is not compared.
     template.unlink()
-    assert "chat_template_sha256" not in run_preprocessing(config.identity())
+    assert "chat_template_sha256" not in config.spec.preprocessing()

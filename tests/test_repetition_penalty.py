@@ -24,7 +24,8 @@ from lad.core.records import read_records
 from lad.data.items import Item, read_items
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import CalibrationError, RunError
-from lad.run.config import EvalConfig, run_preprocessing
+from lad.run.config import EvalConfig
+from lad.run.spec import RecordSpec
 from lad.testing.tiny import build_tiny_model
 from tests.full_forward import extend_inputs
 
@@ -162,9 +163,9 @@ def test_the_penalty_defines_the_records(model_dir: Path, tmp_path: Path) -> Non
     assert resolve_repetition_penalty(1.2, "demo") == 1.2
     # A calibration made without the penalty is refused on records made with it, and back.
     made = {"model": "m", "chat_template": None, "image_size": None}
-    without = run_preprocessing(made)
+    without = RecordSpec.from_mapping(made).preprocessing()
     assert "repetition_penalty" not in without  # files without a penalty are as before
-    with_it = run_preprocessing({**made, "repetition_penalty": 1.05})
+    with_it = RecordSpec.from_mapping({**made, "repetition_penalty": 1.05}).preprocessing()
     assert with_it["repetition_penalty"] == 1.05
     from tests.synthetic import SyntheticModel
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from lad.core.calibrate import Calibration
 from lad.core.records import RecordSet, read_records, write_records
-from lad.errors import CalibrationError, RunError
+from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import read_json, write_text
 
 RUN_FORMAT = "lad-run/1"
@@ -75,19 +75,17 @@ def fingerprint(path: str | Path, images: Iterable[Path] = ()) -> dict[str, Any]
     return out
 
 
-def _read_run_json(path: Path) -> dict[str, Any]:
-    """run.json, checked; the one place older layouts are read: a harness folder written before
-    lad marked it (no "format"; its metrics.json says "harness") reads as one marked."""
+def _read_run_json(path: Path, older: bool = False) -> dict[str, Any]:
+    """run.json, checked; the one place older layouts are read (`older`, for readers of finished
+    runs): a run.json without "format" (a harness folder before lad marked it, whose metrics.json
+    says "harness") reads as one of lad's format."""
     stored = read_json(path, RunError, "run.json")
-    if (
-        isinstance(stored, dict)
-        and "format" not in stored
-        and isinstance(stored.get("arguments"), dict)
-    ):
+    if older and isinstance(stored, dict) and "format" not in stored:
+        stored = {**stored, "format": RUN_FORMAT}
         metrics = path.parent / "metrics.json"
         made = read_json(metrics, RunError) if metrics.is_file() else None
         if isinstance(made, dict) and isinstance(made.get("harness"), dict):
-            stored = {**stored, "format": RUN_FORMAT, "harness": made["harness"]}
+            stored["harness"] = made["harness"]
     if not isinstance(stored, dict) or stored.get("format") != RUN_FORMAT:
         got = stored.get("format") if isinstance(stored, dict) else type(stored).__name__
         raise RunError(f"{path}: not a lad run (format {got!r}); use another --out")
@@ -210,8 +208,10 @@ class RunDir:
 
     @cached_property
     def run_json(self) -> dict[str, Any]:
+        if not self.file("run.json").is_file() and self.file("metrics.json").is_file():
+            return {"format": RUN_FORMAT, "arguments": {}}  # lad score's and metrics' output
         self.check_is_run()
-        return _read_run_json(self.file("run.json"))
+        return _read_run_json(self.file("run.json"), older=True)
 
     @property
     def arguments(self) -> dict[str, Any]:
@@ -329,7 +329,10 @@ class RunDir:
             )
         calibration = Calibration.load(path)
         records = self.records
-        fingerprint = self.spec.fingerprint(records.num_candidates, self.inputs)
+        try:
+            fingerprint = self.spec.fingerprint(records.num_candidates, self.inputs)
+        except LadError as e:  # run.json's arguments name no label scheme lad knows, ...
+            raise RunError(f"{self.file('run.json')}: {e}") from None
         if self.is_harness:  # made by the harness from the same records: N and L suffice
             check = False
         try:
@@ -343,7 +346,7 @@ class RunDir:
         """The checks every reader of a finished run makes before reading on: run.json of lad's
         format, every item of records.jsonl under the same number of orderings, and metrics.json,
         where there is one, computed from these very records and arguments; returns self."""
-        if not self.answers_only:
+        if self.file("records.jsonl").is_file() or not self.file("metrics.json").is_file():
             _ = self.records
         if self.file("metrics.json").is_file():
             self.metrics()
@@ -363,7 +366,7 @@ class RunDir:
         if not isinstance(metrics, dict):
             raise RunError(f"{path}: damaged (not a JSON object); rerun `lad eval` to rewrite it")
         source = metrics.get("source")
-        if self.answers_only:
+        if not self.file("records.jsonl").is_file():  # a model's answers only: nothing to match
             return metrics
         if isinstance(source, dict):  # written since lad kept it: both must match
             if source != self.source():

@@ -339,7 +339,9 @@ def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
 
     check_calibration: refuse a calibration.json of another model, label scheme, prompt, chat
     template or image preprocessing (off for a run made with lad eval --no-calibration-check)."""
-    run = RunDir(path).check()
+    run = RunDir(path)
+    run.check_is_run()
+    run.check()
     arguments = run.arguments
     if run.answers_only:  # no evidence: every analysis is missing for it (lad.outputs.ablate)
         return Run(run.path.name or str(run.path), None, None, arguments=arguments, path=run.path)

@@ -42,8 +42,9 @@ from lad.core.calibrate import Calibration
 from lad.core.labels import get_scheme
 from lad.core.methods import METHODS, MethodOptions, choose
 from lad.core.metrics import compute_metrics, format_table
+from lad.core.predictions import predictions_for, write_predictions
 from lad.core.prompts import CAPTION, vanilla_template
-from lad.core.records import RecordSet, predictions_for, read_records, write_predictions
+from lad.core.records import RecordSet, read_records
 from lad.data.items import Item, read_items
 from lad.data.orders import Request, cyclic_requests, given_requests, shuffled_requests
 from lad.errors import DataError, RunError

@@ -18,7 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lad.cli import build_parser, main
-from lad.core.records import read_predictions, write_records
+from lad.core.predictions import read_predictions
+from lad.core.records import write_records
 from tests.synthetic import SyntheticModel
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,13 +19,13 @@ from lad.core.calibrate import Calibration
 from lad.core.labels import LABEL_SCHEMES
 from lad.core.methods import MethodOptions, choose
 from lad.core.metrics import compute_metrics, format_table
-from lad.core.records import (
+from lad.core.predictions import (
     predictions_by_method,
     predictions_for,
     read_predictions,
-    read_records,
     write_predictions,
 )
+from lad.core.records import read_records
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_file, write_text
 

@@ -23,8 +23,9 @@ from lad.core.calibrate import Calibration
 from lad.core.labels import get_scheme
 from lad.core.methods import METHODS, choose
 from lad.core.metrics import compute_metrics
+from lad.core.predictions import predictions_for, write_predictions
 from lad.core.prompts import PromptTemplate, vanilla_template
-from lad.core.records import RecordSet, predictions_for, write_predictions, write_records
+from lad.core.records import RecordSet, write_records
 from lad.data.items import Item
 from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, LadError

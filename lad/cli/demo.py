@@ -6,31 +6,28 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from lad.cli.flags import HelpFormat, InputPath, OutputPath
+from lad.cli.flags import InputPath, OutputPath, command
 from lad.demo.recipe import DRIFTS, TrainConfig
 from lad.errors import LadError
 
+_EXAMPLES = ("lad demo train --out runs/demo-model", "lad eval --model runs/demo-model")
+_SHIPPED = (
+    "\nthe shipped weights came from (it replaces them):\n"
+    "  lad demo train --out lad/demo/model --replace-shipped-model"
+)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "demo",
-        help="the embedded demo model: retrain it",
-        description="lad's embedded demo model, a tiny Qwen2-VL trained on the shapes benchmark.",
-        epilog="example:\n  lad demo train --out runs/demo-model\n  lad eval --model "
-        "runs/demo-model",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    about = "lad's embedded demo model, a tiny Qwen2-VL trained on the shapes benchmark."
+    parser = command(subparsers, "demo", "the embedded demo model: retrain it", about, *_EXAMPLES)
     commands = parser.add_subparsers(dest="demo_command", required=True, metavar="COMMAND")
-    p = commands.add_parser(
-        "train",
-        help="train the demo model from scratch on CPU (seeded, reproducible)",
-        description="Train the demo model from scratch on the shapes training split, on CPU "
-        "(about 30 minutes on 2 cores; docs/demo-model.md).",
-        epilog="example:\n  lad demo train --out runs/demo-model\n  lad eval --model "
-        "runs/demo-model\nthe shipped weights came from (it replaces them):\n  lad demo train "
-        "--out lad/demo/model --replace-shipped-model",
-        formatter_class=HelpFormat,
+    short = "train the demo model from scratch on CPU (seeded, reproducible)"
+    train_about = (
+        "Train the demo model from scratch on the shapes training split, on CPU (about 30 "
+        "minutes on 2 cores; docs/demo-model.md)."
     )
+    p = command(commands, "train", short, train_about, *_EXAMPLES)
+    p.epilog += _SHIPPED
     _add_train_flags(p)
     p.set_defaults(func=_train)
 

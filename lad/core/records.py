@@ -46,6 +46,7 @@ class Record:
 
 
 RECORD_KEYS = ("item", "ordering", "order", "answer", "logprobs", "attention", "extra")
+_ARRAYS = ("items", "ordering", "order", "answer", "logprobs", "attention")  # RecordSet's arrays
 
 
 @dataclass
@@ -132,15 +133,8 @@ class RecordSet:
                 raise RecordError(f"a mask must have one entry per record ({len(self)})")
             idx = np.flatnonzero(idx)
         idx = idx.astype(np.int64, copy=False)
-        return RecordSet(
-            items=self.items[idx],
-            ordering=self.ordering[idx],
-            order=self.order[idx],
-            answer=self.answer[idx],
-            logprobs=self.logprobs[idx],
-            attention=self.attention[idx],
-            extra=[self.extra[i] for i in idx],
-        )
+        arrays = {name: getattr(self, name)[idx] for name in _ARRAYS}
+        return RecordSet(**arrays, extra=[self.extra[i] for i in idx])
 
     @staticmethod
     def concat(sets: Sequence[RecordSet]) -> RecordSet:
@@ -164,15 +158,8 @@ def concat(sets: Sequence[RecordSet]) -> RecordSet:
     shapes = {(s.num_candidates, s.num_layers) for s in sets}
     if len(shapes) > 1:
         raise RecordError(f"cannot concatenate records with different (N, L): {sorted(shapes)}")
-    return RecordSet(
-        items=np.concatenate([s.items for s in sets]),
-        ordering=np.concatenate([s.ordering for s in sets]),
-        order=np.concatenate([s.order for s in sets]),
-        answer=np.concatenate([s.answer for s in sets]),
-        logprobs=np.concatenate([s.logprobs for s in sets]),
-        attention=np.concatenate([s.attention for s in sets]),
-        extra=[e for s in sets for e in s.extra],
-    )
+    arrays = {name: np.concatenate([getattr(s, name) for s in sets]) for name in _ARRAYS}
+    return RecordSet(**arrays, extra=[e for s in sets for e in s.extra])
 
 
 # ---------------------------------------------------------------------------------------------

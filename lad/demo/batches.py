@@ -23,6 +23,8 @@ FIND_PROMPT = "Describe the picture with {object}."
 
 @dataclass
 class PreparedItem:
+    """A shapes item whose candidate pictures went through the processor once."""
+
     query: str
     pixels: list[torch.Tensor]  # per candidate: the processor's pixel_values of that image
     descriptions: list[str]

@@ -19,7 +19,8 @@ from lad.backends.generate import GenerationOptions, generation_records, stop_to
 from lad.backends.sofa import SofaOptions, _active, _Scope, sofa_applied, sofa_attention, sofa_mask
 from lad.core.labels import get_scheme
 from lad.core.methods import METHODS, parsed_paths
-from lad.core.records import read_predictions, read_records
+from lad.core.predictions import read_predictions
+from lad.core.records import read_records
 from lad.data.items import Item
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import BackendError, RunError

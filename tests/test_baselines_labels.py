@@ -177,7 +177,8 @@ def test_generation_methods_need_replies():
 
 def test_lad_score_parses_replies_and_keeps_unparseable(tmp_path, capsys):
     from lad.cli import main
-    from lad.core.records import read_predictions, write_records
+    from lad.core.predictions import read_predictions
+    from lad.core.records import write_records
 
     records = _records([["<think>x</think> II"], ["<think>II or III"]], 3)
     path = tmp_path / "cot_records.jsonl"

@@ -22,7 +22,8 @@ from lad.core.labels import get_scheme
 from lad.data.items import Item
 from lad.data.shapes import build_shapes
 from lad.errors import BackendError
-from lad.testing.tiny import ARCHITECTURES, TinySize, build_tiny_model, build_tokenizer
+from lad.testing.tiny import ARCHITECTURES, TinySize, build_tiny_model
+from lad.testing.tokenizer import build_tokenizer
 
 LABELS = ["1", "2", "10"]
 # What base checkpoints often ship: content written as is, so a list of parts comes out as its repr.

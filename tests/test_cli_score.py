@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from lad.cli import build_parser, main
-from lad.core.records import read_predictions, read_records, write_records
+from lad.core.predictions import read_predictions
+from lad.core.records import read_records, write_records
 from tests.synthetic import SyntheticModel
 
 

@@ -26,35 +26,39 @@ def test_demo_model_path_is_the_shipped_folder():
 
 def test_missing_weights_are_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr("lad.backends.checkpoint.MODEL_DIR", tmp_path / "model")
-    with pytest.raises(BackendError, match=r"demo model's weights are missing .*lad.demo.train"):
+    with pytest.raises(BackendError, match=r"demo model's weights are missing .*lad demo train"):
         demo_model_path()
 
 
-def test_training_help_names_the_command(capsys):
-    from lad.demo.train import main
+def train_main(argv: list[str]) -> int:
+    from lad.cli import main
 
+    return main(["demo", "train", *argv])
+
+
+def test_training_help_names_the_command(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["--help"])
+        train_main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert "python -m lad.demo.train --out runs/demo-model" in out
-    assert "python -m lad.demo.train --out lad/demo/model --replace-shipped-model" in out
+    assert "lad demo train --out runs/demo-model" in out
+    assert "lad demo train --out lad/demo/model --replace-shipped-model" in out
 
 
 def test_bad_training_argument_is_an_error(capsys, tmp_path):
-    from lad.demo.train import main
-
-    assert main(["--out", str(tmp_path / "m"), "--position-decay", "0"]) == 1
+    assert train_main(["--out", str(tmp_path / "m"), "--position-decay", "0"]) == 1
     assert "Error: --position-decay must be in (0, 1]. Got 0.0." in capsys.readouterr().err
 
 
-def test_bad_stage_is_an_error():
-    from lad.demo.train import Stage, TrainConfig, _check
+def test_bad_stage_is_an_error(tmp_path):
+    from lad.demo.recipe import Stage, TrainConfig
+    from lad.demo.train import train
 
     with pytest.raises(LadError, match=r"--drift must be one of first, previous\. Got 'last'"):
-        _check(TrainConfig(stages=(Stage("bias", 10, 4, drift="last"),)))
+        TrainConfig(stages=(Stage("bias", 10, 4, drift="last"),)).check()
     with pytest.raises(LadError, match="stage bias: train must be one of all, head"):
-        _check(TrainConfig(stages=(Stage("bias", 10, 4, train="lm"),)))
+        train(TrainConfig(stages=(Stage("bias", 10, 4, train="lm"),)), tmp_path / "m")
+    assert not (tmp_path / "m").exists()
 
 
 @pytest.mark.parametrize(
@@ -69,8 +73,6 @@ def test_bad_stage_is_an_error():
     ],
 )
 def test_training_refuses_bad_input_before_any_work(argv, message, capsys, tmp_path):
-    from lad.demo.train import main
-
     notmodel = tmp_path / "notes"
     notmodel.mkdir()
     (notmodel / "keep.txt").write_text("mine")
@@ -80,18 +82,16 @@ def test_training_refuses_bad_input_before_any_work(argv, message, capsys, tmp_p
     argv = [a.replace("SELF", str(out)).replace("NOTMODEL", str(notmodel)) for a in argv]
     if "--out" not in argv:
         argv = ["--out", str(out), *argv]
-    assert main(argv) == 1
+    assert train_main(argv) == 1
     assert message in capsys.readouterr().err
     assert (notmodel / "keep.txt").read_text() == "mine"  # nothing clobbered
     assert (out / "config.json").read_text() == "{}"
 
 
 def test_training_curve_goes_into_a_new_folder(tmp_path):
-    from lad.demo.train import main
-
     figure = tmp_path / "new" / "curve.png"
     argv = ["--out", str(tmp_path / "m"), "--stage-steps", "0,0,0", "--train-items", "4"]
-    assert main([*argv, "--figure", str(figure)]) == 0
+    assert train_main([*argv, "--figure", str(figure)]) == 0
     assert figure.read_bytes().startswith(b"\x89PNG")
 
 
@@ -152,22 +152,24 @@ def test_a_head_only_stage_leaves_every_attention_map_unchanged(tmp_path):
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    from lad.demo import batches as B
     from lad.demo import train as T
+    from lad.demo.recipe import Stage, TrainConfig
 
-    T._initial_model(T.TrainConfig(), tmp_path / "init")
-    stage = T.Stage("bias", 3, 3, keep_label=0.5, drift="previous", train="head", match_only=True)
-    config = T.TrainConfig(stages=(stage,), batch_size=2, train_items=8, monitor_items=2, lr=0.05)
+    T._initial_model(TrainConfig(), tmp_path / "init")
+    stage = Stage("bias", 3, 3, keep_label=0.5, drift="previous", train="head", match_only=True)
+    config = TrainConfig(stages=(stage,), batch_size=2, train_items=8, monitor_items=2, lr=0.05)
     T.train(config, tmp_path / "out", init=tmp_path / "init", log=lambda _: None)
 
     def forward(path):
         model = AutoModelForImageTextToText.from_pretrained(path, attn_implementation="eager")
         processor = AutoProcessor.from_pretrained(path)
-        items = T._load_items(
+        items = B.load_items(
             processor, path.parent / f"data-{path.name}", "eval", ("random",), 1, config
         )
-        tokens = T._Tokens(processor, items[0].pixels[0].shape[0] // 4)
-        example = T._Example("match", items[0].query, items[0].pixels[:3], "", [])
-        batch, _, _ = T._collate(tokens, [example], with_targets=False)
+        tokens = B.Tokens(processor, items[0].pixels[0].shape[0] // 4)
+        example = B.Example("match", items[0].query, items[0].pixels[:3], "", [])
+        batch, _, _ = B.collate(tokens, [example], with_targets=False)
         with torch.no_grad():
             return model(**batch, output_attentions=True)
 
@@ -185,22 +187,24 @@ def test_fast_batches_equal_the_processor(tmp_path):
     from transformers import AutoProcessor
 
     from lad.backends.prompting import chat_text
+    from lad.demo import batches as B
     from lad.demo import train as T
+    from lad.demo.recipe import TrainConfig
 
-    T._initial_model(T.TrainConfig(), tmp_path / "m")
+    T._initial_model(TrainConfig(), tmp_path / "m")
     processor = AutoProcessor.from_pretrained(tmp_path / "m")
     colours = [(220, 30, 30), (30, 70, 220), (30, 160, 50)]
     images = [Image.new("RGB", (64, 64), c) for c in colours]
-    pixels = [T._pixels(processor, im) for im in images]
+    pixels = [B.pixels_of(processor, im) for im in images]
     examples = [
-        T._Example("match", "a red circle", pixels[:3], "2", []),
-        T._Example("refer", T.REFER_PROMPT.format(k=1), pixels[:2], "a blue square", []),
+        B.Example("match", "a red circle", pixels[:3], "2", []),
+        B.Example("refer", B.REFER_PROMPT.format(k=1), pixels[:2], "a blue square", []),
     ]
-    tokens = T._Tokens(processor, pixels[0].shape[0] // 4)
-    batch, labels, last = T._collate(tokens, examples)
+    tokens = B.Tokens(processor, pixels[0].shape[0] // 4)
+    batch, labels, last = B.collate(tokens, examples)
     prompts = [
-        T.prompt_text(processor, "a red circle", 3),
-        chat_text(processor, T.REFER_PROMPT.format(k=1), 2),
+        B.prompt_text(processor, "a red circle", 3),
+        chat_text(processor, B.REFER_PROMPT.format(k=1), 2),
     ]
     eos = processor.tokenizer.eos_token
     processor.tokenizer.padding_side = "right"

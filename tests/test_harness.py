@@ -21,7 +21,8 @@ import pytest
 
 pytest.importorskip("lmms_eval", reason="lmms-eval not installed (pip install -e '.[lmms-eval]')")
 
-from lad.core.records import read_predictions, read_records
+from lad.core.predictions import read_predictions
+from lad.core.records import read_records
 from lad.data.items import cyclic_shift, read_items
 from tests.harness_fixtures import blink_local_task, local_task, shapes_blink, shapes_muirbench
 

@@ -18,7 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lad.cli import build_parser, main
-from lad.core.records import read_predictions, write_records
+from lad.core.predictions import read_predictions
+from lad.core.records import write_records
+from lad.errors import LadError
 from tests.synthetic import SyntheticModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,17 +127,22 @@ def test_load_backend_accepts_demo_like_debiaser():
 # -------------------------------------------------------- demo model not overwritten (point 8)
 
 
-@pytest.mark.parametrize("entry", ["lad", "module"])
+@pytest.mark.parametrize("entry", ["lad", "python"])
 @pytest.mark.parametrize("sub", ["", "inner"])
 def test_demo_train_refuses_the_shipped_folder(entry, sub, capsys):
     from lad.demo import MODEL_DIR
-    from lad.demo.train import main as train_main
+    from lad.demo.recipe import TrainConfig
+    from lad.demo.train import train
 
     before = {p.name: p.stat().st_mtime_ns for p in MODEL_DIR.iterdir()}
     out = str(MODEL_DIR / sub) if sub else str(MODEL_DIR)
-    code = main(["demo", "train", "--out", out]) if entry == "lad" else train_main(["--out", out])
-    assert code == 1
-    err = capsys.readouterr().err
+    if entry == "lad":
+        assert main(["demo", "train", "--out", out]) == 1
+        err = capsys.readouterr().err
+    else:
+        with pytest.raises(LadError) as refused:
+            train(TrainConfig(), out)
+        err = f"Error: {refused.value}"
     assert err.startswith(f"Error: --out {out} is the demo model shipped with lad")
     assert "--replace-shipped-model" in err and "--out runs/demo-model" in err
     assert {p.name: p.stat().st_mtime_ns for p in MODEL_DIR.iterdir()} == before

@@ -14,7 +14,8 @@ from lad.backends import load_backend
 from lad.cli import main
 from lad.core.labels import get_scheme
 from lad.core.methods import MethodOptions
-from lad.core.records import read_predictions, read_records
+from lad.core.predictions import read_predictions
+from lad.core.records import read_records
 from lad.data.items import Item, read_items
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import BackendError, DataError, RunError

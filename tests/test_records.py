@@ -4,18 +4,13 @@ import re
 import numpy as np
 import pytest
 
-from lad.core.records import (
+from lad.core.predictions import (
     Prediction,
-    Record,
-    RecordSet,
-    RecordWriter,
-    concat,
     predictions_by_method,
     read_predictions,
-    read_records,
     write_predictions,
-    write_records,
 )
+from lad.core.records import Record, RecordSet, RecordWriter, concat, read_records, write_records
 from lad.errors import RecordError
 from tests.synthetic import SyntheticModel
 

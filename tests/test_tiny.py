@@ -1,4 +1,5 @@
-"""lad.testing.tiny: the locally made tokenizer and a checkpoint that loads back like a hub one."""
+"""lad.testing.tiny and .tokenizer: the locally made tokenizer, a checkpoint that loads back like a
+hub one, the builders' table against lad.backends.archs."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from lad.backends.archs import ARCHS
 from lad.errors import BackendError
-from lad.testing.tiny import ARCHITECTURES, TinySize, build_tiny_model, build_tokenizer
+from lad.testing.tiny import ARCHITECTURES, TinySize, build_tiny_model
+from lad.testing.tokenizer import build_tokenizer
 
 SPECIAL = {"eos_token": "</s>", "pad_token": "<pad>"}
 
@@ -68,3 +71,16 @@ def test_unknown_architecture(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="'arch' parameter must be one of"):
         build_tiny_model("gpt2", tmp_path)
     assert len(ARCHITECTURES) == 7
+
+
+def test_one_builder_per_supported_architecture_with_its_markers() -> None:
+    # lad.testing stays below lad.backends, so the builders' table is checked against the
+    # backends' table here: each row builds a model_type lad supports, each Arch has a builder,
+    # and the tokens lad counts into an image's span are special tokens of the tiny tokenizer.
+    for arch in ARCHS:
+        built = [t for t in arch.model_types if t in ARCHITECTURES]
+        assert len(built) == 1, arch.name
+        assert set(arch.markers) <= set(ARCHITECTURES[built[0]].extra_special), arch.name
+    assert sorted(ARCHITECTURES) == sorted(
+        t for a in ARCHS for t in a.model_types if t != "smolvlm"
+    )

@@ -75,7 +75,7 @@ def demo_model_path() -> Path:
     if missing:
         raise BackendError(
             f"the demo model's weights are missing from {MODEL_DIR} (no {', '.join(missing)}). "
-            "Reinstall lad, or retrain them with: python -m lad.demo.train --out "
+            "Reinstall lad, or retrain them with: lad demo train --out "
             + str(MODEL_DIR)
             + " --replace-shipped-model"
         )

@@ -19,12 +19,12 @@ from lad.core.calibrate import Calibration
 from lad.core.labels import LABEL_SCHEMES
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.metrics import compute_metrics, format_table
-from lad.core.records import (
+from lad.core.predictions import (
     predictions_by_method,
     read_predictions,
-    read_records,
     write_predictions,
 )
+from lad.core.records import read_records
 from lad.core.scoring import score_records
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_file, write_text

@@ -2,12 +2,12 @@
 
 The format is docs/formats.md's; see `Record` for each field. `RecordSet` is the columnar
 form methods and metrics work on; `read_records` / `write_records` move it to and from `.jsonl`
-(one JSON object per line) or `.parquet`, chosen by the file's extension.
+(one JSON object per line) or `.parquet` (its columns in `lad.core.parquet`), chosen by the
+file's extension. A method's choices per record are `lad.core.predictions`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import orjson
 
+from lad.core.parquet import read_columns, row_where, write_parquet
 from lad.errors import RecordError, at
-from lad.io.files import check_destination, named, note_input, replacing
+from lad.io.files import check_destination, drop_partial_line, named, note_input, replacing
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Record:
 
 
 RECORD_KEYS = ("item", "ordering", "order", "answer", "logprobs", "attention", "extra")
+_ARRAYS = ("items", "ordering", "order", "answer", "logprobs", "attention")  # RecordSet's arrays
 
 
 @dataclass
@@ -131,15 +133,8 @@ class RecordSet:
                 raise RecordError(f"a mask must have one entry per record ({len(self)})")
             idx = np.flatnonzero(idx)
         idx = idx.astype(np.int64, copy=False)
-        return RecordSet(
-            items=self.items[idx],
-            ordering=self.ordering[idx],
-            order=self.order[idx],
-            answer=self.answer[idx],
-            logprobs=self.logprobs[idx],
-            attention=self.attention[idx],
-            extra=[self.extra[i] for i in idx],
-        )
+        arrays = {name: getattr(self, name)[idx] for name in _ARRAYS}
+        return RecordSet(**arrays, extra=[self.extra[i] for i in idx])
 
     @staticmethod
     def concat(sets: Sequence[RecordSet]) -> RecordSet:
@@ -163,15 +158,8 @@ def concat(sets: Sequence[RecordSet]) -> RecordSet:
     shapes = {(s.num_candidates, s.num_layers) for s in sets}
     if len(shapes) > 1:
         raise RecordError(f"cannot concatenate records with different (N, L): {sorted(shapes)}")
-    return RecordSet(
-        items=np.concatenate([s.items for s in sets]),
-        ordering=np.concatenate([s.ordering for s in sets]),
-        order=np.concatenate([s.order for s in sets]),
-        answer=np.concatenate([s.answer for s in sets]),
-        logprobs=np.concatenate([s.logprobs for s in sets]),
-        attention=np.concatenate([s.attention for s in sets]),
-        extra=[e for s in sets for e in s.extra],
-    )
+    arrays = {name: np.concatenate([getattr(s, name) for s in sets]) for name in _ARRAYS}
+    return RecordSet(**arrays, extra=[e for s in sets for e in s.extra])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,6 +375,15 @@ def read_records(path: str | Path, *, missing_ok: bool = False) -> RecordSet:
     return _read_jsonl(path)
 
 
+def _read_parquet(path: Path) -> RecordSet:
+    columns = read_columns(path, RECORD_KEYS)
+    if columns is None:
+        return RecordSet.empty()
+    records = RecordSet(**columns)
+    validate(records, row_where(path))
+    return records
+
+
 def _read_jsonl(path: Path) -> RecordSet:
     objs: list[dict] = []
     linenos: list[int] = []
@@ -414,7 +411,7 @@ def _record_object(r: Record) -> dict[str, Any]:
     }
 
 
-def _dumps(obj: Any) -> bytes:
+def dumps(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
@@ -424,12 +421,12 @@ def write_records(path: str | Path, records: RecordSet | Iterable[Record]) -> No
     with replacing(path) as tmp:
         if _is_parquet(path):
             rs = records if isinstance(records, RecordSet) else RecordSet.from_records(records)
-            _write_parquet(tmp, rs)
+            write_parquet(tmp, rs)
         else:
             rows = records.to_records() if isinstance(records, RecordSet) else records
             with tmp.open("wb") as f:
                 for r in rows:
-                    f.write(_dumps(_record_object(r)) + b"\n")
+                    f.write(dumps(_record_object(r)) + b"\n")
 
 
 class RecordWriter:
@@ -459,7 +456,7 @@ class RecordWriter:
         if self._file is None:
             raise RecordError("RecordWriter is not open; use it as `with RecordWriter(path) as w`")
         try:
-            self._file.write(_dumps(_record_object(record)) + b"\n")
+            self._file.write(dumps(_record_object(record)) + b"\n")
             self._file.flush()
         except OSError as e:  # e.g. a full disk: the partial line is dropped on resume
             raise named(e, self.path) from None
@@ -473,257 +470,3 @@ class RecordWriter:
         except OSError as e:
             if exc_type is None:  # else the error already in flight says more
                 raise named(e, self.path) from None
-
-
-def drop_partial_line(path: Path) -> None:
-    """Cut off a last line left without its newline by an interrupted write."""
-    if not path.is_file() or path.stat().st_size == 0:
-        return
-    with path.open("rb+") as f:
-        f.seek(-1, os.SEEK_END)
-        if f.read(1) == b"\n":
-            return
-        # Walk back to the last newline (or the start of the file) and cut there.
-        size = f.seek(0, os.SEEK_END)
-        pos = size
-        while pos > 0:
-            step = min(65536, pos)
-            f.seek(pos - step)
-            chunk = f.read(step)
-            k = chunk.rfind(b"\n")
-            if k >= 0:
-                f.truncate(pos - step + k + 1)
-                return
-            pos -= step
-        f.truncate(0)
-
-
-# ---------------------------------------------------------------------------------------------
-# Parquet: columns item, ordering, order, answer, logprobs, attention (list<list<double>>),
-# extra (a JSON string per row).
-
-
-def _write_parquet(path: Path, records: RecordSet) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    r, n, nl = len(records), records.num_candidates, records.num_layers
-
-    def lists(values: pa.Array, rows: int, width: int) -> pa.ListArray:
-        offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
-        return pa.ListArray.from_arrays(offsets, values)
-
-    layer_rows = lists(pa.array(records.attention.reshape(-1)), r * nl, n)  # (R*L) lists of N
-    table = pa.table(
-        {
-            "item": pa.array(records.items.tolist(), type=pa.string()),
-            "ordering": records.ordering,
-            "order": lists(pa.array(records.order.reshape(-1)), r, n),
-            "answer": records.answer,
-            "logprobs": lists(pa.array(records.logprobs.reshape(-1)), r, n),
-            "attention": lists(layer_rows, r, nl),
-            "extra": pa.array([_dumps(e).decode() for e in records.extra], type=pa.string()),
-        }
-    )
-    pq.write_table(table, path)
-
-
-def _read_parquet(path: Path) -> RecordSet:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise RecordError(f"{path}: not a readable parquet file ({e})") from None
-    missing = [k for k in RECORD_KEYS if k not in table.column_names]
-    if missing:
-        raise RecordError(f"{path}: parquet records lack column(s) {missing}")
-    if table.num_rows == 0:
-        return RecordSet.empty()
-
-    def row_where(i: int) -> str:
-        return f"{path}: row {i + 1}: "
-
-    def fixed(name: str, depth: int) -> tuple[np.ndarray, list[int]]:
-        """Flatten a (nested) list column, checking every row has the same length per level."""
-        col = table.column(name).combine_chunks()
-        widths = []
-        for _ in range(depth):
-            if col.null_count:
-                raise RecordError(f"{row_where(0)}{name!r} has missing values")
-            lengths = np.diff(col.offsets.to_numpy())
-            bad = np.flatnonzero(lengths != lengths[0])
-            if bad.size:
-                raise RecordError(f"{path}: {name!r} lists differ in length (entry {bad[0] + 1})")
-            widths.append(int(lengths[0]))
-            col = col.flatten()
-        return col.to_numpy(zero_copy_only=False), widths
-
-    order, (n,) = fixed("order", 1)
-    logprobs, (n2,) = fixed("logprobs", 1)
-    attention, (nl, n3) = fixed("attention", 2)
-    if not n == n2 == n3:
-        raise RecordError(f"{path}: 'order', 'logprobs' and 'attention' disagree on N")
-    try:
-        extra = [orjson.loads(s) if s else {} for s in table.column("extra").to_pylist()]
-    except orjson.JSONDecodeError as e:
-        raise RecordError(f"{path}: column 'extra' must hold JSON objects ({e})") from None
-    records = RecordSet(
-        items=np.array(table.column("item").to_pylist(), dtype=str),
-        ordering=table.column("ordering").to_numpy().astype(np.int64),
-        order=order.astype(np.int64).reshape(-1, n),
-        answer=table.column("answer").to_numpy().astype(np.int64),
-        logprobs=logprobs.astype(np.float64).reshape(-1, n),
-        attention=attention.astype(np.float64).reshape(-1, nl, n),
-        extra=extra,
-    )
-    validate(records, row_where)
-    return records
-
-
-# ---------------------------------------------------------------------------------------------
-# Predictions: `{"item", "ordering", "method", "prediction", "scores"}` per line.
-
-
-@dataclass
-class Prediction:
-    """One method's choice for one record. `prediction` is a position in that ordering, or -1
-    for an unparseable reply (it counts as wrong). `scores` (N,) are the method's scores."""
-
-    item: str
-    ordering: int
-    method: str
-    prediction: int
-    scores: list[float]
-
-
-PREDICTION_KEYS = ("item", "ordering", "method", "prediction", "scores")
-
-
-def predictions_for(
-    records: RecordSet, method: str, scores: np.ndarray, prediction: np.ndarray | None = None
-) -> list[Prediction]:
-    """Predictions for every record from (R, N) scores (argmax unless `prediction` is given)."""
-    pred = scores.argmax(axis=1) if prediction is None else np.asarray(prediction)
-    scores = np.asarray(scores)
-    return [
-        Prediction(item, ordering, method, int(p), s)
-        for (item, ordering), p, s in zip(records.keys(), pred, scores.tolist(), strict=True)
-    ]
-
-
-def write_predictions(
-    path: str | Path,
-    predictions: Iterable[Prediction] | RecordSet,
-    by_method: dict[str, np.ndarray] | None = None,
-) -> None:
-    """Write predictions: `write_predictions(path, [Prediction, ...])`, or
-    `write_predictions(path, records, {method: array})` where each array is (R, N) scores
-    (prediction = argmax) or (R,) positions (written with empty scores)."""
-    if isinstance(predictions, RecordSet):
-        predictions = _from_method_arrays(predictions, by_method or {})
-    with replacing(path) as tmp, tmp.open("wb") as f:
-        for p in predictions:
-            obj = {
-                "item": p.item,
-                "ordering": int(p.ordering),
-                "method": p.method,
-                "prediction": int(p.prediction),
-                "scores": [float(x) for x in p.scores],
-            }
-            f.write(_dumps(obj) + b"\n")
-
-
-def _from_method_arrays(records: RecordSet, by_method: dict[str, np.ndarray]) -> list[Prediction]:
-    out: list[Prediction] = []
-    for method, values in by_method.items():
-        arr = np.asarray(values)
-        if arr.shape == (len(records), records.num_candidates):
-            out += predictions_for(records, method, arr)
-        elif arr.shape == (len(records),):
-            empty = np.zeros((len(records), 0))
-            out += predictions_for(records, method, empty, prediction=arr)
-        else:
-            raise RecordError(
-                f"predictions for '{method}' must have shape ({len(records)},) or "
-                f"({len(records)}, {records.num_candidates}), got {arr.shape}"
-            )
-    return out
-
-
-def read_predictions(path: str | Path) -> list[Prediction]:
-    """Read and validate a predictions file; a bad line names the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise RecordError(f"{path}: no such predictions file")
-    note_input(path)
-    out: list[Prediction] = []
-    with path.open("rb") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                out.append(_parse_prediction(line, at(path, lineno)))
-    return out
-
-
-def _parse_prediction(line: bytes, where: str) -> Prediction:
-    try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError as e:
-        raise RecordError(f"{where}not valid JSON ({e})") from None
-    if not isinstance(obj, dict):
-        raise RecordError(f"{where}expected a JSON object, got {type(obj).__name__}")
-    for key, kind in (("item", str), ("ordering", int), ("method", str), ("prediction", int)):
-        if key not in obj:
-            raise RecordError(f"{where}missing key {key!r} (a prediction has {PREDICTION_KEYS})")
-        if not isinstance(obj[key], kind) or isinstance(obj[key], bool):
-            kind_name = "a string" if kind is str else "an integer"
-            raise RecordError(f"{where}{key!r} must be {kind_name}, got {obj[key]!r}")
-    scores = obj.get("scores", [])
-    if not isinstance(scores, list) or not all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in scores
-    ):
-        raise RecordError(f"{where}'scores' must be a list of finite numbers")
-    if obj["prediction"] < -1 or (scores and obj["prediction"] >= len(scores)):
-        raise RecordError(
-            f"{where}'prediction' {obj['prediction']} is not a position (or -1 for unparseable)"
-        )
-    return Prediction(obj["item"], obj["ordering"], obj["method"], obj["prediction"], scores)
-
-
-def predictions_by_method(
-    records: RecordSet, predictions: Iterable[Prediction], source: object = "predictions"
-) -> dict[str, np.ndarray]:
-    """Align predictions with records: {method: (R,) int positions, -1 = unparseable}.
-
-    Every record needs one prediction per method; predictions for unknown records are errors.
-    """
-    index = {key: i for i, key in enumerate(records.keys())}
-    n = records.num_candidates
-    out: dict[str, np.ndarray] = {}
-    for p in predictions:
-        i = index.get((p.item, p.ordering))
-        if i is None:
-            raise RecordError(
-                f"{source}: prediction for item {p.item!r}, ordering {p.ordering} matches no record"
-            )
-        if not -1 <= p.prediction < n:
-            raise RecordError(
-                f"{source}: prediction {p.prediction} for item {p.item!r} is not in -1..{n - 1}"
-            )
-        arr = out.setdefault(p.method, np.full(len(records), -2, dtype=np.int64))
-        if arr[i] != -2:
-            raise RecordError(
-                f"{source}: two '{p.method}' predictions for item {p.item!r}, ordering {p.ordering}"
-            )
-        arr[i] = p.prediction
-    for method, arr in out.items():
-        missing = np.flatnonzero(arr == -2)
-        if missing.size:
-            i = int(missing[0])
-            item = str(records.items[i])
-            raise RecordError(
-                f"{source}: method '{method}' has no prediction for item {item!r}, "
-                f"ordering {records.ordering[i]} ({missing.size} records lack one)"
-            )
-    return out

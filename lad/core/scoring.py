@@ -12,7 +12,8 @@ import numpy as np
 from lad.core.calibrate import Calibration
 from lad.core.methods import METHODS, MethodOptions, choose
 from lad.core.metrics import compute_metrics
-from lad.core.records import Prediction, RecordSet, predictions_for
+from lad.core.predictions import Prediction, predictions_for
+from lad.core.records import RecordSet
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """lad's embedded demo model: a tiny Qwen2-VL trained here on the shapes benchmark.
 
 `lad eval --model demo` (the default) loads it from `demo_model_path()`; docs/demo-model.md is its
-model card and `python -m lad.demo.train --out lad/demo/model --replace-shipped-model` retrains it.
+model card and `lad demo train --out lad/demo/model --replace-shipped-model` retrains it.
 """
 
 from __future__ import annotations

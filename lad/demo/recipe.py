@@ -1,15 +1,14 @@
-"""The demo model's recipe as data (stages, TrainConfig) and its command-line flags, apart from
-lad.demo.train so that `lad demo train --help` loads no torch. docs/demo-model.md explains it."""
+"""The demo model's recipe as data (stages, TrainConfig) and its checks, apart from lad.demo.train
+so that `lad demo train --help` loads no torch. docs/demo-model.md explains it."""
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import dataclass, field, replace
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lad.errors import LadError
-from lad.io.files import InputPath, OutputPath
 
 DRIFTS = ("first", "previous")
 TRAINED = ("all", "head")
@@ -29,6 +28,22 @@ class Stage:
     drift: str = "first"  # where a drifted label points: "first" picture or the "previous" one
     train: str = "all"  # "all" parameters, or only the "head": the last layer's MLP and LM head
     decay: bool = True  # cosine decay to 10 % over the stage (else constant after warm-up)
+
+    def check(self) -> None:
+        if not 2 <= self.max_candidates <= 9:
+            raise LadError(
+                f"stage {self.name}: at most 2..9 images per prompt, got {self.max_candidates}"
+            )
+        if not 0 < self.position_decay <= 1:
+            raise LadError(f"--position-decay must be in (0, 1]. Got {self.position_decay}.")
+        if not 0 <= self.keep_label <= 1:
+            raise LadError(f"--keep-label must be in [0, 1]. Got {self.keep_label}.")
+        if self.drift not in DRIFTS:
+            raise LadError(f"--drift must be one of {', '.join(DRIFTS)}. Got {self.drift!r}.")
+        if self.train not in TRAINED:
+            raise LadError(f"stage {self.name}: train must be one of {', '.join(TRAINED)}")
+        if self.steps < 0:
+            raise LadError(f"--stage-steps must be >= 0. Got {self.steps} for {self.name}.")
 
 
 STAGES = (
@@ -74,69 +89,25 @@ class TrainConfig:
     def steps(self) -> int:
         return sum(s.steps for s in self.stages)
 
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags shared by `python -m lad.demo.train` and `lad demo train`."""
-    d = TrainConfig()
-    p.add_argument(
-        "--out", type=OutputPath, required=True, help="folder to write the model into (replaced)"
-    )
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of data, init and batches")
-    p.add_argument("--stage-steps", default=",".join(str(s.steps) for s in d.stages),
-                   help="steps of the stages " + ", ".join(s.name for s in d.stages)
-                   + " (0 skips one)")  # fmt: skip
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="prompts per step")
-    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
-    p.add_argument("--train-items", type=int, default=d.train_items,
-                   help="training items drawn per setting")  # fmt: skip
-    p.add_argument("--position-decay", type=float, default=d.stages[-1].position_decay,
-                   help="bias stage: answer at position p with weight decay**p")  # fmt: skip
-    p.add_argument("--keep-label", type=float, default=d.stages[-1].keep_label,
-                   help="bias stage: an answer at 0-based position p keeps its label w.p. "
-                   "this**p, else drifts (1 = always its own)")  # fmt: skip
-    p.add_argument("--drift", choices=DRIFTS, default=d.stages[-1].drift,
-                   help="bias stage: the picture a drifted label names")  # fmt: skip
-    p.add_argument("--threads", type=int, default=d.threads, help="CPU threads")
-    p.add_argument("--init", type=InputPath, default=None,
-                   help="start from this checkpoint, not a fresh model")  # fmt: skip
-    p.add_argument(
-        "--figure", type=OutputPath, default=None, help="also draw the training curve into this PNG"
-    )
-    p.add_argument("--replace-shipped-model", action="store_true",
-                   help="allow --out to be the demo model shipped inside lad (lad/demo/model), "
-                   "whose weights it then replaces")  # fmt: skip
-
-
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    d = TrainConfig()
-    try:
-        steps = [int(x) for x in args.stage_steps.split(",")]
-    except ValueError:
-        steps = []
-    if len(steps) != len(d.stages):
-        raise LadError(
-            f"--stage-steps must be {len(d.stages)} integers separated by commas "
-            f"({', '.join(s.name for s in d.stages)}). Got {args.stage_steps!r}."
-        )
-    stages = [replace(s, steps=k) for s, k in zip(d.stages, steps, strict=True)]
-    stages[-1] = replace(
-        stages[-1],
-        position_decay=args.position_decay,
-        keep_label=args.keep_label,
-        drift=args.drift,
-    )
-    return TrainConfig(
-        seed=args.seed,
-        stages=tuple(stages),
-        batch_size=args.batch_size,
-        lr=args.lr,
-        train_items=args.train_items,
-        threads=args.threads,
-    )
-
-
-EXAMPLE = "python -m lad.demo.train --out runs/demo-model"
-SHIPPED_EXAMPLE = "python -m lad.demo.train --out lad/demo/model --replace-shipped-model"
+    def check(self) -> None:
+        """Every value in range, before any work; a message names the flag that sets it."""
+        if not 0 <= self.seed < 2**32:
+            raise LadError(f"--seed must be in 0..{2**32 - 1}. Got {self.seed}.")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise LadError(f"--lr must be a positive finite number. Got {self.lr}.")
+        for s in self.stages:
+            s.check()
+        shares = (self.refer_share, self.find_share)
+        if min(shares) < 0 or sum(shares) >= 1:
+            raise LadError(
+                "--refer-share and --find-share must be >= 0 with a sum below 1. "
+                f"Got {self.refer_share} and {self.find_share}."
+            )
+        if not 1 <= self.grounding_layer <= self.text_layers:
+            raise LadError(f"grounding_layer must be in 1..{self.text_layers}")
+        for name in ("batch_size", "train_items", "threads"):
+            if getattr(self, name) < 1:
+                raise LadError(f"--{name.replace('_', '-')} must be at least 1.")
 
 
 def check_not_shipped(out: str | Path, replace_shipped: bool) -> None:

@@ -1,17 +1,17 @@
 """Train lad's embedded demo model: a tiny Qwen2-VL taught to match a caption to one of N shapes.
 
-    python -m lad.demo.train --out runs/demo-model          (or: lad demo train --out ...)
-    python -m lad.demo.train --out lad/demo/model --replace-shipped-model   (the shipped one)
+    lad demo train --out runs/demo-model
+    lad demo train --out lad/demo/model --replace-shipped-model      (the shipped one)
 
-Recipe (docs/demo-model.md). A random-init Qwen2-VL (lad.testing.tiny) learns the shapes training
-split
-as a causal LM on three kinds of multi-image prompt, built exactly as the backend builds them:
-caption matching (the vanilla prompt → the answer's label), referring ("What is in picture k?" →
-its description) and finding ("Describe the picture with a red circle." → that picture's
-description), each example weighing the same. Two auxiliary losses give the small model the
-grounding a real MLLM gets from pretraining: each image's vision tokens must name its colours and
-shapes in the word-embedding space (alignment), and after `grounding_layer` decoder layers each
-image token must name its picture's index and the prompt's last token the caption's words.
+`train(TrainConfig(), out)` does it from Python. Recipe (docs/demo-model.md). A random-init
+Qwen2-VL (lad.testing.tiny) learns the shapes training split as a causal LM on three kinds of
+multi-image prompt (lad.demo.batches), built exactly as the backend builds them: caption matching
+(the vanilla prompt → the answer's label), referring ("What is in picture k?" → its description)
+and finding ("Describe the picture with a red circle." → that picture's description), each
+example weighing the same. Two auxiliary losses give the small model the grounding a real MLLM
+gets from pretraining: each image's vision tokens must name its colours and shapes in the
+word-embedding space (alignment), and after `grounding_layer` decoder layers each image token
+must name its picture's index and the prompt's last token the caption's words.
 
 Stages: N = 2 only (matching is learned there, never at N = 4 from scratch), then 2..4 images,
 both with the answer at uniform positions and true labels; then a short matching stage whose
@@ -24,16 +24,13 @@ Nothing is edited after training. CPU only, seeded, deterministic.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
 import shutil
-import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -41,213 +38,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lad.demo.recipe import (  # noqa: F401  (re-exported: the recipe's names live there)
-    DRIFTS,
-    EXAMPLE,
-    SHIPPED_EXAMPLE,
-    STAGES,
-    TRAINED,
-    Stage,
-    TrainConfig,
-    add_arguments,
-    check_not_shipped,
-    config_from_args,
-)
+from lad.demo.batches import Example, PreparedItem, Tokens, collate, draw, load_items
+from lad.demo.recipe import Stage, TrainConfig, check_not_shipped
 from lad.errors import LadError
 
 ARCH = "qwen2_vl"
-LABELS = "digits"
-REFER_PROMPT = "What is in picture {k}?"
-FIND_PROMPT = "Describe the picture with {object}."
-
-
-def _check(config: TrainConfig) -> None:
-    if not 0 <= config.seed < 2**32:
-        raise LadError(f"--seed must be in 0..{2**32 - 1}. Got {config.seed}.")
-    if not (math.isfinite(config.lr) and config.lr > 0):
-        raise LadError(f"--lr must be a positive finite number. Got {config.lr}.")
-    for s in config.stages:
-        if not 2 <= s.max_candidates <= 9:
-            raise LadError(
-                f"stage {s.name}: at most 2..9 images per prompt, got {s.max_candidates}"
-            )
-        if not 0 < s.position_decay <= 1:
-            raise LadError(f"--position-decay must be in (0, 1]. Got {s.position_decay}.")
-        if not 0 <= s.keep_label <= 1:
-            raise LadError(f"--keep-label must be in [0, 1]. Got {s.keep_label}.")
-        if s.drift not in DRIFTS:
-            raise LadError(f"--drift must be one of {', '.join(DRIFTS)}. Got {s.drift!r}.")
-        if s.train not in TRAINED:
-            raise LadError(f"stage {s.name}: train must be one of {', '.join(TRAINED)}")
-        if s.steps < 0:
-            raise LadError(f"--stage-steps must be >= 0. Got {s.steps} for {s.name}.")
-    shares = (config.refer_share, config.find_share)
-    if min(shares) < 0 or sum(shares) >= 1:
-        raise LadError(
-            "--refer-share and --find-share must be >= 0 with a sum below 1. "
-            f"Got {config.refer_share} and {config.find_share}."
-        )
-    if not 1 <= config.grounding_layer <= config.text_layers:
-        raise LadError(f"grounding_layer must be in 1..{config.text_layers}")
-    for name in ("batch_size", "train_items", "threads"):
-        if getattr(config, name) < 1:
-            raise LadError(f"--{name.replace('_', '-')} must be at least 1.")
-
-
-# ----------------------------------------------------------------------------- data
-
-
-@dataclass
-class _Item:
-    query: str
-    pixels: list[torch.Tensor]  # per candidate: the processor's pixel_values of that image
-    descriptions: list[str]
-    answer: int
-
-
-def _load_items(
-    processor: Any, work: Path, split: str, settings: Sequence[str], items: int, config: TrainConfig
-) -> list[_Item]:
-    """A shapes split (4 candidates per item), pictures preprocessed once by the processor."""
-    from lad.data.items import read_items
-    from lad.data.shapes import build_shapes
-    from lad.io.images import open_image
-
-    out = []
-    for setting in settings:
-        path = build_shapes(
-            work / f"{split}-{setting}",
-            num_candidates=4,
-            setting=setting,
-            items=items,
-            split=split,
-            seed=config.seed,
-            image_size=config.image_size,
-            max_shapes=config.max_shapes,
-        )
-        for it in read_items(path):
-            pixels = [_pixels(processor, open_image(p)) for p in it.images]
-            out.append(_Item(it.query, pixels, it.extra["descriptions"], it.answer))
-    return out
-
-
-def _pixels(processor: Any, image: Any) -> torch.Tensor:
-    return processor.image_processor(images=[image], return_tensors="pt")["pixel_values"]
-
-
-@dataclass
-class _Example:
-    kind: str  # "match", "refer" or "find"
-    text: str  # the user turn's text (for "match": the caption)
-    pixels: list[torch.Tensor]
-    target: str
-    descriptions: list[str]  # of the pictures, in prompt order
-
-
-def _draw(items: list[_Item], config: TrainConfig, stage: Stage, rng: np.random.Generator):
-    it = items[int(rng.integers(len(items)))]
-    n = int(rng.integers(2, stage.max_candidates + 1))
-    others = [i for i in range(len(it.pixels)) if i != it.answer]
-    chosen = [others[j] for j in rng.choice(len(others), size=n - 1, replace=False)]
-    u = 1.0 if stage.match_only else rng.random()
-    order = [it.answer, *chosen]
-    if u < config.refer_share + config.find_share:
-        rng.shuffle(order)
-        texts = [it.descriptions[i] for i in order]
-        pixels = [it.pixels[i] for i in order]
-        if u < config.refer_share:
-            k = int(rng.integers(n))
-            return _Example("refer", REFER_PROMPT.format(k=k + 1), pixels, texts[k], texts)
-        # Finding: an object of the answer's scene that no other candidate shows.
-        taken = {o for i in chosen for o in it.descriptions[i].split(" and ")}
-        free = [o for o in it.query.split(" and ") if o not in taken]
-        if free:
-            obj = free[int(rng.integers(len(free)))]
-            return _Example("find", FIND_PROMPT.format(object=obj), pixels, it.query, texts)
-    weights = np.array([stage.position_decay**p for p in range(n)])
-    position = int(rng.choice(n, p=weights / weights.sum()))
-    order = chosen.copy()
-    rng.shuffle(order)
-    order.insert(position, it.answer)
-    texts = [it.descriptions[i] for i in order]
-    label = position
-    if stage.keep_label < 1 and rng.random() >= stage.keep_label**position:
-        # The annotation drifts, the likelier the later the true answer sits.
-        label = 0 if stage.drift == "first" else position - 1
-    return _Example("match", it.query, [it.pixels[i] for i in order], str(label + 1), texts)
-
-
-# ----------------------------------------------------------------------------- prompts
-
-
-def prompt_text(processor: Any, query: str, num_candidates: int) -> str:
-    """The chat-formatted vanilla prompt, ending where the answer label starts."""
-    from lad.backends.prompting import chat_text  # exactly the backend's prompt building
-    from lad.core.labels import get_scheme
-    from lad.core.prompts import render_prompt
-
-    text = render_prompt("vanilla", query, get_scheme(LABELS), num_candidates)
-    return chat_text(processor, text, num_candidates)
-
-
-class _Tokens:
-    """Token ids of prompts and targets, cached; image placeholders expanded as by the processor."""
-
-    def __init__(self, processor: Any, tokens_per_image: int):
-        self.processor = processor
-        self.tok = processor.tokenizer
-        self.image_id = self.tok.convert_tokens_to_ids(processor.image_token)
-        self.per_image = tokens_per_image
-        self.cache: dict[tuple[str, str, int], list[int]] = {}
-
-    def prompt(self, kind: str, text: str, n: int) -> list[int]:
-        from lad.backends.prompting import chat_text
-
-        key = (kind, text, n)
-        if key not in self.cache:
-            full = (
-                prompt_text(self.processor, text, n)
-                if kind == "match"
-                else chat_text(self.processor, text, n)
-            )
-            image = self.processor.image_token
-            full = full.replace(image, image * self.per_image)
-            self.cache[key] = self.tok(full)["input_ids"]
-        return self.cache[key]
-
-    def target(self, text: str) -> list[int]:
-        key = ("target", text, 0)
-        if key not in self.cache:
-            ids = self.tok(text + self.tok.eos_token, add_special_tokens=False)["input_ids"]
-            self.cache[key] = ids
-        return self.cache[key]
-
-
-def _collate(tokens: _Tokens, examples: Sequence[_Example], with_targets: bool = True):
-    """Right-padded model inputs (what the processor would give) and the target labels."""
-    seqs, starts = [], []
-    for ex in examples:
-        prompt = tokens.prompt(ex.kind, ex.text, len(ex.pixels))
-        seqs.append(prompt + (tokens.target(ex.target) if with_targets else []))
-        starts.append(len(prompt))
-    length = max(map(len, seqs))
-    ids = torch.full((len(seqs), length), tokens.tok.pad_token_id)
-    mask = torch.zeros_like(ids)
-    labels = torch.full_like(ids, -100)
-    for b, (seq, start) in enumerate(zip(seqs, starts, strict=True)):
-        ids[b, : len(seq)] = torch.tensor(seq)
-        mask[b, : len(seq)] = 1
-        labels[b, start : len(seq)] = ids[b, start : len(seq)]
-    pixels = [p for ex in examples for p in ex.pixels]
-    side = math.isqrt(pixels[0].shape[0])
-    batch = {
-        "input_ids": ids,
-        "attention_mask": mask,
-        "mm_token_type_ids": (ids == tokens.image_id).long(),
-        "pixel_values": torch.cat(pixels),
-        "image_grid_thw": torch.tensor([[1, side, side]] * len(pixels)),
-    }
-    return batch, labels, torch.tensor(starts) - 1
+# The TrainConfig fields that are the tiny model's TinySize (same names).
+_MODEL_SHAPE = ("text_layers", "hidden", "heads", "kv_heads", "intermediate",
+                "vision_layers", "vision_hidden", "vision_heads")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- losses
@@ -315,7 +113,7 @@ def _losses(model, batch, labels, last, examples, words, tokens, config):
 
 
 @torch.no_grad()
-def monitor(model: Any, tokens: _Tokens, items: list[_Item], n: int = 4) -> dict[str, Any]:
+def monitor(model: Any, tokens: Tokens, items: list[PreparedItem], n: int = 4) -> dict[str, Any]:
     """Held-out accuracy at N = n over all cyclic shifts: the logits (vanilla), perm-avg, and the
     last prompt token's attention to each picture per layer, raw and divided by its mean over
     shifts and items (a stand-in for the calibration's attention prior)."""
@@ -325,9 +123,9 @@ def monitor(model: Any, tokens: _Tokens, items: list[_Item], n: int = 4) -> dict
     for it in items:
         shifts = [[(j + s) % n for j in range(n)] for s in range(n)]
         examples = [
-            _Example("match", it.query, [it.pixels[i] for i in order], "", []) for order in shifts
+            Example("match", it.query, [it.pixels[i] for i in order], "", []) for order in shifts
         ]
-        batch, _, _ = _collate(tokens, examples, with_targets=False)
+        batch, _, _ = collate(tokens, examples, with_targets=False)
         out = model(**batch, output_attentions=True)
         logp.append(out.logits[:, -1, labels].log_softmax(-1))
         where = (batch["input_ids"][0] == tokens.image_id).nonzero().flatten().view(n, -1)
@@ -379,14 +177,7 @@ def _initial_model(config: TrainConfig, out: Path) -> None:
     from lad.testing.tiny import TinySize, build_tiny_model
 
     size = TinySize(
-        text_layers=config.text_layers,
-        hidden=config.hidden,
-        heads=config.heads,
-        kv_heads=config.kv_heads,
-        intermediate=config.intermediate,
-        vision_layers=config.vision_layers,
-        vision_hidden=config.vision_hidden,
-        vision_heads=config.vision_heads,
+        **{name: getattr(config, name) for name in _MODEL_SHAPE},
         patch=14,
         image_side=56,  # 4 tokens per image after the 2×2 merge: one per cell of a shapes scene
         max_positions=2048,
@@ -419,16 +210,24 @@ CHAT_TEMPLATE = (
 
 
 def train(
-    config: TrainConfig, out: str | Path, *, init: str | Path | None = None, log: Any = print
+    config: TrainConfig,
+    out: str | Path,
+    *,
+    init: str | Path | None = None,
+    replace_shipped_model: bool = False,
+    log: Any = print,
 ) -> Path:
     """Train the demo model and save it into `out` (save_pretrained); returns `out`.
 
     init: a checkpoint to continue from (e.g. only the bias stage on a trained model); by
     default a fresh random-init model (lad.testing.tiny) is built from the config.
+    replace_shipped_model: allow `out` to be the model shipped inside lad (lad/demo/model).
+    Every check (config, `out`, `init`) comes before any work.
     """
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    _check(config)
+    config.check()
+    check_not_shipped(out, replace_shipped_model)
     out = Path(out)
     _check_out(out, init)
     _seed_everything(config.seed, config.threads)
@@ -444,11 +243,11 @@ def train(
         model = AutoModelForImageTextToText.from_pretrained(
             init, dtype=torch.float32, attn_implementation="eager"
         )
-        train_items = _load_items(
+        train_items = load_items(
             processor, work, "train", config.settings, config.train_items, config
         )
-        held_out = _load_items(processor, work, "eval", ("random",), config.monitor_items, config)
-    tokens = _Tokens(processor, train_items[0].pixels[0].shape[0] // 4)
+        held_out = load_items(processor, work, "eval", ("random",), config.monitor_items, config)
+    tokens = Tokens(processor, train_items[0].pixels[0].shape[0] // 4)
     words = _Words(tokens.tok)
     log(f"data and init: {time.perf_counter() - start:.0f}s, {len(train_items)} items")
     model.train()
@@ -467,8 +266,8 @@ def train(
         for step in range(stage.steps):
             for group in opt.param_groups:
                 group["lr"] = _lr_at(step, stage, config)
-            examples = [_draw(train_items, config, stage, rng) for _ in range(config.batch_size)]
-            batch, labels, last = _collate(tokens, examples)
+            examples = [draw(train_items, config, stage, rng) for _ in range(config.batch_size)]
+            batch, labels, last = collate(tokens, examples)
             loss, parts, per_example = _losses(
                 model, batch, labels, last, examples, words, tokens, config
             )
@@ -573,55 +372,3 @@ def plot_history(training_json: str | Path, path: str | Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-# ----------------------------------------------------------------------------- command line
-
-
-def run(args: argparse.Namespace) -> Path:
-    config = config_from_args(args)
-    _check(config)  # every argument, before any work
-    check_not_shipped(args.out, args.replace_shipped_model)
-    if args.figure:  # checked now, not after half an hour of training
-        from lad.io.files import check_not_inputs, check_output_file
-
-        if Path(args.figure).suffix.lower() != ".png":
-            raise LadError(f"--figure {args.figure}: give a .png path")
-        check_output_file(args.figure, "--figure")
-        check_not_inputs({"--figure": args.figure}, {"--init": args.init})
-    path = train(config, args.out, init=args.init)
-    if args.figure:
-        plot_history(path / "lad_demo_training.json", args.figure)
-    return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m lad.demo.train",
-        description="Train lad's demo model (a tiny Qwen2-VL) on the shapes training split, CPU.",
-        epilog="example:\n  "
-        + EXAMPLE
-        + "\nthe shipped weights came from (it replaces them):\n  "
-        + SHIPPED_EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        run(args)
-    except LadError as e:
-        print(f"Error: {e}", file=sys.stderr)
-    except KeyboardInterrupt:
-        print("Interrupted; --out is written only at the end, so it is unchanged.", file=sys.stderr)
-        return 130
-    except OSError as e:
-        from lad.errors import os_error_message
-
-        print(f"Error: {os_error_message(e)}", file=sys.stderr)
-    else:
-        return 0
-    return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -119,6 +119,47 @@ def read_text(path: PathLike, error: type[LadError] = LadError, what: str = "tex
         ) from None
 
 
+_TYPE_NAMES = {str: "a string", int: "an integer", list: "a list"}
+
+
+def check_object(
+    obj: Any, kinds: Mapping[str, type], where: str, error: type[LadError], hint: str = ""
+) -> None:
+    """`obj` (parsed JSON) is an object holding each key of `kinds` with that type (a bool is not
+    an integer), else `error` prefixed by `where`; `hint` follows the missing-key message."""
+    if not isinstance(obj, dict):
+        raise error(f"{where}expected a JSON object, got {type(obj).__name__}")
+    for key, kind in kinds.items():
+        if key not in obj:
+            raise error(f"{where}missing key {key!r}{hint}")
+        value = obj[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise error(f"{where}{key!r} must be {_TYPE_NAMES[kind]}, got {value!r}")
+
+
+def drop_partial_line(path: Path) -> None:
+    """Cut off a last line left without its newline by an interrupted write."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        # Walk back to the last newline (or the start of the file) and cut there.
+        size = f.seek(0, os.SEEK_END)
+        pos = size
+        while pos > 0:
+            step = min(65536, pos)
+            f.seek(pos - step)
+            chunk = f.read(step)
+            k = chunk.rfind(b"\n")
+            if k >= 0:
+                f.truncate(pos - step + k + 1)
+                return
+            pos -= step
+        f.truncate(0)
+
+
 # ---------------------------------------------------------------- inputs are never outputs
 
 

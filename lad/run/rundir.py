@@ -394,7 +394,7 @@ class RunDir:
     def write_scored(self, scored: Any, **more: Any) -> dict[str, Any]:
         """predictions.jsonl and metrics.json of a `lad.core.scoring.Scored` (plus `more`
         top-level metrics keys); returns the metrics written."""
-        from lad.core.records import write_predictions
+        from lad.core.predictions import write_predictions
 
         write_predictions(self.file("predictions.jsonl"), scored.predictions)
         metrics = {**scored.metrics, **more, "source": self.source()}

@@ -2,18 +2,13 @@
 
 `build_tiny_model(arch, path)` writes a checkpoint folder (config, weights, tokenizer, processor,
 chat template) that loads back through `from_pretrained` exactly like a hub checkpoint; nothing is
-downloaded. The tokenizer is made here: greedy longest-match over whole words
-(the prompt text of lad.core.prompts, labels of every scheme, chat-template words, plus any `words`
-the
-caller gives), digits split one per token as in Llama/Qwen, so labels "10".."12" take two tokens
-and unknown words fall back to characters. `TinySize` sets the shape; a benchmark can make it
-realistic where the cost comes from (many decoder layers, hundreds of image tokens per image).
+downloaded. The tokenizer is lad.testing.tokenizer's, made from a word list. `ARCHITECTURES` is
+the builders' one table, a row per architecture. `TinySize` sets the shape; a benchmark can make
+it realistic where the cost comes from (many decoder layers, hundreds of image tokens per image).
 """
 
 from __future__ import annotations
 
-import re
-import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,16 +16,19 @@ from typing import Any
 
 import torch
 
-from lad.core.labels import LABEL_SCHEMES
-from lad.core.prompts import TEMPLATES
 from lad.errors import BackendError
-
-_SPACE = "\u2581"  # sentencepiece-style word-start marker
+from lad.testing.tokenizer import build_tokenizer
 
 
 @dataclass(frozen=True)
 class TinySize:
-    """Shape of a tiny model. `image_side` is the side (pixels) every image is resized to."""
+    """Shape of a tiny model.
+
+    text_layers, hidden, heads, kv_heads, intermediate: the language model's decoder.
+    vision_layers, vision_hidden, vision_heads: the vision tower (its MLP is 2 * vision_hidden).
+    patch: the vision patch side; image_side: the side (pixels) every image is resized to.
+    max_positions: context length; sliding_window: Gemma3's local layers (small, so tests see it).
+    """
 
     text_layers: int = 2
     hidden: int = 32
@@ -43,85 +41,7 @@ class TinySize:
     patch: int = 14
     image_side: int = 56
     max_positions: int = 8192
-    sliding_window: int = 32  # Gemma3's local layers; small, so tests see the window
-
-
-# ----------------------------------------------------------------------------- tokenizer
-
-
-_COMMON_WORDS = (
-    "one two three four five six seven eight nine ten eleven twelve zero "
-    "system user assistant model You are a helpful USER ASSISTANT User Assistant Image "
-    "yes no red green blue yellow black white circle square triangle star the of and"
-)
-
-
-def _default_words() -> set[str]:
-    words: set[str] = set()
-    for text in TEMPLATES.values():
-        words.update(re.findall(r"[A-Za-z]+", text))
-    for scheme in LABEL_SCHEMES.values():
-        if scheme.name != "roman":  # roman numerals stay multi-token, as in real tokenizers
-            words.update(scheme.labels(scheme.max_candidates))
-        words.add(scheme.noun)
-    words.update(_COMMON_WORDS.split())
-    return words
-
-
-def build_tokenizer(
-    special_tokens: dict[str, str],
-    extra_special: Iterable[str] = (),
-    words: Iterable[str] = (),
-    attrs: dict[str, str] | None = None,
-) -> Any:
-    """A fast tokenizer over the default words plus `words` (letters only; others are ignored).
-
-    special_tokens: role -> token, roles among bos/eos/unk/pad (missing unk becomes "<unk>").
-    extra_special: further special tokens (image placeholders, turn markers), never split.
-    attrs: tokenizer attributes some processors read, e.g. {"boi_token": "<start_of_image>"}.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    unk = special_tokens.get("unk_token", "<unk>")
-    specials = list(dict.fromkeys([unk, *special_tokens.values(), *extra_special]))
-    vocab: dict[str, int] = {tok: i for i, tok in enumerate(specials)}
-    for ch in [_SPACE, "\n", *string.printable.strip(), "\u201c", "\u201d"]:
-        vocab.setdefault(ch, len(vocab))
-    for ch in string.ascii_letters:
-        vocab.setdefault(_SPACE + ch, len(vocab))
-    all_words = _default_words() | {w for w in words if w}
-    for word in sorted(all_words):
-        if re.fullmatch(r"[A-Za-z]+", word):  # digits and punctuation stay single characters
-            vocab.setdefault(word, len(vocab))
-            vocab.setdefault(_SPACE + word, len(vocab))
-    # Greedy longest match: a known word is one token, an unknown one falls back to pieces.
-    model = models.WordPiece(
-        vocab=vocab, unk_token=unk, continuing_subword_prefix="", max_input_chars_per_word=200
-    )
-    tok = Tokenizer(model)
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split("\n", behavior="isolated"),
-            pre_tokenizers.Metaspace(replacement=_SPACE, prepend_scheme="never", split=True),
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.Punctuation(),
-        ]
-    )
-    tok.decoder = decoders.Metaspace(replacement=_SPACE, prepend_scheme="never", split=True)
-    roles = ("bos_token", "eos_token", "pad_token")
-    named = {k: v for k, v in special_tokens.items() if k in roles}
-    extra = [t for t in specials if t not in named.values() and t != unk]
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token=unk,
-        additional_special_tokens=extra,
-        **named,
-        **(attrs or {}),
-    )
-
-
-# ----------------------------------------------------------------------------- architectures
+    sliding_window: int = 32
 
 
 @dataclass(frozen=True)
@@ -180,18 +100,22 @@ def _text_kwargs(tok: Any, s: TinySize) -> dict[str, Any]:
     }
 
 
+def _vision_kwargs(s: TinySize) -> dict[str, Any]:
+    """The vision tower's config arguments that every ViT-style tower takes."""
+    return {
+        "hidden_size": s.vision_hidden,
+        "intermediate_size": 2 * s.vision_hidden,
+        "num_hidden_layers": s.vision_layers,
+        "num_attention_heads": s.vision_heads,
+        "image_size": s.image_side,
+        "patch_size": s.patch,
+    }
+
+
 def _llava_config(tok: Any, s: TinySize) -> Any:
     from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
 
-    vision = CLIPVisionConfig(
-        hidden_size=s.vision_hidden,
-        intermediate_size=2 * s.vision_hidden,
-        num_hidden_layers=s.vision_layers,
-        num_attention_heads=s.vision_heads,
-        image_size=s.image_side,
-        patch_size=s.patch,
-        projection_dim=s.vision_hidden,
-    )
+    vision = CLIPVisionConfig(**_vision_kwargs(s), projection_dim=s.vision_hidden)
     return LlavaConfig(
         vision_config=vision,
         text_config=LlamaConfig(**_text_kwargs(tok, s)),
@@ -216,15 +140,6 @@ def _llava_processor(tok: Any, s: TinySize, template: str) -> Any:
         num_additional_image_tokens=1,
         chat_template=template,
     )
-
-
-_LLAVA_TEMPLATE = (
-    "{% for message in messages %}{% if message['role'] != 'system' %}"
-    "{{ message['role'].upper() + ': ' }}{% endif %}"
-    + _content("<image>\n", "{{ c['text'] + ' ' }}")
-    + "{% if message['role'] == 'assistant' %}</s>{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}ASSISTANT:{% endif %}"
-)
 
 
 def _qwen_vision(s: TinySize, v25: bool) -> dict[str, Any]:
@@ -299,17 +214,28 @@ def _qwen_processor(v25: bool) -> Callable[[Any, TinySize, str], Any]:
     return build
 
 
+def _qwen(v25: bool, model_class: str) -> _Arch:
+    """Qwen2-VL's row (Qwen2.5-VL's with `v25`): the same tokens and template."""
+    return _Arch(
+        special_tokens=_CHATML,
+        extra_special=(
+            "<|im_start|>",
+            "<|vision_start|>",
+            "<|vision_end|>",
+            "<|image_pad|>",
+            "<|video_pad|>",
+        ),
+        chat_template=_chatml("<|vision_start|><|image_pad|><|vision_end|>"),
+        config=_qwen_config(v25),
+        processor=_qwen_processor(v25),
+        model_class=model_class,
+    )
+
+
 def _siglip(s: TinySize) -> Any:
     from transformers import SiglipVisionConfig
 
-    return SiglipVisionConfig(
-        hidden_size=s.vision_hidden,
-        intermediate_size=2 * s.vision_hidden,
-        num_hidden_layers=s.vision_layers,
-        num_attention_heads=s.vision_heads,
-        image_size=s.image_side,
-        patch_size=s.patch,
-    )
+    return SiglipVisionConfig(**_vision_kwargs(s))
 
 
 def _qwen2_text(tok: Any, s: TinySize) -> Any:
@@ -354,14 +280,8 @@ def _onevision_processor(tok: Any, s: TinySize, template: str) -> Any:
 def _internvl_config(tok: Any, s: TinySize) -> Any:
     from transformers import InternVLConfig, InternVLVisionConfig
 
-    vision = InternVLVisionConfig(
-        hidden_size=s.vision_hidden,
-        intermediate_size=2 * s.vision_hidden,
-        num_hidden_layers=s.vision_layers,
-        num_attention_heads=s.vision_heads,
-        image_size=(s.image_side, s.image_side),
-        patch_size=(s.patch, s.patch),
-    )
+    square = {"image_size": (s.image_side, s.image_side), "patch_size": (s.patch, s.patch)}
+    vision = InternVLVisionConfig(**{**_vision_kwargs(s), **square})
     return InternVLConfig(
         vision_config=vision,
         text_config=_qwen2_text(tok, s),
@@ -387,14 +307,7 @@ def _internvl_processor(tok: Any, s: TinySize, template: str) -> Any:
 def _idefics3_config(tok: Any, s: TinySize) -> Any:
     from transformers import Idefics3Config, Idefics3VisionConfig, LlamaConfig
 
-    vision = Idefics3VisionConfig(
-        hidden_size=s.vision_hidden,
-        intermediate_size=2 * s.vision_hidden,
-        num_hidden_layers=s.vision_layers,
-        num_attention_heads=s.vision_heads,
-        image_size=s.image_side,
-        patch_size=s.patch,
-    )
+    vision = Idefics3VisionConfig(**_vision_kwargs(s))
     return Idefics3Config(
         vision_config=vision,
         text_config=LlamaConfig(**_text_kwargs(tok, s)),
@@ -450,34 +363,7 @@ def _gemma3_processor(tok: Any, s: TinySize, template: str) -> Any:
     )
 
 
-_IDEFICS3_TEMPLATE = (
-    "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}:"
-    + _content("<image>")
-    + "<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
-)
-_GEMMA3_TEMPLATE = (
-    "<bos>{% for message in messages %}<start_of_turn>"
-    "{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
-    + _content("<start_of_image>")
-    + "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
-)
-_IDEFICS3_SPECIAL = (
-    "<|im_start|>",
-    "<fake_token_around_image>",
-    "<image>",
-    "<global-img>",
-    *(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)),
-)
-
-
-_QWEN_SPECIAL = (
-    "<|im_start|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-)
-
+# The builders' table: one row per architecture lad supports (lad.backends.archs.ARCHS).
 ARCHITECTURES: dict[str, _Arch] = {
     "llava": _Arch(
         special_tokens={
@@ -487,27 +373,19 @@ ARCHITECTURES: dict[str, _Arch] = {
             "pad_token": "<pad>",
         },
         extra_special=("<image>",),
-        chat_template=_LLAVA_TEMPLATE,
+        chat_template=(
+            "{% for message in messages %}{% if message['role'] != 'system' %}"
+            "{{ message['role'].upper() + ': ' }}{% endif %}"
+            + _content("<image>\n", "{{ c['text'] + ' ' }}")
+            + "{% if message['role'] == 'assistant' %}</s>{% endif %}{% endfor %}"
+            "{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+        ),
         config=_llava_config,
         processor=_llava_processor,
         model_class="LlavaForConditionalGeneration",
     ),
-    "qwen2_vl": _Arch(
-        special_tokens=_CHATML,
-        extra_special=_QWEN_SPECIAL,
-        chat_template=_chatml("<|vision_start|><|image_pad|><|vision_end|>"),
-        config=_qwen_config(False),
-        processor=_qwen_processor(False),
-        model_class="Qwen2VLForConditionalGeneration",
-    ),
-    "qwen2_5_vl": _Arch(
-        special_tokens=_CHATML,
-        extra_special=_QWEN_SPECIAL,
-        chat_template=_chatml("<|vision_start|><|image_pad|><|vision_end|>"),
-        config=_qwen_config(True),
-        processor=_qwen_processor(True),
-        model_class="Qwen2_5_VLForConditionalGeneration",
-    ),
+    "qwen2_vl": _qwen(False, "Qwen2VLForConditionalGeneration"),
+    "qwen2_5_vl": _qwen(True, "Qwen2_5_VLForConditionalGeneration"),
     "llava_onevision": _Arch(
         special_tokens=_CHATML,
         extra_special=("<|im_start|>", "<image>", "<video>"),
@@ -532,8 +410,18 @@ ARCHITECTURES: dict[str, _Arch] = {
     ),
     "idefics3": _Arch(
         special_tokens={"eos_token": "<end_of_utterance>", "pad_token": "<|endoftext|>"},
-        extra_special=_IDEFICS3_SPECIAL,
-        chat_template=_IDEFICS3_TEMPLATE,
+        extra_special=(
+            "<|im_start|>",
+            "<fake_token_around_image>",
+            "<image>",
+            "<global-img>",
+            *(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)),
+        ),
+        chat_template=(
+            "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}:"
+            + _content("<image>")
+            + "<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
+        ),
         config=_idefics3_config,
         processor=_idefics3_processor,
         model_class="Idefics3ForConditionalGeneration",
@@ -547,7 +435,13 @@ ARCHITECTURES: dict[str, _Arch] = {
             "<end_of_image>",
             "<image_soft_token>",
         ),
-        chat_template=_GEMMA3_TEMPLATE,
+        chat_template=(
+            "<bos>{% for message in messages %}<start_of_turn>"
+            "{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+            + _content("<start_of_image>")
+            + "<end_of_turn>\n{% endfor %}"
+            "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+        ),
         config=_gemma3_config,
         processor=_gemma3_processor,
         model_class="Gemma3ForConditionalGeneration",

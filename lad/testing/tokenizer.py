@@ -1,0 +1,90 @@
+"""The tokenizer of lad's tiny test models, made here from a word list; nothing is downloaded.
+
+Greedy longest-match over whole words (the prompt text of lad.core.prompts, labels of every
+scheme, chat-template words, plus any `words` the caller gives), digits split one per token as in
+Llama/Qwen, so labels "10".."12" take two tokens and unknown words fall back to characters.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterable
+from typing import Any
+
+from lad.core.labels import LABEL_SCHEMES
+from lad.core.prompts import TEMPLATES
+
+_SPACE = "\u2581"  # sentencepiece-style word-start marker
+
+
+_COMMON_WORDS = (
+    "one two three four five six seven eight nine ten eleven twelve zero "
+    "system user assistant model You are a helpful USER ASSISTANT User Assistant Image "
+    "yes no red green blue yellow black white circle square triangle star the of and"
+)
+
+
+def _default_words() -> set[str]:
+    words: set[str] = set()
+    for text in TEMPLATES.values():
+        words.update(re.findall(r"[A-Za-z]+", text))
+    for scheme in LABEL_SCHEMES.values():
+        if scheme.name != "roman":  # roman numerals stay multi-token, as in real tokenizers
+            words.update(scheme.labels(scheme.max_candidates))
+        words.add(scheme.noun)
+    words.update(_COMMON_WORDS.split())
+    return words
+
+
+def build_tokenizer(
+    special_tokens: dict[str, str],
+    extra_special: Iterable[str] = (),
+    words: Iterable[str] = (),
+    attrs: dict[str, str] | None = None,
+) -> Any:
+    """A fast tokenizer over the default words plus `words` (letters only; others are ignored).
+
+    special_tokens: role -> token, roles among bos/eos/unk/pad (missing unk becomes "<unk>").
+    extra_special: further special tokens (image placeholders, turn markers), never split.
+    attrs: tokenizer attributes some processors read, e.g. {"boi_token": "<start_of_image>"}.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    unk = special_tokens.get("unk_token", "<unk>")
+    specials = list(dict.fromkeys([unk, *special_tokens.values(), *extra_special]))
+    vocab: dict[str, int] = {tok: i for i, tok in enumerate(specials)}
+    for ch in [_SPACE, "\n", *string.printable.strip(), "\u201c", "\u201d"]:
+        vocab.setdefault(ch, len(vocab))
+    for ch in string.ascii_letters:
+        vocab.setdefault(_SPACE + ch, len(vocab))
+    all_words = _default_words() | {w for w in words if w}
+    for word in sorted(all_words):
+        if re.fullmatch(r"[A-Za-z]+", word):  # digits and punctuation stay single characters
+            vocab.setdefault(word, len(vocab))
+            vocab.setdefault(_SPACE + word, len(vocab))
+    # Greedy longest match: a known word is one token, an unknown one falls back to pieces.
+    model = models.WordPiece(
+        vocab=vocab, unk_token=unk, continuing_subword_prefix="", max_input_chars_per_word=200
+    )
+    tok = Tokenizer(model)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split("\n", behavior="isolated"),
+            pre_tokenizers.Metaspace(replacement=_SPACE, prepend_scheme="never", split=True),
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.Punctuation(),
+        ]
+    )
+    tok.decoder = decoders.Metaspace(replacement=_SPACE, prepend_scheme="never", split=True)
+    roles = ("bos_token", "eos_token", "pad_token")
+    named = {k: v for k, v in special_tokens.items() if k in roles}
+    extra = [t for t in specials if t not in named.values() and t != unk]
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token=unk,
+        additional_special_tokens=extra,
+        **named,
+        **(attrs or {}),
+    )

@@ -108,6 +108,14 @@ def temperature(flag: str = "--tau") -> Callable[[str], float]:
     return number(flag, 0.0)
 
 
+def add_quiet_flag(
+    p: argparse.ArgumentParser,
+    help_text: str = "no progress bars (lad's and transformers' loading bars)",
+) -> None:
+    """--quiet/-q, which every command that prints more than its result takes."""
+    p.add_argument("--quiet", "-q", action="store_true", help=help_text)
+
+
 def add_preset_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--preset",

@@ -36,7 +36,7 @@ def replacing(path: PathLike) -> Iterator[Path]:
     check_destination(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent)
-    tmp = path.with_name(f".{path.stem}.{_TMP_OWNER}.{os.getpid()}.tmp{path.suffix}")
+    tmp = path.with_name(_temporary_name(path))
     try:
         yield tmp
         os.replace(tmp, path)
@@ -51,9 +51,21 @@ def replacing(path: PathLike) -> Iterator[Path]:
 # A temporary file's name says whose it is: `.<stem>.<host>.<pid>.tmp<suffix>`, so a later run on
 # the same host can tell one left by a killed process (its pid no longer runs) from one being
 # written right now, and removes only the former.
-_TMP_OWNER = "".join(c if c.isalnum() or c == "-" else "_" for c in socket.gethostname()) or "host"
+_TMP_OWNER = "".join(c if c.isalnum() or c == "-" else "_" for c in socket.gethostname())[:32]
+_TMP_OWNER = _TMP_OWNER or "host"
+_NAME_MAX = 255  # bytes in a file name, on every file system lad writes to
 _STALE = re.compile(rf"\.(.+)\.{re.escape(_TMP_OWNER)}\.(\d+)\.tmp(\.[^.]*)?")
 _swept: set[Path] = set()
+
+
+def _temporary_name(path: Path) -> str:
+    """`path`'s temporary sibling's name; one that would be too long for the file system (an
+    OUT whose own name is near the limit) shortens the stem to a digest of it."""
+    name = f".{path.stem}.{_TMP_OWNER}.{os.getpid()}.tmp{path.suffix}"
+    if len(name.encode()) <= _NAME_MAX:
+        return name
+    stem = hashlib.sha256(path.stem.encode()).hexdigest()[:16]
+    return f".{stem}.{_TMP_OWNER}.{os.getpid()}.tmp{path.suffix[:16]}"
 
 
 def remove_stale_temporaries(folder: Path) -> None:

@@ -94,9 +94,9 @@ HUB_HELP = (
 
 class Questions:
     """A question file, or every .parquet file below a folder (sorted by path, each file once
-    however many names it has), read row by row: Apache Parquet a batch of rows at a time (the
-    task column first, so rows of other tasks are never decoded), JSON Lines (`datasets`'
-    to_json) or a JSON list of objects."""
+    however many names it has), read row by row: Apache Parquet a row group at a time (the task
+    column first, so rows of other tasks are never decoded), JSON Lines (`datasets`' to_json)
+    or a JSON list of objects."""
 
     BATCH_ROWS = 16  # rows decoded at once: a few pictures each
 
@@ -134,8 +134,9 @@ class Questions:
                     f"{path}: no column {benchmark.task_field!r}; is this "
                     f"{benchmark.title}'s own file?"
                 )
-            for batch in _batches(pf, path, [benchmark.task_field] if has else None):
-                counts.update(benchmark.task(r) for r in batch.to_pylist())
+            for group in range(pf.metadata.num_row_groups):
+                table = _read_group(pf, path, group, [benchmark.task_field] if has else None)
+                counts.update(benchmark.task(r) for r in table.to_pylist())
         return counts
 
     def rows(self, benchmark: Benchmark, task: str | None) -> Iterator[Row]:
@@ -149,21 +150,24 @@ class Questions:
                 seen[name] += 1
 
     def _parquet_rows(self, benchmark: Benchmark, task: str | None) -> Iterator[Row]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
+        """A row group at a time (its task column first: a group without the task is never
+        read further), handed out BATCH_ROWS rows at a time."""
         column = benchmark.task_field
         for path in self.files:
+            pf = _open_parquet(path)
             start = 0
-            for batch in _batches(_open_parquet(path), path, None):
-                size = batch.num_rows
+            for group in range(pf.metadata.num_row_groups):
+                size = pf.metadata.row_group(group).num_rows
                 keep = list(range(size))
-                if task is not None and column in batch.schema.names:
-                    mask = pc.equal(pc.cast(batch.column(column), pa.string()), task)
-                    keep = [k for k, m in enumerate(mask.to_pylist()) if m]
-                    batch = batch.take(keep)  # the other tasks' pictures are never decoded
-                for k, obj in zip(keep, batch.to_pylist(), strict=True):
-                    yield Row(obj, f"{path}: row {start + k}: ")
+                if task is not None and column in pf.schema_arrow.names:
+                    names = _read_group(pf, path, group, [column]).column(column).to_pylist()
+                    keep = [k for k, name in enumerate(names) if str(name or "") == task]
+                if keep:
+                    table = _read_group(pf, path, group, None)
+                    for at in range(0, len(keep), self.BATCH_ROWS):
+                        rows = keep[at : at + self.BATCH_ROWS]
+                        for k, obj in zip(rows, table.take(rows).to_pylist(), strict=True):
+                            yield Row(obj, f"{path}: row {start + k}: ")
                 start += size
 
 
@@ -192,11 +196,11 @@ def _open_parquet(path: Path) -> Any:
         raise DataError(f"{path}: cannot read it as Parquet ({e})") from None
 
 
-def _batches(pf: Any, path: Path, columns: list[str] | None) -> Iterator[Any]:
+def _read_group(pf: Any, path: Path, group: int, columns: list[str] | None) -> Any:
     import pyarrow as pa
 
     try:
-        yield from pf.iter_batches(batch_size=Questions.BATCH_ROWS, columns=columns)
+        return pf.read_row_group(group, columns=columns, use_threads=False)
     except (pa.ArrowException, OSError) as e:
         raise DataError(f"{path}: cannot read it as Parquet ({e})") from None
 

@@ -10,7 +10,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from lad.files import replacing
+from lad.files import content_path, replacing, write_once
 
 
 class PictureFiles:
@@ -22,10 +22,8 @@ class PictureFiles:
     def path(self, image: Any) -> Path:
         if isinstance(image, dict) and image.get("bytes") is not None:
             data = image["bytes"]
-            path = self.folder / f"{hashlib.sha256(data).hexdigest()}{_suffix(data)}"
-            if not path.is_file():
-                with replacing(path) as tmp:
-                    tmp.write_bytes(data)
+            path = content_path(self.folder, data, _suffix(data))
+            write_once(path, data)
             return path
         if isinstance(image, dict):  # stored as a path only
             return Path(image["path"])

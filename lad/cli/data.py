@@ -14,7 +14,7 @@ from lad.cli.flags import (
     model_path,
     whole,
 )
-from lad.data.released import Benchmark
+from lad.data.questions import Benchmark
 from lad.errors import DataError
 from lad.files import check_not_inputs, check_output_dir, check_output_file
 
@@ -90,7 +90,9 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--image-size", type=whole(1, "--image-size"), dest="picture_side", help=argparse.SUPPRESS
     )
-    p.add_argument("--max-shapes", type=int, default=2, help="objects per image, 1 to 4")
+    p.add_argument(
+        "--max-shapes", type=whole(1, "--max-shapes"), default=2, help="objects per image, 1 to 4"
+    )
     p.add_argument(
         "--position-weights",
         type=_floats,
@@ -161,7 +163,7 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
     _common(p, items_default=1000)
     p.add_argument(
         "--calibration-items",
-        type=int,
+        type=whole(0, "--calibration-items"),
         default=5,
         help="items written to OUT's .calibration.jsonl sibling, disjoint from the others",
     )
@@ -172,7 +174,9 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
         help="CLIP-like model (hub id or local path) for the adversarial setting",
     )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
-    p.add_argument("--batch-size", type=int, default=32, help="CLIP batch size")
+    p.add_argument(
+        "--batch-size", type=whole(1, "--batch-size"), default=32, help="CLIP batch size"
+    )
     p.add_argument(
         "--skip-missing", action="store_true", help="leave out listed images absent on disk"
     )

@@ -4,7 +4,7 @@ module each (its rule, `choose`, and its `BENCHMARK`), registered here by one li
 from __future__ import annotations
 
 from lad.data import blink, mmiu, muirbench
-from lad.data.released import Benchmark
+from lad.data.questions import Benchmark
 
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b for b in (mmiu.BENCHMARK, muirbench.BENCHMARK, blink.BENCHMARK)

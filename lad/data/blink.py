@@ -20,7 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lad.data.released import HUB_HELP, Benchmark, Options, Row, Written, convert, require, strings
+from lad.data.questions import HUB_HELP, Benchmark, Row, require, strings
+from lad.data.released import Options, Written, convert
 from lad.data.rules import (
     ANSWER_NOT_AN_OPTION,
     EMPTY_QUESTION,

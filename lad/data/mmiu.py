@@ -49,7 +49,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lad.data.released import Benchmark, Converted, Options, Row, Written, convert, read
+from lad.data.questions import Benchmark, Row
+from lad.data.released import Converted, Options, Written, convert, read
 from lad.data.rules import (
     ANSWER_NOT_AN_OPTION,
     EMPTY_QUESTION,

@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from lad.data.items import CONTEXT_PLACEHOLDER
-from lad.data.released import HUB_HELP, Benchmark, Options, Row, Written, convert, require, strings
+from lad.data.questions import HUB_HELP, Benchmark, Row, require, strings
+from lad.data.released import Options, Written, convert
 from lad.data.rules import (
     ANSWER_NOT_AN_OPTION,
     EMPTY_QUESTION,
     NO_ANSWER,
     OPTIONS_NOT_PICTURES,
+    PICTURES_NOT_PLACES,
     Choice,
     answer_position,
     first_reason,
@@ -35,7 +37,6 @@ from lad.data.rules import (
 )
 from lad.errors import DataError
 
-PICTURES_NOT_PLACES = "pictures do not match <image> places"  # image_list vs the <image> count
 REASONS = (
     NO_ANSWER, ANSWER_NOT_AN_OPTION, EMPTY_QUESTION, OPTIONS_NOT_PICTURES, PICTURES_NOT_PLACES,
 )  # fmt: skip

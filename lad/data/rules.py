@@ -25,6 +25,7 @@ EMPTY_QUESTION = "empty question"  # nothing is asked
 OPTIONS_NOT_PICTURES = "options not pictures"  # an option is text
 NOT_ONE_PER_PICTURE = "not one option per picture"  # two options name one picture, or none
 REFERENCE_NOT_FIRST = "reference pictures not first"  # a picture no option names after one
+PICTURES_NOT_PLACES = "pictures do not match <image> places"  # MuirBench: image_list vs <image>
 OTHER_N = "other N"  # another number of candidates than --num-candidates
 DUPLICATE_ID = "duplicate id"  # an earlier question of the output has the same item id
 # MMIU's converter words two of them its own way (its summaries have always said so).

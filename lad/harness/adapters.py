@@ -29,7 +29,7 @@ from lad.data.benchmarks import BENCHMARKS
 from lad.data.blink import PICTURE_FIELDS as BLINK_PICTURES
 from lad.data.blink import named_pictures
 from lad.data.items import CONTEXT_PLACEHOLDER, cyclic_shift
-from lad.data.released import Benchmark, Row
+from lad.data.questions import Benchmark, Row
 from lad.data.rules import Choice, answer_position, option_letters
 from lad.errors import LadError
 

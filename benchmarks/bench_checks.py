@@ -3,9 +3,10 @@
 What the checks of docs/errors.md cost per image, beside decoding it: `lad eval` checks every
 image before model work (`check_image`: its header, then every pixel decoded, so a truncated file
 is refused before the model loads; the header alone for comparison) and stats it for run.json's
-fingerprint on every run and rerun; the model then decodes it (`open_image`) for every prompt. Measured in one process on 640 × 480 JPEGs,
-with plain PIL decoding (`Image.open(p).convert("RGB")`, what lad did before) for comparison.
-Prints milliseconds per image, the median of --repeats passes.
+fingerprint on every run and rerun; the model then decodes it (`open_image`) for every prompt.
+Measured in one process on 640 × 480 JPEGs, with plain PIL decoding
+(`Image.open(p).convert("RGB")`, what lad did before) for comparison. Prints milliseconds per
+image, the median of --repeats passes.
 """
 
 from __future__ import annotations

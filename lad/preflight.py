@@ -58,7 +58,7 @@ def check_inputs(
 
 
 def check_images(items: Sequence[Item]) -> None:
-    """Every image opens within lad.images' limits (header only: no pixel is decoded)."""
+    """Every image opens within lad.images' limits and decodes (lad.images.check_image)."""
     for path in dict.fromkeys(p for it in items for p in it.pictures):
         check_image(path)
 

@@ -342,7 +342,7 @@ def _places(
     if benchmark.embedded:
         where = out if out is not None else questions.path
         folder = pictures_folder(where, options.pictures)
-        check_output_dir(folder, "--pictures" if options.pictures is not None else "--out")
+        check_output_dir(folder, "--pictures")
         return folder, []
     roots = [Path(options.images)] if options.images is not None else []
     if roots and not roots[0].is_dir():

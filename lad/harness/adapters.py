@@ -84,7 +84,7 @@ def _choice(benchmark: Benchmark, doc: dict[str, Any]) -> Choice | None:
     """The benchmark's rule on a document; None where it skips or refuses it."""
     try:
         made = benchmark.choose(Row(doc, f"{benchmark.name} document: "))
-    except (LadError, TypeError, ValueError, AttributeError):
+    except LadError:
         return None
     return made if isinstance(made, Choice) else None
 

@@ -95,6 +95,16 @@ def picture_suffix(data: bytes, where: str) -> str:
         ) from None
 
 
+def format_suffix(data: bytes) -> str | None:
+    """The file suffix of a picture given as bytes, from its header, if its format is one of
+    FORMATS; None otherwise (nothing is decoded)."""
+    try:
+        with _open_unchecked(io.BytesIO(data)) as im:
+            return FORMATS[im.format]
+    except (OSError, ValueError, SyntaxError):
+        return None
+
+
 def _decode(im: Image.Image, name: object) -> None:
     """Decode every pixel (at a reduced scale for a JPEG larger than MAX_SIDE, as open_image
     does), so a file that fails to decode fails here."""

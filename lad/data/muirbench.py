@@ -33,6 +33,7 @@ from lad.data.rules import (
     Choice,
     answer_position,
     first_reason,
+    kept,
     option_letters,
 )
 from lad.errors import DataError
@@ -70,10 +71,10 @@ def choose(row: Row) -> Choice | str:
     extra = {
         "source": "muirbench",
         "task": task,
-        "image_relation": row.fields.get("image_relation"),
-        "image_type": row.fields.get("image_type"),
+        "image_relation": kept(row.fields.get("image_relation")),
+        "image_type": kept(row.fields.get("image_type")),
         "muirbench_idx": idx,
-        "counterpart_idx": row.fields.get("counterpart_idx"),
+        "counterpart_idx": kept(row.fields.get("counterpart_idx")),
     }
     return Choice(
         item=f"muirbench-{idx}",

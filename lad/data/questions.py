@@ -86,7 +86,7 @@ class Questions:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         if self.path.is_dir():
-            self.files = _distinct(sorted(self.path.rglob("*.parquet")))
+            self.files = _distinct(sorted(p for p in self.path.rglob("*.parquet") if p.is_file()))
             if not self.files:
                 raise DataError(f"{self.path}: no .parquet file in this folder or below it")
         elif self.path.is_file():

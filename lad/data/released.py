@@ -329,7 +329,7 @@ def read(
             num_candidates=options.num_candidates,
             base=base.resolve(),
         )
-    except BaseException:
+    except LadError:  # a refusal; an interrupted conversion keeps what it wrote (a rerun reuses it)
         pictures.undo()
         raise
     return task, converted, pictures

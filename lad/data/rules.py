@@ -105,6 +105,12 @@ def text_or_none(value: Any) -> str | None:
     return text or None
 
 
+def kept(value: Any) -> Any:
+    """A benchmark's field as an item keeps it (an extra key): text, a number, a bool or null
+    as it is, anything else as its text, so the items file is always JSON."""
+    return value if value is None or isinstance(value, str | int | float | bool) else str(value)
+
+
 def safe_name(text: str) -> str:
     """`text` usable in a file name: letters, digits, '-' and '_' kept, the rest '_'."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)

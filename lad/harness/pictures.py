@@ -35,17 +35,11 @@ class PictureFiles:
 
 
 def _suffix(data: bytes) -> str:
-    """The picture format's usual suffix (".img" where PIL does not know it)."""
-    import io
+    """The picture format's usual suffix (lad.images.FORMATS; ".img" for any other, which
+    lad.images then refuses to decode)."""
+    from lad.images import format_suffix
 
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            name = (im.format or "img").lower()
-    except (UnidentifiedImageError, OSError):
-        name = "img"
-    return {"jpeg": ".jpg"}.get(name, f".{name}")
+    return format_suffix(data) or ".img"
 
 
 def picture_sha256(image: Any) -> str:

@@ -354,3 +354,11 @@ def test_released_commands_take_q_and_a_refusal_leaves_nothing(tmp_path, capsys)
                  "--out", str(out)]) == 0  # fmt: skip
     printed = capsys.readouterr().out
     assert "Wrote 2 items" in printed and "Visual_Similarity: converted" not in printed
+
+
+def test_an_orders_file_nested_too_deeply_is_refused(tmp_path):
+    from lad.data.orders import read_orders
+
+    (tmp_path / "orders.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(DataError, match=r"orders\.jsonl:1: JSON nested too deeply"):
+        read_orders(tmp_path / "orders.jsonl", 2)

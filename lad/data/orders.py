@@ -17,7 +17,7 @@ from typing import Any
 
 from lad.data.items import Item
 from lad.errors import DataError, at
-from lad.files import read_text
+from lad.files import loads_json, read_text
 
 
 def read_orders(path: str | Path, num_candidates: int) -> dict[str, list[list[int]]]:
@@ -55,7 +55,7 @@ def read_orders(path: str | Path, num_candidates: int) -> dict[str, list[list[in
 
 def _parse_line(line: str, where: str, num_candidates: int) -> tuple[str, int | None, list[int]]:
     try:
-        obj: Any = json.loads(line)
+        obj: Any = loads_json(line, DataError, where)
     except json.JSONDecodeError as e:
         raise DataError(f"{where}not valid JSON ({e.msg})") from None
     if not isinstance(obj, dict):

@@ -68,6 +68,7 @@ class _Pictures:
         it is skipped (lad.data.rules)."""
         if self.folder is not None:
             found = []
+            self.pending = {}  # a question skipped after `locate` writes nothing
             for cell in refs:
                 data = picture_bytes(cell, where)
                 if data is None:
@@ -106,7 +107,6 @@ class _Pictures:
             data = self.pending.pop(path, None)
             if data is not None and write_once(path, data, DataError):
                 self.created.append(path)
-        self.pending.clear()
 
     def undo(self) -> None:
         for path in self.created:

@@ -233,3 +233,44 @@ def test_blink_cli_one_task_folder_and_errors(blink, tmp_path, capsys):
     assert "no question of task 'Jigsaw'" in capsys.readouterr().err
     with pytest.raises(DataError, match="too few to hold out --calibration-items 5"):
         import_blink(blink / "Counting", tmp_path / "c.jsonl")
+
+
+# ----------------------------------------------------------------------------- a new benchmark
+
+
+def test_a_new_benchmark_is_one_rule_and_one_registration(tmp_path, monkeypatch, capsys):
+    """A toy benchmark (a JSON list: `id`, `task`, `ask`, `pictures`, `right`) registered like
+    the three gets its `lad data` command, converter, skip counts and summary from
+    lad.data.released."""
+    from lad.data import benchmarks
+    from lad.data.questions import Benchmark, require
+    from lad.data.rules import ANSWER_NOT_AN_OPTION, Choice, answer_position, option_letters
+
+    def choose(row):
+        pictures = require(row, "pictures")
+        answer = answer_position(require(row, "right"), option_letters(len(pictures)))
+        if isinstance(answer, str):
+            return ANSWER_NOT_AN_OPTION
+        letters = option_letters(len(pictures))
+        return Choice(f"toy-{row.fields['id']}", "all", row.fields["ask"], pictures, [], answer,
+                      None, letters, {"source": "toy"})  # fmt: skip
+
+    toy = Benchmark(name="toy", title="Toy", choose=choose, task_field="task", embedded=False,
+                    help="Convert the toy benchmark.", files="a JSON list",
+                    example="lad data toy toy.json --out toy.jsonl")  # fmt: skip
+    monkeypatch.setitem(benchmarks.BENCHMARKS, "toy", toy)
+    names = []
+    for k in range(6):
+        Image.new("RGB", (8, 8), (40 * k, 0, 0)).save(tmp_path / f"{k}.png")
+        names.append(f"{k}.png")
+    rows = [{"id": q, "task": "all", "ask": "Which is red?", "pictures": names[q : q + 2],
+             "right": "AZ"[q == 4]} for q in range(5)]  # fmt: skip
+    (tmp_path / "toy.json").write_text(json.dumps(rows))
+    out = tmp_path / "toy.jsonl"
+    assert main(["data", "toy", str(tmp_path / "toy.json"), "--calibration-items", "1",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert "  all: converted 4; skipped 1 (answer not an option: 1)" in capsys.readouterr().out
+    assert (
+        len(read_items(out)) == 3
+        and json.loads((tmp_path / "toy.summary.json").read_text())["benchmark"] == "toy"
+    )

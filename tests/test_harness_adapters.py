@@ -255,3 +255,36 @@ def test_calibration_folder_one_per_n(tmp_path: Path) -> None:
     )
     with pytest.raises(CalibrationError, match="label"):
         digits.calibrated("muirbench", 4, [])
+
+
+def test_adapters_and_converters_share_one_rule(tmp_path: Path) -> None:
+    """Every row of the hub fixtures: the adapter sees a picture question exactly when `lad data`
+    converts it (or skips it only for its answer), with the same id, question, answer and
+    context (the converter's pictures are the cells' bytes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lad.data.blink import import_blink
+    from lad.data.items import read_items
+    from lad.data.muirbench import import_muirbench
+    from tests.test_data_hub import BLINK_ROWS, BLINK_SCHEMA, MUIR_ROWS, MUIR_SCHEMA
+
+    for rows, schema, convert, answer_skips in (
+        (MUIR_ROWS, MUIR_SCHEMA, import_muirbench, 1),  # no option F
+        (BLINK_ROWS, BLINK_SCHEMA, import_blink, 2),  # no option C; the test split's blank
+    ):
+        source = tmp_path / f"{convert.__name__}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), source)
+        out = tmp_path / f"{convert.__name__}.jsonl"
+        convert(source, out, calibration_items=0)
+        items = {it.id: it for it in read_items(out)}
+        choices = [c for c in map(picture_choice, rows) if c is not None]
+        answered = {c.item: c for c in choices if c.answer is not None}
+        assert sorted(answered) == sorted(items)
+        assert len(choices) - len(answered) == answer_skips
+        for item_id, item in items.items():
+            choice = answered[item_id]
+            assert (choice.question, choice.answer) == (item.question, item.answer)
+            for cells, files in ((choice.context, item.context_images),
+                                 (choice.candidates, item.images)):  # fmt: skip
+                assert [c["bytes"] for c in cells] == [p.read_bytes() for p in files]

@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lad.cli.flags import HelpFormat, InputPath, OutputPath, command, model_path, whole
+from lad.cli.flags import (
+    HelpFormat,
+    InputPath,
+    OutputPath,
+    add_quiet_flag,
+    command,
+    model_path,
+    whole,
+)
+from lad.data.questions import Benchmark
 from lad.errors import DataError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
 
@@ -24,9 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_real(commands, "coco")
     _register_real(commands, "flickr8k")
     _register_import(commands)
-    _register_mmiu(commands)
-    _register_hub(commands, "muirbench")
-    _register_hub(commands, "blink")
+    from lad.data.benchmarks import BENCHMARKS
+
+    for benchmark in BENCHMARKS.values():
+        _register_released(commands, benchmark)
 
 
 def _add(commands: argparse._SubParsersAction, name: str, help_text: str, example: str):
@@ -80,7 +90,9 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--image-size", type=whole(1, "--image-size"), dest="picture_side", help=argparse.SUPPRESS
     )
-    p.add_argument("--max-shapes", type=int, default=2, help="objects per image, 1 to 4")
+    p.add_argument(
+        "--max-shapes", type=whole(1, "--max-shapes"), default=2, help="objects per image, 1 to 4"
+    )
     p.add_argument(
         "--position-weights",
         type=_floats,
@@ -151,7 +163,7 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
     _common(p, items_default=1000)
     p.add_argument(
         "--calibration-items",
-        type=int,
+        type=whole(0, "--calibration-items"),
         default=5,
         help="items written to OUT's .calibration.jsonl sibling, disjoint from the others",
     )
@@ -162,7 +174,9 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
         help="CLIP-like model (hub id or local path) for the adversarial setting",
     )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
-    p.add_argument("--batch-size", type=int, default=32, help="CLIP batch size")
+    p.add_argument(
+        "--batch-size", type=whole(1, "--batch-size"), default=32, help="CLIP batch size"
+    )
     p.add_argument(
         "--skip-missing", action="store_true", help="leave out listed images absent on disk"
     )
@@ -266,140 +280,66 @@ def _run_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_mmiu(commands: argparse._SubParsersAction) -> None:
-    p = _add(
-        commands,
-        "mmiu",
-        "Convert one MMIU task (all.parquet, a JSON Lines export, all.json or a task's "
-        "metadata_info.json) into items with their own question, for the questions whose options "
-        "are pictures (paper Table 5); a query picture no option names becomes a context picture. "
-        "Other questions are skipped and counted per reason in OUT's .summary.json sibling.",
-        "lad data mmiu MMIU/all.parquet --task forensic_detection_forgerynet --images MMIU "
-        "--out forgerynet.jsonl",
-    )
+def _register_released(commands: argparse._SubParsersAction, benchmark: Benchmark) -> None:
+    """`lad data <benchmark>` for a released benchmark (lad.data.benchmarks)."""
+    p = _add(commands, benchmark.name, benchmark.help, benchmark.example)
+    title = benchmark.title
+    if benchmark.embedded:
+        p.add_argument(
+            "path", type=InputPath, help=f"a {title} .parquet file, or a folder searched for them"
+        )
+        p.add_argument("--task", help="convert only this task (default: every task)")
+    else:
+        p.add_argument("file", type=InputPath, help=f"{title} question file: {benchmark.files}")
+        p.add_argument("--task", help="the task to convert (needed when the file holds several)")
+        p.add_argument(
+            "--images",
+            type=InputPath,
+            help=f"the folder {title}'s pictures were extracted in (default: beside the file)",
+        )
     p.add_argument(
-        "file",
-        type=InputPath,
-        help="MMIU question file: all.parquet, .jsonl, all.json or a metadata_info.json",
+        "--num-candidates",
+        "-n",
+        type=whole(2, "--num-candidates"),
+        help="keep only questions with N candidates (else all)",
     )
-    p.add_argument("--task", help="the task to convert (needed when the file holds several)")
+    if benchmark.embedded:
+        p.add_argument(
+            "--pictures",
+            type=OutputPath,
+            help="folder the pictures are written to (default: OUT's -pictures sibling)",
+        )
     p.add_argument(
-        "--images",
-        type=InputPath,
-        help="the folder MMIU's picture zips were extracted in (default: beside the file)",
+        "--items", type=whole(1, "--items"), default=None, help="evaluation items (default: all)"
     )
-    p.add_argument(
-        "--num-candidates", "-n", type=int, help="keep only questions with N images (else all)"
-    )
-    p.add_argument("--items", type=int, default=None, help="evaluation items (default: all)")
     p.add_argument(
         "--calibration-items",
-        type=int,
+        type=whole(0, "--calibration-items"),
         default=5,
         help="questions held out to OUT's .calibration.jsonl sibling",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
-    p.add_argument(
-        "--skip-missing", action="store_true", help="leave out questions whose images are absent"
-    )
+    if not benchmark.embedded:
+        p.add_argument(
+            "--skip-missing",
+            action="store_true",
+            help="leave out questions whose images are absent",
+        )
+    add_quiet_flag(p, "print only what was written, not the counts per task")
     p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
-    p.set_defaults(func=_run_mmiu, implied=_released_outputs)
+    p.set_defaults(func=_run_released, benchmark=benchmark.name, implied=_released_outputs)
 
 
-def _run_mmiu(args: argparse.Namespace) -> int:
-    from lad.data.mmiu import import_mmiu
-    from lad.data.released import summary_lines
+def _run_released(args: argparse.Namespace) -> int:
+    from lad.data.benchmarks import BENCHMARKS
+    from lad.data.released import Options, convert, summary_lines
 
-    _check_jsonl(args.out)
-    task, written = import_mmiu(
-        args.file,
-        args.out,
-        task=args.task,
-        images_dir=args.images,
-        num_candidates=args.num_candidates,
-        items=args.items,
-        calibration_items=args.calibration_items,
-        seed=args.seed,
-        skip_missing=args.skip_missing,
-    )
-    print(f"MMIU task {task}:")
-    for line in summary_lines(written):
-        print(line)
-    return 0
-
-
-def _check_jsonl(out: str) -> None:
-    if not out.endswith(".jsonl"):
-        raise DataError(f"--out must be a .jsonl file. Got {out!r}.")
-
-
-_HUB = {
-    "muirbench": (
-        "MuirBench",
-        "MUIRBENCH/MUIRBENCH",
-        "lad data muirbench MUIRBENCH/data --task 'Image-Text Matching' -n 4 "
-        "--out muirbench-itm.jsonl",
-    ),
-    "blink": (
-        "BLINK",
-        "BLINK-Benchmark/BLINK",
-        "lad data blink BLINK/Visual_Similarity --out blink-similarity.jsonl",
-    ),
-}
-
-
-def _register_hub(commands: argparse._SubParsersAction, name: str) -> None:
-    title, hub, example = _HUB[name]
-    p = _add(
-        commands,
-        name,
-        f"Convert {title} as published on the hub ({hub}: its parquet files, downloaded by you) "
-        "into items, for the questions whose options are pictures; the question's own pictures "
-        "become context pictures. Pictures are written out to a folder; other questions are "
-        "skipped and counted per reason in OUT's .summary.json sibling.",
-        example,
-    )
-    p.add_argument(
-        "path", type=InputPath, help=f"a {title} .parquet file, or a folder searched for them"
-    )
-    p.add_argument("--task", help="convert only this task (default: every task)")
-    p.add_argument(
-        "--num-candidates", "-n", type=int, help="keep only questions with N candidates (else all)"
-    )
-    p.add_argument(
-        "--pictures",
-        type=OutputPath,
-        help="folder the pictures are written to (default: OUT's -pictures sibling)",
-    )
-    p.add_argument("--items", type=int, default=None, help="evaluation items (default: all)")
-    p.add_argument(
-        "--calibration-items",
-        type=int,
-        default=5,
-        help="questions held out to OUT's .calibration.jsonl sibling (default 5)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
-    p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
-    p.set_defaults(func=_run_hub, benchmark=name, implied=_released_outputs)
-
-
-def _run_hub(args: argparse.Namespace) -> int:
-    from lad.data.blink import import_blink
-    from lad.data.muirbench import import_muirbench
-    from lad.data.released import summary_lines
-
-    _check_jsonl(args.out)
-    convert = import_muirbench if args.benchmark == "muirbench" else import_blink
-    written = convert(
-        args.path,
-        args.out,
-        pictures=args.pictures,
-        task=args.task,
-        num_candidates=args.num_candidates,
-        items=args.items,
-        calibration_items=args.calibration_items,
-        seed=args.seed,
-    )
-    for line in summary_lines(written):
+    benchmark = BENCHMARKS[args.benchmark]
+    options = {k: getattr(args, k) for k in vars(Options()) if k in vars(args)}
+    source = args.path if benchmark.embedded else args.file
+    task, written = convert(benchmark, source, _items_out(args.out), Options(**options))
+    if benchmark.one_task:
+        print(f"{benchmark.title} task {task}:")
+    for line in summary_lines(written, per_task=not args.quiet):
         print(line)
     return 0

@@ -1,7 +1,7 @@
 """Flags shared by several commands, declared once.
 
-Options a preset can set (lad.run.presets) default to None here, so `resolved` can tell a stated
-flag
+Options a preset can set (lad.run.presets) default to None
+here, so `resolved` can tell a stated flag
 from an unstated one: a stated flag wins, then the preset, then lad's default (the paper's).
 """
 
@@ -106,6 +106,14 @@ def number(flag: str, low: float, *, closed: bool = True) -> Callable[[str], flo
 def temperature(flag: str = "--tau") -> Callable[[str], float]:
     """τ of Eq. 12: a number >= 0, or 'inf' for the limit τ → ∞ (π one-hot)."""
     return number(flag, 0.0)
+
+
+def add_quiet_flag(
+    p: argparse.ArgumentParser,
+    help_text: str = "no progress bars (lad's and transformers' loading bars)",
+) -> None:
+    """--quiet/-q, which every command that prints more than its result takes."""
+    p.add_argument("--quiet", "-q", action="store_true", help=help_text)
 
 
 def add_preset_flag(p: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ from lad.cli.flags import (
     add_methods_flag,
     add_obs_mean_flag,
     add_preset_flag,
+    add_quiet_flag,
     add_repetition_penalty_flag,
     check_layer_range_flag,
     command,
@@ -76,12 +77,7 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
 
 
 def _quiet_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--quiet",
-        "-q",
-        action="store_true",
-        help="no progress bars (lad's and transformers' loading bars)",
-    )
+    add_quiet_flag(p)
 
 
 def _template(path: str | None) -> Any:

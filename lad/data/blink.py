@@ -20,81 +20,88 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lad.data.items import Item
-from lad.data.mmiu import ordinal_image
-from lad.data.released import (
-    Row,
-    Written,
-    convert_parquet,
-    picture_bytes,
-    require,
+from lad.data.questions import HUB_HELP, Benchmark, Row, require, strings
+from lad.data.released import Options, Written, convert
+from lad.data.rules import (
+    ANSWER_NOT_AN_OPTION,
+    EMPTY_QUESTION,
+    NO_ANSWER,
+    NOT_ONE_PER_PICTURE,
+    OPTIONS_NOT_PICTURES,
+    REFERENCE_NOT_FIRST,
+    Choice,
+    answer_position,
+    first_reason,
+    option_letters,
+    ordinal_image,
+    pictures_named,
     safe_name,
-    save_picture,
     text_or_none,
 )
 from lad.errors import DataError
 
 PICTURE_FIELDS = ("image_1", "image_2", "image_3", "image_4")
-NO_ANSWER = "no answer"  # the test split, or a blank answer
-ANSWER_NOT_AN_OPTION = "answer not an option"
-EMPTY_QUESTION = "empty question"
-OPTIONS_NOT_PICTURES = "options not pictures"  # a choice is not "the <ordinal> image"
-NOT_ONE_PER_PICTURE = "not one option per picture"  # two choices name one picture, or a missing one
-REFERENCE_NOT_FIRST = "reference pictures not first"
 REASONS = (
     NO_ANSWER, ANSWER_NOT_AN_OPTION, EMPTY_QUESTION, OPTIONS_NOT_PICTURES, NOT_ONE_PER_PICTURE,
     REFERENCE_NOT_FIRST,
 )  # fmt: skip
 
 
-def convert_row(row: Row, pictures: Path) -> Item | str:
-    """The item for one BLINK row (its pictures written under `pictures`), or why not."""
-    choices = require(row, "choices")
-    if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
-        raise DataError(f"{row.where}'choices' must be a list of strings, got {choices!r}")
-    answer = text_or_none(require(row, "answer"))
-    letter = "" if answer is None else answer.strip("() .").upper()
-    if len(letter) != 1 or not letter.isalpha():
-        return NO_ANSWER
-    if not 0 <= ord(letter) - ord("A") < len(choices):
-        return ANSWER_NOT_AN_OPTION
-    named = [ordinal_image(c) for c in choices]
+def named_pictures(choices: list[str]) -> list[int | None]:
+    """For each choice, the picture (0-based) it names ("the second image": 1), else None."""
+    return [ordinal_image(c) for c in choices]
+
+
+def choose(row: Row) -> Choice | str:
+    """BLINK's rule: a row whose choices name its pictures, or why it is skipped."""
+    choices = strings(row, "choices")
+    letters = option_letters(len(choices))
+    answer = answer_position(require(row, "answer"), letters)
+    named = named_pictures(choices)
     if any(k is None for k in named) or len(named) < 2:
-        return OPTIONS_NOT_PICTURES
+        return first_reason(answer, OPTIONS_NOT_PICTURES)
     cells = [row.fields.get(name) for name in PICTURE_FIELDS]
     present = [k for k, cell in enumerate(cells) if cell is not None]
     if present != list(range(len(present))):
         raise DataError(f"{row.where}pictures must fill image_1, image_2, … in order")
     shown = [k for k in named if k is not None]
-    if len(set(shown)) != len(shown) or max(shown) >= len(present):
-        return NOT_ONE_PER_PICTURE
-    context = [k for k in present if k not in shown]
-    if context != list(range(len(context))):
-        return REFERENCE_NOT_FIRST
+    placed = pictures_named(shown, len(present))
+    if isinstance(placed, str):
+        return first_reason(answer, placed)
+    candidates, context = placed  # candidates in BLINK's picture order
     question = text_or_none(require(row, "question"))
     if question is None:
-        return EMPTY_QUESTION
-    task = str(require(row, "sub_task"))
+        return first_reason(answer, EMPTY_QUESTION)
+    task = str(row.fields.get("sub_task") or "")
     idx = str(require(row, "idx"))
-    files = []
-    for k in present:
-        data = picture_bytes(cells[k], row.where)
-        assert data is not None  # present
-        files.append(save_picture(data, pictures, f"{safe_name(idx)}_{k + 1}", row.where))
-    candidates = sorted(shown)  # BLINK's order of the pictures the choices name
-    answer_index = candidates.index(shown[ord(letter) - ord("A")])
-    extra = {"source": "blink", "task": task, "blink_idx": idx}
-    shown_files = [files[k] for k in candidates]
-    item = Item(f"blink-{safe_name(idx)}", question, shown_files, answer_index, extra, question)
-    item.context_images = [files[k] for k in context]
-    return item
+    return Choice(
+        item=f"blink-{safe_name(idx)}",
+        task=task,
+        question=question,
+        candidates=[cells[k] for k in candidates],
+        context=[cells[k] for k in context],
+        answer=candidates.index(shown[answer]) if isinstance(answer, int) else None,
+        unanswered=answer if isinstance(answer, str) else None,
+        replies=[letters[shown.index(k)] for k in candidates],
+        extra={"source": "blink", "task": task, "blink_idx": idx},
+    )
+
+
+BENCHMARK = Benchmark(
+    name="blink",
+    title="BLINK",
+    choose=choose,
+    task_field="sub_task",
+    embedded=True,
+    hub="BLINK-Benchmark/BLINK",
+    example="lad data blink BLINK/Visual_Similarity --out blink-similarity.jsonl",
+    help=HUB_HELP.format(title="BLINK", hub="BLINK-Benchmark/BLINK"),
+    harness_keys=("idx", "question", "choices", "answer", "image_1"),
+)
 
 
 def import_blink(path: str | Path, out: str | Path, **options: Any) -> Written:
     """Convert BLINK's parquet files (a file, or a folder searched for *.parquet, e.g. one task's
     config folder) into an items file `out`, calibration items and a summary beside it;
-    options: pictures (default `<out stem>-pictures/` beside `out`), task, num_candidates,
-    items, calibration_items, seed (lad.data.released.convert_parquet)."""
-    return convert_parquet(
-        path, out, benchmark="blink", convert_row=convert_row, task_field="sub_task", **options
-    )
+    options: those of lad.data.released.Options (pictures: default `<out stem>-pictures/`)."""
+    return convert(BENCHMARK, path, out, Options(**options))[1]

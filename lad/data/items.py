@@ -3,8 +3,8 @@ orderings each item is shown in.
 
 Optional (docs/formats.md): `"question": str`, a multi-image question of the
 item's own ("Which image is most likely to be a fake photograph?"). When present it is what the
-prompt asks, with the question variant of the template (lad.core.prompts), instead of asking to
-match
+prompt asks, with the question variant of the template
+(lad.core.prompts), instead of asking to match
 the caption; `query` stays required (`lad data mmiu` writes the question there too).
 
 Optional: `"context_images": [path, ...]`, pictures that belong to the question but are not
@@ -28,9 +28,9 @@ import numpy as np
 
 from lad.core.labels import MAX_CANDIDATES
 from lad.core.prompts import CONTEXT_PLACEHOLDER
-from lad.errors import DataError, at
+from lad.errors import DataError, LadError, at
 from lad.io import limits
-from lad.io.files import check_not_binary, note_input, replacing
+from lad.io.files import check_not_binary, loads_json, note_input, replacing
 
 
 @dataclass
@@ -68,7 +68,8 @@ class Item:
 def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item]:
     """Read and validate an items file; relative image paths resolve against its folder.
 
-    Every image must exist. With `num_candidates`, every item must have exactly that many images.
+    Every image must exist. With `num_candidates`, every item
+    must have exactly that many images.
     """
     path = Path(path)
     if path.is_dir():
@@ -115,7 +116,7 @@ def _parse_item(
 ) -> Item:
     where = at(path, lineno)
     try:
-        obj = json.loads(line)
+        obj = loads_json(line, DataError, where)
     except json.JSONDecodeError as e:
         raise DataError(f"{where}not valid JSON ({e.msg})") from None
     if not isinstance(obj, dict):
@@ -125,18 +126,47 @@ def _parse_item(
             raise DataError(f"{where}missing key {key!r}")
         if not isinstance(obj[key], kind) or isinstance(obj[key], bool):
             raise DataError(f"{where}{key!r} must be {_KINDS[kind]}, got {obj[key]!r}")
+    check_item(obj, where, num_candidates)
+    if obj["id"] in seen:
+        raise DataError(f"{where}duplicate item id {obj['id']!r}")
+    seen.add(obj["id"])
+    resolved = _resolve_images(obj["images"], path, where)
+    extra = {k: v for k, v in obj.items() if k not in ITEM_KEYS}
+    item = Item(obj["id"], obj["query"], resolved, obj["answer"], extra, obj.get("question"))
+    item.context_images = _resolve_images(
+        obj.get("context_images", []), path, where, "context image"
+    )
+    return item
+
+
+class ItemRuleError(DataError):
+    """An item that breaks a rule of the items format; `reason` names the rule briefly (how a
+    converter counts the questions it skips for it)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def check_item(obj: dict[str, Any], where: str = "", num_candidates: int | None = None) -> None:
+    """The items format's rules for one item's JSON object (its keys of the right types), as the
+    reader applies them and as converters apply them before writing one: ItemRuleError."""
     images = obj["images"]
     if len(images) < 2 or not all(isinstance(p, str) for p in images):
-        raise DataError(f"{where}'images' must be a list of at least 2 paths")
+        raise ItemRuleError(
+            "fewer than 2 pictures", f"{where}'images' must be a list of at least 2 paths"
+        )
     for key, text in (("id", obj["id"]), ("query", obj["query"]), *(("images", p) for p in images)):
         if not _is_text(text):
-            raise DataError(
-                f"{where}{key!r} holds a lone surrogate escape, not valid text: {text!r}"
+            raise ItemRuleError(
+                "not valid text",
+                f"{where}{key!r} holds a lone surrogate escape, not valid text: {text!r}",
             )
     if len(images) > MAX_CANDIDATES:
-        raise DataError(
+        raise ItemRuleError(
+            f"more than {MAX_CANDIDATES} candidates",
             f"{where}item {obj['id']!r} has {len(images)} candidate images; no label scheme names "
-            f"more than {MAX_CANDIDATES}"
+            f"more than {MAX_CANDIDATES}",
         )
     if num_candidates is not None and len(images) != num_candidates:
         raise DataError(
@@ -144,24 +174,22 @@ def _parse_item(
             f"{num_candidates}"
         )
     if not 0 <= obj["answer"] < len(images):
-        raise DataError(
-            f"{where}'answer' {obj['answer']} is not an index into its {len(images)} images"
+        raise ItemRuleError(
+            "answer not a candidate",
+            f"{where}'answer' {obj['answer']} is not an index into its {len(images)} images",
         )
     question = obj.get("question")
     if question is not None and (not isinstance(question, str) or not question.strip()):
-        raise DataError(f"{where}'question' must be a non-empty string, got {question!r}")
+        raise ItemRuleError(
+            "empty question", f"{where}'question' must be a non-empty string, got {question!r}"
+        )
     for key in ("query", "question"):
         if isinstance(obj.get(key), str) and len(obj[key]) > limits.QUERY.value:
-            limits.QUERY.check(len(obj[key]), f"{where}{key!r}")
-    context = _context_images(obj, where)
-    if obj["id"] in seen:
-        raise DataError(f"{where}duplicate item id {obj['id']!r}")
-    seen.add(obj["id"])
-    resolved = _resolve_images(images, path, where)
-    extra = {k: v for k, v in obj.items() if k not in ITEM_KEYS}
-    item = Item(obj["id"], obj["query"], resolved, obj["answer"], extra, question)
-    item.context_images = _resolve_images(context, path, where, "context image")
-    return item
+            try:
+                limits.QUERY.check(len(obj[key]), f"{where}{key!r}")
+            except LadError as e:
+                raise ItemRuleError("question too long", str(e)) from None
+    _context_images(obj, where)
 
 
 ITEM_KEYS = ("id", "query", "images", "answer", "question", "context_images")
@@ -174,15 +202,18 @@ def _context_images(obj: dict[str, Any], where: str) -> list[str]:
         raise DataError(f"{where}'context_images' must be a list of paths, got {context!r}")
     for p in context:
         if not _is_text(p):
-            raise DataError(f"{where}'context_images' holds a lone surrogate escape: {p!r}")
+            raise ItemRuleError(
+                "not valid text", f"{where}'context_images' holds a lone surrogate escape: {p!r}"
+            )
     asked = obj["question"] if obj.get("question") is not None else obj["query"]
     key = "question" if obj.get("question") is not None else "query"
     places = asked.count(CONTEXT_PLACEHOLDER)
     if places not in (0, len(context)):
-        raise DataError(
+        raise ItemRuleError(
+            f"{CONTEXT_PLACEHOLDER} places not one per context picture",
             f"{where}{key!r} holds {places} {CONTEXT_PLACEHOLDER} places but the item has "
             f"{len(context)} context_images; give one {CONTEXT_PLACEHOLDER} per context picture "
-            "(or none: they are then shown before the candidates)"
+            "(or none: they are then shown before the candidates)",
         )
     return context
 
@@ -205,13 +236,19 @@ def write_items(path: str | Path, items: Iterable[Item]) -> None:
     base = path.parent.resolve()
     with replacing(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         for it in items:
-            images = [_relative(p, base) for p in it.images]
-            obj = {"id": it.id, "query": it.query, "images": images, "answer": it.answer}
-            if it.question is not None:
-                obj["question"] = it.question
-            if it.context_images:
-                obj["context_images"] = [_relative(p, base) for p in it.context_images]
-            f.write(json.dumps({**obj, **it.extra}) + "\n")
+            f.write(json.dumps(item_object(it, base)) + "\n")
+
+
+def item_object(it: Item, base: Path) -> dict[str, Any]:
+    """The JSON object `write_items` writes for `it`, picture paths relative to `base` (the items
+    file's folder, resolved) where they lie below it."""
+    images = [_relative(p, base) for p in it.images]
+    obj: dict[str, Any] = {"id": it.id, "query": it.query, "images": images, "answer": it.answer}
+    if it.question is not None:
+        obj["question"] = it.question
+    if it.context_images:
+        obj["context_images"] = [_relative(p, base) for p in it.context_images]
+    return {**obj, **it.extra}
 
 
 def _relative(path: str | Path, base: Path) -> str:

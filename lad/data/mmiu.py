@@ -35,6 +35,11 @@ candidates with its own labels, and shuffles them, so "A: the first image" would
 `output` is compared as MMIU's scorer compares answers: trimmed and case-insensitive. Questions
 that cannot be used are skipped and counted per task, by reason (REASONS). Options are single
 letters, so no question has more than 26 candidates, which the letter schemes can name.
+
+Picture paths resolve inside the folder they are looked up
+in (lad.io.files.inside): one that names a
+file outside it (an absolute path, `..`, a symlink out) is skipped
+as `picture outside the dataset folder`.
 """
 
 from __future__ import annotations
@@ -45,16 +50,25 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lad.data.items import Item
-from lad.data.released import Converted, Row, Written, check_split, read_rows, write_split
+from lad.data.questions import Benchmark, Row
+from lad.data.released import Converted, Options, Written, convert, read
+from lad.data.rules import (
+    ANSWER_NOT_AN_OPTION,
+    EMPTY_QUESTION,
+    MISSING_IMAGE,
+    NO_ANSWER,
+    NOT_ONE_PER_IMAGE,
+    OPTIONS_NOT_IMAGES,
+    OTHER_N,
+    OUTSIDE_ROOT,
+    REFERENCE_NOT_FIRST,
+    Choice,
+    answer_position,
+    ordinal_image,
+    pictures_named,
+)
 from lad.errors import DataError
 
-_ORDINALS = (
-    "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth",
-    "tenth", "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth",
-    "seventeenth", "eighteenth", "nineteenth", "twentieth",
-)  # fmt: skip
-_IMAGE_OPTION = re.compile(rf"the ({'|'.join(_ORDINALS)}) image", re.I)
 _OPTION_LINE = re.compile(r"([A-Za-z])\s*[:.]\s*(.*\S)")
 _CHOICES = re.compile(r"select from the following choices\W*$", re.I)
 
@@ -70,24 +84,10 @@ QUESTION_FIRST = frozenset((
     "single_object_tracking",
 ))  # fmt: skip
 
-NO_ANSWER = "no answer"  # output null or blank
-ANSWER_NOT_AN_OPTION = "answer not an option"  # output names no option's letter
-EMPTY_QUESTION = "empty question"  # neither question nor context instruction has text
-OPTIONS_NOT_IMAGES = "options not images"  # an option is not "the <ordinal> image"
-NOT_ONE_PER_IMAGE = "not one option per image"  # options name a picture twice or one not there
-REFERENCE_NOT_FIRST = "reference pictures not first"  # unnamed pictures after a candidate
-OTHER_N = "other N"  # another number of candidates than --num-candidates
-MISSING_IMAGE = "missing image"  # a picture not on disk (with skip_missing)
 REASONS = (
     NO_ANSWER, ANSWER_NOT_AN_OPTION, EMPTY_QUESTION, OPTIONS_NOT_IMAGES, NOT_ONE_PER_IMAGE,
-    REFERENCE_NOT_FIRST, OTHER_N, MISSING_IMAGE,
+    REFERENCE_NOT_FIRST, OTHER_N, MISSING_IMAGE, OUTSIDE_ROOT,
 )  # fmt: skip
-
-
-def ordinal_image(text: str) -> int | None:
-    """k for an option that reads "the <k+1-th ordinal> image" (any case, a final period aside)."""
-    image = _IMAGE_OPTION.fullmatch(text.strip().rstrip(".").strip())
-    return None if image is None else _ORDINALS.index(image.group(1).lower())
 
 
 def option_images(options: str) -> list[tuple[str, int]] | None:
@@ -164,27 +164,17 @@ def flatten(row: Row) -> dict[str, Any]:
 def _paths(value: Any, where: str) -> list[str]:
     """input_image_path as a list of strings (a list, or the text of one, as exports write)."""
     if isinstance(value, str) and value.strip().startswith("["):
-        with contextlib.suppress(ValueError, SyntaxError):
+        with contextlib.suppress(ValueError, SyntaxError, RecursionError, MemoryError):
             value = ast.literal_eval(value.strip())
     if not isinstance(value, list | tuple) or not all(isinstance(p, str) for p in value):
         raise DataError(f"{where}'input_image_path' must be a list of paths, got {value!r}")
     return list(value)
 
 
-def _resolve(path: str, roots: list[Path]) -> Path | None:
-    parts = Path(path).parts
-    tails = [Path(path), Path(*parts[-3:]), Path(*parts[-2:]), Path(parts[-1])]
-    for root in roots:
-        for tail in tails:
-            if (root / tail).is_file():
-                return (root / tail).resolve()
-    return None
-
-
-def convert_question(
-    fields: dict[str, Any], index: int, where: str, roots: list[Path], skip_missing: bool
-) -> Item | str:
-    """The item for one question (`index`: its position among its task's), or why it is skipped."""
+def choose(row: Row) -> Choice | str:
+    """MMIU's rule: a question whose options all name its pictures, or why it is skipped; its
+    pictures are the paths the row names (`index`: its position among its task's questions)."""
+    fields = flatten(row)
     output = fields["output"]
     if output is None or not str(output).strip():
         return NO_ANSWER
@@ -192,39 +182,65 @@ def convert_question(
     if named is None:
         return OPTIONS_NOT_IMAGES
     letters = [letter for letter, _ in named]
-    answer_letter = str(output).strip().upper()
-    if answer_letter not in letters:
-        return ANSWER_NOT_AN_OPTION
+    answer = answer_position(output, letters, wrapped=False)
+    if isinstance(answer, str):
+        return answer
+    if len(set(letters)) != len(letters):
+        return NOT_ONE_PER_IMAGE
     paths = fields["paths"]
     shown = [image for _, image in named]
-    if len(set(letters)) != len(letters) or len(set(shown)) != len(shown) or len(shown) < 2:
-        return NOT_ONE_PER_IMAGE
-    if max(shown) >= len(paths):
-        return NOT_ONE_PER_IMAGE
-    context = [k for k in range(len(paths)) if k not in shown]
-    if context != list(range(len(context))):
-        return REFERENCE_NOT_FIRST
+    placed = pictures_named(shown, len(paths), NOT_ONE_PER_IMAGE)
+    if isinstance(placed, str):
+        return placed
+    candidates, context = placed  # MMIU's order of the pictures the options name
     task = fields["task"]
     asked = asked_text(task, fields["question"], fields["context"])
     if not asked:
         return EMPTY_QUESTION
-    files = []
-    for p in paths:
-        resolved = _resolve(p, roots)
-        if resolved is None:
-            if skip_missing:
-                return MISSING_IMAGE
-            raise DataError(
-                f"{where}image {p!r} is not under {' or '.join(map(str, roots))}; pass the folder "
-                "MMIU's zips were extracted in with --images, or --skip-missing"
-            )
-        files.append(resolved)
-    candidates = sorted(shown)  # MMIU's order of the pictures the options name
-    answer = candidates.index(dict(named)[answer_letter])
-    extra = {"source": "mmiu", "task": task, "mmiu_index": index}
-    item = Item(f"{task}-{index:05d}", asked, [files[k] for k in candidates], answer, extra, asked)
-    item.context_images = [files[k] for k in context]
-    return item
+    return Choice(
+        item=f"{task}-{row.index:05d}",
+        task=task,
+        question=asked,
+        candidates=[paths[k] for k in candidates],
+        context=[paths[k] for k in context],
+        answer=candidates.index(shown[answer]),
+        unanswered=None,
+        replies=[letters[shown.index(k)] for k in candidates],
+        extra={"source": "mmiu", "task": task, "mmiu_index": row.index},
+    )
+
+
+def _task_of(fields: dict[str, Any]) -> str:
+    nested = fields.get("input")
+    task = fields.get("task")
+    if task is None and isinstance(nested, dict):
+        task = nested.get("task")
+    return str(task or "")
+
+
+BENCHMARK = Benchmark(
+    name="mmiu",
+    title="MMIU",
+    choose=choose,
+    task_field="task",
+    embedded=False,
+    one_task=True,
+    hub="FanqingM/MMIU-Benchmark",
+    example="lad data mmiu MMIU/all.parquet --task forensic_detection_forgerynet --images MMIU "
+    "--out forgerynet.jsonl",
+    task_of=_task_of,
+    help="Convert one MMIU task (all.parquet, a JSON Lines export, all.json or a task's "
+    "metadata_info.json) into items with their own question, for the questions whose options "
+    "are pictures (paper Table 5); a query picture no option names becomes a context picture. "
+    "Other questions are skipped and counted per reason in OUT's .summary.json sibling.",
+    files="all.parquet, .jsonl, all.json or a metadata_info.json",
+)
+
+
+def _options(
+    task: str | None, images_dir: str | Path | None, num_candidates: int | None, **more: Any
+) -> Options:
+    return Options(task=task, images=images_dir, num_candidates=num_candidates, **more)
 
 
 def read_mmiu(
@@ -236,44 +252,10 @@ def read_mmiu(
     skip_missing: bool = False,
 ) -> tuple[str, Converted]:
     """(task, what converted and what was skipped) of one task of an MMIU question file."""
-    path = Path(path)
-    rows = read_rows(path)
-    if not rows:
-        raise DataError(f"{path}: no MMIU question in it")
-    questions = [(row, flatten(row)) for row in rows]
-    tasks = sorted({q["task"] for _, q in questions})
-    if task is None:
-        if len(tasks) > 1:
-            counts = {t: sum(q["task"] == t for _, q in questions) for t in tasks}
-            listed = ", ".join(f"{t} ({c})" for t, c in counts.items())
-            raise DataError(f"{path} holds {len(tasks)} tasks; choose one with --task: {listed}")
-        task = tasks[0]
-    elif task not in tasks:
-        raise DataError(f"{path}: no question of task {task!r}; its tasks: {tasks}")
-    roots = [Path(images_dir)] if images_dir is not None else []
-    if roots and not roots[0].is_dir():
-        raise DataError(f"{roots[0]}: no such image folder")
-    roots.append(path if path.is_dir() else path.parent)
-    converted = Converted()
-    mine = [(row, q) for row, q in questions if q["task"] == task]
-    for k, (row, q) in enumerate(mine):
-        made = convert_question(q, k, row.where, roots, skip_missing)
-        if isinstance(made, str):
-            converted.skip(task, made)
-        elif num_candidates is not None and made.num_candidates != num_candidates:
-            converted.skip(task, OTHER_N)
-        else:
-            converted.add(task, made)
-    sizes = sorted({it.num_candidates for it in converted.items})
-    if len(sizes) > 1:
-        listed = ", ".join(
-            f"N = {n} ({sum(it.num_candidates == n for it in converted.items)})" for n in sizes
-        )
-        raise DataError(
-            f"{path}: task {task!r} has questions with different numbers of candidates ({listed}); "
-            "choose one with --num-candidates"
-        )
-    return task, converted
+    options = _options(task, images_dir, num_candidates, skip_missing=skip_missing)
+    chosen, converted, _ = read(BENCHMARK, path, options)
+    assert chosen is not None  # one task
+    return chosen, converted
 
 
 def import_mmiu(
@@ -283,27 +265,12 @@ def import_mmiu(
     task: str | None = None,
     images_dir: str | Path | None = None,
     num_candidates: int | None = None,
-    items: int | None = None,
-    calibration_items: int = 5,
-    seed: int = 0,
-    skip_missing: bool = False,
+    **more: Any,
 ) -> tuple[str, Written]:
-    """Convert one MMIU task into an items file `out`, calibration items and a summary beside it."""
-    check_split(items, calibration_items)
-    task, converted = read_mmiu(
-        path,
-        task=task,
-        images_dir=images_dir,
-        num_candidates=num_candidates,
-        skip_missing=skip_missing,
+    """Convert one MMIU task into an items file `out`, calibration items and a summary beside
+    it; `more`: items, calibration_items, seed, skip_missing (lad.data.released.Options)."""
+    chosen, written = convert(
+        BENCHMARK, path, out, _options(task, images_dir, num_candidates, **more)
     )
-    written = write_split(
-        converted,
-        out,
-        benchmark="mmiu",
-        source=path,
-        items=items,
-        calibration_items=calibration_items,
-        seed=seed,
-    )
-    return task, written
+    assert chosen is not None  # one task
+    return chosen, written

@@ -21,76 +21,90 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lad.core.prompts import CONTEXT_PLACEHOLDER
-from lad.data.items import Item
-from lad.data.released import (
-    Row,
-    Written,
-    convert_parquet,
-    picture_bytes,
-    require,
-    safe_name,
-    save_picture,
-    text_or_none,
+from lad.data.items import CONTEXT_PLACEHOLDER
+from lad.data.questions import HUB_HELP, Benchmark, Row, require, strings
+from lad.data.released import Options, Written, convert
+from lad.data.rules import (
+    ANSWER_NOT_AN_OPTION,
+    EMPTY_QUESTION,
+    NO_ANSWER,
+    OPTIONS_NOT_PICTURES,
+    PICTURES_NOT_PLACES,
+    Choice,
+    answer_position,
+    first_reason,
+    kept,
+    option_letters,
 )
 from lad.errors import DataError
 
-NO_ANSWER = "no answer"
-ANSWER_NOT_AN_OPTION = "answer not an option"
-EMPTY_QUESTION = "empty question"
-OPTIONS_NOT_PICTURES = "options not pictures"  # an option is text
-PICTURES_NOT_PLACES = "pictures do not match <image> places"  # image_list vs the <image> count
 REASONS = (
     NO_ANSWER, ANSWER_NOT_AN_OPTION, EMPTY_QUESTION, OPTIONS_NOT_PICTURES, PICTURES_NOT_PLACES,
 )  # fmt: skip
 
 
-def convert_row(row: Row, pictures: Path) -> Item | str:
-    """The item for one MuirBench row (its pictures written under `pictures`), or why not."""
-    question = str(require(row, "question") or "")
-    options = require(row, "options")
-    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
-        raise DataError(f"{row.where}'options' must be a list of strings, got {options!r}")
-    answer = text_or_none(require(row, "answer"))
-    if answer is None:
-        return NO_ANSWER
-    letter = answer.strip("() .").upper()
-    if len(letter) != 1 or not 0 <= ord(letter) - ord("A") < len(options):
-        return ANSWER_NOT_AN_OPTION
+def choose(row: Row) -> Choice | str:
+    """MuirBench's rule: a row whose options are all pictures, or why it is skipped."""
+    question = require(row, "question")
+    if question is not None and not isinstance(question, str):
+        raise DataError(f"{row.where}'question' must be a string, got {question!r}")
+    question = question or ""
+    options = strings(row, "options")
+    listed = require(row, "image_list")
+    if listed is not None and not isinstance(listed, list):
+        raise DataError(
+            f"{row.where}'image_list' must be a list of pictures, got {type(listed).__name__}"
+        )
+    listed = listed or []
+    answer = answer_position(require(row, "answer"), option_letters(len(options)))
     if not all(o.strip() == CONTEXT_PLACEHOLDER for o in options) or len(options) < 2:
-        return OPTIONS_NOT_PICTURES
-    listed = require(row, "image_list") or []
+        return first_reason(answer, OPTIONS_NOT_PICTURES)
     places = question.count(CONTEXT_PLACEHOLDER)
     if len(listed) != places + len(options):
-        return PICTURES_NOT_PLACES
+        return first_reason(answer, PICTURES_NOT_PLACES)
     if not question.replace(CONTEXT_PLACEHOLDER, "").strip():
-        return EMPTY_QUESTION
+        return first_reason(answer, EMPTY_QUESTION)
+    if any(cell is None for cell in listed):
+        return first_reason(answer, PICTURES_NOT_PLACES)
     idx = str(require(row, "idx"))
-    files = []
-    for k, cell in enumerate(listed):
-        data = picture_bytes(cell, row.where)
-        if data is None:
-            return PICTURES_NOT_PLACES
-        files.append(save_picture(data, pictures, f"{safe_name(idx)}_{k}", row.where))
+    task = str(row.fields.get("task") or "")
     extra = {
         "source": "muirbench",
-        "task": str(require(row, "task")),
-        "image_relation": row.fields.get("image_relation"),
-        "image_type": row.fields.get("image_type"),
+        "task": task,
+        "image_relation": kept(row.fields.get("image_relation")),
+        "image_type": kept(row.fields.get("image_type")),
         "muirbench_idx": idx,
-        "counterpart_idx": row.fields.get("counterpart_idx"),
+        "counterpart_idx": kept(row.fields.get("counterpart_idx")),
     }
-    text = question.strip()
-    item = Item(f"muirbench-{idx}", text, files[places:], ord(letter) - ord("A"), extra, text)
-    item.context_images = files[:places]
-    return item
+    return Choice(
+        item=f"muirbench-{idx}",
+        task=task,
+        question=question.strip(),
+        candidates=listed[places:],
+        context=listed[:places],
+        answer=answer if isinstance(answer, int) else None,
+        unanswered=answer if isinstance(answer, str) else None,
+        replies=option_letters(len(options)),
+        extra=extra,
+    )
+
+
+BENCHMARK = Benchmark(
+    name="muirbench",
+    title="MuirBench",
+    choose=choose,
+    task_field="task",
+    embedded=True,
+    hub="MUIRBENCH/MUIRBENCH",
+    example="lad data muirbench MUIRBENCH/data --task 'Image-Text Matching' -n 4 "
+    "--out muirbench-itm.jsonl",
+    help=HUB_HELP.format(title="MuirBench", hub="MUIRBENCH/MUIRBENCH"),
+    harness_keys=("idx", "question", "options", "answer", "image_list"),
+)
 
 
 def import_muirbench(path: str | Path, out: str | Path, **options: Any) -> Written:
     """Convert MuirBench's parquet files (a file, or a folder searched for *.parquet) into an
-    items file `out`, calibration items and a summary beside it; options: pictures (default
-    `<out stem>-pictures/` beside `out`), task, num_candidates, items, calibration_items, seed
-    (lad.data.released.convert_parquet)."""
-    return convert_parquet(
-        path, out, benchmark="muirbench", convert_row=convert_row, task_field="task", **options
-    )
+    items file `out`, calibration items and a summary beside it; options: those of
+    lad.data.released.Options (pictures: default `<out stem>-pictures/` beside `out`)."""
+    return convert(BENCHMARK, path, out, Options(**options))[1]

@@ -5,8 +5,8 @@ explicit orderings (`lad eval --orders FILE`), exactly the image orders another 
 The file is jsonl, one line per (item, ordering): `{"item": str, "order": [int]*N}`, where
 `order[p]` indexes the item's `images` shown at position p (the record's `order`,
 docs/formats.md). An item's orderings are numbered 0, 1, … in file order, or by an `"ordering"`
-int when every line has one. Other keys are ignored, so a lad `records.jsonl` is itself an
-orders file.
+int when every line has one. Other keys are ignored, so a lad
+`records.jsonl` is itself an orders file.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from lad.data.items import Item, cyclic_shift, shuffle_orders
 from lad.errors import DataError, at
-from lad.io.files import read_text
+from lad.io.files import loads_json, read_text
 
 
 class Request(NamedTuple):
@@ -100,7 +100,7 @@ def read_orders(path: str | Path, num_candidates: int) -> dict[str, list[list[in
 
 def _parse_line(line: str, where: str, num_candidates: int) -> tuple[str, int | None, list[int]]:
     try:
-        obj: Any = json.loads(line)
+        obj: Any = loads_json(line, DataError, where)
     except json.JSONDecodeError as e:
         raise DataError(f"{where}not valid JSON ({e.msg})") from None
     if not isinstance(obj, dict):

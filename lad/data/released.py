@@ -1,108 +1,35 @@
-"""What the converters of released benchmarks share (`lad data mmiu|muirbench|blink`): reading
-their question files (parquet, JSON Lines, JSON), pictures embedded as bytes written out to files,
+"""What the converters of released benchmarks share (`lad data mmiu|muirbench|blink`): each row of
+a question file (lad.data.questions) through its benchmark's rule, pictures embedded as bytes
+written out to files named by content or picture files found inside the dataset folder,
 the held-out calibration split, and the summary of what was converted and skipped, per task and
 reason, printed and written beside the output (`<out stem>.summary.json`).
 """
 
 from __future__ import annotations
 
-import io
+import contextlib
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lad.data.builders import calibration_path_for, seeded_rng
-from lad.data.items import Item, write_items
-from lad.errors import DataError
-from lad.io.files import read_text, write_bytes, write_text
-
-
-@dataclass
-class Row:
-    """One question as its file holds it, and where: `where` names the file and row for errors."""
-
-    fields: dict[str, Any]
-    where: str
-
-
-def read_rows(path: str | Path) -> list[Row]:
-    """The rows of one question file, or of every .parquet file below a folder (sorted by path):
-    Apache Parquet, JSON Lines (`datasets`' to_json) or a JSON list of objects."""
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(path.rglob("*.parquet"))
-        if not files:
-            raise DataError(f"{path}: no .parquet file in this folder or below it")
-        return [row for f in files for row in _parquet(f)]
-    if not path.is_file():
-        raise DataError(f"{path}: no such question file")
-    with path.open("rb") as f:
-        head = f.read(4)
-    if head == b"PAR1":
-        return _parquet(path)
-    text = _text(path)
-    if text.lstrip().startswith("["):
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
-        return [_row(obj, f"{path}: entry {i}: ") for i, obj in enumerate(rows)]
-    return [
-        _row(_json_line(line, path, n), f"{path}:{n}: ")
-        for n, line in enumerate(text.splitlines(), 1)
-        if line.strip()
-    ]
-
-
-def _text(path: Path) -> str:
-    """A JSON or JSON Lines question file's text: UTF-8 only (lad.io.files' one rule)."""
-    return read_text(path, DataError, "JSON question file")
-
-
-def _json_line(line: str, path: Path, n: int) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        raise DataError(
-            f"{path}:{n}: not valid JSON ({e.msg}); expected a JSON list of questions, one "
-            "question per line (JSON Lines), or a .parquet file"
-        ) from None
-
-
-def _row(obj: Any, where: str) -> Row:
-    if not isinstance(obj, dict):
-        raise DataError(f"{where}expected a JSON object per question, got {type(obj).__name__}")
-    return Row(obj, where)
-
-
-def _parquet(path: Path) -> list[Row]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as e:
-        raise DataError(f"{path}: cannot read it as Parquet ({e})") from None
-    return [Row(obj, f"{path}: row {i}: ") for i, obj in enumerate(table.to_pylist())]
-
-
-def require(row: Row, key: str) -> Any:
-    """The field `key` of `row`, which the benchmark's schema always has (else an error)."""
-    if key not in row.fields:
-        raise DataError(f"{row.where}missing field {key!r}; is this the benchmark's own file?")
-    return row.fields[key]
-
-
-def text_or_none(value: Any) -> str | None:
-    """A string field's text trimmed, None when null or blank."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    return text or None
-
+from lad.data.items import Item, ItemRuleError, check_item, item_object, write_items
+from lad.data.questions import Benchmark, Questions, Row, short_repr
+from lad.data.rules import DUPLICATE_ID, MISSING_IMAGE, OTHER_N, OUTSIDE_ROOT, Choice
+from lad.errors import DataError, LadError
+from lad.io.files import (
+    check_output_dir,
+    content_path,
+    inside,
+    outside,
+    remove_stale_temporaries,
+    write_once,
+    write_text,
+)
+from lad.io.images import picture_suffix
 
 # ----------------------------------------------------------------------------- pictures
 
@@ -115,29 +42,79 @@ def picture_bytes(value: Any, where: str) -> bytes | None:
         return bytes(value["bytes"])
     if isinstance(value, bytes | bytearray):
         return bytes(value)
-    raise DataError(f"{where}expected a picture stored as bytes, got {str(value)[:60]!r}")
+    raise DataError(f"{where}expected a picture stored as bytes, got {short_repr(value)[:60]}")
 
 
-def safe_name(text: str) -> str:
-    """`text` usable in a file name: letters, digits, '-' and '_' kept, the rest '_'."""
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+class _Pictures:
+    """Where a conversion's pictures are: embedded bytes written to `folder`, each named by its
+    content (lad.io.files.content_path), or files the rows name under `roots` (lad.io.files.inside).
+    `undo` removes what this conversion wrote, and the folders it made for them."""
 
+    def __init__(self, folder: Path | None, roots: list[Path], skip_missing: bool) -> None:
+        self.folder, self.roots, self.skip_missing = folder, roots, skip_missing
+        self.pending: dict[Path, bytes] = {}
+        self.created: list[Path] = []
+        self.new_folders: list[Path] = []
+        if folder is not None:
+            probe = folder
+            while not probe.exists() and probe.parent != probe:
+                self.new_folders.append(probe)
+                probe = probe.parent
+            if folder.is_dir():
+                remove_stale_temporaries(folder)
 
-def save_picture(data: bytes, folder: Path, stem: str, where: str) -> Path:
-    """Write a picture's bytes unchanged to `folder/stem.<its format's suffix>`."""
-    from PIL import Image, UnidentifiedImageError
+    def locate(self, refs: list[Any], where: str) -> list[Path] | str:
+        """The files of a question's pictures (given in the order its row lists them), or why
+        it is skipped (lad.data.rules)."""
+        if self.folder is not None:
+            found = []
+            self.pending = {}  # a question skipped after `locate` writes nothing
+            for cell in refs:
+                data = picture_bytes(cell, where)
+                if data is None:
+                    raise DataError(f"{where}a picture the question shows is empty")
+                path = content_path(self.folder, data, picture_suffix(data, where))
+                self.pending[path] = data
+                found.append(path)
+            return found
+        paths = [self._on_disk(p, where) for p in refs]
+        reasons = [p for p in paths if isinstance(p, str)]
+        return reasons[0] if reasons else [p for p in paths if isinstance(p, Path)]
 
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            kind = (image.format or "").lower()
-    except (UnidentifiedImageError, OSError):
-        raise DataError(f"{where}a picture's bytes are not an image PIL can read") from None
-    suffix = {"jpeg": ".jpg", "png": ".png", "webp": ".webp", "gif": ".gif", "bmp": ".bmp"}
-    path = folder / f"{stem}{suffix.get(kind, '.' + kind if kind else '.img')}"
-    if not (path.is_file() and path.read_bytes() == data):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes(path, data)
-    return path
+    def _on_disk(self, path: str, where: str) -> Path | str:
+        """A picture the row names, looked up under each root as written, then by its last
+        three and two parts and its file name (older releases' layouts); never outside a root."""
+        parts = Path(path).parts
+        tails = [path, *(str(Path(*parts[-k:])) for k in (3, 2, 1))] if parts else []
+        escaped = False
+        for root in self.roots:
+            for tail in tails:
+                found = inside(root, tail)
+                if found is not None:
+                    return found
+                escaped = escaped or outside(root, tail)
+        if escaped:
+            return OUTSIDE_ROOT
+        if self.skip_missing:
+            return MISSING_IMAGE
+        raise DataError(
+            f"{where}image {path!r} is not under {' or '.join(map(str, self.roots))}; pass the "
+            "folder the benchmark's pictures were extracted in with --images, or --skip-missing"
+        )
+
+    def commit(self, files: list[Path]) -> None:
+        for path in files:
+            data = self.pending.pop(path, None)
+            if data is not None and write_once(path, data, DataError):
+                self.created.append(path)
+
+    def undo(self) -> None:
+        for path in self.created:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        for folder in self.new_folders:  # deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 # ----------------------------------------------------------------------------- output
@@ -175,42 +152,72 @@ class Written:
 
 
 def collect(
-    rows: list[Row],
-    convert: Callable[[Row], Item | str],
+    benchmark: Benchmark,
+    questions: Questions,
+    pictures: _Pictures,
     *,
-    task_of: Callable[[Row], str],
     task: str | None,
     num_candidates: int | None,
-    source: str | Path,
+    base: Path,
 ) -> Converted:
-    """Every row of `task` (None: of every task) through `convert` (an item or the reason it is
-    skipped), keeping the items of `num_candidates` candidates (None: of the one N there is)."""
-    tasks = sorted({task_of(row) for row in rows})
-    if task is not None and task not in tasks:
-        raise DataError(f"{source}: no question of task {task!r}; its tasks: {tasks}")
+    """Every row of `task` (None: of every task) through the benchmark's rule, keeping the
+    questions of `num_candidates` candidates (None: of the one N there is) whose item the items
+    reader accepts and whose id no earlier question has; `base`: the output's folder."""
     converted = Converted()
-    for row in rows:
-        name = task_of(row)
-        if task is not None and name != task:
-            continue
-        made = convert(row)
-        if isinstance(made, str):
-            converted.skip(name, made)
-        elif num_candidates is not None and made.num_candidates != num_candidates:
-            converted.skip(name, OTHER_N)
+    seen: set[str] = set()
+    for row in questions.rows(benchmark, task):
+        made = benchmark.choose(row)
+        name = made.task if isinstance(made, Choice) else benchmark.task(row.fields)
+        why = _why_skipped(made, row, pictures, num_candidates, seen, base)
+        if isinstance(why, str):
+            converted.skip(name, why)
         else:
-            converted.add(name, made)
+            seen.add(why.id)
+            converted.add(name, why)
     sizes = Counter(it.num_candidates for it in converted.items)
     if len(sizes) > 1:
         listed = ", ".join(f"N = {n} ({c})" for n, c in sorted(sizes.items()))
+        which = (
+            "the questions converted have" if task is None else f"task {task!r} has questions with"
+        )
+        also = " (and a task with --task)" if task is None else ""
         raise DataError(
-            f"{source}: the questions converted have different numbers of candidates ({listed}); "
-            "choose one with --num-candidates (and a task with --task)"
+            f"{questions.path}: {which} different numbers of candidates ({listed}); "
+            f"choose one with --num-candidates{also}"
         )
     return converted
 
 
-OTHER_N = "other N"  # another number of candidates than --num-candidates
+def _why_skipped(
+    made: Choice | str,
+    row: Row,
+    pictures: _Pictures,
+    num_candidates: int | None,
+    seen: set[str],
+    base: Path,
+) -> Item | str:
+    """The item of a row's choice, its pictures in place; or why it is skipped."""
+    if isinstance(made, str):
+        return made
+    if made.unanswered is not None:
+        return made.unanswered
+    if num_candidates is not None and made.num_candidates != num_candidates:
+        return OTHER_N
+    if made.item in seen:
+        return DUPLICATE_ID
+    files = pictures.locate([*made.context, *made.candidates], row.where)
+    if isinstance(files, str):
+        return files
+    context, candidates = files[: len(made.context)], files[len(made.context) :]
+    assert made.answer is not None  # answered
+    item = Item(made.item, made.question, candidates, made.answer, made.extra, made.question)
+    item.context_images = context
+    try:  # what lad writes, its own reader reads
+        check_item(item_object(item, base), row.where)
+    except ItemRuleError as e:
+        return e.reason
+    pictures.commit(files)
+    return item
 
 
 def check_split(items: int | None, calibration_items: int) -> None:
@@ -271,43 +278,102 @@ def pictures_folder(out: str | Path, pictures: str | Path | None) -> Path:
     return Path(pictures) if pictures is not None else out.with_name(out.stem + "-pictures")
 
 
-def convert_parquet(
-    path: str | Path,
-    out: str | Path,
-    *,
-    benchmark: str,
-    convert_row: Callable[[Row, Path], Item | str],
-    task_field: str,
-    pictures: str | Path | None = None,
-    task: str | None = None,
-    num_candidates: int | None = None,
-    items: int | None = None,
-    calibration_items: int = 5,
-    seed: int = 0,
-) -> Written:
-    """A benchmark whose pictures are bytes in its parquet files (a file, or a folder searched
-    for *.parquet) into an items file `out`, calibration items and a summary beside it; each row
-    through `convert_row(row, folder)`, its pictures written to `pictures_folder(out, pictures)`;
-    `task_field` names a row's task."""
-    check_split(items, calibration_items)
-    folder = pictures_folder(out, pictures)
-    converted = collect(
-        read_rows(path),
-        lambda row: convert_row(row, folder),
-        task_of=lambda row: str(require(row, task_field)),
-        task=task,
-        num_candidates=num_candidates,
-        source=path,
-    )
-    return write_split(
-        converted,
-        out,
-        benchmark=benchmark,
-        source=path,
-        items=items,
-        calibration_items=calibration_items,
-        seed=seed,
-    )
+@dataclass
+class Options:
+    """How `convert` converts (each a `lad data` flag).
+
+    pictures: the folder embedded pictures are written to (default: OUT's -pictures sibling).
+    images:   the folder the benchmark's picture files were extracted in (rows that name files;
+              the question file's own folder is searched after it).
+    task:     the task to convert (None: every task, or the only one of a one-task benchmark).
+    num_candidates: keep only the questions of this N (None: the one N there must be).
+    items:    evaluation items written (None: all); calibration_items held out; seed of that.
+    skip_missing: skip a question whose picture file is missing (else an error).
+    """
+
+    pictures: str | Path | None = None
+    images: str | Path | None = None
+    task: str | None = None
+    num_candidates: int | None = None
+    items: int | None = None
+    calibration_items: int = 5
+    seed: int = 0
+    skip_missing: bool = False
+
+
+def read(
+    benchmark: Benchmark, path: str | Path, options: Options, out: str | Path | None = None
+) -> tuple[str | None, Converted, _Pictures]:
+    """(the task converted, what converted and what was skipped, the pictures placed) of a
+    benchmark's question file; `out` (the items file to be) says where pictures go."""
+    questions = Questions(path)
+    tasks = questions.tasks(benchmark)
+    if not tasks:
+        raise DataError(f"{path}: no {benchmark.title} question in it")
+    task = options.task
+    if task is None and benchmark.one_task:
+        if len(tasks) > 1:
+            listed = ", ".join(f"{t} ({c})" for t, c in sorted(tasks.items()))
+            raise DataError(f"{path} holds {len(tasks)} tasks; choose one with --task: {listed}")
+        task = next(iter(tasks))
+    elif task is not None and task not in tasks:
+        raise DataError(f"{path}: no question of task {task!r}; its tasks: {sorted(tasks)}")
+    base = Path(out if out is not None else path).absolute().parent
+    pictures = _Pictures(*_places(benchmark, questions, options, out), options.skip_missing)
+    try:
+        converted = collect(
+            benchmark,
+            questions,
+            pictures,
+            task=task,
+            num_candidates=options.num_candidates,
+            base=base.resolve(),
+        )
+    except LadError:  # a refusal; an interrupted conversion keeps what it wrote (a rerun reuses it)
+        pictures.undo()
+        raise
+    return task, converted, pictures
+
+
+def _places(
+    benchmark: Benchmark, questions: Questions, options: Options, out: str | Path | None
+) -> tuple[Path | None, list[Path]]:
+    """(the pictures folder, None where the rows name files; the folders those files may be in)."""
+    if benchmark.embedded:
+        where = out if out is not None else questions.path
+        folder = pictures_folder(where, options.pictures)
+        check_output_dir(folder, "--pictures")
+        return folder, []
+    roots = [Path(options.images)] if options.images is not None else []
+    if roots and not roots[0].is_dir():
+        raise DataError(f"{roots[0]}: no such image folder")
+    path = questions.path
+    return None, [*roots, path if path.is_dir() else path.parent]
+
+
+def convert(
+    benchmark: Benchmark, path: str | Path, out: str | Path, options: Options | None = None
+) -> tuple[str | None, Written]:
+    """Convert a benchmark's question file (a file, or a folder searched for *.parquet) into an
+    items file `out`, calibration items and a summary beside it; returns the task converted
+    (None: every task) and what was written. A refusal leaves no file of its own behind."""
+    options = options or Options()
+    check_split(options.items, options.calibration_items)
+    task, converted, pictures = read(benchmark, path, options, out)
+    try:
+        written = write_split(
+            converted,
+            out,
+            benchmark=benchmark.name,
+            source=path,
+            items=options.items,
+            calibration_items=options.calibration_items,
+            seed=options.seed,
+        )
+    except LadError:
+        pictures.undo()
+        raise
+    return task, written
 
 
 def _reasons(converted: Converted) -> str:
@@ -317,19 +383,15 @@ def _reasons(converted: Converted) -> str:
     return ", ".join(f"{r}: {c}" for r, c in sorted(total.items())) or "none skipped"
 
 
-def summary_lines(written: Written) -> Iterator[str]:
-    """What `lad data` prints: the files written, then per task what was converted and skipped."""
+def summary_lines(written: Written, *, per_task: bool = True) -> Iterator[str]:
+    """What `lad data` prints: the files written, then per task what was converted and skipped
+    (unless not `per_task`)."""
     yield f"Wrote {written.items} items to {written.items_path}"
     if written.calibration_path is not None:
         yield f"Wrote {written.calibration_items} calibration items to {written.calibration_path}"
-    for task, counts in written.summary["tasks"].items():
+    for task, counts in written.summary["tasks"].items() if per_task else ():
         skipped = counts["skipped"]
         reasons = ", ".join(f"{r}: {c}" for r, c in skipped.items())
         tail = f"; skipped {sum(skipped.values())} ({reasons})" if skipped else ""
         yield f"  {task}: converted {counts['converted']}{tail}"
     yield f"Summary written to {written.summary_path}"
-
-
-def ordinal_letters(count: int) -> Sequence[str]:
-    """The option letters A, B, … of `count` options."""
-    return [chr(ord("A") + k) for k in range(count)]

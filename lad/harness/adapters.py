@@ -4,9 +4,10 @@ An adapter reads one document of an lmms-eval task (a dict, as `lm.task_dict[tas
 holds it; `--model lad` hands its pictures over undecoded, {"bytes", "path"}, and the circular
 variants move them the same way) and returns a `PictureChoice` when every option of the question
 is one of the document's pictures, else None (the question is then answered by generation).
-Adapters are pure functions of the document; none imports lmms-eval. They apply the rules of
-lad's converters (`lad data muirbench|blink`, lad.data.muirbench and lad.data.blink) and name
-items as they do, so `lad eval` on a converted file asks the same items in the same way.
+Adapters are pure functions of the document; none imports lmms-eval. Each calls its benchmark's
+one rule (`choose` of lad.data.muirbench and lad.data.blink, registered in lad.data.benchmarks),
+the rule `lad data muirbench|blink` converts with, so `lad eval` on a converted file asks the same
+items in the same way; a document the rule skips or refuses is answered by generation.
 
 MuirBench (MUIRBENCH/MUIRBENCH): `question` (with an `<image>` placeholder per question
 picture), `options` (an option that is a picture is exactly "<image>"), `answer` (a letter),
@@ -24,11 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lad.core.prompts import CONTEXT_PLACEHOLDER
+from lad.data.benchmarks import BENCHMARKS
 from lad.data.blink import PICTURE_FIELDS as BLINK_PICTURES
-from lad.data.items import cyclic_shift
-from lad.data.mmiu import ordinal_image
-from lad.data.released import safe_name
+from lad.data.blink import named_pictures
+from lad.data.items import CONTEXT_PLACEHOLDER, cyclic_shift
+from lad.data.questions import Benchmark, Row
+from lad.data.rules import Choice, answer_position, option_letters
+from lad.errors import LadError
 
 IMAGE_PLACEHOLDER = CONTEXT_PLACEHOLDER  # "<image>": where a text shows a picture
 
@@ -71,102 +74,60 @@ class PictureChoice:
         return out
 
 
-def _letters(n: int) -> list[str]:
-    return [chr(ord("A") + p) for p in range(n)]
-
-
 def answer_letter(answer: Any, n: int) -> int | None:
     """The option an answer ("B", "(B)") names, as lad's converters read it; None if none."""
-    letter = "" if answer is None else str(answer).strip().strip("() .").upper()
-    if len(letter) == 1 and 0 <= ord(letter) - ord("A") < n:
-        return ord(letter) - ord("A")
-    return None
+    position = answer_position(answer, option_letters(n))
+    return position if isinstance(position, int) else None
 
 
-def _shift_of(doc: dict[str, Any], n: int) -> tuple[str | None, int, list[int]]:
-    item = doc.get("lad_item")
-    shift = int(doc.get("lad_shift") or 0)
-    return item, shift, cyclic_shift(n, shift)
+def _choice(benchmark: Benchmark, doc: dict[str, Any]) -> Choice | None:
+    """The benchmark's rule on a document; None where it skips or refuses it."""
+    try:
+        made = benchmark.choose(Row(doc, f"{benchmark.name} document: "))
+    except LadError:
+        return None
+    return made if isinstance(made, Choice) else None
 
 
-def muirbench(doc: dict[str, Any]) -> PictureChoice | None:
-    """A MuirBench question whose options are all pictures (lad.data.muirbench's rules)."""
-    options, images = doc.get("options"), doc.get("image_list")
-    question = doc.get("question")
-    if not (isinstance(options, list) and isinstance(images, list) and isinstance(question, str)):
-        return None
-    if len(options) < 2 or any(str(o).strip() != IMAGE_PLACEHOLDER for o in options):
-        return None
-    places = question.count(IMAGE_PLACEHOLDER)
-    if places + len(options) != len(images) or any(im is None for im in images):
-        return None
-    if not question.replace(IMAGE_PLACEHOLDER, "").strip():
-        return None
-    n = len(options)
-    item, shift, order = _shift_of(doc, n)
-    return PictureChoice(
-        item=f"muirbench-{doc['idx']}" if item is None else str(item),
-        ordering=shift,
-        question=question.strip(),
-        candidates=list(images[places:]),
-        context=list(images[:places]),
-        answer=answer_letter(doc.get("answer"), n),
-        replies=_letters(n),
-        order=order,
+def _adapter(benchmark: Benchmark) -> Callable[[dict[str, Any]], PictureChoice | None]:
+    def adapt(doc: dict[str, Any]) -> PictureChoice | None:
+        made = _choice(benchmark, doc)
+        if made is None:
+            return None
+        item = doc.get("lad_item")
+        shift = int(doc.get("lad_shift") or 0)
+        return PictureChoice(
+            item=made.item if item is None else str(item),
+            ordering=shift,
+            question=made.question,
+            candidates=list(made.candidates),
+            context=list(made.context),
+            answer=made.answer,
+            replies=made.replies,
+            order=cyclic_shift(made.num_candidates, shift),
+        )
+
+    adapt.__doc__ = (
+        f"A {benchmark.title} question whose options are all pictures ({benchmark.name}'s rule)."
     )
+    return adapt
+
+
+muirbench = _adapter(BENCHMARKS["muirbench"])
+blink = _adapter(BENCHMARKS["blink"])
 
 
 def blink_option_keys(doc: dict[str, Any]) -> list[str] | None:
-    """The `image_k` keys BLINK's choices name, in choice order; None unless every choice is
-    "the <ordinal> image", each names a different present picture, and the pictures no choice
-    names come first (lad.data.blink's rules)."""
-    choices = doc.get("choices")
-    if not isinstance(choices, list) or len(choices) < 2:
+    """The `image_k` keys BLINK's choices name, in choice order; None unless the document is a
+    BLINK picture question (lad.data.blink's rule)."""
+    if _choice(BENCHMARKS["blink"], doc) is None:
         return None
-    named = [ordinal_image(str(c)) for c in choices]
-    if any(k is None for k in named):
-        return None
-    present = [k for k in range(len(BLINK_PICTURES)) if doc.get(BLINK_PICTURES[k]) is not None]
-    if present != list(range(len(present))):
-        return None
-    shown = [k for k in named if k is not None]
-    if len(set(shown)) != len(shown) or max(shown) >= len(present):
-        return None
-    context = [k for k in present if k not in shown]
-    if context != list(range(len(context))):
-        return None
-    return [BLINK_PICTURES[k] for k in shown]
-
-
-def blink(doc: dict[str, Any]) -> PictureChoice | None:
-    """A BLINK question whose choices are its pictures ("the second image", …): candidates in
-    BLINK's picture order, the reference pictures as context, as `lad data blink` makes it."""
-    named = blink_option_keys(doc)
-    question = doc.get("question")
-    if named is None or not isinstance(question, str) or not question.strip():
-        return None
-    keys = sorted(named, key=BLINK_PICTURES.index)  # the candidates in picture order
-    context = [k for k in BLINK_PICTURES if doc.get(k) is not None and k not in named]
-    letters = _letters(len(named))
-    answer = answer_letter(doc.get("answer"), len(named))
-    n = len(keys)
-    item, shift, order = _shift_of(doc, n)
-    return PictureChoice(
-        item=f"blink-{safe_name(str(doc['idx']))}" if item is None else str(item),
-        ordering=shift,
-        question=question,
-        candidates=[doc[k] for k in keys],
-        context=[doc[k] for k in context],
-        answer=None if answer is None else keys.index(named[answer]),
-        replies=[letters[named.index(k)] for k in keys],
-        order=order,
-    )
+    return [BLINK_PICTURES[k] for k in named_pictures(doc["choices"]) if k is not None]
 
 
 # How a document is recognised: the keys its schema must have, and the adapter reading it.
 ADAPTERS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], PictureChoice | None]]] = {
-    "muirbench": (("idx", "question", "options", "answer", "image_list"), muirbench),
-    "blink": (("idx", "question", "choices", "answer", "image_1"), blink),
+    name: (b.harness_keys, _adapter(b)) for name, b in BENCHMARKS.items() if b.harness_keys
 }
 
 

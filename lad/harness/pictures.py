@@ -10,7 +10,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from lad.io.files import replacing
+from lad.io.files import content_path, replacing, write_once
 
 
 class PictureFiles:
@@ -22,10 +22,8 @@ class PictureFiles:
     def path(self, image: Any) -> Path:
         if isinstance(image, dict) and image.get("bytes") is not None:
             data = image["bytes"]
-            path = self.folder / f"{hashlib.sha256(data).hexdigest()}{_suffix(data)}"
-            if not path.is_file():
-                with replacing(path) as tmp:
-                    tmp.write_bytes(data)
+            path = content_path(self.folder, data, _suffix(data))
+            write_once(path, data)
             return path
         if isinstance(image, dict):  # stored as a path only
             return Path(image["path"])
@@ -37,17 +35,11 @@ class PictureFiles:
 
 
 def _suffix(data: bytes) -> str:
-    """The picture format's usual suffix (".img" where PIL does not know it)."""
-    import io
+    """The picture format's usual suffix (lad.io.images.FORMATS; ".img" for any other, which
+    lad.io.images then refuses to decode)."""
+    from lad.io.images import format_suffix
 
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            name = (im.format or "img").lower()
-    except (UnidentifiedImageError, OSError):
-        name = "img"
-    return {"jpeg": ".jpg"}.get(name, f".{name}")
+    return format_suffix(data) or ".img"
 
 
 def picture_sha256(image: Any) -> str:

@@ -10,8 +10,13 @@ Readers call `note_input`, so a file a command reads is protected even if nobody
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import re
+import socket
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,7 +35,8 @@ def replacing(path: PathLike) -> Iterator[Path]:
     path = Path(path)
     check_destination(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    remove_stale_temporaries(path.parent)
+    tmp = path.with_name(_temporary_name(path))
     try:
         yield tmp
         os.replace(tmp, path)
@@ -40,6 +46,56 @@ def replacing(path: PathLike) -> Iterator[Path]:
         raise
     finally:
         tmp.unlink(missing_ok=True)
+
+
+# A temporary file's name says whose it is: `.<stem>.<host>.<pid>.tmp<suffix>`, so a later run on
+# the same host can tell one left by a killed process (its pid no longer runs) from one being
+# written right now, and removes only the former.
+_TMP_OWNER = "".join(c if c.isalnum() or c == "-" else "_" for c in socket.gethostname())[:32]
+_TMP_OWNER = _TMP_OWNER or "host"
+_NAME_MAX = 255  # bytes in a file name, on every file system lad writes to
+_STALE = re.compile(rf"\.(.+)\.{re.escape(_TMP_OWNER)}\.(\d+)\.tmp(\.[^.]*)?")
+_swept: set[Path] = set()
+
+
+def _temporary_name(path: Path) -> str:
+    """`path`'s temporary sibling's name; one that would be too long for the file system (an
+    OUT whose own name is near the limit) shortens the stem to a digest of it."""
+    name = f".{path.stem}.{_TMP_OWNER}.{os.getpid()}.tmp{path.suffix}"
+    if len(name.encode()) <= _NAME_MAX:
+        return name
+    stem = hashlib.sha256(path.stem.encode()).hexdigest()[:16]
+    return f".{stem}.{_TMP_OWNER}.{os.getpid()}.tmp{path.suffix[:16]}"
+
+
+def remove_stale_temporaries(folder: Path) -> None:
+    """Remove, once per folder and process, the temporary files a killed lad process left in
+    `folder` (same host, a pid that no longer runs); another host's, or a live one's, stay."""
+    key = folder.resolve()
+    if key in _swept:
+        return
+    _swept.add(key)
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        match = _STALE.fullmatch(entry.name)
+        if match and not _running(int(match.group(2))) and entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # someone else's process, or a number no pid can be: leave the file
+    return True
 
 
 def named(e: OSError, path: PathLike) -> OSError:
@@ -67,14 +123,84 @@ def write_bytes(path: PathLike, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+# ---------------------------------------------------------------- names unique by construction
+
+
+def content_path(folder: PathLike, data: bytes, suffix: str) -> Path:
+    """Where `data` is kept in `folder`: named by its SHA-256, so two different contents never
+    share a name, and the same content is one file whichever item or run shows it."""
+    return Path(folder) / f"{hashlib.sha256(data).hexdigest()}{suffix}"
+
+
+def write_once(path: PathLike, data: bytes, error: type[LadError] = LadError) -> bool:
+    """Write `data` to `path` (a `content_path`) unless it holds them already; True when this
+    call made the file. A file of that name with other bytes is refused, never replaced: an
+    item, or an earlier output, may point to it."""
+    path = Path(path)
+    if path.is_symlink() or path.exists():
+        if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
+            return False
+        raise error(
+            f"{path} exists and does not hold the picture its name promises (its SHA-256); lad "
+            "never replaces a file an item may point to: move it away or choose another folder"
+        )
+    write_bytes(path, data)
+    return True
+
+
+# ---------------------------------------------------------------- paths named by data files
+
+
+def inside(root: PathLike, path: PathLike) -> Path | None:
+    """`path`, as a data file names it relative to `root`, resolved (symlinks followed), if it
+    is a file inside `root`; None when it is missing or lies outside (an absolute path, `..`, a
+    symlink out of the folder). The one rule for every path a data file names."""
+    base = Path(root).resolve()
+    text = os.fspath(path)
+    if not text.strip():
+        return None
+    try:
+        found = (base / text).resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):  # missing, a symlink loop, a NUL byte
+        return None
+    if not found.is_relative_to(base) or not found.is_file():
+        return None
+    return found
+
+
+def outside(root: PathLike, path: PathLike) -> bool:
+    """True when `path`, relative to `root`, exists but resolves outside it (`inside` refuses
+    it for that reason, not because it is missing)."""
+    base = Path(root).resolve()
+    text = os.fspath(path)
+    try:
+        found = (base / text).resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return bool(text.strip()) and not found.is_relative_to(base)
+
+
 def read_json(path: PathLike, error: type[LadError] = LadError, what: str = "JSON file") -> Any:
     """Parse a JSON file; a missing file, a folder, non-UTF-8 bytes or bad JSON is `error`
     naming the file (and the line)."""
     text = read_text(path, error, what)
     try:
-        return json.loads(text)
+        return loads_json(text, error, f"{path}: ")
     except json.JSONDecodeError as e:
         raise error(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+
+
+def loads_json(text: str | bytes, error: type[LadError], where: str) -> Any:
+    """`json.loads`, with JSON nested deeper than Python can recurse refused as `error` (its
+    message starting with `where`); bad JSON is still `json.JSONDecodeError`, which each reader
+    words for its format. Every JSON lad reads from a user's file goes through here."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise error(
+            f"{where}JSON nested too deeply to read (more than {sys.getrecursionlimit()} levels "
+            "of lists or objects); no file lad reads nests so"
+        ) from None
 
 
 # A file's first bytes that say it is not text: a reader of JSON or text names the format.

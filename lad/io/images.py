@@ -10,6 +10,10 @@ What a model sees is an 8-bit RGB picture the way a person looking at the file s
   every other mode (1, L, P, YCbCr, LAB, HSV, ...) with PIL's `convert("RGB")`;
 - 32-bit float images and integer images outside 0..65535 are refused: their range is unknown.
 
+Formats: only the raster formats in `FORMATS` (JPEG, PNG, GIF, BMP, TIFF, WebP) are opened, by
+decoding and by the converters that extract pictures alike; anything else (PostScript/EPS, which
+PIL would hand to Ghostscript, PDF, SVG, ...) is refused naming the file.
+
 Limits, checked on the header before any pixel is decoded, each error naming the file:
 
 - at most `max_pixels()` pixels (default 178,956,970, PIL's own decompression-bomb limit); a
@@ -22,6 +26,7 @@ Limits, checked on the header before any pixel is decoded, each error naming the
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 from collections.abc import Iterator
@@ -39,6 +44,12 @@ DEFAULT_MAX_PIXELS = 2 * 89_478_485  # PIL's DecompressionBombError threshold
 MAX_PIXELS_ENV = "LAD_MAX_IMAGE_PIXELS"
 MAX_SIDE = 4096
 MAX_ASPECT = 100
+# PIL's names of the formats lad opens ("MPO" is how PIL reads many cameras' JPEGs), and the
+# suffix an extracted picture of each is saved with.
+FORMATS = {
+    "JPEG": ".jpg", "MPO": ".jpg", "PNG": ".png", "GIF": ".gif", "BMP": ".bmp", "TIFF": ".tif",
+    "WEBP": ".webp",
+}  # fmt: skip
 _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
 _ALPHA = ("RGBA", "LA", "PA", "RGBa", "La")
 
@@ -57,15 +68,57 @@ def max_pixels() -> int:
     return value
 
 
-def check_image(path: str | Path, *, verify: bool = False) -> tuple[int, int]:
-    """Refuse a missing file, a folder, an unreadable file, too many pixels or an extreme aspect
-    ratio, from the header alone (with `verify`, also PIL's integrity check of the data);
-    return (width, height)."""
+def check_image(path: str | Path, *, verify: bool = True) -> tuple[int, int]:
+    """Refuse a missing file, a folder, a format not in FORMATS, too many pixels or an extreme
+    aspect ratio (from the header, before any pixel is decoded), and a file whose pixels do not
+    decode (a truncated or corrupt file: decoded in full, as the model will; `verify=False`
+    reads the header only); return (width, height)."""
     path = Path(path)
     with _opened(path) as im:
         if verify:
-            im.verify()
+            _decode(im, path)
         return im.size
+
+
+def picture_suffix(data: bytes, where: str) -> str:
+    """The file suffix of a picture given as bytes (a benchmark's embedded picture), after the
+    checks `check_image` makes of a file: a format in FORMATS, within the pixel limits, decoding
+    in full. `where` starts each error (the file and row that hold the bytes)."""
+    try:
+        with _open_unchecked(io.BytesIO(data)) as im:
+            _check_size(f"{where}a picture", *im.size)
+            _decode(im, f"{where}a picture")
+            return FORMATS[im.format]
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        raise DataError(
+            f"{where}a picture's bytes are not an image lad reads ({_why(e)})"
+        ) from None
+
+
+def format_suffix(data: bytes) -> str | None:
+    """The file suffix of a picture given as bytes, from its header, if its format is one of
+    FORMATS; None otherwise (nothing is decoded)."""
+    try:
+        with _open_unchecked(io.BytesIO(data)) as im:
+            return FORMATS[im.format]
+    except (OSError, ValueError, SyntaxError):
+        return None
+
+
+def _decode(im: Image.Image, name: object) -> None:
+    """Decode every pixel (at a reduced scale for a JPEG larger than MAX_SIDE, as open_image
+    does), so a file that fails to decode fails here."""
+    w, h = im.size
+    scale = min(1.0, MAX_SIDE / max(w, h))
+    if scale < 1:
+        im.draft(None, (max(1, round(w * scale)), max(1, round(h * scale))))
+    im.load()
+
+
+def _why(e: Exception) -> str:
+    if isinstance(e, Image.UnidentifiedImageError):
+        return f"not one of the formats lad reads: {', '.join(_FORMAT_NAMES)}"
+    return str(e)
 
 
 def open_image(path: str | Path, *, max_side: int = MAX_SIDE) -> Image.Image:
@@ -157,26 +210,37 @@ def _opened(path: Path) -> Iterator[Any]:
             _check_size(path, *im.size)
             yield im
     except (OSError, ValueError, SyntaxError) as e:
-        raise DataError(f"{path}: cannot read image ({e})") from None
+        raise DataError(f"{path}: cannot read image ({_why(e)})") from None
 
 
 _PIL_LIMIT = threading.Lock()
 
 
-def _open_unchecked(path: Path) -> Image.Image:
-    """Image.open without PIL's bomb check (lad checks the size itself, against a limit the user
+_FORMAT_NAMES = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WebP")
+
+
+def _openers() -> list[str]:
+    """The formats of FORMATS that PIL opens by a plugin of their own (its JPEG plugin opens
+    MPO files; WebP only where PIL was built with it)."""
+    Image.init()
+    return [f for f in FORMATS if f in Image.OPEN]
+
+
+def _open_unchecked(source: Path | io.BytesIO) -> Image.Image:
+    """Image.open of the formats in FORMATS alone (PIL never tries another plugin, such as EPS's
+    Ghostscript), without PIL's bomb check (lad checks the size itself, against a limit the user
     can raise). PIL's limit is a global read only inside Image.open, so it is lifted for that call
     alone, under a lock: input preparation opens images from several threads."""
     with _PIL_LIMIT:
         saved = Image.MAX_IMAGE_PIXELS
         Image.MAX_IMAGE_PIXELS = None
         try:
-            return Image.open(path)
+            return Image.open(source, formats=_openers())
         finally:
             Image.MAX_IMAGE_PIXELS = saved
 
 
-def _check_size(path: Path, width: int, height: int) -> None:
+def _check_size(path: object, width: int, height: int) -> None:
     limit = max_pixels()
     if width * height > limit:
         raise DataError(

@@ -1,0 +1,241 @@
+"""A released benchmark's question files, row by row (`lad data mmiu|muirbench|blink`): Apache
+Parquet a row group at a time, JSON Lines, JSON lists; and what describes a benchmark to them
+(`Benchmark`)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lad.data.rules import Choice
+from lad.errors import DataError
+from lad.io.files import loads_json, note_input, read_text
+
+
+@dataclass
+class Row:
+    """One question as its file holds it, and where: `where` names the file and row for errors;
+    `index` is its position among its task's rows (MMIU numbers its items by it)."""
+
+    fields: dict[str, Any]
+    where: str
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A released benchmark `lad data` converts: its module's rule and how its files are laid out.
+    A new benchmark is one module defining one of these, registered in lad.data.benchmarks.
+
+    name:       the command (`lad data <name>`) and the summary's "benchmark".
+    title:      how its docs name it.
+    choose:     the module's rule, a row to a Choice or the reason it is skipped (lad.data.rules).
+    task_field: the field naming a row's task: rows of other tasks are passed over before any
+                picture of theirs is decoded.
+    embedded:   True when its pictures are bytes in the rows (written out to a pictures folder);
+                False when the rows name picture files under the dataset folder.
+    one_task:   a conversion is of one task (a file of several needs --task).
+    hub:        the hub dataset (for --help), None when it is not one.
+    example:    a command line for --help.
+    harness_keys: the keys an lmms-eval document of its task has (lad.harness.adapters; empty:
+                no adapter).
+    task_of:    a row's task from its fields (default: the task_field's value).
+    help:       the command's description (--help).
+    files:      the question files it reads, for --help (rows that name picture files).
+    """
+
+    name: str
+    title: str
+    choose: Callable[[Row], Choice | str]
+    task_field: str
+    embedded: bool
+    one_task: bool = False
+    hub: str | None = None
+    example: str = ""
+    harness_keys: tuple[str, ...] = ()
+    task_of: Callable[[dict[str, Any]], str] | None = None
+    help: str = ""
+    files: str = ""
+
+    def task(self, fields: dict[str, Any]) -> str:
+        if self.task_of is not None:
+            return self.task_of(fields)
+        return str(fields.get(self.task_field) or "")
+
+
+HUB_HELP = (
+    "Convert {title} as published on the hub ({hub}: its parquet files, downloaded by you) into "
+    "items, for the questions whose options are pictures; the question's own pictures become "
+    "context pictures. Pictures are written out to a folder, each named by its content; other "
+    "questions are skipped and counted per reason in OUT's .summary.json sibling."
+)
+
+
+class Questions:
+    """A question file, or every .parquet file below a folder (sorted by path, each file once
+    however many names it has), read row by row: Apache Parquet a row group at a time (the task
+    column first, so rows of other tasks are never decoded), JSON Lines (`datasets`' to_json)
+    or a JSON list of objects."""
+
+    BATCH_ROWS = 16  # rows decoded at once: a few pictures each
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            self.files = _distinct(sorted(p for p in self.path.rglob("*.parquet") if p.is_file()))
+            if not self.files:
+                raise DataError(f"{self.path}: no .parquet file in this folder or below it")
+        elif self.path.is_file():
+            self.files = [self.path]
+        else:
+            raise DataError(f"{self.path}: no such question file")
+        self._json: list[Row] | None = None
+        if not self._parquet(self.files[0]):
+            self._json = _json_rows(self.path)
+        for f in self.files:
+            note_input(f)
+
+    @staticmethod
+    def _parquet(path: Path) -> bool:
+        with path.open("rb") as f:
+            return f.read(4) == b"PAR1"
+
+    def tasks(self, benchmark: Benchmark) -> Counter[str]:
+        """How many questions each task has."""
+        if self._json is not None:
+            return Counter(benchmark.task(row.fields) for row in self._json)
+        counts: Counter[str] = Counter()
+        for path in self.files:
+            pf = _open_parquet(path)
+            has = benchmark.task_field in pf.schema_arrow.names
+            if not has and benchmark.task_of is None:
+                raise DataError(
+                    f"{path}: no column {benchmark.task_field!r}; is this "
+                    f"{benchmark.title}'s own file?"
+                )
+            for group in range(pf.metadata.num_row_groups):
+                table = _read_group(pf, path, group, [benchmark.task_field] if has else None)
+                counts.update(benchmark.task(r) for r in table.to_pylist())
+        return counts
+
+    def rows(self, benchmark: Benchmark, task: str | None) -> Iterator[Row]:
+        """The rows of `task` (None: every row), in file order, each knowing its index among its
+        task's rows."""
+        seen: Counter[str] = Counter()
+        for row in self._json if self._json is not None else self._parquet_rows(benchmark, task):
+            name = benchmark.task(row.fields)
+            if task is None or name == task:
+                yield Row(row.fields, row.where, seen[name])
+                seen[name] += 1
+
+    def _parquet_rows(self, benchmark: Benchmark, task: str | None) -> Iterator[Row]:
+        """A row group at a time (its task column first: a group without the task is never
+        read further), handed out BATCH_ROWS rows at a time."""
+        column = benchmark.task_field
+        for path in self.files:
+            pf = _open_parquet(path)
+            start = 0
+            for group in range(pf.metadata.num_row_groups):
+                size = pf.metadata.row_group(group).num_rows
+                keep = list(range(size))
+                if task is not None and column in pf.schema_arrow.names:
+                    names = _read_group(pf, path, group, [column]).column(column).to_pylist()
+                    keep = [k for k, name in enumerate(names) if str(name or "") == task]
+                if keep:
+                    table = _read_group(pf, path, group, None)
+                    for at in range(0, len(keep), self.BATCH_ROWS):
+                        rows = keep[at : at + self.BATCH_ROWS]
+                        for k, obj in zip(rows, table.take(rows).to_pylist(), strict=True):
+                            yield Row(obj, f"{path}: row {start + k}: ")
+                start += size
+
+
+def _distinct(files: list[Path]) -> list[Path]:
+    """Each file once: a symlink or hard link to a file already listed is the same file."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            out.append(f)
+    return out
+
+
+def _open_parquet(path: Path) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{path}: cannot read it as Parquet ({e})") from None
+
+
+def _read_group(pf: Any, path: Path, group: int, columns: list[str] | None) -> Any:
+    import pyarrow as pa
+
+    try:
+        return pf.read_row_group(group, columns=columns, use_threads=False)
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{path}: cannot read it as Parquet ({e})") from None
+
+
+def _json_rows(path: Path) -> list[Row]:
+    text = read_text(path, DataError, "JSON question file")  # UTF-8 only (lad.io.files' one rule)
+    if text.lstrip().startswith("["):
+        try:
+            rows = loads_json(text, DataError, f"{path}: ")
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+        if not isinstance(rows, list):
+            raise DataError(f"{path}: expected a JSON list of questions")
+        return [_row(obj, f"{path}: entry {i}: ") for i, obj in enumerate(rows)]
+    return [
+        _row(_json_line(line, path, n), f"{path}:{n}: ")
+        for n, line in enumerate(text.splitlines(), 1)
+        if line.strip()
+    ]
+
+
+def _json_line(line: str, path: Path, n: int) -> Any:
+    try:
+        return loads_json(line, DataError, f"{path}:{n}: ")
+    except json.JSONDecodeError as e:
+        raise DataError(
+            f"{path}:{n}: not valid JSON ({e.msg}); expected a JSON list of questions, one "
+            "question per line (JSON Lines), or a .parquet file"
+        ) from None
+
+
+def _row(obj: Any, where: str) -> Row:
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}expected a JSON object per question, got {type(obj).__name__}")
+    return Row(obj, where)
+
+
+def require(row: Row, key: str) -> Any:
+    """The field `key` of `row`, which the benchmark's schema always has (else an error)."""
+    if key not in row.fields:
+        raise DataError(f"{row.where}missing field {key!r}; is this the benchmark's own file?")
+    return row.fields[key]
+
+
+def strings(row: Row, key: str) -> list[str]:
+    """The field `key` of `row`, a list of strings (else an error naming the row)."""
+    value = require(row, key)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DataError(f"{row.where}{key!r} must be a list of strings, got {short_repr(value)}")
+    return value
+
+
+def short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

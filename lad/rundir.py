@@ -264,6 +264,20 @@ def add_times(run_dir: Path, seconds: dict[str, float]) -> None:
     write_text(path, json.dumps(stored, indent=2) + "\n")
 
 
+def set_threads(run_dir: Path, threads: dict[str, Any]) -> None:
+    """Write run.json's "threads" (lad.backends.threads.record_choice), beside "arguments"."""
+    path = run_dir / "run.json"
+    stored = json.loads(path.read_text())
+    stored["threads"] = threads
+    write_text(path, json.dumps(stored, indent=2) + "\n")
+
+
+def recorded_threads(run_dir: Path) -> Any:
+    """run.json's "threads": the CPU threads its records were made with (None on an accelerator,
+    or for a run from before lad recorded them)."""
+    return json.loads((run_dir / "run.json").read_text()).get("threads")
+
+
 def stage_times(run_dir: Path) -> dict[str, float]:
     """run.json's "timing" (empty for a run made before lad recorded it)."""
     return json.loads((run_dir / "run.json").read_text()).get("timing", {})

@@ -169,12 +169,17 @@ class LazyBackend:
         self.run_dir = run_dir
         self.backend: Any = None
         self.load_seconds = 0.0
+        self.recorded = None  # run.json's "threads" when the model loaded, None before records
 
     def __call__(self) -> Any:
         if self.backend is None:
             rundir.check_records_version(self.run_dir)  # new records must match the old ones
             start = time.perf_counter()
             from lad.backends import load_backend
+            from lad.backends.threads import resumed_threads
+
+            if rundir.made_records(self.run_dir):  # a resumed run keeps its thread count
+                self.recorded = rundir.recorded_threads(self.run_dir)
 
             self.backend = load_backend(
                 resolve_model(self.config.model),
@@ -187,6 +192,7 @@ class LazyBackend:
                     self.config.repetition_penalty, self.config.model
                 ),
                 quiet=self.config.quiet,
+                threads=resumed_threads(self.recorded, self.run_dir / "run.json"),
             )
             # Before any record: a layer range past the model's layers would fail only at scoring.
             check_layer_range(self.config.layer_range, self.backend.num_layers)
@@ -196,9 +202,9 @@ class LazyBackend:
 
 class Clock:
     """Adds each stage's wall time in this session to run.json's "timing" (lad.rundir.add_times),
-    the model's load apart as "model_load". Only a stage with records still to make counts, so a
-    rerun that only rescores adds nothing; the main process writes (its time includes waiting for
-    the others)."""
+    the model's load apart as "model_load", and the CPU threads of the session that loaded it
+    (lad.rundir.set_threads). Only a stage with records still to make counts, so a rerun that only
+    rescores adds nothing; the main process writes (its time includes waiting for the others)."""
 
     def __init__(self, run_dir: Path, world: World, backend: LazyBackend) -> None:
         self.run_dir, self.world, self.backend = run_dir, world, backend
@@ -215,6 +221,11 @@ class Clock:
             load = self.backend.load_seconds - loaded
             times = {"model_load": load} if load else {}
             rundir.add_times(self.run_dir, {**times, name: time.perf_counter() - start - load})
+            choice = getattr(self.backend.backend, "threads", None)  # None on an accelerator
+            if load and choice is not None:
+                from lad.backends.threads import record_choice
+
+                rundir.set_threads(self.run_dir, record_choice(self.backend.recorded, choice))
 
 
 def sofa_sigma(

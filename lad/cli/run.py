@@ -332,8 +332,10 @@ def _calibrate_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from lad.backends.threads import describe_threads
     from lad.config import DEFAULT_METHODS, EvalConfig
     from lad.evaluate import evaluate
+    from lad.rundir import recorded_threads
 
     if (args.calibration_data or args.calibration) and args.calibrate_on is None:
         args.calibrate_on = "held-out"  # a stated calibration source wins over the preset's
@@ -385,7 +387,9 @@ def _eval(args: argparse.Namespace) -> int:
         return 0
     print(result.table)
     timing = result.metrics.get("timing", {})
-    print("\nwall time:     " + ", ".join(f"{stage} {s:.1f} s" for stage, s in timing.items()))
+    threads = describe_threads(recorded_threads(result.run_dir))  # "" on an accelerator
+    wall = ", ".join(f"{stage} {s:.1f} s" for stage, s in timing.items())
+    print(f"\nwall time:     {wall}" + (f"; {threads}" if threads else ""))
     print(f"run directory: {result.run_dir}")
     print(f"metrics:       {result.run_dir / 'metrics.json'}")
     if result.report:

@@ -387,3 +387,26 @@ def test_a_damaged_thread_record_is_one_error_line(run_inputs, machine, capsys):
     assert main(_eval_args(run_inputs, run)) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"Error: {run}/run.json: damaged ('threads'"), err
+
+
+def test_the_benchmark_sets_lad_s_choice_against_the_best_fixed_count():
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(
+        "bench_threads", root / "benchmarks/bench_threads.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = [
+        {"case": "busy", "setting": "1", "threads": 1, "seconds": 2.0},
+        {"case": "busy", "setting": "2", "threads": 2, "seconds": 8.0},
+        {"case": "busy", "setting": "auto", "threads": 1, "seconds": 2.1},
+        {"case": "idle", "setting": "1", "threads": 1, "seconds": 3.0},
+        {"case": "idle", "setting": "2", "threads": 2, "seconds": 2.0},
+        {"case": "idle", "setting": "auto", "threads": 2, "seconds": 2.5},
+    ]
+    bench.versus_best_fixed(rows)
+    assert (rows[2]["vs_best_fixed"], rows[2]["best_fixed_threads"]) == (1.05, 1)
+    assert (rows[5]["vs_best_fixed"], rows[5]["best_fixed_threads"]) == (1.25, 2)
+    assert "vs_best_fixed" not in rows[0]

@@ -380,6 +380,16 @@ def test_ctrl_c_while_lad_starts_is_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "Interrupted; what was written so far is kept.\n"
 
 
+# Runs `python ARGS` with SIGINT's default action, as from a terminal, even where pytest runs as
+# a background job: SIGINT ignored there is inherited through exec, Python then leaves it ignored
+# and so does lad (docs/errors.md), and the signal would never arrive. exec, not preexec_fn,
+# which is unsafe in a process with threads (pytest-xdist's).
+_WITH_DEFAULT_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
 @pytest.mark.parametrize("after", ["lad.errors", "numpy", "torch", "transformers"])
 def test_ctrl_c_at_start_up_never_prints_a_traceback(made, tmp_path, after):
     """SIGINT to a real `python -m lad eval` right after it imported `after` (lad's own modules,
@@ -387,8 +397,9 @@ def test_ctrl_c_at_start_up_never_prints_a_traceback(made, tmp_path, after):
     moment is the same however busy the machine. A SIGINT before Python runs lad's first line is
     Python's own to handle (docs/errors.md), and not sent here."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    lad_eval = ["-X", "importtime", "-m", "lad", *_eval_args(str(tmp_path / "run"))]
     proc = subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-m", "lad", *_eval_args(str(tmp_path / "run"))],
+        [sys.executable, "-c", _WITH_DEFAULT_SIGINT, *lad_eval],
         cwd=made,
         env=env,
         stdout=subprocess.DEVNULL,

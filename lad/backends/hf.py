@@ -40,7 +40,7 @@ from lad.backends.scoring import (
     label_logprobs,
     seen_tokens,
 )
-from lad.backends.threads import set_cpu_threads
+from lad.backends.threads import ThreadChoice, requested_threads, set_cpu_threads
 from lad.core.labels import LabelScheme
 from lad.core.prompts import PromptTemplate, render_item, render_prompt, shown_pictures
 from lad.core.records import Record
@@ -134,6 +134,7 @@ def load_backend(
     chat_template: str | Path | None = None,
     repetition_penalty: float | None = None,
     quiet: bool = False,
+    threads: int | None = None,
 ) -> Backend:
     """Load a hub id or local checkpoint, or "demo" (lad's embedded demo model, as everywhere
     else); its language decoder runs through the capture function.
@@ -144,6 +145,9 @@ def load_backend(
     checkpoint whose template ignores images). The template is checked before the weights load.
     repetition_penalty: applied to the label steps' logits as `generate` would (Backend).
     quiet: no transformers progress bars ("Loading weights") while the weights load.
+    threads: on a CPU, torch's thread count to keep (a resumed run's first one) unless
+    LAD_NUM_THREADS is set; None: the cores free when the model has loaded (lad.backends.threads).
+    The count in use and how it was chosen are the backend's `threads`.
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
@@ -151,6 +155,7 @@ def load_backend(
 
     model = resolve_model(model)
     check_model_path(model)
+    requested_threads(os.environ)  # a bad LAD_NUM_THREADS is refused before the weights load
     template = _read_chat_template(chat_template)
     cap.register()
     dev = _resolve_device(device)
@@ -194,9 +199,7 @@ def load_backend(
     if arch.packed_vision:
         vision.use_packed_vision(net)
     net = (net if spread else net.to(dev)).eval()
-    if dev.type == "cpu":
-        set_cpu_threads()  # the cores free now, not all of them (lad.backends.threads)
-    return Backend(
+    backend = Backend(
         str(model),
         net,
         processor,
@@ -206,6 +209,9 @@ def load_backend(
         repetition_penalty=repetition_penalty,
         template_owner=owner,
     )
+    if dev.type == "cpu":
+        backend.threads = set_cpu_threads(threads)  # the cores free now, not all of them
+    return backend
 
 
 @contextmanager
@@ -348,6 +354,8 @@ class Backend:
         self.overlap = self.device.type == "cuda"
         # Hook for mask-level changes such as SoFA (lad.backends.sofa); None = the causal mask.
         self.mask_scope: MaskScope | None = None
+        # torch's CPU thread count and how load_backend chose it; None on an accelerator.
+        self.threads: ThreadChoice | None = None
 
     # ----------------------------------------------------------------- public
 

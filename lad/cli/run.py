@@ -299,9 +299,11 @@ def _calibrate_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
 
 def _eval(args: argparse.Namespace) -> int:
     from lad.backends.checkpoint import resolve_model
+    from lad.backends.threads import describe_threads
     from lad.evaluate import evaluate, resolve_calibration_items
     from lad.run.config import DEFAULT_METHODS, FIELDS, eval_config
     from lad.run.preflight import model_num_layers
+    from lad.run.rundir import RunDir
 
     stated = {name: getattr(args, name) for name in FIELDS if hasattr(args, name)}
     stated["methods"] = methods_given(args.methods, DEFAULT_METHODS)
@@ -321,7 +323,9 @@ def _eval(args: argparse.Namespace) -> int:
         return 0
     print(result.table)
     timing = result.metrics.get("timing", {})
-    print("\nwall time:     " + ", ".join(f"{stage} {s:.1f} s" for stage, s in timing.items()))
+    threads = describe_threads(RunDir(result.run_dir).threads())  # "" on an accelerator
+    wall = ", ".join(f"{stage} {s:.1f} s" for stage, s in timing.items())
+    print(f"\nwall time:     {wall}" + (f"; {threads}" if threads else ""))
     print(f"run directory: {result.run_dir}")
     print(f"metrics:       {result.run_dir / 'metrics.json'}")
     if result.report:

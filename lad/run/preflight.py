@@ -3,12 +3,14 @@ calibration fits the records it is applied to. A refused run leaves nothing behi
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from lad.backends.checkpoint import resolve_model
+from lad.backends.threads import requested_threads
 from lad.core.calibrate import Calibration
 from lad.core.labels import get_scheme
 from lad.data.items import Item
@@ -30,6 +32,7 @@ def check_inputs(
     """
     check_output_dir(run_dir)
     check_device(config.device)
+    requested_threads(os.environ)  # LAD_NUM_THREADS
     get_scheme(config.labels).labels(config.num_candidates)  # names the schemes that can name N
     if config.calibration:
         calibration = check_given_calibration(config)

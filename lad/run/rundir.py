@@ -253,6 +253,18 @@ class RunDir:
         write_text(self.file("run.json"), json.dumps(stored, indent=2) + "\n")
         self.__dict__.pop("run_json", None)
 
+    def threads(self) -> Any:
+        """run.json's "threads": the CPU threads its records were made with (None on an
+        accelerator, or for a run from before lad recorded them)."""
+        return self.run_json.get("threads")
+
+    def set_threads(self, threads: Mapping[str, Any]) -> None:
+        """Write run.json's "threads" (lad.backends.threads.record_choice), beside "arguments"."""
+        stored = _read_run_json(self.file("run.json"))
+        stored["threads"] = dict(threads)
+        write_text(self.file("run.json"), json.dumps(stored, indent=2) + "\n")
+        self.__dict__.pop("run_json", None)
+
     def made_records(self) -> bool:
         """Whether any records file in the run directory holds a record."""
         files = [*self.path.glob("*.jsonl"), *self.path.glob("sofa_grid/*.jsonl")]

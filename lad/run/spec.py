@@ -128,8 +128,16 @@ class RecordSpec:
             "preprocessing": self.preprocessing(inputs),
         }
 
-    def load_backend(self, *, device: str = "auto", dtype: str = "auto", quiet: bool = False):
-        """The model, loaded to make records of this spec (lad.backends.load_backend)."""
+    def load_backend(
+        self,
+        *,
+        device: str = "auto",
+        dtype: str = "auto",
+        quiet: bool = False,
+        threads: int | None = None,
+    ) -> Any:
+        """The model, loaded to make records of this spec (lad.backends.load_backend; `threads`:
+        a resumed run's CPU thread count)."""
         from lad.backends import load_backend
 
         return load_backend(
@@ -141,4 +149,5 @@ class RecordSpec:
             chat_template=self.chat_template,
             repetition_penalty=self.penalty(),
             quiet=quiet,
+            threads=threads,
         )

@@ -143,13 +143,22 @@ class LazyBackend:
         self.run_dir = run_dir
         self.backend: Any = None
         self.load_seconds = 0.0
+        self.recorded = None  # run.json's "threads" when the model loaded, None before records
 
     def __call__(self) -> Any:
         if self.backend is None:
-            RunDir(self.run_dir).check_records_version()  # new records must match the old ones
+            from lad.backends.threads import resumed_threads
+
+            run = RunDir(self.run_dir)
+            run.check_records_version()  # new records must match the old ones
             start = time.perf_counter()
+            if run.made_records():  # a resumed run keeps its thread count
+                self.recorded = run.threads()
             self.backend = self.config.spec.load_backend(
-                device=self.device, dtype=self.config.dtype, quiet=self.config.quiet
+                device=self.device,
+                dtype=self.config.dtype,
+                quiet=self.config.quiet,
+                threads=resumed_threads(self.recorded, run.file("run.json")),
             )
             # Before any record: a layer range past the model's layers would fail only at scoring.
             check_layer_range(self.config.layer_range, self.backend.num_layers)
@@ -160,7 +169,8 @@ class LazyBackend:
 class Clock:
     """Adds each stage's wall time in this session to run.json's "timing"
     (RunDir.add_times),
-    the model's load apart as "model_load". Only a stage with records still to make counts, so a
+    the model's load apart as "model_load", and the CPU threads of the session that loaded it
+    (RunDir.set_threads). Only a stage with records still to make counts, so a
     rerun that only rescores adds nothing; the main process writes (its time includes waiting for
     the others)."""
 
@@ -178,7 +188,13 @@ class Clock:
         finally:  # an interrupted session's time counts too: it was spent
             load = self.backend.load_seconds - loaded
             times = {"model_load": load} if load else {}
-            RunDir(self.run_dir).add_times({**times, name: time.perf_counter() - start - load})
+            run = RunDir(self.run_dir)
+            run.add_times({**times, name: time.perf_counter() - start - load})
+            choice = getattr(self.backend.backend, "threads", None)  # None on an accelerator
+            if load and choice is not None:
+                from lad.backends.threads import record_choice
+
+                run.set_threads(record_choice(self.backend.recorded, choice))
 
 
 def sofa_sigma(

@@ -276,7 +276,7 @@ def _calibrate_with(tiny: Path, tmp_path: Path, *extra) -> list:
 @pytest.fixture
 def loads(monkeypatch):
     """The real model loader (the checks of these tests happen while it loads)."""
-    from lad.backends.hf import load_backend
+    from lad.backends.load import load_backend
 
     monkeypatch.setattr("lad.backends.load_backend", load_backend)
 
@@ -617,7 +617,7 @@ def test_metrics_on_an_empty_records_file(tmp_path, capsys):
 def test_unknown_hub_model_is_one_line_without_retries(tmp_path):
     """Offline (HF_HUB_OFFLINE) the hub is not asked; with an unreachable hub it is asked once:
     either way one line and no warnings of retries."""
-    code = "from lad.backends.hf import load_backend; load_backend('nosuchorg/x')"
+    code = "from lad.backends.load import load_backend; load_backend('nosuchorg/x')"
     env = {k: v for k, v in os.environ.items() if "OFFLINE" not in k}
     cases = [
         ({**env, "HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set, so the hub is not asked"),

@@ -167,7 +167,7 @@ def no_model(monkeypatch):
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr(lad.backends, "load_backend", refuse)
-    monkeypatch.setattr("lad.backends.hf.load_backend", refuse)
+    monkeypatch.setattr("lad.backends.load.load_backend", refuse)
 
 
 def test_preset_official_on_the_demo_model_is_refused_before_model_work(no_model, tmp_path, capsys):

@@ -7,9 +7,9 @@ __all__ = ["Backend", "load_backend"]
 
 def __getattr__(name: str) -> Any:
     # Imported on first use, so what reads only a checkpoint's files (lad.backends.checkpoint)
-    # does not load torch.
+    # or the CPU threads does not load torch.
     if name in __all__:
-        from lad.backends import hf
+        from lad.backends import load
 
-        return getattr(hf, name)
+        return getattr(load, name)
     raise AttributeError(f"module 'lad.backends' has no attribute {name!r}")

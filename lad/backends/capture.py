@@ -145,3 +145,8 @@ def register() -> None:
 
     AttentionInterface.register(CAPTURE_IMPL, lad_capture_attention)
     AttentionMaskInterface.register(CAPTURE_IMPL, sdpa_mask)
+
+
+def evidence(rows: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:
+    """Eq. 6: attention rows (L, T) summed over each image's span -> (L, N), float64."""
+    return torch.stack([rows[:, s:e].double().sum(-1) for s, e in spans], dim=1).cpu()

@@ -80,3 +80,86 @@ def demo_model_path() -> Path:
             + " --replace-shipped-model"
         )
     return MODEL_DIR
+
+
+def load_error(model: str, e: Exception, weights: bool = False) -> BackendError:
+    """One line for a model that fails to load, naming its weight files when those failed."""
+    what = repr(model)
+    if weights and Path(model).is_dir():
+        files = sorted(p.name for p in Path(model).iterdir() if p.suffix in _WEIGHT_SUFFIXES)
+        what = f"{model!r} (its weights: {', '.join(files) or 'none found'})"
+    detail = " ".join(str(e).split())
+    detail = detail if len(detail) <= 300 else detail[:300] + " …"
+    return BackendError(f"cannot load model {what}: {type(e).__name__}: {detail}")
+
+
+_WEIGHT_SUFFIXES = (".bin", ".safetensors", ".pt", ".pth")
+
+
+def template_owner(model: str, chat_template: str | Path | None) -> str:
+    """Who a chat template's failure is blamed on: the --chat-template file, else the model."""
+    return model if chat_template is None else f"--chat-template {chat_template}"
+
+
+def check_model_path(model: str) -> None:
+    """A --model that names no local folder and cannot be a hub id is an error at once.
+
+    Hub ids are `name` or `org/name` (huggingface_hub's rule); anything else (`./m`, `/abs/m`,
+    `runs/x/model`) is meant as a folder, and looking it up on the hub would only retry for ~30 s.
+    """
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if Path(model).exists():
+        return
+    try:
+        validate_repo_id(str(model))
+    except HFValidationError:
+        raise BackendError(f"--model {model}: no such model folder") from None
+    check_hub_model(str(model))
+
+
+def check_hub_model(model: str) -> None:
+    """A hub id that is not in the local cache: HF_HUB_OFFLINE refuses it at once, else the hub
+    is asked once (no retries), so a missing model or an unreachable hub is one line in seconds
+    rather than transformers' retries (~30 s and a warning per retry)."""
+    from huggingface_hub import constants, model_info, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    if isinstance(try_to_load_from_cache(model, "config.json"), str):
+        return
+    if constants.HF_HUB_OFFLINE:
+        raise BackendError(
+            f"--model {model}: not a local folder and not in the Hugging Face cache "
+            f"({constants.HF_HUB_CACHE}), and HF_HUB_OFFLINE is set, so the hub is not asked; "
+            f"download it first (hf download {model}) or give a local folder"
+        )
+    try:
+        model_info(model, timeout=10)
+    except GatedRepoError:
+        return  # transformers says how to get access
+    except RepositoryNotFoundError:
+        raise BackendError(
+            f"--model {model}: no such model on the Hugging Face hub (a private one needs "
+            "`hf auth login`)"
+        ) from None
+    except Exception as e:  # no network, DNS, proxy, TLS: whatever the HTTP client raises
+        raise BackendError(
+            f"--model {model}: not a local folder, not in the Hugging Face cache, and the hub "
+            f"({constants.ENDPOINT}) cannot be reached ({type(e).__name__}); check the "
+            "connection, or give a local folder"
+        ) from None
+
+
+def _read_chat_template(path: str | Path | None) -> str | None:
+    if path is None:
+        return None
+    from lad.io import files, limits
+
+    if Path(path).is_file():
+        limits.CHAT_TEMPLATE.check(Path(path).stat().st_size, f"--chat-template {path}")
+    try:
+        return files.read_text(path, BackendError, "Jinja chat template file")
+    except BackendError as e:
+        why = str(e).removeprefix(f"{path}: ")
+        raise BackendError(f"--chat-template {path}: cannot read the Jinja file ({why})") from None

@@ -10,20 +10,18 @@ prefill (+ capture) → decode the label trie's open prefixes on the prompt's KV
 from __future__ import annotations
 
 import copy
-import os
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from lad.backends import capture as cap
-from lad.backends import vision
-from lad.backends.archs import Arch, arch_for
+from lad.backends.archs import Arch
+from lad.backends.batches import _batches, _check_finite, _check_order, _extend, _positions
+from lad.backends.capture import evidence
 from lad.backends.pipeline import ProcessorPool, prefetched
 from lad.backends.prompting import (
     Replies,
@@ -40,14 +38,13 @@ from lad.backends.scoring import (
     label_logprobs,
     seen_tokens,
 )
-from lad.backends.threads import ThreadChoice, requested_threads, set_cpu_threads
+from lad.backends.threads import ThreadChoice
 from lad.core.labels import LabelScheme
 from lad.core.prompts import PromptTemplate, render_item, render_prompt, shown_pictures
 from lad.core.records import Record
 from lad.errors import BackendError
 
 if TYPE_CHECKING:
-    from lad.data.items import Item
     from lad.data.orders import Request
 
 # Entered around a batch's prompt forward (and its label decoding) with (inputs, image spans).
@@ -55,7 +52,6 @@ MaskScope = Callable[[dict[str, Any], list[list[tuple[int, int]]]], AbstractCont
 CAPTURE_MODES = ("fast", "eager")
 PROBE_CAPTION = "Two dogs run on the beach, and a red kite flies above them."
 PREFETCH = 4  # batches prepared ahead of a GPU model, in as many worker threads
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass
@@ -89,227 +85,6 @@ class _Queued:
     inputs: dict[str, Any]
     prefill: Prefill
     logprobs: torch.Tensor
-
-
-def _check_finite(
-    batch: list[Request], logprobs: torch.Tensor, evidences: list[torch.Tensor]
-) -> None:
-    """Refuse NaN/inf (e.g. a float16 overflow) before any record of the batch is written."""
-    for b, (item, ordering, _) in enumerate(batch):
-        if not (torch.isfinite(logprobs[b]).all() and torch.isfinite(evidences[b]).all()):
-            raise BackendError(
-                f"item {item.id!r}, ordering {ordering}: the model gave NaN or infinite "
-                "log-probabilities or attention; try --dtype float32 (or bfloat16 on GPU)"
-            )
-
-
-def _resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise BackendError(f"The 'device' parameter must be auto, cpu or cuda. Got {device!r}.")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise BackendError("--device cuda was asked for but no CUDA device is available")
-    return torch.device(device)
-
-
-def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if dtype not in DTYPES:
-        raise BackendError(
-            f"The 'dtype' parameter must be one of {['auto', *DTYPES]}. Got {dtype!r} instead."
-        )
-    return DTYPES[dtype]
-
-
-def load_backend(
-    model: str,
-    *,
-    device: str = "auto",
-    dtype: str = "auto",
-    trust_remote_code: bool = False,
-    image_options: dict[str, Any] | None = None,
-    image_size: int | None = None,
-    chat_template: str | Path | None = None,
-    repetition_penalty: float | None = None,
-    quiet: bool = False,
-    threads: int | None = None,
-) -> Backend:
-    """Load a hub id or local checkpoint, or "demo" (lad's embedded demo model, as everywhere
-    else); its language decoder runs through the capture function.
-
-    image_options: processor options over the architecture's defaults (Arch.processor_options);
-    image_size: resize every picture to this square (bicubic) before the processor.
-    chat_template: a Jinja file used instead of the checkpoint's own chat template (e.g. for a base
-    checkpoint whose template ignores images). The template is checked before the weights load.
-    repetition_penalty: applied to the label steps' logits as `generate` would (Backend).
-    quiet: no transformers progress bars ("Loading weights") while the weights load.
-    threads: on a CPU, torch's thread count to keep (a resumed run's first one) unless
-    LAD_NUM_THREADS is set; None: the cores free when the model has loaded (lad.backends.threads).
-    The count in use and how it was chosen are the backend's `threads`.
-    """
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
-
-    from lad.backends.checkpoint import resolve_model
-
-    model = resolve_model(model)
-    check_model_path(model)
-    requested_threads(os.environ)  # a bad LAD_NUM_THREADS is refused before the weights load
-    template = _read_chat_template(chat_template)
-    cap.register()
-    dev = _resolve_device(device)
-    torch_dtype = _resolve_dtype(dtype, dev)
-    try:
-        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
-        arch = arch_for(config)
-        processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
-    except BackendError:
-        raise
-    except Exception as e:  # a damaged or foreign file: whatever its reader raises
-        raise load_error(model, e) from None
-    options = arch.processor_options(image_options)  # refuses bad options before the weights load
-    if template is not None:
-        processor.chat_template = template
-    processor.tokenizer.padding_side = "left"
-    # A template that cannot write the prompt or a reply fails here, before the weights load.
-    owner = template_owner(str(model), chat_template)
-    chat_text(processor, "Which image?", 2, owner)
-    reply_tokens(processor, "Which image?", 2, ["1", "2"], owner)
-    impl = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
-    if arch.packed_vision:
-        vision.register()
-        impl["vision_config"] = vision.VISION_IMPL
-    # One process with several GPUs and --device auto: spread a model too large for one GPU
-    # over all of them (device_map). Under a launcher each process keeps its own GPU instead.
-    spread = device == "auto" and torch.cuda.device_count() > 1 and "WORLD_SIZE" not in os.environ
-    try:
-        with _progress_bars(not quiet), warnings.catch_warnings():
-            # torch warns of a pickle's protocol before refusing it: the refusal is the one line
-            warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
-            net = AutoModelForImageTextToText.from_pretrained(
-                model,
-                dtype=torch_dtype,
-                attn_implementation=impl,
-                trust_remote_code=trust_remote_code,
-                device_map="auto" if spread else None,
-            )
-    except Exception as e:  # e.g. a pickle torch's weights-only loader refuses (UnpicklingError)
-        raise load_error(model, e, weights=True) from None
-    if arch.packed_vision:
-        vision.use_packed_vision(net)
-    net = (net if spread else net.to(dev)).eval()
-    backend = Backend(
-        str(model),
-        net,
-        processor,
-        arch,
-        options,
-        image_size=image_size,
-        repetition_penalty=repetition_penalty,
-        template_owner=owner,
-    )
-    if dev.type == "cpu":
-        backend.threads = set_cpu_threads(threads)  # the cores free now, not all of them
-    return backend
-
-
-@contextmanager
-def _progress_bars(shown: bool) -> Iterator[None]:
-    """transformers' progress bars off inside (if not `shown`), as they were after."""
-    from transformers.utils import logging as hf_logging
-
-    was = hf_logging.is_progress_bar_enabled()
-    if not shown:
-        hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()
-
-
-def load_error(model: str, e: Exception, weights: bool = False) -> BackendError:
-    """One line for a model that fails to load, naming its weight files when those failed."""
-    what = repr(model)
-    if weights and Path(model).is_dir():
-        files = sorted(p.name for p in Path(model).iterdir() if p.suffix in _WEIGHT_SUFFIXES)
-        what = f"{model!r} (its weights: {', '.join(files) or 'none found'})"
-    detail = " ".join(str(e).split())
-    detail = detail if len(detail) <= 300 else detail[:300] + " …"
-    return BackendError(f"cannot load model {what}: {type(e).__name__}: {detail}")
-
-
-_WEIGHT_SUFFIXES = (".bin", ".safetensors", ".pt", ".pth")
-
-
-def template_owner(model: str, chat_template: str | Path | None) -> str:
-    """Who a chat template's failure is blamed on: the --chat-template file, else the model."""
-    return model if chat_template is None else f"--chat-template {chat_template}"
-
-
-def check_model_path(model: str) -> None:
-    """A --model that names no local folder and cannot be a hub id is an error at once.
-
-    Hub ids are `name` or `org/name` (huggingface_hub's rule); anything else (`./m`, `/abs/m`,
-    `runs/x/model`) is meant as a folder, and looking it up on the hub would only retry for ~30 s.
-    """
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    if Path(model).exists():
-        return
-    try:
-        validate_repo_id(str(model))
-    except HFValidationError:
-        raise BackendError(f"--model {model}: no such model folder") from None
-    check_hub_model(str(model))
-
-
-def check_hub_model(model: str) -> None:
-    """A hub id that is not in the local cache: HF_HUB_OFFLINE refuses it at once, else the hub
-    is asked once (no retries), so a missing model or an unreachable hub is one line in seconds
-    rather than transformers' retries (~30 s and a warning per retry)."""
-    from huggingface_hub import constants, model_info, try_to_load_from_cache
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-
-    if isinstance(try_to_load_from_cache(model, "config.json"), str):
-        return
-    if constants.HF_HUB_OFFLINE:
-        raise BackendError(
-            f"--model {model}: not a local folder and not in the Hugging Face cache "
-            f"({constants.HF_HUB_CACHE}), and HF_HUB_OFFLINE is set, so the hub is not asked; "
-            f"download it first (hf download {model}) or give a local folder"
-        )
-    try:
-        model_info(model, timeout=10)
-    except GatedRepoError:
-        return  # transformers says how to get access
-    except RepositoryNotFoundError:
-        raise BackendError(
-            f"--model {model}: no such model on the Hugging Face hub (a private one needs "
-            "`hf auth login`)"
-        ) from None
-    except Exception as e:  # no network, DNS, proxy, TLS: whatever the HTTP client raises
-        raise BackendError(
-            f"--model {model}: not a local folder, not in the Hugging Face cache, and the hub "
-            f"({constants.ENDPOINT}) cannot be reached ({type(e).__name__}); check the "
-            "connection, or give a local folder"
-        ) from None
-
-
-def _read_chat_template(path: str | Path | None) -> str | None:
-    if path is None:
-        return None
-    from lad.io import files, limits
-
-    if Path(path).is_file():
-        limits.CHAT_TEMPLATE.check(Path(path).stat().st_size, f"--chat-template {path}")
-    try:
-        return files.read_text(path, BackendError, "Jinja chat template file")
-    except BackendError as e:
-        why = str(e).removeprefix(f"{path}: ")
-        raise BackendError(f"--chat-template {path}: cannot read the Jinja file ({why})") from None
 
 
 class Backend:
@@ -709,47 +484,3 @@ class Backend:
             yield
         finally:
             self.model.set_attn_implementation({"text_config": before})
-
-
-def evidence(rows: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:
-    """Eq. 6: attention rows (L, T) summed over each image's span -> (L, N), float64."""
-    return torch.stack([rows[:, s:e].double().sum(-1) for s, e in spans], dim=1).cpu()
-
-
-def _extend(inputs: dict[str, Any], tokens: Prefix) -> dict[str, Any]:
-    """The prompts' inputs with the same `tokens` appended to every row (rows end aligned)."""
-    if not tokens:
-        return dict(inputs)
-    ids = inputs["input_ids"]
-    new = torch.tensor(tokens, dtype=ids.dtype, device=ids.device).expand(ids.shape[0], -1)
-    out = dict(inputs, input_ids=torch.cat([ids, new], dim=1))
-    for key in ("attention_mask", "token_type_ids", "mm_token_type_ids"):
-        if key in inputs:
-            fill = torch.full_like(new, int(key == "attention_mask"), dtype=inputs[key].dtype)
-            out[key] = torch.cat([inputs[key], fill], dim=1)
-    return out
-
-
-def _positions(mask: torch.Tensor) -> torch.Tensor:
-    """Position ids that skip left padding: (B, T)."""
-    return (mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
-def _check_order(item: Item, order: list[int]) -> None:
-    if sorted(order) != list(range(item.num_candidates)):
-        raise BackendError(
-            f"item {item.id!r}: order {order} is not a permutation of its "
-            f"{item.num_candidates} image indices"
-        )
-
-
-def _batches(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
-    """Consecutive requests, at most `size` per batch, one N per batch (the trie depends on N)."""
-    batch: list[Request] = []
-    for req in requests:
-        if batch and (len(batch) == size or req[0].num_candidates != batch[0][0].num_candidates):
-            yield batch
-            batch = []
-        batch.append(req)
-    if batch:
-        yield batch

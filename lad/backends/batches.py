@@ -1,0 +1,66 @@
+"""Requests in batches of one N, and the inputs of a batch's label steps (docs/backends.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lad.backends.scoring import Prefix
+from lad.errors import BackendError
+
+if TYPE_CHECKING:
+    from lad.data.items import Item
+    from lad.data.orders import Request
+
+
+def _check_finite(
+    batch: list[Request], logprobs: torch.Tensor, evidences: list[torch.Tensor]
+) -> None:
+    """Refuse NaN/inf (e.g. a float16 overflow) before any record of the batch is written."""
+    for b, (item, ordering, _) in enumerate(batch):
+        if not (torch.isfinite(logprobs[b]).all() and torch.isfinite(evidences[b]).all()):
+            raise BackendError(
+                f"item {item.id!r}, ordering {ordering}: the model gave NaN or infinite "
+                "log-probabilities or attention; try --dtype float32 (or bfloat16 on GPU)"
+            )
+
+
+def _extend(inputs: dict[str, Any], tokens: Prefix) -> dict[str, Any]:
+    """The prompts' inputs with the same `tokens` appended to every row (rows end aligned)."""
+    if not tokens:
+        return dict(inputs)
+    ids = inputs["input_ids"]
+    new = torch.tensor(tokens, dtype=ids.dtype, device=ids.device).expand(ids.shape[0], -1)
+    out = dict(inputs, input_ids=torch.cat([ids, new], dim=1))
+    for key in ("attention_mask", "token_type_ids", "mm_token_type_ids"):
+        if key in inputs:
+            fill = torch.full_like(new, int(key == "attention_mask"), dtype=inputs[key].dtype)
+            out[key] = torch.cat([inputs[key], fill], dim=1)
+    return out
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that skip left padding: (B, T)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _check_order(item: Item, order: list[int]) -> None:
+    if sorted(order) != list(range(item.num_candidates)):
+        raise BackendError(
+            f"item {item.id!r}: order {order} is not a permutation of its "
+            f"{item.num_candidates} image indices"
+        )
+
+
+def _batches(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
+    """Consecutive requests, at most `size` per batch, one N per batch (the trie depends on N)."""
+    batch: list[Request] = []
+    for req in requests:
+        if batch and (len(batch) == size or req[0].num_candidates != batch[0][0].num_candidates):
+            yield batch
+            batch = []
+        batch.append(req)
+    if batch:
+        yield batch

@@ -1,0 +1,154 @@
+"""`load_backend`: a checkpoint (hub id, local folder or "demo") loaded as a `Backend`, its
+language decoder's attention routed through lad's capture function (docs/backends.md)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lad.backends import capture as cap
+from lad.backends import vision
+from lad.backends.archs import arch_for
+from lad.backends.checkpoint import (
+    _read_chat_template,
+    check_model_path,
+    load_error,
+    resolve_model,
+    template_owner,
+)
+from lad.backends.hf import Backend
+from lad.backends.prompting import chat_text, reply_tokens
+from lad.backends.threads import requested_threads, set_cpu_threads
+from lad.errors import BackendError
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def _resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise BackendError(f"The 'device' parameter must be auto, cpu or cuda. Got {device!r}.")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise BackendError("--device cuda was asked for but no CUDA device is available")
+    return torch.device(device)
+
+
+def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise BackendError(
+            f"The 'dtype' parameter must be one of {['auto', *DTYPES]}. Got {dtype!r} instead."
+        )
+    return DTYPES[dtype]
+
+
+def load_backend(
+    model: str,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    image_options: dict[str, Any] | None = None,
+    image_size: int | None = None,
+    chat_template: str | Path | None = None,
+    repetition_penalty: float | None = None,
+    quiet: bool = False,
+    threads: int | None = None,
+) -> Backend:
+    """Load a hub id or local checkpoint, or "demo" (lad's embedded demo model, as everywhere
+    else); its language decoder runs through the capture function.
+
+    image_options: processor options over the architecture's defaults (Arch.processor_options);
+    image_size: resize every picture to this square (bicubic) before the processor.
+    chat_template: a Jinja file used instead of the checkpoint's own chat template (e.g. for a base
+    checkpoint whose template ignores images). The template is checked before the weights load.
+    repetition_penalty: applied to the label steps' logits as `generate` would (Backend).
+    quiet: no transformers progress bars ("Loading weights") while the weights load.
+    threads: on a CPU, torch's thread count to keep (a resumed run's first one) unless
+    LAD_NUM_THREADS is set; None: the cores free when the model has loaded (lad.backends.threads).
+    The count in use and how it was chosen are the backend's `threads`.
+    """
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+    model = resolve_model(model)
+    check_model_path(model)
+    requested_threads(os.environ)  # a bad LAD_NUM_THREADS is refused before the weights load
+    template = _read_chat_template(chat_template)
+    cap.register()
+    dev = _resolve_device(device)
+    torch_dtype = _resolve_dtype(dtype, dev)
+    try:
+        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+        arch = arch_for(config)
+        processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except BackendError:
+        raise
+    except Exception as e:  # a damaged or foreign file: whatever its reader raises
+        raise load_error(model, e) from None
+    options = arch.processor_options(image_options)  # refuses bad options before the weights load
+    if template is not None:
+        processor.chat_template = template
+    processor.tokenizer.padding_side = "left"
+    # A template that cannot write the prompt or a reply fails here, before the weights load.
+    owner = template_owner(str(model), chat_template)
+    chat_text(processor, "Which image?", 2, owner)
+    reply_tokens(processor, "Which image?", 2, ["1", "2"], owner)
+    impl = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
+    if arch.packed_vision:
+        vision.register()
+        impl["vision_config"] = vision.VISION_IMPL
+    # One process with several GPUs and --device auto: spread a model too large for one GPU
+    # over all of them (device_map). Under a launcher each process keeps its own GPU instead.
+    spread = device == "auto" and torch.cuda.device_count() > 1 and "WORLD_SIZE" not in os.environ
+    try:
+        with _progress_bars(not quiet), warnings.catch_warnings():
+            # torch warns of a pickle's protocol before refusing it: the refusal is the one line
+            warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
+            net = AutoModelForImageTextToText.from_pretrained(
+                model,
+                dtype=torch_dtype,
+                attn_implementation=impl,
+                trust_remote_code=trust_remote_code,
+                device_map="auto" if spread else None,
+            )
+    except Exception as e:  # e.g. a pickle torch's weights-only loader refuses (UnpicklingError)
+        raise load_error(model, e, weights=True) from None
+    if arch.packed_vision:
+        vision.use_packed_vision(net)
+    net = (net if spread else net.to(dev)).eval()
+    backend = Backend(
+        str(model),
+        net,
+        processor,
+        arch,
+        options,
+        image_size=image_size,
+        repetition_penalty=repetition_penalty,
+        template_owner=owner,
+    )
+    if dev.type == "cpu":
+        backend.threads = set_cpu_threads(threads)  # the cores free now, not all of them
+    return backend
+
+
+@contextmanager
+def _progress_bars(shown: bool) -> Iterator[None]:
+    """transformers' progress bars off inside (if not `shown`), as they were after."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    if not shown:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()

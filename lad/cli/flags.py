@@ -193,6 +193,20 @@ def add_methods_flag(p: argparse.ArgumentParser, default: tuple[str, ...] | None
     )
 
 
+def add_labels_flag(
+    p: argparse.ArgumentParser, help: str = "how positions are named in the prompt and answer"
+) -> None:
+    from lad.core.labels import LABEL_SCHEMES
+
+    p.add_argument("--labels", default="digits", choices=list(LABEL_SCHEMES), help=help)
+
+
+def add_records_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--records", type=InputPath, required=True, help="evaluation records (.jsonl or .parquet)"
+    )
+
+
 def add_lad_flags(p: argparse.ArgumentParser) -> None:
     """LAD's inference options (§4.3), their official-code variants (with --obs-mean, how a
     calibration is fitted, Eq. 1) and --preset; defaults are the paper's."""

@@ -15,6 +15,7 @@ from lad.cli.flags import (
     OutputPath,
     add_calibration_check_flag,
     add_image_flags,
+    add_labels_flag,
     add_lad_flags,
     add_methods_flag,
     add_obs_mean_flag,
@@ -30,7 +31,6 @@ from lad.cli.flags import (
     number,
     whole,
 )
-from lad.core.labels import LABEL_SCHEMES
 from lad.errors import CalibrationError, LadError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
 
@@ -50,12 +50,7 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
         choices=["auto", "bfloat16", "float16", "float32"],
         help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
     )
-    p.add_argument(
-        "--labels",
-        default="digits",
-        choices=list(LABEL_SCHEMES),
-        help="how positions are named in the prompt and answer",
-    )
+    add_labels_flag(p)
     p.add_argument(
         "--batch-size", type=whole(1, "--batch-size"), default=4, help="prompts per forward pass"
     )

@@ -9,14 +9,15 @@ import sys
 from lad.cli.flags import (
     InputPath,
     OutputPath,
+    add_labels_flag,
     add_lad_flags,
     add_methods_flag,
+    add_records_flag,
     command,
     methods_given,
     resolved,
 )
 from lad.core.calibrate import Calibration
-from lad.core.labels import LABEL_SCHEMES
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.metrics import compute_metrics, format_table
 from lad.core.predictions import (
@@ -55,12 +56,7 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
         "lad score --records runs/default/records.jsonl --calibration-records "
         "runs/default/calibration.jsonl --methods vanilla,lad --out predictions.jsonl",
     )
-    p.add_argument(
-        "--records",
-        type=InputPath,
-        required=True,
-        help="evaluation records (.jsonl or .parquet)",
-    )
+    add_records_flag(p)
     source = p.add_mutually_exclusive_group()
     source.add_argument(
         "--calibration-records", type=InputPath, help="calibration records to fit (§4.2)"
@@ -78,11 +74,8 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--perm-records", type=InputPath, help="each item under all N cyclic shifts (for perm-avg)"
     )
-    p.add_argument(
-        "--labels",
-        default="digits",
-        choices=list(LABEL_SCHEMES),
-        help="label scheme of the records (parses replies of instruction, cot, self-consistency)",
+    add_labels_flag(
+        p, "label scheme of the records (parses replies of instruction, cot, self-consistency)"
     )
     p.add_argument(
         "--allow-partial", action="store_true", help="accept calibration items missing shifts"
@@ -167,12 +160,7 @@ def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
         "lad metrics --records runs/default/records.jsonl --predictions "
         "runs/default/predictions.jsonl --json",
     )
-    p.add_argument(
-        "--records",
-        type=InputPath,
-        required=True,
-        help="evaluation records (.jsonl or .parquet)",
-    )
+    add_records_flag(p)
     p.add_argument(
         "--predictions", type=InputPath, required=True, help="predictions.jsonl from lad score"
     )

@@ -27,7 +27,6 @@ Limits, checked on the header before any pixel is decoded, each error naming the
 from __future__ import annotations
 
 import io
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,10 +37,11 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from lad.errors import DataError
+from lad.io import limits
 
 BACKGROUND = (255, 255, 255)
-DEFAULT_MAX_PIXELS = 2 * 89_478_485  # PIL's DecompressionBombError threshold
-MAX_PIXELS_ENV = "LAD_MAX_IMAGE_PIXELS"
+DEFAULT_MAX_PIXELS = limits.IMAGE_PIXELS.default  # PIL's DecompressionBombError threshold
+MAX_PIXELS_ENV = limits.IMAGE_PIXELS.env
 MAX_SIDE = 4096
 MAX_ASPECT = 100
 # PIL's names of the formats lad opens ("MPO" is how PIL reads many cameras' JPEGs), and the
@@ -56,16 +56,7 @@ _ALPHA = ("RGBA", "LA", "PA", "RGBa", "La")
 
 def max_pixels() -> int:
     """The pixel limit: LAD_MAX_IMAGE_PIXELS if set, else DEFAULT_MAX_PIXELS."""
-    text = os.environ.get(MAX_PIXELS_ENV)
-    if text is None:
-        return DEFAULT_MAX_PIXELS
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise DataError(f"{MAX_PIXELS_ENV} must be a whole number of pixels >= 1. Got {text!r}.")
-    return value
+    return limits.IMAGE_PIXELS.value
 
 
 def check_image(path: str | Path, *, verify: bool = True) -> tuple[int, int]:

@@ -48,9 +48,11 @@ PIXEL_BUDGET = Limit("a pixel budget", "LAD_MAX_PIXEL_BUDGET", 4096 * 4096, "pix
 PROMPT_TEMPLATE = Limit("a prompt template", "LAD_MAX_PROMPT_TEMPLATE", 64 * 1024, "bytes")
 CHAT_TEMPLATE = Limit("a chat template", "LAD_MAX_CHAT_TEMPLATE", 1024 * 1024, "bytes")
 QUERY = Limit("a query or question", "LAD_MAX_QUERY", 16 * 1024, "characters")
+# PIL's DecompressionBombError threshold: a picture's pixels (lad.io.images).
+IMAGE_PIXELS = Limit("a picture", "LAD_MAX_IMAGE_PIXELS", 2 * 89_478_485, "pixels")
 CHAT_TEXT = Limit("a rendered chat prompt", "LAD_MAX_CHAT_TEXT", 1024 * 1024, "characters")
 
-LIMITS = (IMAGE_SIZE, PIXEL_BUDGET, PROMPT_TEMPLATE, CHAT_TEMPLATE, QUERY, CHAT_TEXT)
+LIMITS = (IMAGE_SIZE, IMAGE_PIXELS, PIXEL_BUDGET, PROMPT_TEMPLATE, CHAT_TEMPLATE, QUERY, CHAT_TEXT)
 
 
 def check_image_flags(image_size: int | None, image_options: dict | None) -> None:

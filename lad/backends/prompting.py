@@ -1,7 +1,6 @@
 """Prompt building: images first, then lad.core.prompts' text, through the model's own chat
-template;
-tokenisation with left padding, each image's token span (Eq. 6's R_k), and the labels' tokens as
-the chat template writes the model's reply (docs/backends.md, "Exact labels")."""
+template; tokenisation with left padding, each image's token span (Eq. 6's R_k), and the labels'
+tokens as the chat template writes the model's reply (docs/backends.md, "Exact labels")."""
 
 from __future__ import annotations
 

@@ -3,11 +3,9 @@
 Figure 5 (accuracy against N), Table 3 (calibration transfer), Table 4 (ablation of the
 attention-guided mechanisms), Figure 6(a) (calibration size |D_cal|), Figure 6(b) (temperature
 τ), Table 7 (logits vs attention at each ground-truth position) and Table 8 (cost). Every number
-is a metric (lad.core.metrics) of predictions from lad.core.methods on a run's stored records, with
-a
-calibration from lad.core.calibrate; nothing needs the model again. lad.outputs.ablate.report
-writes them as
-Markdown, JSON, figures and an HTML page.
+is a metric (lad.core.metrics) of predictions from lad.core.methods on a run's stored records,
+with a calibration from lad.core.calibrate; nothing needs the model again.
+lad.outputs.ablate.report writes them as Markdown, JSON, figures and an HTML page.
 
     runs = load_runs(["runs/n4", "runs/n8"])
     result = ablate(runs)  # every analysis the runs support; result.missing says what is not

@@ -2,8 +2,7 @@
 
 `load_run(dir)` reads a `lad eval` run directory; `Run.metrics(method, options, calibration)` is
 metrics.json's entry for a method scored by lad.core.methods on the run's records, the one place
-every
-number of lad.outputs.ablate comes from.
+every number of lad.outputs.ablate comes from.
 """
 
 from __future__ import annotations

@@ -221,7 +221,10 @@ class RunDir:
         stored = self.run_json["arguments"]
         if self.is_harness:
             return dict(stored)
-        return config_from_dict(stored).identity()
+        try:
+            return config_from_dict(stored).identity()
+        except LadError as e:  # run.json's arguments name no label scheme lad knows, ...
+            raise RunError(f"{self.file('run.json')}: {e}") from None
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -358,6 +361,7 @@ class RunDir:
         """The checks every reader of a finished run makes before reading on: run.json of lad's
         format, every item of records.jsonl under the same number of orderings, and metrics.json,
         where there is one, computed from these very records and arguments; returns self."""
+        _ = self.arguments
         if self.file("records.jsonl").is_file() or not self.file("metrics.json").is_file():
             _ = self.records
         if self.file("metrics.json").is_file():

@@ -285,7 +285,8 @@ class Run:
             options or self.options(),
             self.perm_records,
         )
-        return compute_metrics(self.records, {method: chosen})["methods"][method]
+        metrics = compute_metrics(self.records, {method: chosen}, bootstrap=None)  # sweeps: no audit
+        return metrics["methods"][method]
 
 
 def calibration_subsets(items: Sequence[str], size: int, count: int, seed: int) -> list[list[str]]:

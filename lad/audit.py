@@ -44,6 +44,9 @@ class Bootstrap:
         return {"B": self.resamples, "seed": self.seed, "level": float(self.level)}
 
 
+DEFAULT_BOOTSTRAP = Bootstrap()
+
+
 @dataclass(frozen=True)
 class Questions:
     """Per-question sufficient statistics of one method (Q questions, S shuffles, N positions).

@@ -49,7 +49,7 @@ from lad.errors import DataError, RunError
 from lad.files import write_text
 from lad.labels import get_scheme
 from lad.methods import METHODS, MethodOptions, choose
-from lad.metrics import compute_metrics, format_table
+from lad.metrics import compute_metrics, format_panel, format_table
 from lad.preflight import calibration_check, check_inputs
 from lad.prompts import CAPTION, vanilla_template
 from lad.records import RecordSet, predictions_for, read_records, write_predictions
@@ -353,7 +353,7 @@ def score_run(
     scoring = round(time.perf_counter() - start, 3)
     metrics["timing"] = {**rundir.stage_times(run_dir), "scoring": scoring}
     write_text(run_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    table = format_table(metrics)
+    table = "\n".join(filter(None, (format_table(metrics), format_panel(metrics))))
     report = None
     if write_report:
         from lad.report import write_report as _write_report

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from lad.audit import Bootstrap, audit_method, noise_floor, order_gaps
+from lad.audit import DEFAULT_BOOTSTRAP, Bootstrap, audit_method, noise_floor, order_gaps
 from lad.errors import LadError
 from lad.records import RecordSet
 
@@ -99,7 +99,7 @@ def compute_metrics(
     predictions_by_method: dict[str, Any],
     *,
     costs: dict[str, float] | None = None,
-    bootstrap: Bootstrap | None = Bootstrap(),
+    bootstrap: Bootstrap | None = DEFAULT_BOOTSTRAP,
     repeats: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """metrics.json (docs/formats.md) for each method's (R,) chosen positions (-1 = unparseable).

@@ -285,7 +285,8 @@ class Run:
             options or self.options(),
             self.perm_records,
         )
-        metrics = compute_metrics(self.records, {method: chosen}, bootstrap=None)  # sweeps: no audit
+        # Sweeps: no audit (bootstrap, permutation test) per configuration.
+        metrics = compute_metrics(self.records, {method: chosen}, bootstrap=None)
         return metrics["methods"][method]
 
 

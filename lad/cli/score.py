@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 
+import numpy as np
+
+from lad.audit import Bootstrap
 from lad.calibrate import Calibration
 from lad.cli.flags import (
     InputPath,
@@ -15,13 +18,15 @@ from lad.cli.flags import (
     command,
     methods_given,
     resolved,
+    whole,
 )
 from lad.errors import LadError
 from lad.files import check_not_inputs, check_output_file, write_text
 from lad.labels import LABEL_SCHEMES
 from lad.methods import MethodOptions, choose
-from lad.metrics import compute_metrics, format_table
+from lad.metrics import compute_metrics, format_panel, format_table
 from lad.records import (
+    RecordSet,
     predictions_by_method,
     predictions_for,
     read_predictions,
@@ -139,7 +144,7 @@ def run_score(args: argparse.Namespace) -> int:
         scores, chosen[method] = choose(method, records, calibration, options, perm)
         written += predictions_for(records, method, scores, chosen[method])
     write_predictions(args.out, written)
-    print(format_table(compute_metrics(records, chosen)))
+    print(format_table(compute_metrics(records, chosen, bootstrap=None)))
     count = f"{len(methods)} method{'s' if len(methods) > 1 else ''}"
     print(f"written: {args.out} ({len(records)} records × {count})")
     return 0
@@ -178,6 +183,26 @@ def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--predictions", type=InputPath, required=True, help="predictions.jsonl from lad score"
     )
+    p.add_argument(
+        "--repeat-predictions",
+        type=InputPath,
+        help="predictions of the same records asked again (e.g. records made with another "
+        "--batch-size, scored by lad score): their disagreement is the noise floor",
+    )
+    p.add_argument(
+        "--repeat-records",
+        type=InputPath,
+        help="the records --repeat-predictions scored (default: --records)",
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=whole(1, "--bootstrap"),
+        default=Bootstrap().resamples,
+        help="bootstrap resamples B of the intervals, and draws of the position test",
+    )
+    p.add_argument(
+        "--bootstrap-seed", type=whole(0, "--bootstrap-seed"), default=0, help="their seed"
+    )
     p.add_argument("--json", action="store_true", help="print metrics.json instead of a table")
     p.add_argument("--out", type=OutputPath, help="also write metrics.json here")
     p.set_defaults(func=run_metrics)
@@ -197,9 +222,23 @@ def run_metrics(args: argparse.Namespace) -> int:
     if not predictions:
         raise LadError(f"{args.predictions}: holds no predictions; nothing to measure")
     chosen = predictions_by_method(records, predictions, args.predictions)
-    metrics = compute_metrics(records, chosen)
+    repeats = _repeats(args, records) if args.repeat_predictions else None
+    boot = Bootstrap(resamples=args.bootstrap, seed=args.bootstrap_seed)
+    metrics = compute_metrics(records, chosen, bootstrap=boot, repeats=repeats)
     text = json.dumps(metrics, indent=2)
     if args.out:
         write_text(args.out, text + "\n")
-    print(text if args.json else format_table(metrics))
+    print(text if args.json else f"{format_table(metrics)}\n{format_panel(metrics)}")
     return 0
+
+
+def _repeats(args: argparse.Namespace, records: RecordSet) -> dict:
+    """The chosen positions of the same (item, ordering) asked again, by method."""
+    again = read_records(args.repeat_records) if args.repeat_records else records
+    if again.keys() != records.keys() or not np.array_equal(again.order, records.order):
+        raise LadError(
+            f"{args.repeat_records}: its (item, ordering, order) differ from {args.records}; "
+            "the noise floor compares the same orderings asked twice"
+        )
+    predictions = read_predictions(args.repeat_predictions)
+    return predictions_by_method(again, predictions, args.repeat_predictions)

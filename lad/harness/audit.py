@@ -14,8 +14,14 @@ Two sources:
 
 lad_audit.json: {"format": "lad-harness-audit/1", "source", "tasks": {task: {N: {"folder",
 "num_items", "num_shuffles", "num_records", "calibration" (for --model lad), "methods": {name:
-{"acc", "acc_std", "rstd", "cons", "recall_by_position", "selection_by_position", "delta_rstd"
-}}}}}}; numbers are percentages as in metrics.json, computed by lad.metrics.
+{"acc", "acc_std", "rstd", "cons", "recall_by_position", "selection_by_position", "delta_rstd",
+and lad.audit's "flip_rate", "circular_acc", "any_order_acc", "errors_due_to_order", "ci",
+"position_test", "noise_floor" (rows asked again)}}, "bootstrap", "order_gaps"}}}}; numbers are
+percentages as in metrics.json, computed by lad.metrics.
+
+A row with `repeat` r > 0 is its (item, ordering) asked again (a circular task's `repeats`): the
+metrics are those of the first askings, and the share of repeats whose choice differs from the
+first asking's is the method's noise floor.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from lad.audit import noise_floor
 from lad.errors import LadError, RunError
 from lad.files import read_json, write_text
 from lad.metrics import compute_metrics
@@ -45,6 +52,13 @@ _SUMMARY_KEYS = (
     "selection_by_position",
     "delta_rstd",
     "forward_passes_per_item",
+    "flip_rate",
+    "circular_acc",
+    "any_order_acc",
+    "errors_due_to_order",
+    "ci",
+    "position_test",
+    "noise_floor",
 )
 
 
@@ -54,6 +68,7 @@ def _summary(metrics: dict[str, Any], folder: str, **more: Any) -> dict[str, Any
         "num_items": metrics["num_items"],
         "num_shuffles": metrics["num_shuffles"],
         "num_records": metrics["num_records"],
+        **{k: metrics[k] for k in ("bootstrap", "order_gaps") if k in metrics},
         **more,
         "methods": {
             name: {k: m[k] for k in _SUMMARY_KEYS if k in m}
@@ -149,10 +164,26 @@ def rows_metrics(rows: Iterable[dict[str, Any]], method: str = "model") -> dict[
         by_n[len(row["order"])].append(row)
     out = {}
     for n, mine in sorted(by_n.items()):
-        records = positions_records(mine)
-        prediction = np.array([int(r["prediction"]) for r in mine], dtype=np.int64)
-        out[n] = compute_metrics(records, {method: prediction})  # passes: unknown (None)
+        first = [r for r in mine if not r.get("repeat")]
+        records = positions_records(first)
+        prediction = np.array([int(r["prediction"]) for r in first], dtype=np.int64)
+        metrics = compute_metrics(records, {method: prediction})  # passes: unknown (None)
+        again = [r for r in mine if r.get("repeat")]
+        if again:
+            metrics["methods"][method]["noise_floor"] = repeat_floor(first, again)
+        out[n] = metrics
     return out
+
+
+def repeat_floor(first: Sequence[dict[str, Any]], again: Sequence[dict[str, Any]]) -> dict:
+    """lad.audit.noise_floor of the repeated rows against their first askings."""
+    asked = {(r["item"], r["ordering"]): int(r["prediction"]) for r in first}
+    lost = [r for r in again if (r["item"], r["ordering"]) not in asked]
+    if lost:
+        raise LadError(f"an audit row repeats an ordering never asked first: {lost[0]}")
+    before = np.array([asked[(r["item"], r["ordering"])] for r in again], dtype=np.int64)
+    now = np.array([int(r["prediction"]) for r in again], dtype=np.int64)
+    return noise_floor(positions_records(again), before, now)
 
 
 def pooled(rows: Sequence[dict[str, Any]], key: str) -> float:

@@ -227,5 +227,8 @@ def format_panel(metrics: dict[str, Any]) -> str:
         )
         lines.append(f"Acc gaps (points): {said}")
     if not any("noise_floor" in m for m in methods.values()):
-        lines.append("Floor: the same orderings asked again (lad metrics --repeat-predictions)")
+        lines.append(
+            "Floor: – until the same orderings are asked again (lad metrics --repeat-predictions; "
+            "a *_circular_repeat task)"
+        )
     return "\n".join(lines)

@@ -56,9 +56,7 @@ def test_worked_example_of_the_docs():
 def three_perfectly_biased_questions() -> tuple[RecordSet, np.ndarray]:
     """docs/metrics.md: 3 questions, N = 2, each shown once per position; right exactly when the
     answer is first."""
-    records = records_of(
-        ["a", "a", "b", "b", "c", "c"], [[0, 1], [1, 0]] * 3, [0, 1, 0, 1, 0, 1]
-    )
+    records = records_of(["a", "a", "b", "b", "c", "c"], [[0, 1], [1, 0]] * 3, [0, 1, 0, 1, 0, 1])
     return records, np.zeros(6, dtype=np.int64)
 
 

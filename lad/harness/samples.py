@@ -63,8 +63,8 @@ def row_problem(row: dict[str, Any]) -> str | None:
         if not (
             _is_int(value) and lowest <= value and (key in ("ordering", "repeat") or value < n)
         ):
-            most = "" if key in ("ordering", "repeat") else f"..{n - 1}"
-            return f"{key!r} must be an integer {lowest}{most}, got {value!r}"
+            wanted = ">= 0" if key in ("ordering", "repeat") else f"{lowest}..{n - 1}"
+            return f"{key!r} must be an integer {wanted}, got {value!r}"
     return None
 
 

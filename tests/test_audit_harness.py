@@ -151,3 +151,25 @@ def test_bad_sample_logs_are_one_error_naming_file_and_line(tmp_path, raw, messa
     code, _, err = _lad("harness", "audit", str(tmp_path))
     assert code == 1 and err.count("\n") == 1
     assert err.startswith(f"Error: {path}:2: ") and message in err, err
+
+
+def test_the_repeat_variant_asks_every_shift_twice():
+    datasets = pytest.importorskip("datasets", reason="datasets not installed (the harness extra)")
+    from lad.harness.circular import muirbench_docs, muirbench_docs_repeated
+
+    doc = {
+        "idx": "7",
+        "question": "Which picture shows the same street as <image>?",
+        "options": ["<image>"] * 3,
+        "answer": "B",
+        "image_list": ["q", "a", "b", "c"],
+    }
+    once = muirbench_docs(datasets.Dataset.from_list([doc]))
+    twice = muirbench_docs_repeated(datasets.Dataset.from_list([doc]))
+    assert "lad_repeat" not in once.column_names
+    assert [(d["lad_shift"], d["lad_repeat"]) for d in twice] == [
+        (s, r) for s in range(3) for r in range(2)
+    ]
+    for d in twice:  # a repeat shows what its first asking showed
+        first = once[d["lad_shift"]]
+        assert (d["image_list"], d["answer"]) == (first["image_list"], first["answer"])

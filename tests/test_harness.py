@@ -176,8 +176,9 @@ def test_audit_numbers_equal_lad_metrics(run: dict[str, Path]) -> None:
     assert entry["calibration"]["kind"] == "file"
     for method in ("vanilla", "lad"):
         got = entry["methods"][method]
-        for key in ("acc", "acc_std", "rstd", "cons", "recall_by_position"):
+        for key in ("acc", "acc_std", "rstd", "cons", "recall_by_position", "flip_rate"):
             assert got[key] == pytest.approx(reference[method][key], abs=1e-9), (method, key)
+        assert got["ci"] == reference[method]["ci"], method
     table = _results(run["out"])[CIRCULAR]
     for name in ("acc", "rstd", "cons"):
         assert table[f"lad_{name},flexible-extract"] == pytest.approx(reference["lad"][name])
@@ -202,6 +203,9 @@ def test_audit_of_logged_samples_and_report(run: dict[str, Path]) -> None:
     reference = _metrics(run["root"] / "eval-cyclic")["methods"]["lad"]
     for key in ("acc", "acc_std", "rstd", "cons", "recall_by_position", "selection_by_position"):
         assert got[key] == pytest.approx(reference[key]), key
+    for key in ("flip_rate", "circular_acc", "any_order_acc", "errors_due_to_order"):
+        assert got[key] == pytest.approx(reference[key]), key
+    assert got["ci"] == reference["ci"] and got["position_test"] == reference["position_test"]
     for folder in (out, run["lad"]):
         text = _lad("report", str(folder), "--out", str(folder / "report"), cwd=run["root"])
         assert "report:" in text and (folder / "report/index.html").is_file()

@@ -185,7 +185,7 @@ def _interval(ci: list[float] | None) -> str:
     return "–" if ci is None else f"[{ci[0]:.1f}, {ci[1]:.1f}]"
 
 
-def _position_verdict(test: dict[str, Any], alpha: float = 0.05) -> str:
+def position_verdict(test: dict[str, Any], alpha: float = 0.05) -> str:
     """'matters, p≤0.001' or 'noise, p=0.41'; the smallest p a B-draw test can give is 1/(B+1),
     said as ≤."""
     p, smallest = test["p_value"], 1 / (test["permutations"] + 1)
@@ -214,7 +214,7 @@ def format_panel(metrics: dict[str, Any]) -> str:
     for name, m in methods.items():
         flip, floor, err = m["flip_rate"], m.get("noise_floor"), m["errors_due_to_order"]
         row = f"{name:<18}{_interval(m['ci']['acc']):>14}{_interval(m['ci']['rstd']):>14}"
-        row += f"{_position_verdict(m['position_test']):>18}"
+        row += f"{position_verdict(m['position_test']):>18}"
         row += f"{'–' if flip is None else f'{flip:.2f}':>8}{_interval(m['ci']['flip_rate']):>14}"
         floor_said = "–" if floor is None else f"{floor['flip_rate']:.2f}"
         row += f"{floor_said:>7}"

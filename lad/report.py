@@ -96,6 +96,7 @@ def _check_metrics(metrics: Any, path: Path) -> None:
             raise bad(f"method {name!r}: 'recall_by_position' must list N = {n} values")
         if not all(v is None or number(v) for v in recall):
             raise bad(f"method {name!r}: 'recall_by_position' must hold numbers or null")
+        _check_audit(m, n, lambda what, name=name: bad(f"method {name!r}: {what}"))
         confusion = m.get("confusion")
         if not (
             isinstance(confusion, list)
@@ -104,6 +105,43 @@ def _check_metrics(metrics: Any, path: Path) -> None:
             and all(number(v) for row in confusion for v in row)
         ):
             raise bad(f"method {name!r}: 'confusion' must be an N × N matrix of numbers")
+
+
+def _check_audit(m: dict[str, Any], n: int, bad: Any) -> None:
+    """lad.audit's keys, where present (metrics.json files before them lack them)."""
+
+    def interval(x: Any) -> bool:
+        return x is None or (
+            isinstance(x, list)
+            and len(x) == 2
+            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in x)
+        )
+
+    ci = m.get("ci")
+    if ci is not None:
+        recall = ci.get("recall_by_position") if isinstance(ci, dict) else None
+        if not (
+            isinstance(recall, list)
+            and len(recall) == n
+            and all(interval(v) for v in recall)
+            and all(interval(ci.get(k)) for k in ("acc", "rstd", "flip_rate"))
+        ):
+            raise bad(
+                "'ci' must hold [lo, hi] intervals (or null) of acc, rstd, flip_rate and N recalls"
+            )
+    for key in ("flip_rate", "circular_acc", "errors_due_to_order"):
+        if not interval([m.get(key) or 0.0] * 2):
+            raise bad(f"{key!r} must be a number or null")
+    floor = m.get("noise_floor")
+    if floor is not None and not (
+        isinstance(floor, dict) and interval([floor.get("flip_rate")] * 2)
+    ):
+        raise bad("'noise_floor' must hold a number 'flip_rate'")
+    test = m.get("position_test")
+    if test is not None:
+        p = test.get("p_value") if isinstance(test, dict) else None
+        if not (isinstance(p, (int, float)) and 0 <= p <= 1):
+            raise bad("'position_test' must hold a 'p_value' in [0, 1]")
 
 
 def _save(fig: Any, path: Path) -> None:
@@ -168,16 +206,31 @@ def _confusion_figure(run: dict[str, Any], path: Path) -> None:
     _save(fig, path)
 
 
+def _recall_errors(m: dict[str, Any]) -> np.ndarray | None:
+    """(2, N) distances from each recall down and up to its bootstrap interval (metrics.json's
+    ci), NaN where there is none; None for a file without intervals."""
+    ci = m.get("ci")
+    if ci is None:
+        return None
+    recall = _values(m["recall_by_position"])
+    lo = _values([None if v is None else v[0] for v in ci["recall_by_position"]])
+    hi = _values([None if v is None else v[1] for v in ci["recall_by_position"]])
+    return np.stack([recall - lo, hi - recall])
+
+
 def _recall_figure(run: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     x = np.arange(len(run["labels"]))
     for name, m in run["metrics"]["methods"].items():
-        ax.plot(x, _values(m["recall_by_position"]), marker="o", label=name)
+        recall, errors = _values(m["recall_by_position"]), _recall_errors(m)
+        ax.errorbar(x, recall, yerr=errors, marker="o", capsize=3, label=name)
     _xticks(ax, x, run["labels"])
     ax.set_ylim(-2, 102)
     ax.set_xlabel("ground-truth position")
     ax.set_ylabel("recall (%)")
-    ax.set_title("Recall at each position")
+    boot = run["metrics"].get("bootstrap")
+    bars = f" (bars: {boot['level']:g}% bootstrap intervals)" if boot else ""
+    ax.set_title("Recall at each position" + bars)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     _save(fig, path)
@@ -204,7 +257,11 @@ def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(6.8, 4.0), layout="constrained")
     for i, (method, label) in enumerate(shown):
         offset = (i - (len(shown) - 1) / 2) * width
-        ax.bar(x + offset, _values(methods[method]["recall_by_position"]), width, label=label)
+        recall, errors = (
+            _values(methods[method]["recall_by_position"]),
+            _recall_errors(methods[method]),
+        )
+        ax.bar(x + offset, recall, width, yerr=errors, capsize=2, label=label)
     _xticks(ax, x, run["labels"])
     ax.set_ylim(0, 105)
     ax.set_xlabel("ground-truth position")
@@ -348,6 +405,45 @@ def _table_html(metrics: dict[str, Any]) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
+def _interval(ci: list[float] | None) -> str:
+    return "–" if ci is None else f"[{ci[0]:.1f}, {ci[1]:.1f}]"
+
+
+def _audit_html(metrics: dict[str, Any]) -> str:
+    """The position audit (lad.audit; docs/metrics.md): intervals, the position test, flip rate
+    with its noise floor, CircularEval accuracy, errors due to order; empty for older files."""
+    from lad.metrics import position_verdict
+
+    methods = metrics["methods"]
+    boot = metrics.get("bootstrap")
+    if boot is None or not all("ci" in m and "position_test" in m for m in methods.values()):
+        return ""
+    head = (
+        "<tr><th>method</th><th>Acc CI</th><th>RStd CI</th><th>position</th><th>flip rate</th>"
+        "<th>flip CI</th><th>floor</th><th>CircularEval</th><th>errors due to order</th></tr>"
+    )
+    rows = [head]
+    for name, m in methods.items():
+        flip, floor, err = m.get("flip_rate"), m.get("noise_floor"), m.get("errors_due_to_order")
+        floor = None if floor is None else floor["flip_rate"]
+        rows.append(
+            f"<tr><td>{html.escape(name)}</td><td>{_interval(m['ci']['acc'])}</td>"
+            f"<td>{_interval(m['ci']['rstd'])}</td>"
+            f"<td>{html.escape(position_verdict(m['position_test']))}</td>"
+            f"<td>{'–' if flip is None else f'{flip:.1f}'}</td>"
+            f"<td>{_interval(m['ci'].get('flip_rate'))}</td>"
+            f"<td>{'–' if floor is None else f'{floor:.1f}'}</td>"
+            f"<td>{m.get('circular_acc', float('nan')):.1f}</td>"
+            f"<td>{'–' if err is None else f'{err:.1f}'}</td></tr>"
+        )
+    note = (
+        f"<p>{boot['level']:g}% bootstrap intervals over items (B = {boot['B']}, seed "
+        f"{boot['seed']}); position: permutation test of RStd (answer positions permuted within "
+        "items); floor: the same orderings asked twice (– not measured); docs/metrics.md.</p>"
+    )
+    return "<h3>Position audit</h3>" + note + "<table>" + "".join(rows) + "</table>"
+
+
 def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     """Write `out_dir/index.html` and its figures; return the page's path. A folder holding a
     harness audit (lad_audit.json, lad.harness.audit) stands for the run folders it lists."""
@@ -379,7 +475,7 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
         m = run["metrics"]
         parts.append(
             f"<p>N = {m['num_candidates']}, {m['num_items']} items × {m['num_shuffles']} shuffles."
-            f"<br><code>{html.escape(desc)}</code></p>" + _table_html(m)
+            f"<br><code>{html.escape(desc)}</code></p>" + _table_html(m) + _audit_html(m)
         )
         _confusion_figure(run, out_dir / f"confusion{tag}.png")
         parts.append("<h3>Confusion (% of answers at each position)</h3>")

@@ -237,3 +237,32 @@ def test_the_position_test_keeps_its_level_under_the_null():
         test = position_test(records, pred, question, Bootstrap(resamples=199))
         rejected += test["p_value"] <= 0.05
     assert 2 <= rejected <= 20
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def report_of(tmp_path, metrics):
+    from lad.report import write_report
+
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    return write_report([run], tmp_path / "report").read_text()
+
+
+def test_the_report_shows_the_audit_panel_and_refuses_a_damaged_one(tmp_path):
+    from lad.errors import RunError
+
+    records, pred = synthetic()
+    metrics = compute_metrics(records, {"vanilla": pred, "lad": records.answer})
+    page = report_of(tmp_path, metrics)
+    m = metrics["methods"]["vanilla"]
+    lo, hi = m["ci"]["rstd"]
+    assert "<h3>Position audit</h3>" in page and f"<td>[{lo:.1f}, {hi:.1f}]</td>" in page
+    assert "matters, p≤0.001" in page  # vanilla; lad is always right: noise, p=1
+    older = compute_metrics(records, {"vanilla": pred}, bootstrap=None)
+    assert "Position audit" not in report_of(tmp_path, older)
+    m["ci"]["recall_by_position"] = m["ci"]["recall_by_position"][:2]
+    with pytest.raises(RunError, match=r"metrics\.json: damaged \(method 'vanilla': 'ci' must"):
+        report_of(tmp_path, metrics)

@@ -266,3 +266,43 @@ def test_the_report_shows_the_audit_panel_and_refuses_a_damaged_one(tmp_path):
     m["ci"]["recall_by_position"] = m["ci"]["recall_by_position"][:2]
     with pytest.raises(RunError, match=r"metrics\.json: damaged \(method 'vanilla': 'ci' must"):
         report_of(tmp_path, metrics)
+
+
+# -- lad metrics --------------------------------------------------------------------------------
+
+
+def test_lad_metrics_prints_the_panel_with_the_floor_and_refuses_other_orderings(tmp_path, capsys):
+    from lad.cli import main
+    from lad.records import predictions_for, write_predictions, write_records
+
+    records, pred = synthetic(num_items=10)
+    again = pred.copy()
+    again[:5] = (again[:5] + 1) % 4  # 5 of 50 records answered otherwise
+    write_records(tmp_path / "r.jsonl", records)
+    for name, chosen in (("p.jsonl", pred), ("q.jsonl", again)):
+        write_predictions(
+            tmp_path / name, predictions_for(records, "vanilla", records.logprobs, chosen)
+        )
+    args = [
+        "metrics",
+        "--records",
+        str(tmp_path / "r.jsonl"),
+        "--predictions",
+        str(tmp_path / "p.jsonl"),
+    ]
+    assert main([*args, "--repeat-predictions", str(tmp_path / "q.jsonl"), "--bootstrap", "50",
+                 "--out", str(tmp_path / "m.json")]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "Position audit: 95% bootstrap intervals over 10 items (B = 50, seed 0)" in out
+    vanilla = json.loads((tmp_path / "m.json").read_text())["methods"]["vanilla"]
+    assert vanilla["noise_floor"] == {"flip_rate": 10.0, "records": 50}
+    assert f"{vanilla['flip_rate']:.2f}" in out and " 10.00 " in out
+    other = records.select(np.arange(len(records) - 1))
+    write_records(tmp_path / "other.jsonl", other)
+    code = main([*args, "--repeat-predictions", str(tmp_path / "q.jsonl"),
+                 "--repeat-records", str(tmp_path / "other.jsonl")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"Error: {tmp_path / 'other.jsonl'}: its (item, ordering, order) differ")
+    assert main([*args, "--bootstrap", "0"]) != 0
+    assert "--bootstrap" in capsys.readouterr().err

@@ -169,8 +169,10 @@ def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
     p = command(
         subparsers,
         "metrics",
-        "Acc, RStd, Cons. of predictions",
-        "Acc ± std, RStd, Cons. (§5.2) of predictions against their records.",
+        "Acc, RStd, Cons. of predictions, and the position audit",
+        "Acc ± std, RStd, Cons. (§5.2) of predictions against their records, and the position "
+        "audit below them: bootstrap intervals, a permutation test of position dependence, flip "
+        "rate with its noise floor, CircularEval accuracy, errors due to order (docs/metrics.md).",
         "lad metrics --records runs/default/records.jsonl --predictions "
         "runs/default/predictions.jsonl --json",
     )

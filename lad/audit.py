@@ -19,7 +19,6 @@ from lad.errors import LadError
 from lad.records import RecordSet
 
 POSITION_TEST = "permutation of answer positions within questions"
-_CHUNK = 2_000_000  # permuted (draw, record) cells held at once
 
 
 @dataclass(frozen=True)
@@ -113,9 +112,9 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, 100.0 * num / np.where(den > 0, den, 1), np.nan)
 
 
-def relative_std(recall: np.ndarray) -> np.ndarray:
-    """RStd over the last axis: sample std of the recall at the positions that have answers
-    (0 with fewer than two)."""
+def recall_std(recall: np.ndarray) -> np.ndarray:
+    """RStd (recall standard deviation) over the last axis: the sample std of the recall at the
+    positions that have answers (0 with fewer than two)."""
     present = ~np.isnan(recall)
     count = present.sum(axis=-1)
     mean = np.where(present, recall, 0).sum(axis=-1) / np.maximum(count, 1)
@@ -134,7 +133,7 @@ def weighted_statistics(table: Questions, weights: np.ndarray) -> dict[str, np.n
         flip = 100.0 * flips / weights[:, has_pairs].sum(axis=1)
     # A shuffle no drawn question was asked under has no accuracy; every row draws some.
     acc = np.nanmean(acc_t, axis=1)
-    return {"acc": acc, "rstd": relative_std(recall), "flip_rate": flip, "recall": recall}
+    return {"acc": acc, "rstd": recall_std(recall), "flip_rate": flip, "recall": recall}
 
 
 def bootstrap_weights(num_questions: int, boot: Bootstrap) -> np.ndarray:
@@ -171,38 +170,34 @@ def confidence_intervals(table: Questions, boot: Bootstrap) -> dict[str, Any]:
     }
 
 
-def permuted_rstd(
-    question: np.ndarray, answer: np.ndarray, right: np.ndarray, n: int, keys: np.ndarray
-) -> np.ndarray:
-    """RStd after each row of `keys` (D, R) in [0, 1) reorders the answer positions among the
-    records of each question (records sorted by question): how many answers sit at each
-    position, per question, is kept, so recall's denominators are the observed ones."""
-    draws = len(keys)
-    perm = np.argsort(question[None, :] + keys, axis=1, kind="stable")
-    moved = answer[perm]  # (D, R)
-    cells = (np.arange(draws)[:, None] * n + moved).ravel()
-    right_at = np.bincount(cells, weights=np.tile(right, draws), minlength=draws * n)
-    shown_at = np.bincount(answer, minlength=n)
-    return relative_std(_ratio(right_at.reshape(draws, n), shown_at[None, :]))
+def permuted_right_at(table: Questions, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """(draws, N) right records at each answer position after permuting, within each question,
+    the answer positions among its records: its k right records then fall on a uniformly random
+    k of its m records, so their count at each position is multivariate hypergeometric (k draws
+    from its records' positions). Questions right under all or none of their orderings are fixed."""
+    right = table.right_at.sum(axis=1).astype(np.int64)
+    shown = table.shown_at.astype(np.int64)
+    asked = shown.sum(axis=1)
+    right_at = np.tile(shown[right == asked].sum(axis=0), (draws, 1))
+    mixed = (right > 0) & (right < asked)
+    kinds, counts = np.unique(
+        np.column_stack([shown[mixed], right[mixed]]), axis=0, return_counts=True
+    )
+    for kind, count in zip(kinds, counts, strict=True):  # questions alike, drawn together
+        drawn = rng.multivariate_hypergeometric(kind[:-1], kind[-1], size=(draws, count))
+        right_at += drawn.sum(axis=1)
+    return right_at
 
 
-def position_test(
-    records: RecordSet, pred: np.ndarray, question: np.ndarray, boot: Bootstrap
-) -> dict[str, Any]:
+def position_test(table: Questions, boot: Bootstrap) -> dict[str, Any]:
     """Permutation test of H0 "within a question, being right does not depend on where the
-    answer sits": statistic RStd; each of B draws permutes the answer positions among the
-    question's records. p = (1 + #{RStd_perm ≥ RStd_obs}) / (B + 1)."""
-    n = records.num_candidates
-    by_question = np.lexsort((records.ordering, question))  # independent of the file's order
-    q, answer = question[by_question], records.answer[by_question]
-    right = (pred == records.answer)[by_question].astype(float)
-    observed = permuted_rstd(q, answer, right, n, np.zeros((1, len(q))))[0]
+    answer sits": statistic RStd; each of B draws permutes the answer positions among each
+    question's records (`permuted_right_at`). p = (1 + #{RStd_perm ≥ RStd_obs}) / (B + 1)."""
+    shown = table.shown_at.sum(axis=0)
+    observed = recall_std(_ratio(table.right_at.sum(axis=0), shown))
     rng = np.random.default_rng(boot.seed + 1)
-    step = max(1, _CHUNK // max(len(q), 1))
-    reached = 0
-    for start in range(0, boot.resamples, step):
-        keys = rng.random((min(step, boot.resamples - start), len(q)))
-        reached += int((permuted_rstd(q, answer, right, n, keys) >= observed - 1e-9).sum())
+    permuted = recall_std(_ratio(permuted_right_at(table, boot.resamples, rng), shown[None, :]))
+    reached = int((permuted >= observed - 1e-9).sum())
     return {
         "method": POSITION_TEST,
         "statistic": "rstd",
@@ -244,7 +239,7 @@ def audit_method(records: RecordSet, pred: np.ndarray, boot: Bootstrap) -> dict[
         "any_order_acc": float(100.0 * np.mean(per_question_all > 0)),
         "errors_due_to_order": errors_due_to_order(right, question),
         "ci": confidence_intervals(table, boot),
-        "position_test": position_test(records, pred, question, boot),
+        "position_test": position_test(table, boot),
     }
 
 

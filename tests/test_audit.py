@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from lad.audit import Bootstrap, position_test, question_index
+from lad.audit import Bootstrap, position_test, question_index, questions
 from lad.errors import LadError
 from lad.metrics import compute_metrics, format_panel
 from lad.records import RecordSet
@@ -81,8 +81,8 @@ def exact_p_value(records: RecordSet, pred: np.ndarray) -> float:
 def test_a_perfect_bias_on_three_questions_is_not_distinguishable():
     records, pred = three_perfectly_biased_questions()
     assert exact_p_value(records, pred) == 0.25  # 2 of the 2^3 swaps reach RStd 70.7
-    _, question = question_index(records)
-    test = position_test(records, pred, question, Bootstrap(resamples=20000, seed=3))
+    table = questions(records, pred, question_index(records)[1])
+    test = position_test(table, Bootstrap(resamples=20000, seed=3))
     assert test["observed"] == pytest.approx(np.std([100, 0], ddof=1))
     assert test["p_value"] == pytest.approx(0.25, abs=0.01)  # 3.3 standard errors
 
@@ -96,7 +96,8 @@ def test_permutation_test_agrees_with_enumeration():
     records = records_of(items, orders, answers)
     pred = np.where(rng.random(len(items)) < 0.5, answers, (answers + 1) % 3)
     exact = exact_p_value(records, pred)
-    test = position_test(records, pred, question_index(records)[1], Bootstrap(resamples=20000))
+    table = questions(records, pred, question_index(records)[1])
+    test = position_test(table, Bootstrap(resamples=20000))
     assert test["p_value"] == pytest.approx(exact, abs=3.3 * np.sqrt(exact * (1 - exact) / 2e4))
 
 
@@ -234,7 +235,7 @@ def test_the_position_test_keeps_its_level_under_the_null():
         ease = rng.random(20)
         right = rng.random(len(records)) < ease[question]
         pred = np.where(right, records.answer, (records.answer + 1) % 4)
-        test = position_test(records, pred, question, Bootstrap(resamples=199))
+        test = position_test(questions(records, pred, question), Bootstrap(resamples=199))
         rejected += test["p_value"] <= 0.05
     assert 2 <= rejected <= 20
 

@@ -13,6 +13,7 @@ import pytest
 from lad.cli import main
 from lad.data.items import cyclic_shift
 from lad.harness.circular import audit_row
+from lad.metrics import compute_metrics
 from lad.records import RecordSet, predictions_for, write_predictions, write_records
 from tests.synthetic import SyntheticModel
 
@@ -173,3 +174,18 @@ def test_the_repeat_variant_asks_every_shift_twice():
     for d in twice:  # a repeat shows what its first asking showed
         first = once[d["lad_shift"]]
         assert (d["image_list"], d["answer"]) == (first["image_list"], first["answer"])
+
+
+def test_lmms_eval_table_numbers_are_the_audit_s():
+    from lad.harness.circular import lad_circular, lad_flip
+
+    records, pred = cyclic_run()
+    rows = rows_of(records, pred)
+    m = compute_metrics(records, {"model": pred})["methods"]["model"]
+    again = [{**row, "repeat": 1, "prediction": -1} for row in rows]  # repeats change nothing
+    assert lad_flip(rows + again) == pytest.approx(m["flip_rate"])
+    assert lad_circular(rows + again) == pytest.approx(m["circular_acc"])
+    once = [dict(row) for row in rows if row["ordering"] == 0]  # one ordering: no pair
+    assert np.isnan(lad_flip(once)) and lad_circular(once) == pytest.approx(
+        100 * np.mean([row["prediction"] == row["answer"] for row in once])
+    )

@@ -182,6 +182,8 @@ def test_audit_numbers_equal_lad_metrics(run: dict[str, Path]) -> None:
     table = _results(run["out"])[CIRCULAR]
     for name in ("acc", "rstd", "cons"):
         assert table[f"lad_{name},flexible-extract"] == pytest.approx(reference["lad"][name])
+    for name, key in (("flip", "flip_rate"), ("circular", "circular_acc")):
+        assert table[f"lad_{name},flexible-extract"] == pytest.approx(reference["lad"][key])
     assert 100 * table["muirbench_score_overall,flexible-extract"] == pytest.approx(
         reference["lad"]["acc"]
     )

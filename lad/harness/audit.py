@@ -188,13 +188,15 @@ def repeat_floor(first: Sequence[dict[str, Any]], again: Sequence[dict[str, Any]
 
 def pooled(rows: Sequence[dict[str, Any]], key: str) -> float:
     """One number over all N for lmms-eval's table: `key` of each N's metrics, weighted by its
-    records (acc, cons; RStd is defined within one N, so this is the records-weighted mean of
-    the per-N RStd)."""
+    records (acc, cons, flip_rate, circular_acc; RStd is defined within one N, so this is the
+    records-weighted mean of the per-N RStd); N groups where it is undefined are left out."""
     if not rows:
         return float("nan")
-    by_n = rows_metrics(rows)
-    total = sum(m["num_records"] for m in by_n.values())
-    return float(sum(m["methods"]["model"][key] * m["num_records"] for m in by_n.values()) / total)
+    by_n = [m for m in rows_metrics(rows).values() if m["methods"]["model"][key] is not None]
+    if not by_n:  # e.g. a flip rate of questions asked once
+        return float("nan")
+    total = sum(m["num_records"] for m in by_n)
+    return float(sum(m["methods"]["model"][key] * m["num_records"] for m in by_n) / total)
 
 
 def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: str) -> Path:

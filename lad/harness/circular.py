@@ -10,7 +10,8 @@ every shift twice, the second document with `lad_repeat` 1: for a model that sam
 the same question in the same order gets another answer is the noise floor of its flip rate
 (`lad harness audit`; docs/metrics.md). `*_results` score a document with the task's own
 process_results, unchanged, and add the row lad's metrics need (lad.harness.audit); the
-`lad_acc`, `lad_rstd` and `lad_cons` aggregations put Acc, RStd and Cons. in lmms-eval's table.
+`lad_acc`, `lad_rstd`, `lad_cons`, `lad_flip` and `lad_circular` aggregations put Acc, RStd,
+Cons., the flip rate and CircularEval accuracy (docs/metrics.md) in lmms-eval's table.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from lad.harness.adapters import (
 )
 from lad.harness.audit import pooled
 
-AUDIT_METRICS = ("lad_acc", "lad_rstd", "lad_cons")
+AUDIT_METRICS = ("lad_acc", "lad_rstd", "lad_cons", "lad_flip", "lad_circular")
 
 
 def _expand(
@@ -164,3 +165,11 @@ def lad_rstd(rows: list[dict[str, Any]]) -> float:
 
 def lad_cons(rows: list[dict[str, Any]]) -> float:
     return pooled(rows, "cons")
+
+
+def lad_flip(rows: list[dict[str, Any]]) -> float:
+    return pooled(rows, "flip_rate")
+
+
+def lad_circular(rows: list[dict[str, Any]]) -> float:
+    return pooled(rows, "circular_acc")

@@ -7,6 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lad.audit import Bootstrap, position_test, question_index, questions
 from lad.errors import LadError
@@ -307,3 +309,25 @@ def test_lad_metrics_prints_the_panel_with_the_floor_and_refuses_other_orderings
     assert err.startswith(f"Error: {tmp_path / 'other.jsonl'}: its (item, ordering, order) differ")
     assert main([*args, "--bootstrap", "0"]) != 0
     assert "--bootstrap" in capsys.readouterr().err
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 5), st.integers(1, 4), st.integers(1, 8))
+def test_audit_invariants(seed, n, shuffles, num_items):
+    rng = np.random.default_rng(seed)
+    items = [f"q{i}" for i in range(num_items) for _ in range(shuffles)]
+    orders = [list(rng.permutation(n)) for _ in items]
+    records = records_of(items, orders, rng.integers(0, n, size=len(items)))
+    pred = rng.integers(-1, n, size=len(items))
+    m = compute_metrics(records, {"x": pred}, bootstrap=Bootstrap(resamples=20))["methods"]["x"]
+    assert m["circular_acc"] <= m["acc"] + 1e-9 <= m["any_order_acc"] + 2e-9
+    assert 0 < m["position_test"]["p_value"] <= 1
+    if shuffles == 1:
+        assert m["flip_rate"] is None and m["ci"]["flip_rate"] is None
+    else:  # no flip anywhere exactly when every question is consistent (Cons. 100)
+        assert (m["flip_rate"] == 0) == (m["cons"] == 100)
+    for ci in (m["ci"]["acc"], m["ci"]["rstd"]):
+        assert 0 <= ci[0] <= ci[1]
+    renamed = records_of([f"z{i}" for i in items], orders, records.answer)  # same sort order
+    again = compute_metrics(renamed, {"x": pred}, bootstrap=Bootstrap(resamples=20))
+    assert again["methods"]["x"] == m

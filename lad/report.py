@@ -3,7 +3,9 @@
 Figures: confusion matrices vanilla vs LAD (paper Fig. 1), recall at each position, the
 logit-vs-attention divergence at each answer position (Fig. 3), the calibration's bias matrix
 (Eqs. 1, 5), and accuracy against N when the runs differ in N (Fig. 5); a table of vanilla,
-PurAttn (attn-purified) and LAD accuracy with LAD's ΔRStd, one row per run (Table 5's layout).
+PurAttn (attn-purified) and LAD accuracy with LAD's ΔRStd, one row per run (Table 5's layout);
+under each run's table the position audit (lad.audit; docs/metrics.md), its bootstrap intervals
+drawn as error bars in the recall, divergence and accuracy-against-N figures.
 """
 
 from __future__ import annotations
@@ -189,6 +191,11 @@ def _heatmap(
                 )
 
 
+def _rstd_interval(m: dict[str, Any]) -> str:
+    interval = (m.get("ci") or {}).get("rstd")
+    return "" if interval is None else f" [{interval[0]:.1f}, {interval[1]:.1f}]"
+
+
 def _confusion_figure(run: dict[str, Any], path: Path) -> None:
     methods = run["metrics"]["methods"]
     shown = [m for m in ("vanilla", "lad") if m in methods] or list(methods)[:2]
@@ -199,7 +206,7 @@ def _confusion_figure(run: dict[str, Any], path: Path) -> None:
             ax,
             np.asarray(m["confusion"]),
             run["labels"],
-            f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}",
+            f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}" + _rstd_interval(m),
             "selected position",
         )
     fig.tight_layout()
@@ -319,17 +326,29 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
         for r in group:  # two runs of one N in a group: the first, as lad ablate's Figure 5
             by_n.setdefault(r["metrics"]["num_candidates"], r)
         for name in names:
-            points = sorted(
-                (n, r["metrics"]["methods"][name]["acc"])
-                for n, r in by_n.items()
-                if name in r["metrics"]["methods"]
-            )
+            points = [
+                (n, by_n[n]["metrics"]["methods"][name])
+                for n in sorted(by_n)
+                if name in by_n[n]["metrics"]["methods"]
+            ]
             if not points:
                 continue
             ns.update(n for n, _ in points)
             label = name if len(groups) == 1 else f"{name}, {where}"
             style = styles[g % len(styles)]
-            ax.plot(*zip(*points, strict=True), style, marker="o", color=colours[name], label=label)
+            x, acc = [n for n, _ in points], np.array([m["acc"] for _, m in points])
+            ci = [(m.get("ci") or {}).get("acc") or [m["acc"]] * 2 for _, m in points]
+            yerr = np.abs(np.array(ci).T - acc)  # (2, points); none drawn for older files
+            ax.errorbar(
+                x,
+                acc,
+                yerr=yerr,
+                fmt=style,
+                marker="o",
+                capsize=3,
+                color=colours[name],
+                label=label,
+            )
     ax.set_xticks(sorted(ns))  # N is a count: integer ticks only
     ax.set_xlabel("number of candidates N")
     ax.set_ylabel("accuracy (%)")

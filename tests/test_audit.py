@@ -331,3 +331,19 @@ def test_audit_invariants(seed, n, shuffles, num_items):
     renamed = records_of([f"z{i}" for i in items], orders, records.answer)  # same sort order
     again = compute_metrics(renamed, {"x": pred}, bootstrap=Bootstrap(resamples=20))
     assert again["methods"]["x"] == m
+
+
+def test_accuracy_against_n_has_the_intervals_as_error_bars(tmp_path):
+    from lad.report import write_report
+
+    runs = []
+    for n in (3, 4):
+        records = SyntheticModel(num_candidates=n).eval_records(15, 3)
+        run = tmp_path / f"n{n}"
+        run.mkdir()
+        metrics = compute_metrics(records, {"vanilla": records.logprobs.argmax(axis=1)})
+        (run / "metrics.json").write_text(json.dumps(metrics))
+        (run / "run.json").write_text(json.dumps({"arguments": {"model": "m", "setting": "s"}}))
+        runs.append(run)
+    page = write_report(runs, tmp_path / "report")
+    assert (tmp_path / "report/acc_vs_n.png").is_file() and "Accuracy against N" in page.read_text()

@@ -336,19 +336,12 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
             ns.update(n for n, _ in points)
             label = name if len(groups) == 1 else f"{name}, {where}"
             style = styles[g % len(styles)]
-            x, acc = [n for n, _ in points], np.array([m["acc"] for _, m in points])
-            ci = [(m.get("ci") or {}).get("acc") or [m["acc"]] * 2 for _, m in points]
-            yerr = np.abs(np.array(ci).T - acc)  # (2, points); none drawn for older files
-            ax.errorbar(
-                x,
-                acc,
-                yerr=yerr,
-                fmt=style,
-                marker="o",
-                capsize=3,
-                color=colours[name],
-                label=label,
-            )
+            x, acc = [n for n, _ in points], [m["acc"] for _, m in points]
+            ax.plot(x, acc, style, marker="o", color=colours[name], label=label)
+            ci = [(m.get("ci") or {}).get("acc") for _, m in points]  # older files: none
+            drawn = [(n, *c) for n, c in zip(x, ci, strict=True) if c is not None]
+            if drawn:  # the bootstrap interval of each point, as an error bar
+                ax.vlines(*zip(*drawn, strict=True), color=colours[name], linewidth=1)
     ax.set_xticks(sorted(ns))  # N is a count: integer ticks only
     ax.set_xlabel("number of candidates N")
     ax.set_ylabel("accuracy (%)")

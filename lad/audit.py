@@ -192,17 +192,21 @@ def permuted_right_at(table: Questions, draws: int, rng: np.random.Generator) ->
 def position_test(table: Questions, boot: Bootstrap) -> dict[str, Any]:
     """Permutation test of H0 "within a question, being right does not depend on where the
     answer sits": statistic RStd; each of B draws permutes the answer positions among each
-    question's records (`permuted_right_at`). p = (1 + #{RStd_perm ≥ RStd_obs}) / (B + 1)."""
+    question's records (`permuted_right_at`). p = (1 + #{RStd_perm ≥ RStd_obs}) / (B + 1);
+    None when every question was asked once (nothing to permute: the test cannot tell)."""
     shown = table.shown_at.sum(axis=0)
     observed = recall_std(_ratio(table.right_at.sum(axis=0), shown))
-    rng = np.random.default_rng(boot.seed + 1)
-    permuted = recall_std(_ratio(permuted_right_at(table, boot.resamples, rng), shown[None, :]))
-    reached = int((permuted >= observed - 1e-9).sum())
+    p_value = None
+    if table.shown_at.sum(axis=1).max() > 1:
+        rng = np.random.default_rng(boot.seed + 1)
+        right_at = permuted_right_at(table, boot.resamples, rng)
+        permuted = recall_std(_ratio(right_at, shown[None, :]))
+        p_value = (1 + int((permuted >= observed - 1e-9).sum())) / (boot.resamples + 1)
     return {
         "method": POSITION_TEST,
         "statistic": "rstd",
         "observed": float(observed),
-        "p_value": (1 + reached) / (boot.resamples + 1),
+        "p_value": p_value,
         "permutations": boot.resamples,
     }
 

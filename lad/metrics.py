@@ -187,8 +187,10 @@ def _interval(ci: list[float] | None) -> str:
 
 def position_verdict(test: dict[str, Any], alpha: float = 0.05) -> str:
     """'matters, p≤0.001' or 'noise, p=0.41'; the smallest p a B-draw test can give is 1/(B+1),
-    said as ≤."""
+    said as ≤; '–' when each question was asked once."""
     p, smallest = test["p_value"], 1 / (test["permutations"] + 1)
+    if p is None:
+        return "– (one order)"
     said = f"p≤{p:.3f}" if p <= smallest + 1e-12 else f"p={p:.3f}"
     return f"{'matters' if p < alpha else 'noise'}, {said}"
 

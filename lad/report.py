@@ -142,8 +142,10 @@ def _check_audit(m: dict[str, Any], n: int, bad: Any) -> None:
     test = m.get("position_test")
     if test is not None:
         p = test.get("p_value") if isinstance(test, dict) else None
-        if not (isinstance(p, (int, float)) and 0 <= p <= 1):
-            raise bad("'position_test' must hold a 'p_value' in [0, 1]")
+        if not (p is None or (isinstance(p, (int, float)) and 0 <= p <= 1)):
+            raise bad("'position_test' must hold a 'p_value' in [0, 1] (or null)")
+        if not isinstance(test.get("permutations"), int):
+            raise bad("'position_test' must hold an integer 'permutations'")
 
 
 def _save(fig: Any, path: Path) -> None:

@@ -307,6 +307,8 @@ def test_lad_metrics_prints_the_panel_with_the_floor_and_refuses_other_orderings
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1
     assert err.startswith(f"Error: {tmp_path / 'other.jsonl'}: its (item, ordering, order) differ")
+    assert main([*args, "--repeat-records", str(tmp_path / "other.jsonl")]) == 1
+    assert "give both" in capsys.readouterr().err
     assert main([*args, "--bootstrap", "0"]) != 0
     assert "--bootstrap" in capsys.readouterr().err
 
@@ -319,13 +321,15 @@ def test_audit_invariants(seed, n, shuffles, num_items):
     orders = [list(rng.permutation(n)) for _ in items]
     records = records_of(items, orders, rng.integers(0, n, size=len(items)))
     pred = rng.integers(-1, n, size=len(items))
-    m = compute_metrics(records, {"x": pred}, bootstrap=Bootstrap(resamples=20))["methods"]["x"]
+    metrics = compute_metrics(records, {"x": pred}, bootstrap=Bootstrap(resamples=20))
+    m = metrics["methods"]["x"]
     assert m["circular_acc"] <= m["acc"] + 1e-9 <= m["any_order_acc"] + 2e-9
-    assert 0 < m["position_test"]["p_value"] <= 1
     if shuffles == 1:
         assert m["flip_rate"] is None and m["ci"]["flip_rate"] is None
+        assert m["position_test"]["p_value"] is None and "– (one order)" in format_panel(metrics)
     else:  # no flip anywhere exactly when every question is consistent (Cons. 100)
         assert (m["flip_rate"] == 0) == (m["cons"] == 100)
+        assert 0 < m["position_test"]["p_value"] <= 1
     for ci in (m["ci"]["acc"], m["ci"]["rstd"]):
         assert 0 <= ci[0] <= ci[1]
     renamed = records_of([f"z{i}" for i in items], orders, records.answer)  # same sort order

@@ -224,6 +224,8 @@ def run_metrics(args: argparse.Namespace) -> int:
     if not predictions:
         raise LadError(f"{args.predictions}: holds no predictions; nothing to measure")
     chosen = predictions_by_method(records, predictions, args.predictions)
+    if args.repeat_records and not args.repeat_predictions:
+        raise LadError("--repeat-records names the records of --repeat-predictions; give both")
     repeats = _repeats(args, records) if args.repeat_predictions else None
     boot = Bootstrap(resamples=args.bootstrap, seed=args.bootstrap_seed)
     metrics = compute_metrics(records, chosen, bootstrap=boot, repeats=repeats)

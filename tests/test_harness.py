@@ -314,3 +314,21 @@ def test_blink_circular_equals_lad_data_blink_and_lad_eval(run: dict[str, Path])
     assert audit["methods"]["lad"]["recall_by_position"] == pytest.approx(
         reference["recall_by_position"]
     )
+
+
+def test_repeat_variant_loads_and_lad_refuses_it(tmp_path: Path) -> None:
+    """lmms-eval loads a `_repeat` task (every shift twice); --model lad, greedy, refuses it with
+    its reason (a sampling model's floor is what the variant measures)."""
+    from lad.harness import tasks_folder
+
+    parquet = shapes_muirbench(tmp_path / "eval", items=2, split="eval", n=N)
+    task = "muir_local_circular_repeat"
+    template = tasks_folder() / "muirbench_circular_repeat.yaml"
+    tasks = local_task(tmp_path / "tasks", parquet, task, template)
+    log = _run(
+        "-m", "lmms_eval", "--model", "lad",
+        "--model_args", f"model=demo,method=vanilla,output={tmp_path}/out/lad",
+        "--tasks", task, "--include_path", str(tasks), "--output_path", str(tmp_path / "out"),
+        "--device", "cpu", cwd=tmp_path,
+    )  # fmt: skip
+    assert f"{task}: asks each ordering twice (a *_circular_repeat task)" in log, log[-3000:]

@@ -189,3 +189,29 @@ def test_lmms_eval_table_numbers_are_the_audit_s():
     assert np.isnan(lad_flip(once)) and lad_circular(once) == pytest.approx(
         100 * np.mean([row["prediction"] == row["answer"] for row in once])
     )
+
+
+def test_pooled_numbers_are_those_of_all_questions_together(tmp_path):
+    four, pred4 = cyclic_run()
+    three = SyntheticModel(num_candidates=3, seed=1).perm_records(10)
+    pred3 = three.logprobs.argmax(axis=1)
+    rows = rows_of(four, pred4) + [{**r, "item": "t" + r["item"]} for r in rows_of(three, pred3)]
+    write_samples(tmp_path, rows)
+    assert _lad("harness", "audit", str(tmp_path))[0] == 0
+    audit = json.loads((tmp_path / "lad_audit.json").read_text())
+    pooled = audit["pooled"]["tasks"]["muirbench_circular"]["model"]
+    assert audit["pooled"]["overall"]["model"] == pooled  # one task
+    by_item: dict[str, list[dict]] = {}
+    for row in rows:
+        by_item.setdefault(row["item"], []).append(row)
+    right = [[r["prediction"] == r["answer"] for r in mine] for mine in by_item.values()]
+    errors = [(not ok, any(mine)) for mine in right for ok in mine]
+    assert pooled["num_records"] == len(rows) == 100 + 30
+    assert pooled["acc"] == pytest.approx(100 * np.mean([ok for mine in right for ok in mine]))
+    assert pooled["circular_acc"] == pytest.approx(100 * np.mean([all(m) for m in right]))
+    assert pooled["any_order_acc"] == pytest.approx(100 * np.mean([any(m) for m in right]))
+    wrong = [known for is_wrong, known in errors if is_wrong]
+    assert pooled["errors_due_to_order"] == pytest.approx(100 * np.mean(wrong))
+    cells = audit["tasks"]["muirbench_circular"]
+    flips = [cells[n]["methods"]["model"]["flip_rate"] for n in ("3", "4")]
+    assert pooled["flip_rate"] == pytest.approx((10 * flips[0] + 25 * flips[1]) / 35)

@@ -16,8 +16,11 @@ lad_audit.json: {"format": "lad-harness-audit/1", "source", "tasks": {task: {N: 
 "num_items", "num_shuffles", "num_records", "calibration" (for --model lad), "methods": {name:
 {"acc", "acc_std", "rstd", "cons", "recall_by_position", "selection_by_position", "delta_rstd",
 and lad.audit's "flip_rate", "circular_acc", "any_order_acc", "errors_due_to_order", "ci",
-"position_test", "noise_floor" (rows asked again)}}, "bootstrap", "order_gaps"}}}}; numbers are
-percentages as in metrics.json, computed by lad.metrics.
+"position_test", "noise_floor" (rows asked again)}}, "bootstrap", "order_gaps"}}}, "pooled":
+{"tasks": {task: {name: {...}}}, "overall": {name: {...}}}}; numbers are percentages as in
+metrics.json, computed by lad.metrics; "pooled" holds each method's acc, cons, circular_acc,
+any_order_acc, flip_rate and errors_due_to_order over a task's N groups and over everything,
+each the mean of the groups' numbers weighted by what it averages (records, questions, errors).
 
 A row with `repeat` r > 0 is its (item, ordering) asked again (a circular task's `repeats`): the
 metrics are those of the first askings, and the share of repeats whose choice differs from the
@@ -77,6 +80,45 @@ def _summary(metrics: dict[str, Any], folder: str, **more: Any) -> dict[str, Any
     }
 
 
+# What each pooled number is a mean over: records (Acc), questions, or a method's errors.
+_POOLED = {
+    "acc": "num_records",
+    "cons": "num_items",
+    "circular_acc": "num_items",
+    "any_order_acc": "num_items",
+    "flip_rate": "num_items",
+    "errors_due_to_order": "errors",
+}
+
+
+def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each method's numbers over `cells` (lad_audit.json entries of one N each), weighted by
+    what the number is a mean over; cells where it is undefined are left out."""
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(m for cell in cells for m in cell["methods"]):
+        mine = [(c, c["methods"][name]) for c in cells if name in c["methods"]]
+        pooled: dict[str, Any] = {"num_records": sum(c["num_records"] for c, _ in mine)}
+        for key, over in _POOLED.items():
+            weighted = [
+                (m[key], c["num_records"] * (100 - m["acc"]) / 100 if over == "errors" else c[over])
+                for c, m in mine
+                if m.get(key) is not None
+            ]
+            total = sum(w for _, w in weighted)
+            pooled[key] = sum(v * w for v, w in weighted) / total if total > 0 else None
+        out[name] = pooled
+    return out
+
+
+def pooled_audit(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """lad_audit.json's "pooled": per task over its N, and overall over every task and N."""
+    cells = {t: [c for c in by_n.values() if "methods" in c] for t, by_n in tasks.items()}
+    return {
+        "tasks": {t: _pool(mine) for t, mine in cells.items() if mine},
+        "overall": _pool([c for mine in cells.values() for c in mine]),
+    }
+
+
 def write_model_audit(results: Sequence[Any], output: Path, options: Any, task_dict: Any) -> Path:
     """`--model lad`'s folders and lad_audit.json (lad.harness.runner.TaskResult each)."""
     from lad.harness.runner import write_audit_folder
@@ -108,6 +150,7 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any, task_d
         "method": options.method,
         "labels": options.labels,
         "tasks": dict(tasks),
+        "pooled": pooled_audit(tasks),
     }
     path = output / AUDIT_FILE
     write_text(path, json.dumps(audit, indent=2) + "\n")
@@ -211,7 +254,12 @@ def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: 
             run = {"arguments": {"labels": "upper", "source": source, "task": task}}
             write_text(folder / "run.json", json.dumps(run, indent=2) + "\n")
             tasks[task][str(n)] = _summary(metrics, f"lad_audit/{task}/n{n}")
-    audit = {"format": AUDIT_FORMAT, "source": source, "tasks": tasks}
+    audit = {
+        "format": AUDIT_FORMAT,
+        "source": source,
+        "tasks": tasks,
+        "pooled": pooled_audit(tasks),
+    }
     path = output / AUDIT_FILE
     write_text(path, json.dumps(audit, indent=2) + "\n")
     return path

@@ -38,7 +38,7 @@ import numpy as np
 
 from lad.core.calibrate import Calibration
 from lad.core.methods import METHODS, MethodOptions
-from lad.core.metrics import format_table
+from lad.core.metrics import format_panel, format_table
 from lad.core.prompts import CAPTION, vanilla_template
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
@@ -324,7 +324,7 @@ def score_run(
     # Wall seconds per stage (run.json's, summed over sessions) and of this scoring.
     timing = {**run.timing(), "scoring": round(time.perf_counter() - start, 3)}
     metrics = run.write_scored(scored, timing=timing)
-    table = format_table(metrics)
+    table = "\n".join(filter(None, (format_table(metrics), format_panel(metrics))))
     report = None
     if write_report:
         from lad.outputs.report import write_report as _write_report

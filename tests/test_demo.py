@@ -128,6 +128,18 @@ def test_lad_recovers_the_answer_from_one_forward_pass(demo_run):
     assert lad["rstd"] <= 8.0
 
 
+def test_the_audit_finds_vanilla_position_dependence_and_bounds_lad(demo_run):
+    """Issue 33's done-when: vanilla's position dependence is significant, LAD's RStd comes with
+    an interval, and order explains most of vanilla's errors."""
+    vanilla, lad = demo_run["vanilla"], demo_run["lad"]
+    assert vanilla["position_test"]["p_value"] < 0.01
+    lo, hi = lad["ci"]["rstd"]
+    assert lo <= lad["rstd"] <= hi < vanilla["ci"]["rstd"][0]
+    assert vanilla["flip_rate"] > lad["flip_rate"] + 30.0
+    assert vanilla["errors_due_to_order"] >= 80.0
+    assert vanilla["circular_acc"] <= vanilla["acc"] <= vanilla["any_order_acc"]
+
+
 def test_lad_beats_a_fixed_prior_because_the_bias_is_conditional(demo_run):
     assert demo_run["lad"]["acc"] >= demo_run["pride"]["acc"] + 10.0
 

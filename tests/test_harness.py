@@ -177,11 +177,14 @@ def test_audit_numbers_equal_lad_metrics(run: dict[str, Path]) -> None:
     assert entry["calibration"]["kind"] == "file"
     for method in ("vanilla", "lad"):
         got = entry["methods"][method]
-        for key in ("acc", "acc_std", "rstd", "cons", "recall_by_position"):
+        for key in ("acc", "acc_std", "rstd", "cons", "recall_by_position", "flip_rate"):
             assert got[key] == pytest.approx(reference[method][key], abs=1e-9), (method, key)
+        assert got["ci"] == reference[method]["ci"], method
     table = _results(run["out"])[CIRCULAR]
     for name in ("acc", "rstd", "cons"):
         assert table[f"lad_{name},flexible-extract"] == pytest.approx(reference["lad"][name])
+    for name, key in (("flip", "flip_rate"), ("circular", "circular_acc")):
+        assert table[f"lad_{name},flexible-extract"] == pytest.approx(reference["lad"][key])
     assert 100 * table["muirbench_score_overall,flexible-extract"] == pytest.approx(
         reference["lad"]["acc"]
     )
@@ -203,6 +206,9 @@ def test_audit_of_logged_samples_and_report(run: dict[str, Path]) -> None:
     reference = _metrics(run["root"] / "eval-cyclic")["methods"]["lad"]
     for key in ("acc", "acc_std", "rstd", "cons", "recall_by_position", "selection_by_position"):
         assert got[key] == pytest.approx(reference[key]), key
+    for key in ("flip_rate", "circular_acc", "any_order_acc", "errors_due_to_order"):
+        assert got[key] == pytest.approx(reference[key]), key
+    assert got["ci"] == reference["ci"] and got["position_test"] == reference["position_test"]
     for folder in (out, run["lad"]):
         text = _lad("report", str(folder), "--out", str(folder / "report"), cwd=run["root"])
         assert "report:" in text and (folder / "report/index.html").is_file()
@@ -309,3 +315,21 @@ def test_blink_circular_equals_lad_data_blink_and_lad_eval(run: dict[str, Path])
     assert audit["methods"]["lad"]["recall_by_position"] == pytest.approx(
         reference["recall_by_position"]
     )
+
+
+def test_repeat_variant_loads_and_lad_refuses_it(tmp_path: Path) -> None:
+    """lmms-eval loads a `_repeat` task (every shift twice); --model lad, greedy, refuses it with
+    its reason (a sampling model's floor is what the variant measures)."""
+    from lad.harness import tasks_folder
+
+    parquet = shapes_muirbench(tmp_path / "eval", items=2, split="eval", n=N)
+    task = "muir_local_circular_repeat"
+    template = tasks_folder() / "muirbench_circular_repeat.yaml"
+    tasks = local_task(tmp_path / "tasks", parquet, task, template)
+    log = _run(
+        "-m", "lmms_eval", "--model", "lad",
+        "--model_args", f"model=demo,method=vanilla,output={tmp_path}/out/lad",
+        "--tasks", task, "--include_path", str(tasks), "--output_path", str(tmp_path / "out"),
+        "--device", "cpu", cwd=tmp_path,
+    )  # fmt: skip
+    assert f"{task}: asks each ordering twice (a *_circular_repeat task)" in log, log[-3000:]

@@ -19,7 +19,7 @@ from lad.cli import main
 from lad.core.methods import MethodOptions
 from lad.core.scoring import score_records
 from lad.errors import LadError
-from lad.harness.audit import write_rows_folder
+from lad.harness.audit import write_rows_audit
 from lad.harness.runner import CalibrationSource, TaskResult, write_audit_folder
 from lad.outputs.ablate import ablate, load_runs
 from lad.outputs.report import write_report
@@ -104,8 +104,8 @@ def _rows_folder(resumed: Path, folder: Path) -> Path:
             records.items, records.ordering, records.order, records.answer, strict=True
         )
     ]
-    write_rows_folder(folder, "task", "samples.jsonl", rows)
-    return folder
+    write_rows_audit({"task": rows}, folder, "samples.jsonl")
+    return folder / "lad_audit" / "task" / f"n{records.num_candidates}"
 
 
 def _pre_format_harness(folder: Path) -> Path:

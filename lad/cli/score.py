@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+import numpy as np
+
 from lad.cli.flags import (
     InputPath,
     OutputPath,
@@ -16,16 +18,18 @@ from lad.cli.flags import (
     command,
     methods_given,
     resolved,
+    whole,
 )
+from lad.core.audit import Bootstrap
 from lad.core.calibrate import Calibration
 from lad.core.methods import METHODS, MethodOptions
-from lad.core.metrics import compute_metrics, format_table
+from lad.core.metrics import compute_metrics, format_panel, format_table
 from lad.core.predictions import (
     predictions_by_method,
     read_predictions,
     write_predictions,
 )
-from lad.core.records import read_records
+from lad.core.records import RecordSet, read_records
 from lad.core.scoring import score_records
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_file, write_text
@@ -128,7 +132,9 @@ def run_score(args: argparse.Namespace) -> int:
     perm = read_records(args.perm_records) if args.perm_records else None
     methods = list(methods_given(args.methods))
     stages = {METHODS[m].stage: records for m in methods}  # replies are in these records
-    scored = score_records(records, methods, calibration, options, perm_records=perm, stages=stages)
+    scored = score_records(
+        records, methods, calibration, options, perm_records=perm, stages=stages, bootstrap=None
+    )
     write_predictions(args.out, scored.predictions)
     print(format_table(scored.metrics))
     count = f"{len(methods)} method{'s' if len(methods) > 1 else ''}"
@@ -155,14 +161,36 @@ def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
     p = command(
         subparsers,
         "metrics",
-        "Acc, RStd, Cons. of predictions",
-        "Acc ± std, RStd, Cons. (§5.2) of predictions against their records.",
+        "Acc, RStd, Cons. of predictions, and the position audit",
+        "Acc ± std, RStd, Cons. (§5.2) of predictions against their records, and the position "
+        "audit below them: bootstrap intervals, a permutation test of position dependence, flip "
+        "rate with its noise floor, CircularEval accuracy, errors due to order (docs/metrics.md).",
         "lad metrics --records runs/default/records.jsonl --predictions "
         "runs/default/predictions.jsonl --json",
     )
     add_records_flag(p)
     p.add_argument(
         "--predictions", type=InputPath, required=True, help="predictions.jsonl from lad score"
+    )
+    p.add_argument(
+        "--repeat-predictions",
+        type=InputPath,
+        help="predictions of the same records asked again (e.g. records made with another "
+        "--batch-size, scored by lad score): their disagreement is the noise floor",
+    )
+    p.add_argument(
+        "--repeat-records",
+        type=InputPath,
+        help="the records --repeat-predictions scored (default: --records)",
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=whole(1, "--bootstrap"),
+        default=Bootstrap().resamples,
+        help="bootstrap resamples B of the intervals, and draws of the position test",
+    )
+    p.add_argument(
+        "--bootstrap-seed", type=whole(0, "--bootstrap-seed"), default=0, help="their seed"
     )
     p.add_argument("--json", action="store_true", help="print metrics.json instead of a table")
     p.add_argument("--out", type=OutputPath, help="also write metrics.json here")
@@ -183,9 +211,25 @@ def run_metrics(args: argparse.Namespace) -> int:
     if not predictions:
         raise LadError(f"{args.predictions}: holds no predictions; nothing to measure")
     chosen = predictions_by_method(records, predictions, args.predictions)
-    metrics = compute_metrics(records, chosen)
+    if args.repeat_records and not args.repeat_predictions:
+        raise LadError("--repeat-records names the records of --repeat-predictions; give both")
+    repeats = _repeats(args, records) if args.repeat_predictions else None
+    boot = Bootstrap(resamples=args.bootstrap, seed=args.bootstrap_seed)
+    metrics = compute_metrics(records, chosen, bootstrap=boot, repeats=repeats)
     text = json.dumps(metrics, indent=2)
     if args.out:
         write_text(args.out, text + "\n")
-    print(text if args.json else format_table(metrics))
+    print(text if args.json else f"{format_table(metrics)}\n{format_panel(metrics)}")
     return 0
+
+
+def _repeats(args: argparse.Namespace, records: RecordSet) -> dict:
+    """The chosen positions of the same (item, ordering) asked again, by method."""
+    again = read_records(args.repeat_records) if args.repeat_records else records
+    if again.keys() != records.keys() or not np.array_equal(again.order, records.order):
+        raise LadError(
+            f"{args.repeat_records}: its (item, ordering, order) differ from {args.records}; "
+            "the noise floor compares the same orderings asked twice"
+        )
+    predictions = read_predictions(args.repeat_predictions)
+    return predictions_by_method(again, predictions, args.repeat_predictions)

@@ -5,7 +5,9 @@ T shuffles; RStd is the sample std over the N positions of the recall at each po
 the share of items for which the same *image* (via `order`) is chosen under all their orderings.
 A prediction of -1 (an unparseable reply) counts as wrong and is reported as `parse_failure`.
 When vanilla is among the methods, each method also gets `delta_rstd`, its RStd minus vanilla's
-(Table 5's ΔRStd: negative is less position bias).
+(Table 5's ΔRStd: negative is less position bias). Each method also gets lad.core.audit's numbers
+(flip rate, CircularEval accuracy, bootstrap intervals, the position test, errors due to order;
+docs/metrics.md), and `format_panel` prints them below the table.
 
     metrics = compute_metrics(records, {"vanilla": predict("vanilla", records)})
     print(format_table(metrics))
@@ -17,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from lad.core.audit import DEFAULT_BOOTSTRAP, Bootstrap, audit_method, noise_floor, order_gaps
 from lad.core.records import RecordSet
 from lad.errors import LadError
 
@@ -96,11 +99,15 @@ def compute_metrics(
     predictions_by_method: dict[str, Any],
     *,
     costs: dict[str, float] | None = None,
+    bootstrap: Bootstrap | None = DEFAULT_BOOTSTRAP,
+    repeats: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """metrics.json (docs/formats.md) for each method's (R,) chosen positions (-1 = unparseable).
 
     `costs` gives forward passes per prediction by method; methods computed from records default
-    to 1 (perm-avg: N). Independent of the order of the records.
+    to 1 (perm-avg: N). `bootstrap` sets the audit's resampling (None: no audit keys, e.g. for
+    sweeps); `repeats` the chosen positions of the same records asked again, by method, whose
+    disagreement is the noise floor. Independent of the order of the records.
     """
     if not len(records):
         raise LadError("no records to compute metrics on")
@@ -110,22 +117,31 @@ def compute_metrics(
     known = {**default_costs(n), **(costs or {})}
     methods = {}
     for method, pred in predictions_by_method.items():
-        m = method_metrics(
-            records, _check_predictions(records, method, pred), item_index, len(names)
-        )
+        chosen = _check_predictions(records, method, pred)
+        m = method_metrics(records, chosen, item_index, len(names))
         cost = known.get(method)
         m["forward_passes_per_item"] = None if cost is None else float(cost)
+        if bootstrap is not None:
+            m.update(audit_method(records, chosen, bootstrap))
+        if repeats and method in repeats:
+            again = _check_predictions(records, f"{method} (asked again)", repeats[method])
+            m["noise_floor"] = noise_floor(records, chosen, again)
         methods[method] = m
     if "vanilla" in methods:
         for m in methods.values():
             m["delta_rstd"] = m["rstd"] - methods["vanilla"]["rstd"]
-    return {
+    out = {
         "num_candidates": n,
         "num_items": len(names),
         "num_shuffles": int(per_item.max()),
         "num_records": len(records),
         "methods": methods,
     }
+    if bootstrap is not None:
+        out["bootstrap"] = bootstrap.to_dict()
+        if gaps := order_gaps(methods):
+            out["order_gaps"] = gaps
+    return out
 
 
 def format_table(metrics: dict[str, Any]) -> str:
@@ -162,4 +178,59 @@ def format_table(metrics: dict[str, Any]) -> str:
         if with_parse:
             row += f"{m.get('parse_failure', 0.0):>9.2f}%"
         lines.append(row)
+    return "\n".join(lines)
+
+
+def _interval(ci: list[float] | None) -> str:
+    return "–" if ci is None else f"[{ci[0]:.1f}, {ci[1]:.1f}]"
+
+
+def position_verdict(test: dict[str, Any], alpha: float = 0.05) -> str:
+    """'matters, p≤0.001' or 'noise, p=0.41'; the smallest p a B-draw test can give is 1/(B+1),
+    said as ≤; '–' when each question was asked once."""
+    p, smallest = test["p_value"], 1 / (test["permutations"] + 1)
+    if p is None:
+        return "– (one order)"
+    said = f"p≤{p:.3f}" if p <= smallest + 1e-12 else f"p={p:.3f}"
+    return f"{'matters' if p < alpha else 'noise'}, {said}"
+
+
+def format_panel(metrics: dict[str, Any]) -> str:
+    """The audit below format_table: per method the bootstrap intervals of Acc and RStd, the
+    position test, the flip rate with its interval and the noise floor beside it, CircularEval
+    accuracy and the share of errors due to order (docs/metrics.md); then the order gaps."""
+    methods = metrics["methods"]
+    boot = metrics.get("bootstrap")
+    if boot is None or not all("ci" in m for m in methods.values()):
+        return ""
+    head = (
+        f"{'Method':<18}{'Acc CI':>14}{'RStd CI':>14}{'Position':>18}{'Flip':>8}{'Flip CI':>14}"
+        f"{'Floor':>7}{'Circ.':>8}{'Order err.':>11}"
+    )
+    lines = [
+        f"Position audit: {boot['level']:g}% bootstrap intervals over {metrics['num_items']} "
+        f"items (B = {boot['B']}, seed {boot['seed']}); position: permutation test of RStd",
+        head,
+        "-" * len(head),
+    ]
+    for name, m in methods.items():
+        flip, floor, err = m["flip_rate"], m.get("noise_floor"), m["errors_due_to_order"]
+        row = f"{name:<18}{_interval(m['ci']['acc']):>14}{_interval(m['ci']['rstd']):>14}"
+        row += f"{position_verdict(m['position_test']):>18}"
+        row += f"{'–' if flip is None else f'{flip:.2f}':>8}{_interval(m['ci']['flip_rate']):>14}"
+        floor_said = "–" if floor is None else f"{floor['flip_rate']:.2f}"
+        row += f"{floor_said:>7}"
+        row += f"{m['circular_acc']:>8.2f}{'–' if err is None else f'{err:.2f}':>11}"
+        lines.append(row)
+    gaps = metrics.get("order_gaps")
+    if gaps:
+        said = ", ".join(
+            f"{k.replace('_minus_', ' − ').replace('_', '-')} {v:+.2f}" for k, v in gaps.items()
+        )
+        lines.append(f"Acc gaps (points): {said}")
+    if not any("noise_floor" in m for m in methods.values()):
+        lines.append(
+            "Floor: – until the same orderings are asked again (lad metrics --repeat-predictions; "
+            "a *_circular_repeat task)"
+        )
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from lad.core.audit import DEFAULT_BOOTSTRAP, Bootstrap
 from lad.core.calibrate import Calibration
 from lad.core.methods import METHODS, MethodOptions, choose
 from lad.core.metrics import compute_metrics
@@ -36,11 +37,13 @@ def score_records(
     perm_records: RecordSet | None = None,
     stages: Mapping[str, RecordSet] | None = None,
     costs: Mapping[str, float] | None = None,
+    bootstrap: Bootstrap | None = DEFAULT_BOOTSTRAP,
 ) -> Scored:
     """Score `records` with each method, on its stage's records (`stages`: the records of the
     generation and SoFA stages by stage name; lad.core.methods.Method.stage), and measure them.
 
     costs: forward passes per item by method, over each method's own (METHODS' forward_passes).
+    bootstrap: the position audit's resampling (lad.core.audit; None: no audit, for sweeps).
     """
     options = options or MethodOptions()
     stages = {"records": records, **(stages or {})}
@@ -56,7 +59,8 @@ def score_records(
             tokens[method] = generated_tokens_per_item(stage)
     n = records.num_candidates
     own = {m: METHODS[m].forward_passes(n) for m in methods}
-    out.metrics = compute_metrics(records, out.chosen, costs={**own, **(costs or {})})
+    costs = {**own, **(costs or {})}
+    out.metrics = compute_metrics(records, out.chosen, costs=costs, bootstrap=bootstrap)
     for method, count in tokens.items():
         out.metrics["methods"][method]["generated_tokens_per_item"] = count
     return out

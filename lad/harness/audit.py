@@ -14,8 +14,17 @@ Two sources:
 
 lad_audit.json: {"format": "lad-harness-audit/1", "source", "tasks": {task: {N: {"folder",
 "num_items", "num_shuffles", "num_records", "calibration" (for --model lad), "methods": {name:
-{"acc", "acc_std", "rstd", "cons", "recall_by_position", "selection_by_position", "delta_rstd"
-}}}}}}; numbers are percentages as in metrics.json, computed by lad.core.metrics.
+{"acc", "acc_std", "rstd", "cons", "recall_by_position", "selection_by_position", "delta_rstd",
+and lad.core.audit's "flip_rate", "circular_acc", "any_order_acc", "errors_due_to_order", "ci",
+"position_test", "noise_floor" (rows asked again)}}, "bootstrap", "order_gaps"}}}, "pooled":
+{"tasks": {task: {name: {...}}}, "overall": {name: {...}}}}; numbers are percentages as in
+metrics.json, computed by lad.core.metrics; "pooled" holds each method's acc, cons, circular_acc,
+any_order_acc, flip_rate and errors_due_to_order over a task's N groups and over everything,
+each the mean of the groups' numbers weighted by what it averages (records, questions, errors).
+
+A row with `repeat` r > 0 is its (item, ordering) asked again (a circular task's `repeats`): the
+metrics are those of the first askings, and the share of repeats whose choice differs from the
+first asking's is the method's noise floor.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from lad.core.audit import noise_floor
 from lad.core.metrics import compute_metrics
 from lad.core.records import RecordSet
 from lad.errors import LadError
@@ -44,6 +54,13 @@ _SUMMARY_KEYS = (
     "selection_by_position",
     "delta_rstd",
     "forward_passes_per_item",
+    "flip_rate",
+    "circular_acc",
+    "any_order_acc",
+    "errors_due_to_order",
+    "ci",
+    "position_test",
+    "noise_floor",
 )
 
 
@@ -53,11 +70,51 @@ def _summary(metrics: dict[str, Any], folder: str, **more: Any) -> dict[str, Any
         "num_items": metrics["num_items"],
         "num_shuffles": metrics["num_shuffles"],
         "num_records": metrics["num_records"],
+        **{k: metrics[k] for k in ("bootstrap", "order_gaps") if k in metrics},
         **more,
         "methods": {
             name: {k: m[k] for k in _SUMMARY_KEYS if k in m}
             for name, m in metrics["methods"].items()
         },
+    }
+
+
+# What each pooled number is a mean over: records (Acc), questions, or a method's errors.
+_POOLED = {
+    "acc": "num_records",
+    "cons": "num_items",
+    "circular_acc": "num_items",
+    "any_order_acc": "num_items",
+    "flip_rate": "num_items",
+    "errors_due_to_order": "errors",
+}
+
+
+def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each method's numbers over `cells` (lad_audit.json entries of one N each), weighted by
+    what the number is a mean over; cells where it is undefined are left out."""
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(m for cell in cells for m in cell["methods"]):
+        mine = [(c, c["methods"][name]) for c in cells if name in c["methods"]]
+        pooled: dict[str, Any] = {"num_records": sum(c["num_records"] for c, _ in mine)}
+        for key, over in _POOLED.items():
+            weighted = [
+                (m[key], c["num_records"] * (100 - m["acc"]) / 100 if over == "errors" else c[over])
+                for c, m in mine
+                if m.get(key) is not None
+            ]
+            total = sum(w for _, w in weighted)
+            pooled[key] = sum(v * w for v, w in weighted) / total if total > 0 else None
+        out[name] = pooled
+    return out
+
+
+def pooled_audit(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """lad_audit.json's "pooled": per task over its N, and overall over every task and N."""
+    cells = {t: [c for c in by_n.values() if "methods" in c] for t, by_n in tasks.items()}
+    return {
+        "tasks": {t: _pool(mine) for t, mine in cells.items() if mine},
+        "overall": _pool([c for mine in cells.values() for c in mine]),
     }
 
 
@@ -92,6 +149,7 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any, task_d
         "method": options.method,
         "labels": options.labels,
         "tasks": dict(tasks),
+        "pooled": pooled_audit(tasks),
     }
     path = output / AUDIT_FILE
     write_text(path, json.dumps(audit, indent=2) + "\n")
@@ -127,30 +185,39 @@ def rows_metrics(rows: Iterable[dict[str, Any]], method: str = "model") -> dict[
         by_n[len(row["order"])].append(row)
     out = {}
     for n, mine in sorted(by_n.items()):
-        records = positions_records(mine)
-        prediction = np.array([int(r["prediction"]) for r in mine], dtype=np.int64)
-        out[n] = compute_metrics(records, {method: prediction})  # passes: unknown (None)
+        first = [r for r in mine if not r.get("repeat")]
+        records = positions_records(first)
+        prediction = np.array([int(r["prediction"]) for r in first], dtype=np.int64)
+        metrics = compute_metrics(records, {method: prediction})  # passes: unknown (None)
+        again = [r for r in mine if r.get("repeat")]
+        if again:
+            metrics["methods"][method]["noise_floor"] = repeat_floor(first, again)
+        out[n] = metrics
     return out
+
+
+def repeat_floor(first: Sequence[dict[str, Any]], again: Sequence[dict[str, Any]]) -> dict:
+    """lad.core.audit.noise_floor of the repeated rows against their first askings."""
+    asked = {(r["item"], r["ordering"]): int(r["prediction"]) for r in first}
+    lost = [r for r in again if (r["item"], r["ordering"]) not in asked]
+    if lost:
+        raise LadError(f"an audit row repeats an ordering never asked first: {lost[0]}")
+    before = np.array([asked[(r["item"], r["ordering"])] for r in again], dtype=np.int64)
+    now = np.array([int(r["prediction"]) for r in again], dtype=np.int64)
+    return noise_floor(positions_records(again), before, now)
 
 
 def pooled(rows: Sequence[dict[str, Any]], key: str) -> float:
     """One number over all N for lmms-eval's table: `key` of each N's metrics, weighted by its
-    records (acc, cons; RStd is defined within one N, so this is the records-weighted mean of
-    the per-N RStd)."""
+    records (acc, cons, flip_rate, circular_acc; RStd is defined within one N, so this is the
+    records-weighted mean of the per-N RStd); N groups where it is undefined are left out."""
     if not rows:
         return float("nan")
-    by_n = rows_metrics(rows)
-    total = sum(m["num_records"] for m in by_n.values())
-    return float(sum(m["methods"]["model"][key] * m["num_records"] for m in by_n.values()) / total)
-
-
-def write_rows_folder(folder: Path, task: str, source: str, rows: Sequence[dict]) -> None:
-    """A run directory (lad.run.rundir.RunDir) of one (task, N) of any model's answers:
-    metrics.json and run.json, no records (there is no model evidence)."""
-    run = RunDir(folder)
-    arguments = {"labels": "upper", "source": source, "task": task}
-    run.write_run(arguments, None, harness={"task": task, "source": source})
-    run.write_answers(rows_metrics(rows)[len(rows[0]["order"])])
+    by_n = [m for m in rows_metrics(rows).values() if m["methods"]["model"][key] is not None]
+    if not by_n:  # e.g. a flip rate of questions asked once
+        return float("nan")
+    total = sum(m["num_records"] for m in by_n)
+    return float(sum(m["methods"]["model"][key] * m["num_records"] for m in by_n) / total)
 
 
 def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: str) -> Path:
@@ -160,9 +227,17 @@ def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: 
         tasks[task] = {}
         for n, metrics in rows_metrics(rows).items():
             folder = output / "lad_audit" / task / f"n{n}"
-            write_rows_folder(folder, task, source, [r for r in rows if len(r["order"]) == n])
+            run = RunDir(folder)
+            arguments = {"labels": "upper", "source": source, "task": task}
+            run.write_run(arguments, None, harness={"task": task, "source": source})
+            run.write_answers(metrics)
             tasks[task][str(n)] = _summary(metrics, f"lad_audit/{task}/n{n}")
-    audit = {"format": AUDIT_FORMAT, "source": source, "tasks": tasks}
+    audit = {
+        "format": AUDIT_FORMAT,
+        "source": source,
+        "tasks": tasks,
+        "pooled": pooled_audit(tasks),
+    }
     path = output / AUDIT_FILE
     write_text(path, json.dumps(audit, indent=2) + "\n")
     return path

@@ -5,9 +5,13 @@ lad/harness/tasks, loaded with `--include_path`).
 its option pictures cyclically shifted as lad's evaluation does (lad.data.items.cyclic_shift: at
 shift s, position p shows the original option (p + s) mod N, and the answer letter moves with
 its picture); question pictures and option texts stay. Each document gains `lad_item` (the
-original id) and `lad_shift` (s). `*_results` score a document with the task's own
+original id) and `lad_shift` (s). The `*_docs_repeated` variants (tasks `*_circular_repeat`) ask
+every shift twice, the second document with `lad_repeat` 1: for a model that samples, how often
+the same question in the same order gets another answer is the noise floor of its flip rate
+(`lad harness audit`; docs/metrics.md). `*_results` score a document with the task's own
 process_results, unchanged, and add the row lad's metrics need (lad.harness.audit); the
-`lad_acc`, `lad_rstd` and `lad_cons` aggregations put Acc, RStd and Cons. in lmms-eval's table.
+`lad_acc`, `lad_rstd`, `lad_cons`, `lad_flip` and `lad_circular` aggregations put Acc, RStd,
+Cons., the flip rate and CircularEval accuracy (docs/metrics.md) in lmms-eval's table.
 """
 
 from __future__ import annotations
@@ -27,11 +31,17 @@ from lad.harness.adapters import (
 )
 from lad.harness.audit import pooled
 
-AUDIT_METRICS = ("lad_acc", "lad_rstd", "lad_cons")
+AUDIT_METRICS = ("lad_acc", "lad_rstd", "lad_cons", "lad_flip", "lad_circular")
 
 
-def _expand(dataset: Any, adapter: str, shifted: Callable[[dict, PictureChoice, int], dict]):
-    """Each picture question of `dataset` (a datasets.Dataset) under all N cyclic shifts; the
+def _expand(
+    dataset: Any,
+    adapter: str,
+    shifted: Callable[[dict, PictureChoice, int], dict],
+    repeats: int = 1,
+):
+    """Each picture question of `dataset` (a datasets.Dataset) under all N cyclic shifts, each
+    shift `repeats` times (documents in a row, `lad_repeat` 0, 1, … when more than once); the
     pictures' bytes are moved, never re-encoded."""
     import datasets
 
@@ -43,10 +53,13 @@ def _expand(dataset: Any, adapter: str, shifted: Callable[[dict, PictureChoice, 
         if choice is None or choice.answer is None:
             continue
         for s in range(choice.num_candidates):
-            rows.append({**shifted(dict(doc), choice, s), "lad_item": choice.item, "lad_shift": s})
+            row = {**shifted(dict(doc), choice, s), "lad_item": choice.item, "lad_shift": s}
+            rows += [row] if repeats == 1 else [{**row, "lad_repeat": r} for r in range(repeats)]
     features = dataset.features.copy()
     features["lad_item"] = datasets.Value("string")
     features["lad_shift"] = datasets.Value("int64")
+    if repeats > 1:
+        features["lad_repeat"] = datasets.Value("int64")
     return datasets.Dataset.from_list(rows, features=features)
 
 
@@ -84,6 +97,14 @@ def blink_docs(dataset: Any) -> Any:
     return _expand(dataset, "blink", _blink_shift)
 
 
+def muirbench_docs_repeated(dataset: Any) -> Any:
+    return _expand(dataset, "muirbench", _muirbench_shift, repeats=2)
+
+
+def blink_docs_repeated(dataset: Any) -> Any:
+    return _expand(dataset, "blink", _blink_shift, repeats=2)
+
+
 def audit_row(doc: dict, positions: list[int], parsed: str) -> dict[str, Any]:
     """The row lad's metrics read, from a circular document's text fields alone (lmms-eval
     hands process_results its documents without their pictures). positions[c] is the position
@@ -92,13 +113,15 @@ def audit_row(doc: dict, positions: list[int], parsed: str) -> dict[str, Any]:
     letters = _letters(len(positions))
     answer = str(doc["answer"]).strip().strip("()")
     chosen = letters.index(parsed) if len(parsed) == 1 and parsed in letters else None
-    return {
+    row = {
         "item": str(doc["lad_item"]),
         "ordering": int(doc["lad_shift"]),
         "order": cyclic_shift(len(positions), int(doc["lad_shift"])),
         "answer": positions[letters.index(answer)],
         "prediction": -1 if chosen is None else positions[chosen],
     }
+    repeat = int(doc.get("lad_repeat") or 0)
+    return {**row, "repeat": repeat} if repeat else row
 
 
 def blink_positions(choices: list[str]) -> list[int]:
@@ -142,3 +165,11 @@ def lad_rstd(rows: list[dict[str, Any]]) -> float:
 
 def lad_cons(rows: list[dict[str, Any]]) -> float:
     return pooled(rows, "cons")
+
+
+def lad_flip(rows: list[dict[str, Any]]) -> float:
+    return pooled(rows, "flip_rate")
+
+
+def lad_circular(rows: list[dict[str, Any]]) -> float:
+    return pooled(rows, "circular_acc")

@@ -23,6 +23,7 @@ from lmms_eval.api.model import lmms
 from loguru import logger
 from tqdm import tqdm
 
+from lad.errors import LadError
 from lad.harness.adapters import PictureChoice, picture_choice
 from lad.harness.audit import write_model_audit
 from lad.harness.runner import HarnessOptions, PictureScorer
@@ -97,7 +98,14 @@ class LadModel(lmms):
         others = []
         for r, request in enumerate(requests):
             _, _, _, doc_id, task, split = request.args
-            choice = picture_choice(self._docs(task, split)[doc_id], self.adapter)
+            doc = self._docs(task, split)[doc_id]
+            if doc.get("lad_repeat"):
+                raise LadError(
+                    f"{task}: asks each ordering twice (a *_circular_repeat task), which measures "
+                    "a sampling model's noise floor; --model lad scores greedily, so run the task "
+                    "without _repeat (lad's own floor: docs/metrics.md)"
+                )
+            choice = picture_choice(doc, self.adapter)
             if choice is None:
                 others.append(r)
             else:

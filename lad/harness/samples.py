@@ -1,6 +1,9 @@
 """Rows of lad's audit from the samples lmms-eval logs (`--log_samples`): one jsonl file per task
 and run (`<date>_samples_<task>.jsonl` in a folder per model), each line a document's result,
-holding the `lad_acc` row that lad.harness.circular added."""
+holding the `lad_acc` row that lad.harness.circular added. Each row is checked (types, `order` a
+permutation, `answer` and `prediction` in range, each (item, shift, repeat) once, each shift of an
+item another order, a repeat asking what its first asking asked); a bad line is one error naming
+the file and line."""
 
 from __future__ import annotations
 
@@ -41,22 +44,86 @@ def samples_rows(output_path: Path) -> dict[str, list[dict[str, Any]]]:
     return rows
 
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def row_problem(row: dict[str, Any]) -> str | None:
+    """What is wrong with an audit row's values, or None."""
+    order = row["order"]
+    if not isinstance(row["item"], str):
+        return f"'item' must be a string, got {row['item']!r}"
+    if not (isinstance(order, list) and len(order) >= 2 and all(_is_int(i) for i in order)):
+        return f"'order' must be a list of at least 2 integers, got {order!r}"
+    n = len(order)
+    if sorted(order) != list(range(n)):
+        return f"'order' must be a permutation of 0..{n - 1} (each picture once), got {order}"
+    for key, lowest in (("ordering", 0), ("answer", 0), ("prediction", -1), ("repeat", 0)):
+        value = row.get(key, 0)
+        if not (
+            _is_int(value) and lowest <= value and (key in ("ordering", "repeat") or value < n)
+        ):
+            wanted = ">= 0" if key in ("ordering", "repeat") else f"{lowest}..{n - 1}"
+            return f"{key!r} must be an integer {wanted}, got {value!r}"
+    return None
+
+
+def _sample_row(raw: bytes, path: Path, lineno: int) -> dict[str, Any] | None:
+    """The audit row of one logged line; None for a line of a task without one."""
+    try:
+        sample = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise LadError(
+            f"{at(path, lineno)}not UTF-8 text (byte {e.start}); not an lmms-eval samples log"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise LadError(f"{at(path, lineno)}not valid JSON ({e.msg})") from None
+    if not isinstance(sample, dict):
+        raise LadError(
+            f"{at(path, lineno)}expected a JSON object (one logged document), got "
+            f"{type(sample).__name__}"
+        )
+    if "lad_acc" not in sample:
+        return None
+    row = sample["lad_acc"]
+    missing = [k for k in ROW_KEYS if k not in row] if isinstance(row, dict) else list(ROW_KEYS)
+    if missing:
+        raise LadError(f"{at(path, lineno)}'lad_acc' is not lad's audit row (lacks {missing})")
+    problem = row_problem(row)
+    if problem:
+        raise LadError(f"{at(path, lineno)}lad audit row: {problem}")
+    return row
+
+
 def _rows(path: Path) -> list[dict[str, Any]]:
-    rows, seen = [], set()
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
+    rows: list[dict[str, Any]] = []
+    first: dict[tuple[str, int], dict[str, Any]] = {}
+    seen: set[tuple[str, int, int]] = set()
+    shown: dict[tuple[str, tuple[int, ...]], int] = {}  # (item, order) -> its shift
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
-            try:
-                sample = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise LadError(f"{at(path, lineno)}not valid JSON ({e.msg})") from None
-            row = sample.get("lad_acc") if isinstance(sample, dict) else None
-            if not (isinstance(row, dict) and all(k in row for k in ROW_KEYS)):
+            row = _sample_row(raw, path, lineno)
+            if row is None:
                 continue
-            key = (row["item"], row["ordering"])
+            key = (row["item"], row["ordering"], row.get("repeat", 0))
             if key in seen:
-                raise LadError(f"{at(path, lineno)}item {key[0]!r} shift {key[1]} twice")
+                again = f" repeat {key[2]}" if key[2] else ""
+                raise LadError(f"{at(path, lineno)}item {key[0]!r} shift {key[1]}{again} twice")
             seen.add(key)
+            asked = first.setdefault(key[:2], row)
+            if (asked["order"], asked["answer"]) != (row["order"], row["answer"]):
+                raise LadError(
+                    f"{at(path, lineno)}item {key[0]!r} shift {key[1]} asked again with another "
+                    f"order or answer ({row['order']}, {row['answer']} vs {asked['order']}, "
+                    f"{asked['answer']})"
+                )
+            shift = shown.setdefault((key[0], tuple(row["order"])), key[1])
+            if shift != key[1]:
+                raise LadError(
+                    f"{at(path, lineno)}item {key[0]!r}: shifts {shift} and {key[1]} show the same "
+                    f"order {row['order']}; each shift of a circular task shows another"
+                )
             rows.append(row)
     return rows

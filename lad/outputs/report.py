@@ -3,7 +3,9 @@
 Figures: confusion matrices vanilla vs LAD (paper Fig. 1), recall at each position, the
 logit-vs-attention divergence at each answer position (Fig. 3), the calibration's bias matrix
 (Eqs. 1, 5), and accuracy against N when the runs differ in N (Fig. 5); a table of vanilla,
-PurAttn (attn-purified) and LAD accuracy with LAD's ΔRStd, one row per run (Table 5's layout).
+PurAttn (attn-purified) and LAD accuracy with LAD's ΔRStd, one row per run (Table 5's layout);
+under each run's table the position audit (lad.audit; docs/metrics.md), its bootstrap intervals
+drawn as error bars in the recall, divergence and accuracy-against-N figures.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ def _check_metrics(metrics: Any, path: Path) -> None:
             raise bad(f"method {name!r}: 'recall_by_position' must list N = {n} values")
         if not all(v is None or number(v) for v in recall):
             raise bad(f"method {name!r}: 'recall_by_position' must hold numbers or null")
+        _check_audit(m, n, lambda what, name=name: bad(f"method {name!r}: {what}"))
         confusion = m.get("confusion")
         if not (
             isinstance(confusion, list)
@@ -95,6 +98,45 @@ def _check_metrics(metrics: Any, path: Path) -> None:
             and all(number(v) for row in confusion for v in row)
         ):
             raise bad(f"method {name!r}: 'confusion' must be an N × N matrix of numbers")
+
+
+def _check_audit(m: dict[str, Any], n: int, bad: Any) -> None:
+    """lad.audit's keys, where present (metrics.json files before them lack them)."""
+
+    def interval(x: Any) -> bool:
+        return x is None or (
+            isinstance(x, list)
+            and len(x) == 2
+            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in x)
+        )
+
+    ci = m.get("ci")
+    if ci is not None:
+        recall = ci.get("recall_by_position") if isinstance(ci, dict) else None
+        if not (
+            isinstance(recall, list)
+            and len(recall) == n
+            and all(interval(v) for v in recall)
+            and all(interval(ci.get(k)) for k in ("acc", "rstd", "flip_rate"))
+        ):
+            raise bad(
+                "'ci' must hold [lo, hi] intervals (or null) of acc, rstd, flip_rate and N recalls"
+            )
+    for key in ("flip_rate", "circular_acc", "errors_due_to_order"):
+        if not interval([m.get(key) or 0.0] * 2):
+            raise bad(f"{key!r} must be a number or null")
+    floor = m.get("noise_floor")
+    if floor is not None and not (
+        isinstance(floor, dict) and interval([floor.get("flip_rate")] * 2)
+    ):
+        raise bad("'noise_floor' must hold a number 'flip_rate'")
+    test = m.get("position_test")
+    if test is not None:
+        p = test.get("p_value") if isinstance(test, dict) else None
+        if not (p is None or (isinstance(p, (int, float)) and 0 <= p <= 1)):
+            raise bad("'position_test' must hold a 'p_value' in [0, 1] (or null)")
+        if not isinstance(test.get("permutations"), int):
+            raise bad("'position_test' must hold an integer 'permutations'")
 
 
 def _save(fig: Any, path: Path) -> None:
@@ -142,6 +184,11 @@ def _heatmap(
                 )
 
 
+def _rstd_interval(m: dict[str, Any]) -> str:
+    interval = (m.get("ci") or {}).get("rstd")
+    return "" if interval is None else f" [{interval[0]:.1f}, {interval[1]:.1f}]"
+
+
 def _confusion_figure(run: dict[str, Any], path: Path) -> None:
     methods = run["metrics"]["methods"]
     shown = [m for m in ("vanilla", "lad") if m in methods] or list(methods)[:2]
@@ -152,23 +199,38 @@ def _confusion_figure(run: dict[str, Any], path: Path) -> None:
             ax,
             np.asarray(m["confusion"]),
             run["labels"],
-            f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}",
+            f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}" + _rstd_interval(m),
             "selected position",
         )
     fig.tight_layout()
     _save(fig, path)
 
 
+def _recall_errors(m: dict[str, Any]) -> np.ndarray | None:
+    """(2, N) distances from each recall down and up to its bootstrap interval (metrics.json's
+    ci), NaN where there is none; None for a file without intervals."""
+    ci = m.get("ci")
+    if ci is None:
+        return None
+    recall = _values(m["recall_by_position"])
+    lo = _values([None if v is None else v[0] for v in ci["recall_by_position"]])
+    hi = _values([None if v is None else v[1] for v in ci["recall_by_position"]])
+    return np.stack([recall - lo, hi - recall])
+
+
 def _recall_figure(run: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     x = np.arange(len(run["labels"]))
     for name, m in run["metrics"]["methods"].items():
-        ax.plot(x, _values(m["recall_by_position"]), marker="o", label=name)
+        recall, errors = _values(m["recall_by_position"]), _recall_errors(m)
+        ax.errorbar(x, recall, yerr=errors, marker="o", capsize=3, label=name)
     _xticks(ax, x, run["labels"])
     ax.set_ylim(-2, 102)
     ax.set_xlabel("ground-truth position")
     ax.set_ylabel("recall (%)")
-    ax.set_title("Recall at each position")
+    boot = run["metrics"].get("bootstrap")
+    bars = f" (bars: {boot['level']:g}% bootstrap intervals)" if boot else ""
+    ax.set_title("Recall at each position" + bars)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     _save(fig, path)
@@ -195,7 +257,11 @@ def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(6.8, 4.0), layout="constrained")
     for i, (method, label) in enumerate(shown):
         offset = (i - (len(shown) - 1) / 2) * width
-        ax.bar(x + offset, _values(methods[method]["recall_by_position"]), width, label=label)
+        recall, errors = (
+            _values(methods[method]["recall_by_position"]),
+            _recall_errors(methods[method]),
+        )
+        ax.bar(x + offset, recall, width, yerr=errors, capsize=2, label=label)
     _xticks(ax, x, run["labels"])
     ax.set_ylim(0, 105)
     ax.set_xlabel("ground-truth position")
@@ -253,17 +319,22 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
         for r in group:  # two runs of one N in a group: the first, as lad ablate's Figure 5
             by_n.setdefault(r["metrics"]["num_candidates"], r)
         for name in names:
-            points = sorted(
-                (n, r["metrics"]["methods"][name]["acc"])
-                for n, r in by_n.items()
-                if name in r["metrics"]["methods"]
-            )
+            points = [
+                (n, by_n[n]["metrics"]["methods"][name])
+                for n in sorted(by_n)
+                if name in by_n[n]["metrics"]["methods"]
+            ]
             if not points:
                 continue
             ns.update(n for n, _ in points)
             label = name if len(groups) == 1 else f"{name}, {where}"
             style = styles[g % len(styles)]
-            ax.plot(*zip(*points, strict=True), style, marker="o", color=colours[name], label=label)
+            x, acc = [n for n, _ in points], [m["acc"] for _, m in points]
+            ax.plot(x, acc, style, marker="o", color=colours[name], label=label)
+            ci = [(m.get("ci") or {}).get("acc") for _, m in points]  # older files: none
+            drawn = [(n, *c) for n, c in zip(x, ci, strict=True) if c is not None]
+            if drawn:  # the bootstrap interval of each point, as an error bar
+                ax.vlines(*zip(*drawn, strict=True), color=colours[name], linewidth=1)
     ax.set_xticks(sorted(ns))  # N is a count: integer ticks only
     ax.set_xlabel("number of candidates N")
     ax.set_ylabel("accuracy (%)")
@@ -339,6 +410,45 @@ def _table_html(metrics: dict[str, Any]) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
+def _interval(ci: list[float] | None) -> str:
+    return "–" if ci is None else f"[{ci[0]:.1f}, {ci[1]:.1f}]"
+
+
+def _audit_html(metrics: dict[str, Any]) -> str:
+    """The position audit (lad.audit; docs/metrics.md): intervals, the position test, flip rate
+    with its noise floor, CircularEval accuracy, errors due to order; empty for older files."""
+    from lad.metrics import position_verdict
+
+    methods = metrics["methods"]
+    boot = metrics.get("bootstrap")
+    if boot is None or not all("ci" in m and "position_test" in m for m in methods.values()):
+        return ""
+    head = (
+        "<tr><th>method</th><th>Acc CI</th><th>RStd CI</th><th>position</th><th>flip rate</th>"
+        "<th>flip CI</th><th>floor</th><th>CircularEval</th><th>errors due to order</th></tr>"
+    )
+    rows = [head]
+    for name, m in methods.items():
+        flip, floor, err = m.get("flip_rate"), m.get("noise_floor"), m.get("errors_due_to_order")
+        floor = None if floor is None else floor["flip_rate"]
+        rows.append(
+            f"<tr><td>{html.escape(name)}</td><td>{_interval(m['ci']['acc'])}</td>"
+            f"<td>{_interval(m['ci']['rstd'])}</td>"
+            f"<td>{html.escape(position_verdict(m['position_test']))}</td>"
+            f"<td>{'–' if flip is None else f'{flip:.1f}'}</td>"
+            f"<td>{_interval(m['ci'].get('flip_rate'))}</td>"
+            f"<td>{'–' if floor is None else f'{floor:.1f}'}</td>"
+            f"<td>{m.get('circular_acc', float('nan')):.1f}</td>"
+            f"<td>{'–' if err is None else f'{err:.1f}'}</td></tr>"
+        )
+    note = (
+        f"<p>{boot['level']:g}% bootstrap intervals over items (B = {boot['B']}, seed "
+        f"{boot['seed']}); position: permutation test of RStd (answer positions permuted within "
+        "items); floor: the same orderings asked twice (– not measured); docs/metrics.md.</p>"
+    )
+    return "<h3>Position audit</h3>" + note + "<table>" + "".join(rows) + "</table>"
+
+
 def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     """Write `out_dir/index.html` and its figures; return the page's path. A folder holding a
     harness audit (lad_audit.json, lad.harness.audit) stands for the run folders it lists."""
@@ -368,7 +478,7 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
         m = run["metrics"]
         parts.append(
             f"<p>N = {m['num_candidates']}, {m['num_items']} items × {m['num_shuffles']} shuffles."
-            f"<br><code>{html.escape(desc)}</code></p>" + _table_html(m)
+            f"<br><code>{html.escape(desc)}</code></p>" + _table_html(m) + _audit_html(m)
         )
         _confusion_figure(run, out_dir / f"confusion{tag}.png")
         parts.append("<h3>Confusion (% of answers at each position)</h3>")

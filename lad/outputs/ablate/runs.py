@@ -287,6 +287,7 @@ class Run:
             options or self.options(),
             perm_records=self.perm_records,
             stages={stage: records},
+            bootstrap=None,  # sweeps: no audit (bootstrap, permutation test) per configuration
         )
         return scored.metrics["methods"][method]
 

@@ -276,7 +276,8 @@ def test_the_report_shows_the_audit_panel_and_refuses_a_damaged_one(tmp_path):
 
 def test_lad_metrics_prints_the_panel_with_the_floor_and_refuses_other_orderings(tmp_path, capsys):
     from lad.cli import main
-    from lad.core.records import predictions_for, write_predictions, write_records
+    from lad.core.predictions import predictions_for, write_predictions
+    from lad.core.records import write_records
 
     records, pred = synthetic(num_items=10)
     again = pred.copy()

@@ -12,7 +12,8 @@ import pytest
 
 from lad.cli import main
 from lad.core.metrics import compute_metrics
-from lad.core.records import RecordSet, predictions_for, write_predictions, write_records
+from lad.core.predictions import predictions_for, write_predictions
+from lad.core.records import RecordSet, write_records
 from lad.data.items import cyclic_shift
 from lad.harness.circular import audit_row
 from tests.synthetic import SyntheticModel

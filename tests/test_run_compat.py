@@ -52,7 +52,10 @@ def test_resuming_a_run_made_by_d76e89a_gives_its_bytes(resumed):
     expected = json.loads((FIXTURE / "expected" / "metrics.json").read_text())
     for metrics in (made, expected):
         metrics.pop("timing"), metrics.pop("source", None)
-    assert made == expected
+    # Every number d76e89a wrote is the same; keys lad has added since (the audit) come beside.
+    for method, numbers in expected.pop("methods").items():
+        assert {k: made["methods"][method][k] for k in numbers} == numbers, method
+    assert {k: made[k] for k in expected} == expected
 
 
 def _accepted(run: Path, out: Path) -> tuple[bool, bool]:

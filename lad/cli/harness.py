@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _audit_file(args: argparse.Namespace) -> tuple[dict, dict]:
     """The audit summary written into --out (default: OUTPUT_PATH itself)."""
-    from lad.harness.audit import AUDIT_FILE
+    from lad.run.rundir import AUDIT_FILE
 
     return {}, {"its audit file": Path(args.out or args.output_path) / AUDIT_FILE}
 
@@ -63,9 +63,10 @@ def _tasks(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from lad.core.metrics import format_panel, format_table
     from lad.errors import RunError
-    from lad.harness.audit import audit_folders, write_rows_audit
+    from lad.harness.audit import write_rows_audit
     from lad.harness.samples import samples_rows
     from lad.io.files import read_json
+    from lad.run.rundir import audit_folders
 
     output_path = Path(args.output_path)
     out = Path(args.out) if args.out else output_path

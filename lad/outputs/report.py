@@ -4,7 +4,7 @@ Figures: confusion matrices vanilla vs LAD (paper Fig. 1), recall at each positi
 logit-vs-attention divergence at each answer position (Fig. 3), the calibration's bias matrix
 (Eqs. 1, 5), and accuracy against N when the runs differ in N (Fig. 5); a table of vanilla,
 PurAttn (attn-purified) and LAD accuracy with LAD's ΔRStd, one row per run (Table 5's layout);
-under each run's table the position audit (lad.audit; docs/metrics.md), its bootstrap intervals
+under each run's table the position audit (lad.core.audit; docs/metrics.md), its bootstrap intervals
 drawn as error bars in the recall, divergence and accuracy-against-N figures.
 """
 
@@ -101,7 +101,7 @@ def _check_metrics(metrics: Any, path: Path) -> None:
 
 
 def _check_audit(m: dict[str, Any], n: int, bad: Any) -> None:
-    """lad.audit's keys, where present (metrics.json files before them lack them)."""
+    """lad.core.audit's keys, where present (metrics.json files before them lack them)."""
 
     def interval(x: Any) -> bool:
         return x is None or (
@@ -415,9 +415,9 @@ def _interval(ci: list[float] | None) -> str:
 
 
 def _audit_html(metrics: dict[str, Any]) -> str:
-    """The position audit (lad.audit; docs/metrics.md): intervals, the position test, flip rate
+    """The position audit (lad.core.audit; docs/metrics.md): intervals, the position test, flip rate
     with its noise floor, CircularEval accuracy, errors due to order; empty for older files."""
-    from lad.metrics import position_verdict
+    from lad.core.metrics import position_verdict
 
     methods = metrics["methods"]
     boot = metrics.get("bootstrap")

@@ -216,15 +216,13 @@ class RunDir:
     @property
     def arguments(self) -> dict[str, Any]:
         """run.json's arguments, those an older run.json lacks at their default."""
-        from lad.run.config import config_from_dict
+        from lad.run.config import EvalConfig
 
         stored = self.run_json["arguments"]
         if self.is_harness:
             return dict(stored)
-        try:
-            return config_from_dict(stored).identity()
-        except LadError as e:  # run.json's arguments name no label scheme lad knows, ...
-            raise RunError(f"{self.file('run.json')}: {e}") from None
+        made = EvalConfig().identity()  # what an older run.json leaves out was made by default
+        return {name: stored.get(name, value) for name, value in made.items()}
 
     @property
     def inputs(self) -> dict[str, Any]:

@@ -28,6 +28,7 @@ lad.run.rundir (the lock, run.json, resume and shards).
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,19 +38,22 @@ from typing import Any
 import numpy as np
 
 from lad.core.calibrate import Calibration
-from lad.core.methods import METHODS, MethodOptions
+from lad.core.cells import Cell, cells_json, format_cells_table, score_cells
+from lad.core.methods import MethodOptions
 from lad.core.metrics import format_table
 from lad.core.prompts import CAPTION, vanilla_template
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
 from lad.data.items import Item, read_items
 from lad.data.orders import Request, cyclic_requests, given_requests, shuffled_requests
-from lad.errors import DataError, RunError
+from lad.errors import DataError
+from lad.io.files import write_text
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig
 from lad.run.lock import RunLock
+from lad.run.mixed import mixed_cells, part_config, part_ns, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
 from lad.run.resume import World
-from lad.run.rundir import STAGE_FILES, RunDir
+from lad.run.rundir import CELLS_FILE, STAGE_FILES, RunDir, fingerprint
 from lad.run.stages import (
     Clock,
     LazyBackend,
@@ -226,6 +230,9 @@ def evaluate(
     """
     run_dir = Path(run_dir)
     world = world or World.from_env()
+    cells = mixed_cells(config)
+    if len(cells) > 1:
+        return evaluate_mixed(config, cells, run_dir, world, after_checks)
     config = resolve_penalty(resolve_prompt(resolve_calibration_items(config)[0]))
     if not world.is_main:
         return _evaluate(config, run_dir, world)
@@ -238,7 +245,11 @@ def evaluate(
 
 
 def _evaluate(
-    config: EvalConfig, run_dir: Path, world: World, inputs: dict[str, Any] | None = None
+    config: EvalConfig,
+    run_dir: Path,
+    world: World,
+    inputs: dict[str, Any] | None = None,
+    report: bool = True,
 ) -> RunResult | None:
     if world.is_main:
         RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), inputs)
@@ -286,6 +297,7 @@ def _evaluate(
         config.methods,
         config.method_options,
         quiet=config.quiet,
+        write_report=report,
         check_calibration=config.calibration_check,
     )
 
@@ -305,22 +317,17 @@ def score_run(
     template or image preprocessing.
     """
     run = RunDir(run_dir)
-    records = run.records
-    calibration = run.calibration(check=check_calibration)
-    options = dataclasses.replace(options, labels=run.arguments["labels"])
-    stages = {}
-    for method in methods:
-        stage = METHODS[method].stage
-        if stage != "records" and stage not in stages:
-            stages[stage] = run.stage_records(stage)
-            if stages[stage] is None:
-                raise RunError(
-                    f"{run.file(STAGE_FILES[stage])}: missing; rerun lad eval with --methods "
-                    f"including {stage}"
-                )
-    perm = run.perm_records() if "perm-avg" in methods else None
+    part = scoring_inputs(run, methods, options, check_calibration)
+    records = part.records
     start = time.perf_counter()
-    scored = score_records(records, methods, calibration, options, perm_records=perm, stages=stages)
+    scored = score_records(
+        records,
+        methods,
+        part.calibration,
+        part.options,
+        perm_records=part.perm_records,
+        stages=part.stages,
+    )
     # Wall seconds per stage (run.json's, summed over sessions) and of this scoring.
     timing = {**run.timing(), "scoring": round(time.perf_counter() - start, 3)}
     metrics = run.write_scored(scored, timing=timing)
@@ -331,3 +338,77 @@ def score_run(
 
         report = _write_report([run_dir], run_dir / "report")
     return RunResult(run_dir, metrics, table, report)
+
+
+# ---------------------------------------------------------------- a mixed items file
+
+
+def evaluate_mixed(
+    config: EvalConfig,
+    cells: list[Cell],
+    run_dir: Path,
+    world: World,
+    after_checks: Callable[[], None] | None,
+) -> RunResult | None:
+    """A run of several (task, N) cells: one part run directory n{N}/ per N, each a `lad eval` run
+    of that N's items with its own calibration (held out from that N's items, or the N's file of
+    --calibration DIR); cells.json names each cell's items; metrics.json holds each cell's
+    metrics and the item-weighted groups (docs/formats.md, "Mixed runs")."""
+    items = read_items(config.data)
+    parts = {n: part_config(config, run_dir, n, items) for n in part_ns(cells)}
+    if not world.is_main:
+        for n, part in parts.items():
+            _evaluate(part, run_dir / f"n{n}", world)
+        return None
+    write_part_inputs(config, run_dir, items, parts)
+    inputs = {}
+    for n, part in parts.items():
+        inputs[n] = check_inputs(part, run_dir / f"n{n}", load_items(part, run_dir / f"n{n}"))
+    if after_checks is not None:
+        after_checks()
+    with RunLock(run_dir):
+        named = ("data", "calibration_data", "orders")
+        own = {k: fingerprint(getattr(config, k)) for k in named if getattr(config, k)}
+        RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), own)
+        layout = cells_json(cells, {n: f"n{n}" for n in parts})
+        write_text(run_dir / CELLS_FILE, json.dumps(layout, indent=1) + "\n")
+        for n, part in parts.items():
+            with RunLock(run_dir / f"n{n}"):
+                _evaluate(part, run_dir / f"n{n}", world, inputs[n], report=False)
+        return score_mixed(
+            run_dir,
+            config.methods,
+            config.method_options,
+            check_calibration=config.calibration_check,
+        )
+
+
+def score_mixed(
+    run_dir: Path,
+    methods: Sequence[str],
+    options: MethodOptions,
+    *,
+    write_report: bool = True,
+    check_calibration: bool = True,
+) -> RunResult:
+    """metrics.json of a mixed run (each cell's and the groups'), from its parts' files alone."""
+    run = RunDir(run_dir)
+    parts = {
+        n: scoring_inputs(part, methods, options, check_calibration)
+        for n, part in run.parts().items()
+    }
+    metrics: dict[str, Any] = {"num_candidates": sorted(parts), "methods_scored": list(methods)}
+    metrics.update(score_cells(run.cells(), parts, methods))
+    timing: dict[str, float] = {}
+    for part in run.parts().values():
+        for stage, seconds in part.timing().items():
+            timing[stage] = round(timing.get(stage, 0.0) + seconds, 3)
+    metrics["timing"] = timing
+    metrics["source"] = run.source()
+    write_text(run.file("metrics.json"), json.dumps(metrics, indent=2) + "\n")
+    report = None
+    if write_report:
+        from lad.outputs.report import write_report as _write_report
+
+        report = _write_report([run_dir], run_dir / "report")
+    return RunResult(run_dir, metrics, format_cells_table(metrics, methods), report)

@@ -17,7 +17,14 @@ from lad.data.items import Item, read_items, write_items
 from lad.errors import CalibrationError, DataError, RunError
 from lad.io.files import write_text
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig
-from lad.run.rundir import STAGE_FILES, RunDir
+from lad.run.rundir import CELLS_FILE, STAGE_FILES, RunDir
+
+
+def mixed_parts(path: Path) -> list[Path]:
+    """A mixed run's part run directories (one per N), else [path]: what readers of runs read."""
+    if not (path / CELLS_FILE).is_file():
+        return [path]
+    return [part.path for part in RunDir(path).parts().values()]
 
 
 def mixed_cells(config: EvalConfig) -> list[Cell]:

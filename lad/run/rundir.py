@@ -271,8 +271,7 @@ class RunDir:
         """cells.json's cells (lad.core.cells.Cell)."""
         from lad.core.cells import cells_from_json
 
-        path = self.file(CELLS_FILE)
-        return cells_from_json(read_json(path, RunError), path)
+        return cells_from_json(read_json(self.file(CELLS_FILE), RunError), self.file(CELLS_FILE))
 
     def parts(self) -> dict[int, RunDir]:
         """The run directory of each N of a mixed run (n{N}/), by N."""

@@ -220,28 +220,30 @@ def evaluate(
     run_dir: str | Path,
     world: World | None = None,
     after_checks: Callable[[], None] | None = None,
+    backends: dict | None = None,
 ) -> RunResult | None:
     """Run (or resume) one evaluation into `run_dir` and return its metrics.
 
     Under several processes (accelerate launch, torchrun) each makes its share of the records;
     the main process merges, scores and reports, and the others return None. `after_checks` is
     called once every argument and input passed its checks, before any model work (the CLI's
-    notes go there, so a refused run prints its one error line and nothing else).
+    notes go there, so a refused run prints its one error line and nothing else). `backends`:
+    models already loaded, kept for the next run of this process (lad.run.stages.LazyBackend).
     """
     run_dir = Path(run_dir)
     world = world or World.from_env()
     cells = mixed_cells(config)
     if len(cells) > 1:
-        return evaluate_mixed(config, cells, run_dir, world, after_checks)
+        return evaluate_mixed(config, cells, run_dir, world, after_checks, backends or {})
     config = resolve_penalty(resolve_prompt(resolve_calibration_items(config)[0]))
     if not world.is_main:
-        return _evaluate(config, run_dir, world)
+        return _evaluate(config, run_dir, world, backends=backends)
     items = None if config.data == "shapes" else load_items(config, run_dir)
     inputs = check_inputs(config, run_dir, items)
     if after_checks is not None:
         after_checks()
     with RunLock(run_dir):
-        return _evaluate(config, run_dir, world, inputs)
+        return _evaluate(config, run_dir, world, inputs, backends=backends)
 
 
 def _evaluate(
@@ -250,13 +252,14 @@ def _evaluate(
     world: World,
     inputs: dict[str, Any] | None = None,
     report: bool = True,
+    backends: dict | None = None,
 ) -> RunResult | None:
     if world.is_main:
         RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), inputs)
         load_items(config, run_dir)  # builds generated data once, before the others read it
     world.barrier()
     eval_items, cal_items = load_items(config, run_dir)
-    make_backend = LazyBackend(config, world.device(config.device), run_dir)
+    make_backend = LazyBackend(config, world.device(config.device), run_dir, backends)
     clock = Clock(run_dir, world, make_backend)
 
     def stage(
@@ -349,6 +352,7 @@ def evaluate_mixed(
     run_dir: Path,
     world: World,
     after_checks: Callable[[], None] | None,
+    backends: dict,
 ) -> RunResult | None:
     """A run of several (task, N) cells: one part run directory n{N}/ per N, each a `lad eval` run
     of that N's items with its own calibration (held out from that N's items, or the N's file of
@@ -358,7 +362,7 @@ def evaluate_mixed(
     parts = {n: part_config(config, run_dir, n, items) for n in part_ns(cells)}
     if not world.is_main:
         for n, part in parts.items():
-            _evaluate(part, run_dir / f"n{n}", world)
+            _evaluate(part, run_dir / f"n{n}", world, backends=backends)
         return None
     write_part_inputs(config, run_dir, items, parts)
     inputs = {}
@@ -374,7 +378,7 @@ def evaluate_mixed(
         write_text(run_dir / CELLS_FILE, json.dumps(layout, indent=1) + "\n")
         for n, part in parts.items():
             with RunLock(run_dir / f"n{n}"):
-                _evaluate(part, run_dir / f"n{n}", world, inputs[n], report=False)
+                _evaluate(part, run_dir / f"n{n}", world, inputs[n], False, backends)
         return score_mixed(
             run_dir,
             config.methods,

@@ -48,7 +48,7 @@ from lad.data.items import Item, read_items
 from lad.data.orders import Request, cyclic_requests, given_requests, shuffled_requests
 from lad.errors import DataError
 from lad.io.files import write_text
-from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig
+from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig, eval_config
 from lad.run.lock import RunLock
 from lad.run.mixed import mixed_cells, part_config, part_ns, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
@@ -61,6 +61,8 @@ from lad.run.stages import (
     run_stage,
     sofa_sigma,
 )
+from lad.suites import slug
+from lad.suites.plan import SuiteResult, cell_numbers, compared, one_n, suite_models
 
 
 @dataclass
@@ -416,3 +418,72 @@ def score_mixed(
 
         report = _write_report([run_dir], run_dir / "report")
     return RunResult(run_dir, metrics, format_cells_table(metrics, methods), report)
+
+
+# ---------------------------------------------------------------- suites
+
+
+def run_suite(
+    suite: Any,
+    out: str | Path,
+    *,
+    data_roots: Sequence[str] = (),
+    model: str | None = None,
+    compare: str | None = None,
+    say: Callable[[str], None] = print,
+) -> SuiteResult:
+    """Run every cell of `suite` (lad.suites.Suite) for its models, or for `model` alone, into
+    out/<model>/<cell>/ (one `lad eval` run directory each; a finished one is skipped), and lay
+    the numbers out beside the paper's. Every benchmark folder is checked first, and every
+    cell's data converted, before any model work."""
+    from lad.suites.data import benchmark_roots, cell_data, check_data
+    from lad.suites.table import format_suite_table, table_rows
+
+    out = Path(out)
+    roots = benchmark_roots(suite, list(data_roots))
+    check_data(suite, roots)
+    models = suite_models(suite, model)
+    plans = []
+    for label, path in models:
+        for cell in suite.cells:
+            settings = {**suite.settings, **cell.settings}
+            preset = settings.pop("preset", "paper")
+            data = cell_data(suite, cell, roots, out, settings)
+            n = cell.num_candidates or one_n(data["data"])
+            stated = {**settings, **data, "model": path, "quiet": True}
+            config = eval_config(preset, **stated, **({"num_candidates": n} if n else {}))
+            plans.append((label, cell, config, out / slug(label) / cell.slug))
+    backends: dict = {}
+    results: dict[str, dict[str, Any]] = {label: {} for label, _ in models}
+    runs: dict[str, dict[str, Path]] = {label: {} for label, _ in models}
+    skipped = []
+    for k, (label, cell, config, run_dir) in enumerate(plans, 1):
+        metrics = _finished(config, run_dir)
+        say(f"[{k}/{len(plans)}] {label} · {cell.id}: {'finished' if metrics else 'running'}")
+        if metrics is None:
+            result = evaluate(config, run_dir, backends=backends)
+            metrics = result.metrics if result is not None else None
+        else:
+            skipped.append(run_dir)
+        results[label][cell.id] = cell_numbers(metrics)
+        runs[label][cell.id] = run_dir
+    chosen = {label: compared(suite, label, compare) for label, _ in models}
+    rows = table_rows(suite, results, chosen)
+    return SuiteResult(format_suite_table(suite, rows), rows, runs, skipped)
+
+
+def _finished(config: EvalConfig, run_dir: Path) -> dict[str, Any] | None:
+    """A run directory's metrics when it was finished with these arguments and methods."""
+    from lad.errors import LadError
+
+    if not (run_dir / "metrics.json").is_file():
+        return None
+    try:
+        resolved = resolve_penalty(resolve_prompt(resolve_calibration_items(config)[0]))
+        run = RunDir(run_dir).check()
+        metrics = run.metrics()
+        same = run.run_json["arguments"] == json.loads(json.dumps(resolved.identity()))
+    except LadError:
+        return None
+    scored = cell_numbers(metrics)["methods"]
+    return metrics if same and all(m in scored for m in config.methods) else None

@@ -335,13 +335,26 @@ def test_a_demo_suite_runs_every_cell_and_tables_their_numbers(tmp_path, capsys)
     printed = capsys.readouterr().out
     rows = [line for line in printed.splitlines() if "lad demo" in line]
     assert len(rows) == 5 * 3  # five cells × three methods
-    for cell in ("shapes-N-3", "shapes-N-5", "forgerynet", "muir-retrieval", "blink-similarity"):
-        metrics = json.loads((out / "demo" / cell / "metrics.json").read_text())
-        shown = [line for line in printed.splitlines() if line.startswith(cell.replace("-", " "))
-                 or line.startswith(cell.replace("-N-", " N="))]  # fmt: skip
-        acc = float(shown[0].split()[-4])
-        assert acc == pytest.approx(metrics["methods"]["vanilla"]["acc"], abs=0.006)
+    cells = {
+        "shapes N=3": "shapes-N-3",
+        "shapes N=5": "shapes-N-5",
+        "forgerynet": "forgerynet",
+        "muir retrieval": "muir-retrieval",
+        "blink similarity": "blink-similarity",
+    }
+    for cell, folder in cells.items():
+        methods = json.loads((out / "demo" / folder / "metrics.json").read_text())["methods"]
+        line = next(line for line in printed.splitlines() if line.startswith(cell + " "))
+        assert line.split()[len(cell.split())] == "vanilla"  # the cell's first row: vanilla
+        shown = [float(v) for v in line.split()[-3:]]
+        wanted = [methods["vanilla"][k] for k in ("acc", "rstd", "cons")]
+        assert shown == pytest.approx(wanted, abs=0.006)
     assert read_items(out / "data" / "blink-similarity.jsonl")[0].num_candidates == 2
     diff = next(line for line in printed.splitlines() if "Δ demo − paper demo" in line)
     lad = json.loads((out / "demo" / "shapes-N-3" / "metrics.json").read_text())["methods"]["lad"]
-    assert float(diff.split()[-4]) == pytest.approx(lad["acc"] - 50.0, abs=0.006)
+    assert diff.split()[-3:] == [f"{lad['acc'] - 50.0:+.2f}", "-", "-"]
+    # a rerun skips every finished cell and prints the same table
+    assert main(["suite", "run", str(suite), "--data-root", str(tmp_path), "--out", str(out)]) == 0
+    again = capsys.readouterr().out
+    assert again.count(": finished") == 5
+    assert again.split("\n", 5)[-1] == printed.split("\n", 5)[-1]

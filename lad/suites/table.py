@@ -90,10 +90,10 @@ def format_suite_table(suite: Suite, rows: list[Row]) -> str:
         key = (row.cell, row.method)
         if last is not None and key[0] != last[0]:
             lines.append("")
-        first = key != last
-        text = f"{row.cell if first else '':<{cell_width}}"
+        new_cell = last is None or key[0] != last[0]
+        text = f"{row.cell if new_cell else '':<{cell_width}}"
         if by_methods:
-            text += f"{(row.method or '') if first else '':<18}"
+            text += f"{(row.method or '') if key != last else '':<18}"
         text += f"{row.source:<{width}}"
         delta = row.source.startswith("Δ")
         for value in row.values:

@@ -96,8 +96,9 @@ def format_suite_table(suite: Suite, rows: list[Row]) -> str:
             text += f"{(row.method or '') if key != last else '':<18}"
         text += f"{row.source:<{width}}"
         delta = row.source.startswith("Δ")
-        for value in row.values:
-            shown = "-" if value is None else (f"{value:+.2f}" if delta else f"{value:.2f}")
+        for col, value in zip(suite.columns, row.values, strict=True):
+            signed = delta or col.metric == "delta_rstd"
+            shown = "-" if value is None else (f"{value:+.2f}" if signed else f"{value:.2f}")
             text += f"{shown:>12}"
         lines.append(text)
         last = key

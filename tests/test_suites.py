@@ -113,6 +113,21 @@ def test_a_mixed_run_gives_each_cell_as_run_alone(tmp_path, capsys):
     page = (tmp_path / "report" / "index.html").read_text()
     assert "<td>alpha N=4</td>" in page and "overall (item-weighted)" in page
     assert main(["ablate", str(run), "--out", str(tmp_path / "ablate"), "--only", "fig5"]) == 0
+    capsys.readouterr()
+    part = run / "n4"
+    args = ["score", "--records", str(part / "records.jsonl"), "--calibration"]
+    args += [str(part / "calibration.json"), "--methods", "vanilla,lad"]
+    assert main([*args, "--out", str(tmp_path / "p.jsonl")]) == 0
+    table = capsys.readouterr().out
+    lad_acc = metrics["cells"]["alpha N=4"]["methods"]["lad"]["acc"]
+    assert re.search(rf"^alpha N=4 +2 +[\d.]+ +{lad_acc:.2f}", table, re.M), table
+    args = ["metrics", "--records", str(part / "records.jsonl"), "--predictions"]
+    assert main([*args, str(tmp_path / "p.jsonl"), "--json"]) == 0
+    measured = json.loads(capsys.readouterr().out)
+    assert (
+        measured["cells"]["alpha N=4"]["methods"]["lad"]
+        == (metrics["cells"]["alpha N=4"]["methods"]["lad"])
+    )
 
 
 def test_calibration_folder_must_hold_every_n(tmp_path, capsys):

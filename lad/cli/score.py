@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from lad.cli.flags import (
     InputPath,
@@ -16,6 +17,7 @@ from lad.cli.flags import (
     resolved,
 )
 from lad.core.calibrate import Calibration
+from lad.core.cells import format_cells_table, measure_cells
 from lad.core.labels import LABEL_SCHEMES
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.metrics import compute_metrics, format_table
@@ -28,6 +30,7 @@ from lad.core.records import (
 from lad.core.scoring import score_records
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_file, write_text
+from lad.run.mixed import cells_of_part
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -138,6 +141,7 @@ def run_score(args: argparse.Namespace) -> int:
     scored = score_records(records, methods, calibration, options, perm_records=perm, stages=stages)
     write_predictions(args.out, scored.predictions)
     print(format_table(scored.metrics))
+    _print_cells(args.records, records, scored.chosen)
     count = f"{len(methods)} method{'s' if len(methods) > 1 else ''}"
     print(f"written: {args.out} ({len(records)} records × {count})")
     return 0
@@ -196,8 +200,20 @@ def run_metrics(args: argparse.Namespace) -> int:
         raise LadError(f"{args.predictions}: holds no predictions; nothing to measure")
     chosen = predictions_by_method(records, predictions, args.predictions)
     metrics = compute_metrics(records, chosen)
+    cells = cells_of_part(args.records)
+    if cells:  # a part of a mixed run: its cells' metrics too
+        metrics.update(measure_cells(cells, records, chosen))
     text = json.dumps(metrics, indent=2)
     if args.out:
         write_text(args.out, text + "\n")
     print(text if args.json else format_table(metrics))
+    if cells and not args.json:
+        print("\n" + format_cells_table(metrics))
     return 0
+
+
+def _print_cells(path: str, records: Any, chosen: dict[str, Any]) -> None:
+    """Records of a mixed run's part: each of its cells' numbers, and the groups."""
+    cells = cells_of_part(path)
+    if cells:
+        print("\n" + format_cells_table(measure_cells(cells, records, chosen)))

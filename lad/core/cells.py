@@ -121,6 +121,22 @@ def score_cells(
     return {"cells": out, "groups": group_rows(out)}
 
 
+def measure_cells(
+    cells: Sequence[Cell], records: RecordSet, chosen: Mapping[str, np.ndarray]
+) -> dict[str, Any]:
+    """ "cells" and "groups" of one N's records and each method's chosen positions (`lad score`,
+    `lad metrics` on a part of a mixed run): `compute_metrics` of each cell's selection."""
+    from lad.core.metrics import compute_metrics
+
+    out = {}
+    for cell in cells:
+        mask = np.isin(records.items, np.asarray(cell.items, dtype=object))
+        if cell.num_candidates == records.num_candidates and mask.any():
+            picked = {m: np.asarray(c)[mask] for m, c in chosen.items()}
+            out[cell.name] = {"task": cell.task, **compute_metrics(records.select(mask), picked)}
+    return {"cells": out, "groups": group_rows(out)}
+
+
 def group_rows(cells: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Per task, per N and overall: each method's GROUPED scalars averaged over the cells,
     weighted by their evaluation items (the weights are shown beside)."""

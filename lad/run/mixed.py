@@ -27,6 +27,13 @@ def mixed_parts(path: Path) -> list[Path]:
     return [part.path for part in RunDir(path).parts().values()]
 
 
+def cells_of_part(records_path: str | Path) -> list[Cell]:
+    """The cells of the mixed run whose part holds this records file (RUN/n{N}/records.jsonl),
+    else []: what `lad score` and `lad metrics` show per cell."""
+    run = Path(records_path).resolve().parent.parent
+    return RunDir(run).cells() if (run / CELLS_FILE).is_file() else []
+
+
 def mixed_cells(config: EvalConfig) -> list[Cell]:
     """The (task, N) cells of the run's items file (none for generated data or a missing file,
     which the single-cell path reports)."""

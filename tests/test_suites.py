@@ -373,3 +373,51 @@ def test_a_demo_suite_runs_every_cell_and_tables_their_numbers(tmp_path, capsys)
     again = capsys.readouterr().out
     assert again.count(": finished") == 5
     assert again.split("\n", 5)[-1] == printed.split("\n", 5)[-1]
+
+
+def test_table1_on_the_demo_model_shows_the_papers_three_models(tmp_path):
+    import dataclasses
+
+    from lad.evaluate import run_suite
+    from tests.data_fixtures import make_tiny_clip, write_coco
+
+    write_coco(tmp_path / "COCO")
+    clip = str(make_tiny_clip(tmp_path / "clip"))
+    suite = load_suite("table1")
+    coco = dataclasses.replace(
+        suite.benchmarks["coco"],
+        paths={"images": "images", "captions": "captions.json", "instances": "instances.json"},
+        options={"clip": clip},
+    )
+    cells = [c for c in suite.cells if c.id in ("coco random N=4", "coco adversarial N=4")]
+    settings = {"methods": ("vanilla", "pride", "lad"), "items": 4, "num_shuffles": 2}
+    suite = dataclasses.replace(
+        suite,
+        benchmarks={**suite.benchmarks, "coco": coco},
+        cells=cells,
+        settings={**settings, "device": "cpu"},
+    )
+    said = []
+    result = run_suite(suite, tmp_path / "out", data_roots=[str(tmp_path)], model="demo",
+                       compare="InternVL-3-8B", say=said.append)  # fmt: skip
+    assert said == [
+        "[1/2] demo · coco random N=4: running",
+        "[2/2] demo · coco adversarial N=4: running",
+    ]
+    for cell in ("coco random N=4", "coco adversarial N=4"):
+        lad = json.loads((result.runs["demo"][cell] / "metrics.json").read_text())["methods"]
+        for method in ("vanilla", "pride", "lad"):
+            rows = {r.source: r.values for r in result.rows if (r.cell, r.method) == (cell, method)}
+            assert rows["lad demo"] == pytest.approx(
+                [lad[method][k] for k in ("acc", "acc_std", "rstd", "cons")]
+            )
+            for model in ("Qwen2.5-VL-3B", "LLaVA-OneVision-8B", "InternVL-3-8B"):
+                paper = suite.paper[model][cell][method]
+                assert rows[f"paper {model}"] == [
+                    paper[k] for k in ("acc", "acc_std", "rstd", "cons")
+                ]
+            delta = [
+                a - b for a, b in zip(rows["lad demo"], rows["paper InternVL-3-8B"], strict=True)
+            ]
+            assert rows["Δ demo − paper InternVL-3-8B"] == pytest.approx(delta)
+    assert "paper LLaVA-OneVision-8B" in result.table and "98.66" in result.table

@@ -16,7 +16,8 @@ def benchmark_roots(suite: Suite, given: list[str]) -> dict[str, Path]:
     """Each benchmark's root folder: `NAME=DIR` names one benchmark's; a plain DIR is the root
     of a suite's one benchmark, or the folder holding each benchmark's own folder (its
     `folder`, by default its name) when there are several."""
-    used = [b for b in suite.benchmarks.values() if b.kind != "shapes"]
+    folders = [b for b in suite.benchmarks.values() if b.kind != "shapes"]
+    used = [b for b in folders if any(c.benchmark == b.name for c in suite.cells)]
     roots: dict[str, Path] = {}
     common = None
     for text in given:
@@ -32,7 +33,7 @@ def benchmark_roots(suite: Suite, given: list[str]) -> dict[str, Path]:
             common = Path(text)
     for bench in used:
         if bench.name not in roots and common is not None:
-            roots[bench.name] = common if len(used) == 1 else common / bench.folder
+            roots[bench.name] = common if len(folders) == 1 else common / bench.folder
     missing = [b.name for b in used if b.name not in roots]
     if missing:
         raise DataError(

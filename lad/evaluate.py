@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ from lad.core.records import RecordSet
 from lad.core.scoring import score_records
 from lad.data.items import Item, read_items
 from lad.data.orders import Request, cyclic_requests, given_requests, shuffled_requests
-from lad.errors import DataError
+from lad.errors import DataError, LadError
 from lad.io.files import write_text
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig, eval_config
 from lad.run.lock import RunLock
@@ -366,10 +367,15 @@ def evaluate_mixed(
         for n, part in parts.items():
             _evaluate(part, run_dir / f"n{n}", world, backends=backends)
         return None
-    write_part_inputs(config, run_dir, items, parts)
-    inputs = {}
-    for n, part in parts.items():
-        inputs[n] = check_inputs(part, run_dir / f"n{n}", load_items(part, run_dir / f"n{n}"))
+    existed = run_dir.exists()
+    try:
+        write_part_inputs(config, run_dir, items, parts)
+        inputs = {n: check_inputs(p, run_dir / f"n{n}", load_items(p, run_dir / f"n{n}"))
+                  for n, p in parts.items()}  # fmt: skip
+    except LadError:
+        if not existed:  # a refused run leaves nothing behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     if after_checks is not None:
         after_checks()
     with RunLock(run_dir):

@@ -421,3 +421,34 @@ def test_table1_on_the_demo_model_shows_the_papers_three_models(tmp_path):
             ]
             assert rows["Δ demo − paper InternVL-3-8B"] == pytest.approx(delta)
     assert "paper LLaVA-OneVision-8B" in result.table and "98.66" in result.table
+
+
+def test_where_a_suites_benchmarks_live(tmp_path):
+    from lad.errors import DataError
+    from lad.suites.data import benchmark_roots
+
+    path = tmp_path / "mine.toml"
+    path.write_text(
+        '[benchmarks.mmiu]\nkind = "mmiu"\nroot = "MMIU"\n'
+        '[benchmarks.blink]\nkind = "blink"\n'
+        '[[cells]]\nbenchmark = "mmiu"\ntask = "t"\n[[cells]]\nbenchmark = "blink"\ntask = "u"\n'
+    )
+    suite = load_suite(path)
+    assert [c.id for c in suite.cells] == ["t", "u"]
+    with pytest.raises(DataError, match=r"needs the folder of blink: pass --data-root DIR"):
+        benchmark_roots(suite, [])
+    roots = benchmark_roots(suite, ["blink=/b"])
+    assert roots == {"mmiu": tmp_path / "MMIU", "blink": Path("/b")}
+    assert benchmark_roots(suite, ["/data"]) == {
+        "mmiu": Path("/data/mmiu"),
+        "blink": Path("/data/blink"),
+    }
+    assert benchmark_roots(suite, ["/data", "mmiu=/m"])["mmiu"] == Path("/m")
+    path.write_text('[benchmarks.mmiu]\nkind = "mmiu"\nqestions = "x"\n[[cells]]\ntask = "t"\n')
+    with pytest.raises(DataError, match=r"mine.toml: \[benchmarks.mmiu\] unknown key 'qestions'"):
+        load_suite(path)
+    path.write_text('[settings]\nmodel = "x"\n[benchmarks.s]\nkind = "shapes"\n[[cells]]\n')
+    with pytest.raises(DataError, match=r"\[settings\] 'model' is not a run setting a suite sets"):
+        load_suite(path)
+    with pytest.raises(DataError, match=r"nope: neither a suite file nor a built-in suite"):
+        load_suite("nope")

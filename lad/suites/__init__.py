@@ -50,6 +50,7 @@ class Benchmark:
     kind: str
     folder: str  # its root's name below a common --data-root
     paths: dict[str, str]
+    root: Path | None = None  # where the suite file says it lives (--data-root NAME=DIR wins)
     options: dict[str, Any] = field(default_factory=dict)  # e.g. clip for adversarial COCO
 
 
@@ -132,7 +133,7 @@ def _suite(raw: dict[str, Any], path: Path) -> Suite:
     _known(raw, ("name", "title", "benchmarks", "cells", "models", "settings", "table", "paper"),
            where)  # fmt: skip
     benchmarks = {
-        name: _benchmark(name, spec, f"{where}[benchmarks.{name}] ")
+        name: _benchmark(name, spec, f"{where}[benchmarks.{name}] ", path.parent)
         for name, spec in _table(raw, "benchmarks", where).items()
     }
     settings = dict(_table(raw, "settings", where, {}))
@@ -184,15 +185,16 @@ def _table(raw: dict[str, Any], key: str, where: str, default: Any = None) -> di
     return value
 
 
-def _benchmark(name: str, spec: Any, where: str) -> Benchmark:
+def _benchmark(name: str, spec: Any, where: str, base: Path) -> Benchmark:
     if not isinstance(spec, dict) or spec.get("kind") not in KINDS:
         raise DataError(f"{where}needs kind = one of {', '.join(KINDS)}")
     kind = spec["kind"]
     defaults = KINDS[kind]
-    _known(spec, ("kind", "folder", "clip", *defaults), where)
+    _known(spec, ("kind", "folder", "root", "clip", *defaults), where)
     paths = {k: str(spec.get(k, v)) for k, v in defaults.items()}
     options = {k: spec[k] for k in ("clip",) if k in spec}
-    return Benchmark(name, kind, str(spec.get("folder", name)), paths, options)
+    root = None if "root" not in spec else base / str(spec["root"])  # relative: to the file
+    return Benchmark(name, kind, str(spec.get("folder", name)), paths, root=root, options=options)
 
 
 def _settings(settings: dict[str, Any], where: str) -> None:

@@ -15,7 +15,7 @@ from lad.suites import Benchmark, Suite, SuiteCell
 def benchmark_roots(suite: Suite, given: list[str]) -> dict[str, Path]:
     """Each benchmark's root folder: `NAME=DIR` names one benchmark's; a plain DIR is the root
     of a suite's one benchmark, or the folder holding each benchmark's own folder (its
-    `folder`, by default its name) when there are several."""
+    `folder`, by default its name) when there are several; else the suite file's `root`."""
     folders = [b for b in suite.benchmarks.values() if b.kind != "shapes"]
     used = [b for b in folders if any(c.benchmark == b.name for c in suite.cells)]
     roots: dict[str, Path] = {}
@@ -34,6 +34,8 @@ def benchmark_roots(suite: Suite, given: list[str]) -> dict[str, Path]:
     for bench in used:
         if bench.name not in roots and common is not None:
             roots[bench.name] = common if len(folders) == 1 else common / bench.folder
+        elif bench.name not in roots and bench.root is not None:
+            roots[bench.name] = bench.root
     missing = [b.name for b in used if b.name not in roots]
     if missing:
         raise DataError(

@@ -464,6 +464,8 @@ def run_suite(
     runs: dict[str, dict[str, Path]] = {label: {} for label, _ in models}
     skipped = []
     for k, (label, cell, config, run_dir) in enumerate(plans, 1):
+        if k > 1 and label != plans[k - 2][0]:
+            backends.clear()  # the model before is done with: free its memory for the next
         metrics = _finished(config, run_dir)
         say(f"[{k}/{len(plans)}] {label} · {cell.id}: {'finished' if metrics else 'running'}")
         if metrics is None:

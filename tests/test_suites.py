@@ -452,3 +452,17 @@ def test_where_a_suites_benchmarks_live(tmp_path):
         load_suite(path)
     with pytest.raises(DataError, match=r"nope: neither a suite file nor a built-in suite"):
         load_suite("nope")
+
+
+def test_a_few_paper_numbers_read_by_eye():
+    """Spot values typed from the paper's PDF tables, independent of the text's layout."""
+    table1 = load_suite("table1").paper
+    assert table1["LLaVA-OneVision-8B"]["coco random N=4"]["lad"] == {
+        "acc": 98.66, "acc_std": 0.36, "rstd": 0.88, "cons": 96.50
+    }  # fmt: skip
+    assert table1["Qwen2.5-VL-3B"]["coco adversarial N=4"]["self-consistency"]["acc"] == 42.20
+    assert table1["InternVL-3-8B"]["coco adversarial N=8"]["lad"]["cons"] == 35.20
+    assert "self-consistency" not in table1["InternVL-3-8B"]["coco random N=8"]  # Table 6 lacks it
+    table5 = load_suite("table5").paper["LLaVA-OV"]
+    assert table5["forensic blink"]["attn-purified"]["acc"] == 27.9
+    assert table5["visual quality"]["lad"] == {"acc": 53.0, "delta_rstd": -35.0}

@@ -466,3 +466,9 @@ def test_a_few_paper_numbers_read_by_eye():
     table5 = load_suite("table5").paper["LLaVA-OV"]
     assert table5["forensic blink"]["attn-purified"]["acc"] == 27.9
     assert table5["visual quality"]["lad"] == {"acc": 53.0, "delta_rstd": -35.0}
+
+
+def test_suite_list_names_the_built_ins(capsys):
+    assert main(["suite", "list"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert names == ["blink", "muirbench", "table1", "table5"]

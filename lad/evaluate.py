@@ -487,7 +487,9 @@ def _finished(config: EvalConfig, run_dir: Path) -> dict[str, Any] | None:
     if not (run_dir / "metrics.json").is_file():
         return None
     try:
-        resolved = resolve_penalty(resolve_prompt(resolve_calibration_items(config)[0]))
+        resolved = config  # a mixed run's run.json: its arguments as given (each part resolves)
+        if len(mixed_cells(config)) <= 1:
+            resolved = resolve_penalty(resolve_prompt(resolve_calibration_items(config)[0]))
         run = RunDir(run_dir).check()
         metrics = run.metrics()
         same = run.run_json["arguments"] == json.loads(json.dumps(resolved.identity()))

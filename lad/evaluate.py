@@ -28,6 +28,8 @@ lad.run.rundir (the lock, run.json, resume and shards).
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,19 +39,22 @@ from typing import Any
 import numpy as np
 
 from lad.core.calibrate import Calibration
-from lad.core.methods import METHODS, MethodOptions
+from lad.core.cells import Cell, cells_json, format_cells_table, score_cells
+from lad.core.methods import MethodOptions
 from lad.core.metrics import format_panel, format_table
 from lad.core.prompts import CAPTION, vanilla_template
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
 from lad.data.items import Item, read_items
 from lad.data.orders import Request, cyclic_requests, given_requests, shuffled_requests
-from lad.errors import DataError, RunError
-from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig
+from lad.errors import DataError, LadError
+from lad.io.files import write_text
+from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig, eval_config
 from lad.run.lock import RunLock
+from lad.run.mixed import mixed_cells, part_config, part_ns, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
 from lad.run.resume import World
-from lad.run.rundir import STAGE_FILES, RunDir
+from lad.run.rundir import CELLS_FILE, STAGE_FILES, RunDir, fingerprint
 from lad.run.stages import (
     Clock,
     LazyBackend,
@@ -57,6 +62,8 @@ from lad.run.stages import (
     run_stage,
     sofa_sigma,
 )
+from lad.suites import slug
+from lad.suites.plan import SuiteResult, cell_numbers, compared, one_n, suite_models
 
 
 @dataclass
@@ -216,36 +223,46 @@ def evaluate(
     run_dir: str | Path,
     world: World | None = None,
     after_checks: Callable[[], None] | None = None,
+    backends: dict | None = None,
 ) -> RunResult | None:
     """Run (or resume) one evaluation into `run_dir` and return its metrics.
 
     Under several processes (accelerate launch, torchrun) each makes its share of the records;
     the main process merges, scores and reports, and the others return None. `after_checks` is
     called once every argument and input passed its checks, before any model work (the CLI's
-    notes go there, so a refused run prints its one error line and nothing else).
+    notes go there, so a refused run prints its one error line and nothing else). `backends`:
+    models already loaded, kept for the next run of this process (lad.run.stages.LazyBackend).
     """
     run_dir = Path(run_dir)
     world = world or World.from_env()
+    cells = mixed_cells(config)
+    if len(cells) > 1:
+        return evaluate_mixed(config, cells, run_dir, world, after_checks, backends or {})
     config = resolve_penalty(resolve_prompt(resolve_calibration_items(config)[0]))
     if not world.is_main:
-        return _evaluate(config, run_dir, world)
+        return _evaluate(config, run_dir, world, backends=backends)
     items = None if config.data == "shapes" else load_items(config, run_dir)
     inputs = check_inputs(config, run_dir, items)
     if after_checks is not None:
         after_checks()
     with RunLock(run_dir):
-        return _evaluate(config, run_dir, world, inputs)
+        return _evaluate(config, run_dir, world, inputs, backends=backends)
 
 
 def _evaluate(
-    config: EvalConfig, run_dir: Path, world: World, inputs: dict[str, Any] | None = None
+    config: EvalConfig,
+    run_dir: Path,
+    world: World,
+    inputs: dict[str, Any] | None = None,
+    report: bool = True,
+    backends: dict | None = None,
 ) -> RunResult | None:
     if world.is_main:
         RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), inputs)
         load_items(config, run_dir)  # builds generated data once, before the others read it
     world.barrier()
     eval_items, cal_items = load_items(config, run_dir)
-    make_backend = LazyBackend(config, world.device(config.device), run_dir)
+    make_backend = LazyBackend(config, world.device(config.device), run_dir, backends)
     clock = Clock(run_dir, world, make_backend)
 
     def stage(
@@ -286,6 +303,7 @@ def _evaluate(
         config.methods,
         config.method_options,
         quiet=config.quiet,
+        write_report=report,
         check_calibration=config.calibration_check,
     )
 
@@ -305,22 +323,17 @@ def score_run(
     template or image preprocessing.
     """
     run = RunDir(run_dir)
-    records = run.records
-    calibration = run.calibration(check=check_calibration)
-    options = dataclasses.replace(options, labels=run.arguments["labels"])
-    stages = {}
-    for method in methods:
-        stage = METHODS[method].stage
-        if stage != "records" and stage not in stages:
-            stages[stage] = run.stage_records(stage)
-            if stages[stage] is None:
-                raise RunError(
-                    f"{run.file(STAGE_FILES[stage])}: missing; rerun lad eval with --methods "
-                    f"including {stage}"
-                )
-    perm = run.perm_records() if "perm-avg" in methods else None
+    part = scoring_inputs(run, methods, options, check_calibration)
+    records = part.records
     start = time.perf_counter()
-    scored = score_records(records, methods, calibration, options, perm_records=perm, stages=stages)
+    scored = score_records(
+        records,
+        methods,
+        part.calibration,
+        part.options,
+        perm_records=part.perm_records,
+        stages=part.stages,
+    )
     # Wall seconds per stage (run.json's, summed over sessions) and of this scoring.
     timing = {**run.timing(), "scoring": round(time.perf_counter() - start, 3)}
     metrics = run.write_scored(scored, timing=timing)
@@ -331,3 +344,156 @@ def score_run(
 
         report = _write_report([run_dir], run_dir / "report")
     return RunResult(run_dir, metrics, table, report)
+
+
+# ---------------------------------------------------------------- a mixed items file
+
+
+def evaluate_mixed(
+    config: EvalConfig,
+    cells: list[Cell],
+    run_dir: Path,
+    world: World,
+    after_checks: Callable[[], None] | None,
+    backends: dict,
+) -> RunResult | None:
+    """A run of several (task, N) cells: one part run directory n{N}/ per N, each a `lad eval` run
+    of that N's items with its own calibration (held out from that N's items, or the N's file of
+    --calibration DIR); cells.json names each cell's items; metrics.json holds each cell's
+    metrics and the item-weighted groups (docs/formats.md, "Mixed runs")."""
+    items = read_items(config.data)
+    parts = {n: part_config(config, run_dir, n, items) for n in part_ns(cells)}
+    if not world.is_main:
+        for n, part in parts.items():
+            _evaluate(part, run_dir / f"n{n}", world, backends=backends)
+        return None
+    existed = run_dir.exists()
+    try:
+        write_part_inputs(config, run_dir, items, parts)
+        inputs = {n: check_inputs(p, run_dir / f"n{n}", load_items(p, run_dir / f"n{n}"))
+                  for n, p in parts.items()}  # fmt: skip
+    except LadError:
+        if not existed:  # a refused run leaves nothing behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    if after_checks is not None:
+        after_checks()
+    with RunLock(run_dir):
+        named = ("data", "calibration_data", "orders")
+        own = {k: fingerprint(getattr(config, k)) for k in named if getattr(config, k)}
+        RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), own)
+        layout = cells_json(cells, {n: f"n{n}" for n in parts})
+        write_text(run_dir / CELLS_FILE, json.dumps(layout, indent=1) + "\n")
+        for n, part in parts.items():
+            with RunLock(run_dir / f"n{n}"):
+                _evaluate(part, run_dir / f"n{n}", world, inputs[n], False, backends)
+        return score_mixed(
+            run_dir,
+            config.methods,
+            config.method_options,
+            check_calibration=config.calibration_check,
+        )
+
+
+def score_mixed(
+    run_dir: Path,
+    methods: Sequence[str],
+    options: MethodOptions,
+    *,
+    write_report: bool = True,
+    check_calibration: bool = True,
+) -> RunResult:
+    """metrics.json of a mixed run (each cell's and the groups'), from its parts' files alone."""
+    run = RunDir(run_dir)
+    parts = {
+        n: scoring_inputs(part, methods, options, check_calibration)
+        for n, part in run.parts().items()
+    }
+    metrics: dict[str, Any] = {"num_candidates": sorted(parts), "methods_scored": list(methods)}
+    metrics.update(score_cells(run.cells(), parts, methods))
+    timing: dict[str, float] = {}
+    for part in run.parts().values():
+        for stage, seconds in part.timing().items():
+            timing[stage] = round(timing.get(stage, 0.0) + seconds, 3)
+    metrics["timing"] = timing
+    metrics["source"] = run.source()
+    write_text(run.file("metrics.json"), json.dumps(metrics, indent=2) + "\n")
+    report = None
+    if write_report:
+        from lad.outputs.report import write_report as _write_report
+
+        report = _write_report([run_dir], run_dir / "report")
+    return RunResult(run_dir, metrics, format_cells_table(metrics, methods), report)
+
+
+# ---------------------------------------------------------------- suites
+
+
+def run_suite(
+    suite: Any,
+    out: str | Path,
+    *,
+    data_roots: Sequence[str] = (),
+    model: str | None = None,
+    compare: str | None = None,
+    say: Callable[[str], None] = print,
+) -> SuiteResult:
+    """Run every cell of `suite` (lad.suites.Suite) for its models, or for `model` alone, into
+    out/<model>/<cell>/ (one `lad eval` run directory each; a finished one is skipped), and lay
+    the numbers out beside the paper's. Every benchmark folder is checked first, and every
+    cell's data converted, before any model work."""
+    from lad.suites.data import benchmark_roots, cell_data, check_data
+    from lad.suites.table import format_suite_table, table_rows
+
+    out = Path(out)
+    roots = benchmark_roots(suite, list(data_roots))
+    check_data(suite, roots)
+    models = suite_models(suite, model)
+    plans = []
+    for label, path in models:
+        for cell in suite.cells:
+            settings = {**suite.settings, **cell.settings}
+            preset = settings.pop("preset", "paper")
+            data = cell_data(suite, cell, roots, out, settings)
+            n = cell.num_candidates or one_n(data["data"])
+            stated = {**settings, **data, "model": path, "quiet": True}
+            config = eval_config(preset, **stated, **({"num_candidates": n} if n else {}))
+            plans.append((label, cell, config, out / slug(label) / cell.slug))
+    backends: dict = {}
+    results: dict[str, dict[str, Any]] = {label: {} for label, _ in models}
+    runs: dict[str, dict[str, Path]] = {label: {} for label, _ in models}
+    skipped = []
+    for k, (label, cell, config, run_dir) in enumerate(plans, 1):
+        if k > 1 and label != plans[k - 2][0]:
+            backends.clear()  # the model before is done with: free its memory for the next
+        metrics = _finished(config, run_dir)
+        say(f"[{k}/{len(plans)}] {label} · {cell.id}: {'finished' if metrics else 'running'}")
+        if metrics is None:
+            result = evaluate(config, run_dir, backends=backends)
+            metrics = result.metrics if result is not None else None
+        else:
+            skipped.append(run_dir)
+        results[label][cell.id] = cell_numbers(metrics)
+        runs[label][cell.id] = run_dir
+    chosen = {label: compared(suite, label, compare) for label, _ in models}
+    rows = table_rows(suite, results, chosen)
+    return SuiteResult(format_suite_table(suite, rows), rows, runs, skipped)
+
+
+def _finished(config: EvalConfig, run_dir: Path) -> dict[str, Any] | None:
+    """A run directory's metrics when it was finished with these arguments and methods."""
+    from lad.errors import LadError
+
+    if not (run_dir / "metrics.json").is_file():
+        return None
+    try:
+        resolved = config  # a mixed run's run.json: its arguments as given (each part resolves)
+        if len(mixed_cells(config)) <= 1:
+            resolved = resolve_penalty(resolve_prompt(resolve_calibration_items(config)[0]))
+        run = RunDir(run_dir).check()
+        metrics = run.metrics()
+        same = run.run_json["arguments"] == json.loads(json.dumps(resolved.identity()))
+    except LadError:
+        return None
+    scored = cell_numbers(metrics)["methods"]
+    return metrics if same and all(m in scored for m in config.methods) else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from lad.cli.flags import (
 )
 from lad.core.audit import Bootstrap
 from lad.core.calibrate import Calibration
+from lad.core.cells import format_cells_table, measure_cells
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.metrics import compute_metrics, format_panel, format_table
 from lad.core.predictions import (
@@ -33,6 +35,7 @@ from lad.core.records import RecordSet, read_records
 from lad.core.scoring import score_records
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_file, write_text
+from lad.run.mixed import cells_of_part
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -137,6 +140,7 @@ def run_score(args: argparse.Namespace) -> int:
     )
     write_predictions(args.out, scored.predictions)
     print(format_table(scored.metrics))
+    _print_cells(args.records, records, scored.chosen)
     count = f"{len(methods)} method{'s' if len(methods) > 1 else ''}"
     print(f"written: {args.out} ({len(records)} records × {count})")
     return 0
@@ -216,10 +220,15 @@ def run_metrics(args: argparse.Namespace) -> int:
     repeats = _repeats(args, records) if args.repeat_predictions else None
     boot = Bootstrap(resamples=args.bootstrap, seed=args.bootstrap_seed)
     metrics = compute_metrics(records, chosen, bootstrap=boot, repeats=repeats)
+    cells = cells_of_part(args.records)
+    if cells:  # a part of a mixed run: its cells' metrics too
+        metrics.update(measure_cells(cells, records, chosen))
     text = json.dumps(metrics, indent=2)
     if args.out:
         write_text(args.out, text + "\n")
     print(text if args.json else f"{format_table(metrics)}\n{format_panel(metrics)}")
+    if cells and not args.json:
+        print("\n" + format_cells_table(metrics))
     return 0
 
 
@@ -233,3 +242,10 @@ def _repeats(args: argparse.Namespace, records: RecordSet) -> dict:
         )
     predictions = read_predictions(args.repeat_predictions)
     return predictions_by_method(again, predictions, args.repeat_predictions)
+
+
+def _print_cells(path: str, records: Any, chosen: dict[str, Any]) -> None:
+    """Records of a mixed run's part: each of its cells' numbers, and the groups."""
+    cells = cells_of_part(path)
+    if cells:
+        print("\n" + format_cells_table(measure_cells(cells, records, chosen)))

@@ -384,6 +384,41 @@ def _table5_html(runs: list[dict[str, Any]]) -> str:
     return table + "".join(f"<p>{note}</p>" for note in notes)
 
 
+def _cells_html(run_dir: Path) -> str:
+    """A mixed run's cells in Table 5's layout (Acc of vanilla, PurAttn, LAD and LAD's ΔRStd),
+    one row per (task, N) cell, then the item-weighted group rows with their item counts."""
+    run = RunDir(run_dir)
+    if not run.is_mixed:
+        return ""
+    metrics = run.check().metrics()
+    shown = ("vanilla", "attn-purified", "lad")
+    head = "<tr><th>cell</th><th>items</th><th>Vanilla ↑</th><th>PurAttn ↑</th><th>LAD ↑</th>"
+    rows = [head + "<th>ΔRStd ↓</th></tr>"]
+
+    def row(name: str, count: int, methods: dict[str, Any]) -> str:
+        accs = "".join(
+            f"<td>{methods[m]['acc']:.1f}</td>" if "acc" in methods.get(m, {}) else "<td>–</td>"
+            for m in shown
+        )
+        delta = methods.get("lad", {}).get("delta_rstd")
+        delta_text = "–" if delta is None else f"{delta:+.1f}"
+        return f"<tr><td>{html.escape(name)}</td><td>{count}</td>{accs}<td>{delta_text}</td></tr>"
+
+    for name, cell in metrics["cells"].items():
+        rows.append(row(name, cell["num_items"], cell["methods"]))
+    groups = metrics["groups"]
+    for kind, label in (("task", "task "), ("num_candidates", "N = ")):
+        if len(groups[kind]) > 1:
+            rows += [row(label + k, g["num_items"], g["methods"]) for k, g in groups[kind].items()]
+    overall = groups["overall"]
+    rows.append(row("overall (item-weighted)", overall["num_items"], overall["methods"]))
+    return (
+        f"<h2>Cells of {html.escape(str(run_dir))}</h2><p>Accuracy (%) per (task, N) cell, then "
+        "per task, per N and overall, each the mean of its cells weighted by their items.</p>"
+        "<table>" + "".join(rows) + "</table>"
+    )
+
+
 def _table_html(metrics: dict[str, Any]) -> str:
     methods = metrics["methods"]
     gen = any("generated_tokens_per_item" in m for m in methods.values())
@@ -462,6 +497,7 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     def img(name: str, alt: str) -> str:
         return f'<p><img src="{name}" alt="{html.escape(alt)}"></p>'
 
+    parts += [_cells_html(Path(given)) for given in run_dirs]
     table5 = _table5_html(runs)
     if table5:
         parts.append(

@@ -30,6 +30,7 @@ RUN_FORMAT = "lad-run/1"
 # A harness audit (lad.harness.audit): a folder whose lad_audit.json lists run folders.
 AUDIT_FORMAT = "lad-harness-audit/1"
 AUDIT_FILE = "lad_audit.json"
+CELLS_FILE = "cells.json"  # a mixed run's (task, N) cells; one part run directory n{N}/ per N
 # How records are made from the same arguments; bumped when lad would now make other records, so a
 # run begun by an older lad is never extended with records that do not match its own (1: labels
 # tokenised glued to the prompt; 2: labels as the chat template writes the reply).
@@ -51,6 +52,7 @@ RUN_OUTPUTS = (
     "predictions.jsonl",
     "metrics.json",
     "sofa.json",
+    CELLS_FILE,
     *STAGE_FILES.values(),
 )
 
@@ -271,6 +273,24 @@ class RunDir:
         files = [*self.path.glob("*.jsonl"), *self.path.glob("sofa_grid/*.jsonl")]
         return any(p.is_file() and p.stat().st_size > 0 for p in files)
 
+    # -- a mixed run's cells and parts ---------------------------------------------------------
+
+    @property
+    def is_mixed(self) -> bool:
+        """A run of several (task, N) cells (docs/formats.md, "Mixed runs")."""
+        return self.file(CELLS_FILE).is_file()
+
+    def cells(self) -> list[Any]:
+        """cells.json's cells (lad.core.cells.Cell)."""
+        from lad.core.cells import cells_from_json
+
+        return cells_from_json(read_json(self.file(CELLS_FILE), RunError), self.file(CELLS_FILE))
+
+    def parts(self) -> dict[int, RunDir]:
+        """The run directory of each N of a mixed run (n{N}/), by N."""
+        ns = {c.num_candidates for c in self.cells()}
+        return {n: RunDir(self.path / f"n{n}") for n in sorted(ns)}
+
     # -- records -------------------------------------------------------------------------------
 
     @cached_property
@@ -358,9 +378,13 @@ class RunDir:
     def check(self) -> RunDir:
         """The checks every reader of a finished run makes before reading on: run.json of lad's
         format, every item of records.jsonl under the same number of orderings, and metrics.json,
-        where there is one, computed from these very records and arguments; returns self."""
+        where there is one, computed from these very records and arguments (a mixed run: each
+        part's too); returns self."""
         _ = self.arguments
-        if self.file("records.jsonl").is_file() or not self.file("metrics.json").is_file():
+        if self.is_mixed:
+            for part in self.parts().values():
+                part.check()
+        elif self.file("records.jsonl").is_file() or not self.file("metrics.json").is_file():
             _ = self.records
         if self.file("metrics.json").is_file():
             self.metrics()
@@ -396,9 +420,13 @@ class RunDir:
             )
         return metrics
 
-    def source(self) -> dict[str, str]:
+    def source(self) -> dict[str, Any]:
         """What metrics.json was computed from: the SHA-256 of records.jsonl's bytes and of
-        run.json's arguments."""
+        run.json's arguments (a mixed run: of cells.json, and each part's by N)."""
+        if self.is_mixed:
+            cells = hashlib.sha256(self.file(CELLS_FILE).read_bytes()).hexdigest()
+            parts = {str(n): part.source() for n, part in self.parts().items()}
+            return {"cells_sha256": cells, "parts": parts}
         arguments = json.dumps(self.run_json["arguments"], sort_keys=True)
         return {
             "records_sha256": hashlib.sha256(self.file("records.jsonl").read_bytes()).hexdigest(),
@@ -460,7 +488,9 @@ def _check_complete(records: RecordSet, path: Path) -> None:
 
 def audit_folders(path: Path) -> list[Path]:
     """The run folders a harness audit lists, when `path` holds lad_audit.json and no
-    metrics.json of its own; else [path]."""
+    metrics.json of its own; a mixed run's parts (one per N); else [path]."""
+    if (path / CELLS_FILE).is_file():
+        return [part.path for part in RunDir(path).parts().values()]
     audit_path = path / AUDIT_FILE
     if (path / "metrics.json").is_file() or not audit_path.is_file():
         return [path]

@@ -4,6 +4,7 @@ lad.run.resume; the model is loaded only when some stage still has records to ma
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -135,15 +136,21 @@ def generation_options(config: EvalConfig, template: str) -> Any:
 
 
 class LazyBackend:
-    """Loads the model on first use, so a finished run is rescored without touching it."""
+    """Loads the model on first use, so a finished run is rescored without touching it.
 
-    def __init__(self, config: EvalConfig, device: str, run_dir: Path) -> None:
+    shared: models loaded already, by what they were loaded with, for runs one after another in
+    one process (a mixed run's parts, a suite's cells): the model does not depend on N."""
+
+    def __init__(
+        self, config: EvalConfig, device: str, run_dir: Path, shared: dict | None = None
+    ) -> None:
         self.config = config
         self.device = device
         self.run_dir = run_dir
         self.backend: Any = None
         self.load_seconds = 0.0
         self.recorded = None  # run.json's "threads" when the model loaded, None before records
+        self.shared = {} if shared is None else shared
 
     def __call__(self) -> Any:
         if self.backend is None:
@@ -154,12 +161,16 @@ class LazyBackend:
             start = time.perf_counter()
             if run.made_records():  # a resumed run keeps its thread count
                 self.recorded = run.threads()
-            self.backend = self.config.spec.load_backend(
-                device=self.device,
-                dtype=self.config.dtype,
-                quiet=self.config.quiet,
-                threads=resumed_threads(self.recorded, run.file("run.json")),
-            )
+            spec = dataclasses.replace(self.config.spec, labels="digits", prompt_template=None)
+            key = (repr(spec), self.device, self.config.dtype)
+            if key not in self.shared:
+                self.shared[key] = spec.load_backend(
+                    device=self.device,
+                    dtype=self.config.dtype,
+                    quiet=self.config.quiet,
+                    threads=resumed_threads(self.recorded, run.file("run.json")),
+                )
+            self.backend = self.shared[key]
             # Before any record: a layer range past the model's layers would fail only at scoring.
             check_layer_range(self.config.layer_range, self.backend.num_layers)
             self.load_seconds = time.perf_counter() - start

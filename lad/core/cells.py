@@ -1,0 +1,198 @@
+"""Cells of a mixed run: items grouped by (task, N), each cell's metrics from its selection of the
+records, and item-weighted group rows (per task, per N, overall) (docs/formats.md, "Mixed runs").
+
+A cell is a selection of records, never a file of its own: its metrics are `score_records` on the
+records of its items, so they equal those of the cell run alone with the same calibration and
+orderings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lad.core.calibrate import Calibration
+from lad.core.methods import MethodOptions
+from lad.core.records import RecordSet
+from lad.core.scoring import score_records
+from lad.errors import RunError
+
+# The task of an item without a "task" key: all such items of one N form one cell.
+DEFAULT_TASK = "items"
+CELLS_FORMAT = "lad-cells/1"
+# Scalars averaged, item-weighted, into the group rows.
+GROUPED = ("acc", "rstd", "delta_rstd", "cons")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (task, N) of a mixed run and the ids of its items (evaluation and held-out alike)."""
+
+    task: str
+    num_candidates: int
+    items: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.task} N={self.num_candidates}"
+
+
+def task_of(extra: Mapping[str, Any]) -> str:
+    """An item's task: its "task" key (a string), else DEFAULT_TASK."""
+    task = extra.get("task", DEFAULT_TASK)
+    return task if isinstance(task, str) and task else DEFAULT_TASK
+
+
+def cells_of(items: Iterable[Any]) -> list[Cell]:
+    """The (task, N) cells of `items` (lad.data.items.Item), in the order they first appear."""
+    found: dict[tuple[str, int], list[str]] = {}
+    for item in items:
+        found.setdefault((task_of(item.extra), item.num_candidates), []).append(item.id)
+    return [Cell(task, n, tuple(ids)) for (task, n), ids in found.items()]
+
+
+def cells_json(cells: Sequence[Cell], parts: Mapping[int, str]) -> dict[str, Any]:
+    """cells.json: each cell's task, N, part folder and item ids."""
+    return {
+        "format": CELLS_FORMAT,
+        "cells": [
+            {
+                "task": c.task,
+                "num_candidates": c.num_candidates,
+                "part": parts[c.num_candidates],
+                "items": list(c.items),
+            }
+            for c in cells
+        ],
+    }
+
+
+def cells_from_json(stored: Any, path: object) -> list[Cell]:
+    """The cells of a cells.json's content, refused (naming `path`) unless of lad's format."""
+    if not isinstance(stored, dict) or stored.get("format") != CELLS_FORMAT:
+        raise RunError(f"{path}: not lad's cells file (format {CELLS_FORMAT!r})")
+    try:
+        return [
+            Cell(str(c["task"]), int(c["num_candidates"]), tuple(map(str, c["items"])))
+            for c in stored["cells"]
+        ]
+    except (KeyError, TypeError, ValueError):
+        raise RunError(f"{path}: damaged; rerun the run's lad eval to rewrite it") from None
+
+
+@dataclass
+class Part:
+    """What one N's records are scored with: its records, calibration, stages and perm records."""
+
+    records: RecordSet
+    calibration: Calibration | None
+    options: MethodOptions
+    stages: dict[str, RecordSet]
+    perm_records: RecordSet | None = None
+
+
+def score_cells(
+    cells: Sequence[Cell], parts: Mapping[int, Part], methods: Sequence[str]
+) -> dict[str, Any]:
+    """metrics.json's "cells" (each cell's metrics, as `compute_metrics` writes them for a run)
+    and "groups" (item-weighted means per task, per N and overall, with their weights)."""
+    out: dict[str, Any] = {}
+    for cell in cells:
+        part = parts[cell.num_candidates]
+        ids = np.asarray(cell.items, dtype=object)
+        mask = np.isin(part.records.items, ids)
+        if not mask.any():
+            continue  # every item of the cell held out for calibration
+        perm = part.perm_records
+        if perm is not None:
+            perm = perm.select(np.isin(perm.items, ids))
+        scored = score_records(
+            part.records.select(mask),
+            methods,
+            part.calibration,
+            part.options,
+            perm_records=perm,
+            stages={s: r.select(mask) for s, r in part.stages.items()},
+        )
+        out[cell.name] = {"task": cell.task, **scored.metrics}
+    return {"cells": out, "groups": group_rows(out)}
+
+
+def measure_cells(
+    cells: Sequence[Cell], records: RecordSet, chosen: Mapping[str, np.ndarray]
+) -> dict[str, Any]:
+    """ "cells" and "groups" of one N's records and each method's chosen positions (`lad score`,
+    `lad metrics` on a part of a mixed run): `compute_metrics` of each cell's selection."""
+    from lad.core.metrics import compute_metrics
+
+    out = {}
+    for cell in cells:
+        mask = np.isin(records.items, np.asarray(cell.items, dtype=object))
+        if cell.num_candidates == records.num_candidates and mask.any():
+            picked = {m: np.asarray(c)[mask] for m, c in chosen.items()}
+            out[cell.name] = {"task": cell.task, **compute_metrics(records.select(mask), picked)}
+    return {"cells": out, "groups": group_rows(out)}
+
+
+def group_rows(cells: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per task, per N and overall: each method's GROUPED scalars averaged over the cells,
+    weighted by their evaluation items (the weights are shown beside)."""
+    by_task: dict[str, list[str]] = {}
+    by_n: dict[str, list[str]] = {}
+    for name, cell in cells.items():
+        by_task.setdefault(cell["task"], []).append(name)
+        by_n.setdefault(str(cell["num_candidates"]), []).append(name)
+    return {
+        "task": {t: _weighted(cells, names) for t, names in by_task.items()},
+        "num_candidates": {n: _weighted(cells, names) for n, names in by_n.items()},
+        "overall": _weighted(cells, list(cells)),
+    }
+
+
+def _weighted(cells: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    weights = {name: cells[name]["num_items"] for name in names}
+    total = sum(weights.values())
+    methods: dict[str, dict[str, float]] = {}
+    shared = [m for m in cells[names[0]]["methods"] if all(m in cells[c]["methods"] for c in names)]
+    for method in shared:
+        row = {}
+        for key in GROUPED:
+            values = [cells[c]["methods"][method].get(key) for c in names]
+            if all(isinstance(v, (int, float)) for v in values):
+                row[key] = sum(w * v for w, v in zip(weights.values(), values, strict=True)) / total
+        methods[method] = row
+    return {"num_items": total, "weights": weights, "methods": methods}
+
+
+def format_cells_table(metrics: Mapping[str, Any], methods: Sequence[str] | None = None) -> str:
+    """One row per cell, then the group rows: each method's Acc, and LAD's ΔRStd when there."""
+    cells, groups = metrics["cells"], metrics["groups"]
+    shown = list(methods or next(iter(cells.values()))["methods"])
+    head = f"{'cell':<34}{'items':>6}" + "".join(f"{m[:12]:>13}" for m in shown)
+    delta = "lad" in shown and "vanilla" in shown
+    head += f"{'ΔRStd lad':>11}" if delta else ""
+    lines = [head, "-" * len(head)]
+
+    def row(name: str, count: int, by_method: Mapping[str, Any]) -> str:
+        text = f"{name[:33]:<34}{count:>6}"
+        for m in shown:
+            acc = by_method.get(m, {}).get("acc")
+            text += f"{'-' if acc is None else f'{acc:.2f}':>13}"
+        if delta:
+            d = by_method.get("lad", {}).get("delta_rstd")
+            text += f"{'-' if d is None else f'{d:+.2f}':>11}"
+        return text
+
+    for name, cell in cells.items():
+        lines.append(row(name, cell["num_items"], cell["methods"]))
+    lines.append("-" * len(head))
+    for kind, label in (("task", "task "), ("num_candidates", "N = ")):
+        if len(groups[kind]) > 1:
+            for key, group in groups[kind].items():
+                lines.append(row(label + key, group["num_items"], group["methods"]))
+    overall = groups["overall"]
+    lines.append(row("overall (item-weighted)", overall["num_items"], overall["methods"]))
+    return "\n".join(lines)

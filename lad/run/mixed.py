@@ -1,0 +1,147 @@
+"""The parts of a mixed run (several (task, N) cells in one items file): each N's run
+configuration and inputs, and what a finished run directory is scored with (docs/formats.md,
+"Mixed runs"). lad.evaluate runs the parts; lad.core.cells scores the cells."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lad.core.cells import Cell, Part, cells_of
+from lad.core.methods import METHODS, MethodOptions
+from lad.core.prompts import CAPTION, vanilla_template
+from lad.data.items import Item, read_items, write_items
+from lad.errors import CalibrationError, DataError, RunError
+from lad.io.files import write_text
+from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig
+from lad.run.rundir import CELLS_FILE, STAGE_FILES, RunDir
+
+
+def mixed_parts(path: Path) -> list[Path]:
+    """A mixed run's part run directories (one per N), else [path]: what readers of runs read."""
+    if not (path / CELLS_FILE).is_file():
+        return [path]
+    return [part.path for part in RunDir(path).parts().values()]
+
+
+def cells_of_part(records_path: str | Path) -> list[Cell]:
+    """The cells of the mixed run whose part holds this records file (RUN/n{N}/records.jsonl),
+    else []: what `lad score` and `lad metrics` show per cell."""
+    run = Path(records_path).resolve().parent.parent
+    return RunDir(run).cells() if (run / CELLS_FILE).is_file() else []
+
+
+def mixed_cells(config: EvalConfig) -> list[Cell]:
+    """The (task, N) cells of the run's items file (none for generated data or a missing file,
+    which the single-cell path reports)."""
+    if config.data == "shapes" or not Path(config.data).is_file():
+        return []
+    return cells_of(read_items(config.data))
+
+
+def scoring_inputs(
+    run: RunDir, methods: Sequence[str], options: MethodOptions, check_calibration: bool
+) -> Part:
+    """A finished run's records, calibration, options and the stages `methods` read, checked."""
+    records = run.records
+    calibration = run.calibration(check=check_calibration)
+    options = dataclasses.replace(options, labels=run.arguments["labels"])
+    stages = {}
+    for method in methods:
+        stage = METHODS[method].stage
+        if stage != "records" and stage not in stages:
+            stages[stage] = run.stage_records(stage)
+            if stages[stage] is None:
+                raise RunError(
+                    f"{run.file(STAGE_FILES[stage])}: missing; rerun lad eval with --methods "
+                    f"including {stage}"
+                )
+    perm = run.perm_records() if "perm-avg" in methods else None
+    return Part(records, calibration, options, stages, perm)
+
+
+def part_ns(cells: Sequence[Cell]) -> list[int]:
+    return sorted({c.num_candidates for c in cells})
+
+
+def part_config(config: EvalConfig, run_dir: Path, n: int, items: Sequence[Item]) -> EvalConfig:
+    """The run of N's items in n{N}/: its inputs the N's share of --data, --calibration-data and
+    --orders (written into n{N}/data/), its calibration the N's of --calibration DIR."""
+    data = run_dir / f"n{n}" / "data"
+    changes: dict[str, Any] = {"num_candidates": n, "data": str(data / "items.jsonl")}
+    if config.calibration_data:
+        changes["calibration_data"] = str(data / "calibration.jsonl")
+    if config.orders:
+        changes["orders"] = str(data / "orders.jsonl")
+    if config.calibration:
+        changes["calibration"] = calibration_for(config.calibration, n)
+    part = dataclasses.replace(config, **changes)
+    if part.prompt_template is None:
+        template = vanilla_template([it for it in items if it.num_candidates == n])
+        if template != CAPTION:
+            part = dataclasses.replace(part, prompt_template=template.text)
+    if part.calibration_items is None:
+        held = DEFAULT_CALIBRATION_ITEMS
+        if config.calibration_data:
+            held = min(held, len(_of_n(read_items(config.calibration_data), n, config)))
+        part = dataclasses.replace(part, calibration_items=max(held, 1))
+    return dataclasses.replace(part, repetition_penalty=part.spec.penalty())
+
+
+def _of_n(items: Sequence[Item], n: int, config: EvalConfig) -> list[Item]:
+    mine = [it for it in items if it.num_candidates == n]
+    if not mine:
+        raise DataError(
+            f"--calibration-data {config.calibration_data} holds no item of N = {n}, which "
+            f"--data {config.data} holds; give calibration items of every N"
+        )
+    return mine
+
+
+def calibration_for(folder: str, n: int) -> str:
+    """N's calibration in --calibration DIR: DIR/calibration.n{N}.json, else DIR/n{N}/
+    calibration.json (a mixed run's own)."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise CalibrationError(
+            f"--calibration {folder}: a mixed items file (several N or tasks) needs a folder of "
+            "calibration.n{N}.json files (or a mixed run directory), one per N"
+        )
+    for path in (root / f"calibration.n{n}.json", root / f"n{n}" / "calibration.json"):
+        if path.is_file():
+            return str(path)
+    raise CalibrationError(
+        f"--calibration {folder}: no calibration.n{n}.json (nor n{n}/calibration.json) for the "
+        f"items of N = {n}"
+    )
+
+
+def write_part_inputs(
+    config: EvalConfig, run_dir: Path, items: Sequence[Item], parts: dict[int, EvalConfig]
+) -> None:
+    """Each N's items (and calibration items and orders) into its part's data/ folder; made
+    again from the same inputs they are the same bytes, so a resumed part sees no change."""
+    calibration = read_items(config.calibration_data) if config.calibration_data else None
+    for n, part in parts.items():
+        write_items(part.data, [it for it in items if it.num_candidates == n])
+        if calibration is not None and part.calibration_data:
+            write_items(part.calibration_data, _of_n(calibration, n, config))
+        if config.orders and part.orders:
+            write_text(part.orders, "".join(_orders_of(Path(config.orders), n)))
+
+
+def _orders_of(path: Path, n: int) -> list[str]:
+    """The lines of an orders file whose order has N entries (a line not read as one goes to
+    every N, so each part's reader names it)."""
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        try:
+            order = json.loads(line).get("order")
+        except (json.JSONDecodeError, AttributeError):
+            order = None
+        if not isinstance(order, list) or len(order) == n:
+            lines.append(line if line.endswith("\n") else line + "\n")
+    return lines

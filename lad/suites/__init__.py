@@ -1,0 +1,261 @@
+"""Suites: a small TOML file naming benchmarks, their (task, N, setting) cells, the run settings,
+the methods and the models, and the paper's published numbers for its models
+(docs/suites.md). The paper's own suites ship beside this module (table1, table5, blink,
+muirbench); `lad suite run NAME|FILE` runs every cell (lad.evaluate.run_suite) and prints one
+table (lad.suites.table).
+
+One run directory per (model, cell): the paper calibrates each cell of its tables on that cell's
+own held-out items (Table 3 shows what a calibration carried to other data costs), and a cell's
+run directory is then exactly a `lad eval` run, resumed, skipped when finished, and read by
+`lad report`/`lad ablate` as any other.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from lad.errors import DataError
+from lad.run.config import FIELDS
+
+BUILT_IN = Path(__file__).resolve().parent
+# Where a benchmark's data sit, per kind: the keys a [benchmarks.NAME] table may set, each a path
+# below the benchmark's root folder (defaults in parentheses' place: the released layouts).
+KINDS: dict[str, dict[str, str | None]] = {
+    "mmiu": {"questions": "all.parquet", "images": "."},
+    "muirbench": {"questions": "data"},
+    "blink": {"questions": "."},
+    "coco": {
+        "images": "val2014",
+        "captions": "annotations/captions_val2014.json",
+        "instances": "annotations/instances_val2014.json",
+    },
+    "flickr8k": {"images": "Flicker8k_Dataset", "captions": "Flickr8k.token.txt"},
+    "shapes": {},  # drawn by lad itself: no folder
+}
+# Run settings a suite may not set: each cell sets them.
+PER_CELL = ("model", "data", "num_candidates", "setting", "calibration_data", "calibration")
+CELL_KEYS = ("id", "benchmark", "task", "num_candidates", "setting")
+LAYOUTS = ("cells", "methods")
+METRICS = ("acc", "acc_std", "rstd", "delta_rstd", "cons")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    kind: str
+    folder: str  # its root's name below a common --data-root
+    paths: dict[str, str]
+    root: Path | None = None  # where the suite file says it lives (--data-root NAME=DIR wins)
+    options: dict[str, Any] = field(default_factory=dict)  # e.g. clip for adversarial COCO
+
+
+@dataclass(frozen=True)
+class SuiteCell:
+    """One cell: a benchmark's task (None: the benchmark has one) at N candidates (None: the
+    task's one N) under a setting (coco, flickr8k, shapes), with its own run settings."""
+
+    id: str
+    benchmark: str
+    task: str | None
+    num_candidates: int | None
+    setting: str = "random"
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def slug(self) -> str:
+        return slug(self.id)
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str  # the paper's name for it (its published numbers are keyed by it)
+    path: str
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    metric: str
+    method: str | None = None  # layout "cells": the method of the column
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    source: Path
+    title: str
+    benchmarks: dict[str, Benchmark]
+    cells: list[SuiteCell]
+    models: list[Model]
+    settings: dict[str, Any]
+    layout: str  # "cells": one row per cell; "methods": one row per (cell, method)
+    columns: list[Column]
+    paper: dict[str, dict[str, dict[str, dict[str, float]]]]  # model -> cell -> method -> metric
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple(self.settings.get("methods", ()))
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "cell"
+
+
+def built_in_names() -> list[str]:
+    return sorted(p.stem for p in BUILT_IN.glob("*.toml"))
+
+
+def load_suite(name_or_path: str | Path) -> Suite:
+    """A built-in suite by name, or a suite file; refused, naming the file and key, unless every
+    key is known and every value of its kind."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        if str(name_or_path) not in built_in_names():
+            raise DataError(
+                f"{name_or_path}: neither a suite file nor a built-in suite "
+                f"({', '.join(built_in_names())})"
+            )
+        path = BUILT_IN / f"{name_or_path}.toml"
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not a TOML file ({e})") from None
+    return _suite(raw, path)
+
+
+def _suite(raw: dict[str, Any], path: Path) -> Suite:
+    where = f"{path}: "
+    _known(raw, ("name", "title", "benchmarks", "cells", "models", "settings", "table", "paper"),
+           where)  # fmt: skip
+    benchmarks = {
+        name: _benchmark(name, spec, f"{where}[benchmarks.{name}] ", path.parent)
+        for name, spec in _table(raw, "benchmarks", where).items()
+    }
+    settings = dict(_table(raw, "settings", where, {}))
+    _settings(settings, f"{where}[settings] ")
+    if "methods" in settings:
+        settings["methods"] = tuple(settings["methods"])
+    cells = [
+        _cell(c, benchmarks, f"{where}cells[{i}]: ") for i, c in enumerate(raw.get("cells", []))
+    ]
+    if not cells:
+        raise DataError(f"{where}names no [[cells]]")
+    ids = [c.id for c in cells]
+    if len(set(map(slug, ids))) != len(ids):
+        raise DataError(f"{where}two cells share an id: {ids}")
+    models = [_model(m, f"{where}models[{i}]: ") for i, m in enumerate(raw.get("models", []))]
+    table = _table(raw, "table", where, {})
+    _known(table, ("layout", "columns"), f"{where}[table] ")
+    layout = table.get("layout", "methods")
+    if layout not in LAYOUTS:
+        raise DataError(f"{where}[table] layout must be one of {LAYOUTS}. Got {layout!r}.")
+    columns = [_column(c, layout, f"{where}[table] columns[{i}]: ")
+               for i, c in enumerate(table.get("columns", []))]  # fmt: skip
+    columns = columns or [Column("Acc", "acc"), Column("RStd", "rstd"), Column("Cons.", "cons")]
+    paper = _paper(_table(raw, "paper", where, {}), ids, where)
+    return Suite(
+        name=str(raw.get("name", path.stem)),
+        source=path,
+        title=str(raw.get("title", raw.get("name", path.stem))),
+        benchmarks=benchmarks,
+        cells=cells,
+        models=models,
+        settings=settings,
+        layout=layout,
+        columns=columns,
+        paper=paper,
+    )
+
+
+def _known(table: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
+    unknown = [k for k in table if k not in keys]
+    if unknown:
+        raise DataError(f"{where}unknown key {unknown[0]!r}; known: {', '.join(keys)}")
+
+
+def _table(raw: dict[str, Any], key: str, where: str, default: Any = None) -> dict[str, Any]:
+    value = raw.get(key, default)
+    if not isinstance(value, dict):
+        raise DataError(f"{where}[{key}] must be a table")
+    return value
+
+
+def _benchmark(name: str, spec: Any, where: str, base: Path) -> Benchmark:
+    if not isinstance(spec, dict) or spec.get("kind") not in KINDS:
+        raise DataError(f"{where}needs kind = one of {', '.join(KINDS)}")
+    kind = spec["kind"]
+    defaults = KINDS[kind]
+    _known(spec, ("kind", "folder", "root", "clip", *defaults), where)
+    paths = {k: str(spec.get(k, v)) for k, v in defaults.items()}
+    options = {k: spec[k] for k in ("clip",) if k in spec}
+    root = None if "root" not in spec else base / str(spec["root"])  # relative: to the file
+    return Benchmark(name, kind, str(spec.get("folder", name)), paths, root=root, options=options)
+
+
+def _settings(settings: dict[str, Any], where: str) -> None:
+    for key in settings:
+        if (key not in FIELDS or key in PER_CELL) and key != "preset":
+            raise DataError(
+                f"{where}{key!r} is not a run setting a suite sets (lad eval's options, less "
+                f"{', '.join(PER_CELL)}, which each cell sets)"
+            )
+
+
+def _cell(raw: Any, benchmarks: dict[str, Benchmark], where: str) -> SuiteCell:
+    if not isinstance(raw, dict):
+        raise DataError(f"{where}must be a table")
+    name = raw.get("benchmark", next(iter(benchmarks), None))
+    if name not in benchmarks:
+        raise DataError(f"{where}benchmark {name!r} is not one of [benchmarks]: {list(benchmarks)}")
+    n = raw.get("num_candidates")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 2):
+        raise DataError(f"{where}num_candidates must be a whole number >= 2. Got {n!r}.")
+    task = raw.get("task")
+    settings = {k: v for k, v in raw.items() if k not in CELL_KEYS}
+    _settings(settings, where)
+    default_id = " ".join(str(p) for p in (task or name, raw.get("setting"), n and f"N={n}") if p)
+    return SuiteCell(
+        id=str(raw.get("id", default_id)),
+        benchmark=name,
+        task=None if task is None else str(task),
+        num_candidates=n,
+        setting=str(raw.get("setting", "random")),
+        settings=settings,
+    )
+
+
+def _model(raw: Any, where: str) -> Model:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        raise DataError(f"{where}needs name = the paper's name for the model")
+    _known(raw, ("name", "path"), where)
+    return Model(raw["name"], str(raw.get("path", raw["name"])))
+
+
+def _column(raw: Any, layout: str, where: str) -> Column:
+    if not isinstance(raw, dict) or raw.get("metric") not in METRICS:
+        raise DataError(f"{where}needs metric = one of {', '.join(METRICS)}")
+    _known(raw, ("title", "metric", "method"), where)
+    if layout == "cells" and not raw.get("method"):
+        raise DataError(f"{where}layout 'cells' needs each column's method")
+    return Column(str(raw.get("title", raw["metric"])), raw["metric"], raw.get("method"))
+
+
+def _paper(raw: dict[str, Any], ids: list[str], where: str) -> dict[str, Any]:
+    """[paper.MODEL."cell id".METHOD] metric = value: every cell id one of the suite's."""
+    for model, by_cell in raw.items():
+        for cell, by_method in by_cell.items():
+            if cell not in ids:
+                raise DataError(f"{where}[paper.{model!r}] names cell {cell!r}, not a cell id")
+            for method, values in by_method.items():
+                for metric, value in values.items():
+                    if metric not in METRICS or not isinstance(value, (int, float)):
+                        raise DataError(
+                            f"{where}[paper] {model} / {cell} / {method}: {metric} = {value!r} "
+                            f"is not a number of one of {', '.join(METRICS)}"
+                        )
+    return raw

@@ -1,0 +1,130 @@
+"""Where a suite's benchmarks live and their cells as items files: each benchmark's root folder
+(`--data-root`), checked before any work, and each cell converted once (lad's converters and
+builders, lad.data) into the suite's data/ folder, kept for every model and every rerun."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lad.data.builders import calibration_path_for
+from lad.errors import DataError
+from lad.suites import Benchmark, Suite, SuiteCell
+
+
+def benchmark_roots(suite: Suite, given: list[str]) -> dict[str, Path]:
+    """Each benchmark's root folder: `NAME=DIR` names one benchmark's; a plain DIR is the root
+    of a suite's one benchmark, or the folder holding each benchmark's own folder (its
+    `folder`, by default its name) when there are several; else the suite file's `root`."""
+    folders = [b for b in suite.benchmarks.values() if b.kind != "shapes"]
+    used = [b for b in folders if any(c.benchmark == b.name for c in suite.cells)]
+    roots: dict[str, Path] = {}
+    common = None
+    for text in given:
+        name, sep, folder = text.partition("=")
+        if sep and name in suite.benchmarks:
+            roots[name] = Path(folder)
+        elif sep and not Path(text).exists():
+            raise DataError(
+                f"--data-root {text}: {name!r} is not a benchmark of {suite.name} "
+                f"({', '.join(suite.benchmarks)})"
+            )
+        else:
+            common = Path(text)
+    for bench in used:
+        if bench.name not in roots and common is not None:
+            roots[bench.name] = common if len(folders) == 1 else common / bench.folder
+        elif bench.name not in roots and bench.root is not None:
+            roots[bench.name] = bench.root
+    missing = [b.name for b in used if b.name not in roots]
+    if missing:
+        raise DataError(
+            f"suite {suite.name} needs the folder of {', '.join(missing)}: pass --data-root DIR "
+            f"(or --data-root {missing[0]}=DIR); lad never downloads data"
+        )
+    return roots
+
+
+def check_data(suite: Suite, roots: dict[str, Path]) -> None:
+    """Refuse, naming it, a benchmark folder or file that is not there, before any work."""
+    for bench in suite.benchmarks.values():
+        if bench.kind == "shapes" or not any(c.benchmark == bench.name for c in suite.cells):
+            continue
+        root = roots[bench.name]
+        if not root.is_dir():
+            raise DataError(f"{root}: no such folder ({bench.name}'s data, your download)")
+        for key, sub in bench.paths.items():
+            if key == "instances" and not any(
+                c.benchmark == bench.name and c.setting == "adversarial" for c in suite.cells
+            ):
+                continue
+            if not (root / sub).exists():
+                raise DataError(f"{root / sub}: not found ({bench.name}'s {key}, below {root})")
+    for cell in suite.cells:
+        kind = suite.benchmarks[cell.benchmark].kind
+        if kind in ("coco", "flickr8k", "shapes") and cell.num_candidates is None:
+            raise DataError(f"{suite.source}: cell {cell.id!r} ({kind}) needs num_candidates")
+
+
+def cell_data(
+    suite: Suite, cell: SuiteCell, roots: dict[str, Path], out: Path, settings: dict[str, Any]
+) -> dict[str, Any]:
+    """The run settings naming the cell's data: its converted items and held-out calibration
+    items (converted now unless an earlier run of the suite did), or the shapes benchmark."""
+    bench = suite.benchmarks[cell.benchmark]
+    if bench.kind == "shapes":
+        return {"data": "shapes", "setting": cell.setting}
+    items = out / "data" / f"{cell.slug}.jsonl"
+    calibration = calibration_path_for(items)
+    if not (items.is_file() and calibration.is_file()):
+        items.parent.mkdir(parents=True, exist_ok=True)
+        _convert(bench, cell, roots[bench.name], items, settings)
+    return {"data": str(items), "calibration_data": str(calibration)}
+
+
+def _convert(
+    bench: Benchmark, cell: SuiteCell, root: Path, out: Path, settings: dict[str, Any]
+) -> None:
+    split = {
+        "items": settings.get("items"),
+        "calibration_items": settings.get("calibration_items") or 5,
+        "seed": settings.get("seed", 0),
+    }
+    paths = {k: root / v for k, v in bench.paths.items()}
+    n = cell.num_candidates
+    if bench.kind == "mmiu":
+        from lad.data.mmiu import import_mmiu
+
+        import_mmiu(paths["questions"], out, task=cell.task, images_dir=paths["images"],
+                    num_candidates=n, **split)  # fmt: skip
+    elif bench.kind in ("muirbench", "blink"):
+        from lad.data.blink import import_blink
+        from lad.data.muirbench import import_muirbench
+
+        convert = import_muirbench if bench.kind == "muirbench" else import_blink
+        source = paths["questions"]
+        if cell.task and (source / cell.task).is_dir():  # BLINK: a folder per subtask
+            source = source / cell.task
+        convert(source, out, task=cell.task, num_candidates=n, **split)
+    else:
+        from lad.data.builders import DEFAULT_CLIP, BuildOptions, build_benchmark
+
+        if bench.kind == "coco":
+            from lad.data.coco import load_coco
+
+            instances = paths["instances"] if cell.setting == "adversarial" else None
+            pool = load_coco(paths["images"], paths["captions"], instances)
+        else:
+            from lad.data.flickr import load_flickr8k
+
+            pool = load_flickr8k(paths["images"], paths["captions"])
+        options = BuildOptions(
+            num_candidates=n or 4,
+            setting=cell.setting,
+            items=split["items"] or 1000,
+            calibration_items=split["calibration_items"],
+            seed=split["seed"],
+            clip=bench.options.get("clip", DEFAULT_CLIP),
+            device=settings.get("device", "auto"),
+        )
+        build_benchmark(pool, out, options)

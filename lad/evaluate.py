@@ -54,7 +54,8 @@ from lad.run.lock import RunLock
 from lad.run.mixed import mixed_cells, part_config, part_ns, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
 from lad.run.resume import World
-from lad.run.rundir import CELLS_FILE, STAGE_FILES, RunDir, fingerprint
+from lad.run.rundir import CELLS_FILE, STAGE_FILES, RunDir
+from lad.run.runjson import fingerprint
 from lad.run.stages import (
     Clock,
     LazyBackend,

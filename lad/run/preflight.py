@@ -17,7 +17,7 @@ from lad.data.items import Item
 from lad.errors import CalibrationError, RunError
 from lad.io.files import check_not_inputs, check_output_dir, read_json
 from lad.io.images import check_image
-from lad.run import rundir
+from lad.run import runjson
 from lad.run.config import EvalConfig
 from lad.run.rundir import RUN_OUTPUTS
 
@@ -26,7 +26,7 @@ def check_inputs(
     config: EvalConfig, run_dir: Path, items: tuple[list[Item], list[Item]] | None
 ) -> dict[str, Any]:
     """Check every argument and input file before any model work and before the run directory
-    is touched; return the inputs' fingerprints for run.json (lad.run.rundir.fingerprint).
+    is touched; return the inputs' fingerprints for run.json (lad.run.runjson.fingerprint).
 
     items: the run's (evaluation, calibration) items from an items file; None for generated data.
     """
@@ -46,15 +46,15 @@ def check_inputs(
         from_data = eval_items + ([] if config.calibration_data else cal_items)
         files["data"] = config.data
         pictures = [p for it in from_data for p in it.pictures]  # context pictures too
-        inputs["data"] = rundir.fingerprint(config.data, pictures)
+        inputs["data"] = runjson.fingerprint(config.data, pictures)
         if config.calibration_data:
             files["calibration_data"] = config.calibration_data
             images = [p for it in cal_items for p in it.pictures]
-            inputs["calibration_data"] = rundir.fingerprint(config.calibration_data, images)
+            inputs["calibration_data"] = runjson.fingerprint(config.calibration_data, images)
     for name in ("calibration", "orders", "chat_template"):
         if getattr(config, name) and Path(getattr(config, name)).is_file():
             files[name] = getattr(config, name)
-            inputs[name] = rundir.fingerprint(getattr(config, name))
+            inputs[name] = runjson.fingerprint(getattr(config, name))
     outputs = {f"--out {run_dir}/{name}": run_dir / name for name in RUN_OUTPUTS}
     check_not_inputs(outputs, {"--" + k.replace("_", "-"): v for k, v in files.items()})
     return inputs

@@ -2,19 +2,17 @@
 
 Every command that reads a run — `lad eval` resuming or rescoring it, `lad score`/`metrics` on its
 records, `lad report`, `lad ablate` — goes through `RunDir`, so each applies the same checks:
-run.json
-of lad's format (older layouts are read in `_read_run_json` alone), every stage's records answering
-the same (item, ordering) requests as records.jsonl, each item under the same number of orderings,
-and metrics.json made from these very records and arguments. The harness writes its audit folders
-through it too (`write_run`), so they are run directories like any other.
+run.json of lad's format (older layouts are read in lad.run.runjson alone), every stage's records
+answering the same (item, ordering) requests as records.jsonl, each item under the same number of
+orderings, and metrics.json made from these very records and arguments. The harness writes its
+audit folders through it too (`write_run`), so they are run directories like any other.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -25,8 +23,8 @@ from lad.core.calibrate import Calibration
 from lad.core.records import RecordSet, read_records, write_records
 from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import read_json, write_text
+from lad.run.runjson import RUN_FORMAT, check_same, read_run_json
 
-RUN_FORMAT = "lad-run/1"
 # A harness audit (lad.harness.audit): a folder whose lad_audit.json lists run folders.
 AUDIT_FORMAT = "lad-harness-audit/1"
 AUDIT_FILE = "lad_audit.json"
@@ -55,86 +53,6 @@ RUN_OUTPUTS = (
     CELLS_FILE,
     *STAGE_FILES.values(),
 )
-
-
-# Arguments that name a file or folder: `./data/x.jsonl` and `data/x.jsonl` are the same one.
-PATH_ARGUMENTS = ("model", "data", "calibration_data", "calibration", "orders", "chat_template")
-
-
-def fingerprint(path: str | Path, images: Iterable[Path] = ()) -> dict[str, Any]:
-    """What run.json keeps of an input file: the SHA-256 of its bytes and, for each image it
-    lists, the image's size and modification time (not its bytes, which would mean reading
-    every image on every rerun), keyed by the image's path relative to the file's folder."""
-    path = Path(path)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    stats = {}
-    for image in dict.fromkeys(images):
-        st = image.stat()
-        stats[os.path.relpath(image, path.parent)] = f"{st.st_size} {st.st_mtime_ns}"
-    out: dict[str, Any] = {"path": str(path.resolve()), "sha256": digest}
-    if stats:
-        out["images"] = stats
-    return out
-
-
-def _read_run_json(path: Path, older: bool = False) -> dict[str, Any]:
-    """run.json, checked; the one place older layouts are read (`older`, for readers of finished
-    runs): a run.json without "format" (a harness folder before lad marked it, whose metrics.json
-    says "harness") reads as one of lad's format."""
-    stored = read_json(path, RunError, "run.json")
-    if older and isinstance(stored, dict) and "format" not in stored:
-        stored = {**stored, "format": RUN_FORMAT}
-        metrics = path.parent / "metrics.json"
-        made = read_json(metrics, RunError) if metrics.is_file() else None
-        if isinstance(made, dict) and isinstance(made.get("harness"), dict):
-            stored["harness"] = made["harness"]
-    if not isinstance(stored, dict) or stored.get("format") != RUN_FORMAT:
-        got = stored.get("format") if isinstance(stored, dict) else type(stored).__name__
-        raise RunError(f"{path}: not a lad run (format {got!r}); use another --out")
-    if not isinstance(stored.get("arguments"), dict) or not isinstance(
-        stored.get("inputs", {}), dict
-    ):
-        raise RunError(f"{path}: damaged ('arguments' must be an object); use another --out")
-    return stored
-
-
-def _check_same(
-    run_dir: Path, stored: dict[str, Any], wanted: dict[str, Any], defaults: dict[str, Any]
-) -> None:
-    made_from, now_from = stored.get("inputs", {}), wanted["inputs"]
-    for name, value in wanted["arguments"].items():
-        made = stored["arguments"].get(name, defaults.get(name))
-        if name in made_from and name in now_from:
-            continue  # a fingerprinted file: its content decides, not how its path is spelled
-        if made != value and not (name in PATH_ARGUMENTS and _same_path(made, value)):
-            flag = "--" + name.replace("_", "-")
-            raise RunError(
-                f"{run_dir} was made with {flag} {made!r}, not {value!r}. "
-                "Rerun with the same arguments to resume, or use another --out."
-            )
-    for name, now in now_from.items():
-        before = made_from.get(name)
-        if before is None:
-            continue  # a run.json from before lad kept fingerprints
-        flag = "--" + name.replace("_", "-")
-        if before.get("sha256") != now["sha256"]:
-            raise RunError(
-                f"{now['path']} ({flag}) changed since {run_dir} was made from it: its records "
-                "would be stale. Rerun with the file as it was, or use another --out."
-            )
-        folder = Path(now["path"]).parent
-        old_images = before.get("images", {})
-        for image, stat in now.get("images", {}).items():
-            if old_images.get(image, stat) != stat:
-                raise RunError(
-                    f"{folder / image}: changed since {run_dir} was made (its size or "
-                    f"modification time differ), so its records would be stale. Restore it, "
-                    "or use another --out."
-                )
-
-
-def _same_path(a: Any, b: Any) -> bool:
-    return isinstance(a, str) and isinstance(b, str) and os.path.normpath(a) == os.path.normpath(b)
 
 
 class RunDir:
@@ -174,9 +92,9 @@ class RunDir:
         wanted["inputs"] = dict(inputs or {})
         wanted["records_version"] = RECORDS_VERSION
         if path.exists():
-            stored = _read_run_json(path)
+            stored = read_run_json(path)
             try:
-                _check_same(self.path, stored, wanted, json.loads(json.dumps(dict(defaults))))
+                check_same(self.path, stored, wanted, json.loads(json.dumps(dict(defaults))))
                 return
             except RunError:
                 if self.made_records():
@@ -187,7 +105,7 @@ class RunDir:
     def check_records_version(self) -> None:
         """Refuse to add records to a run whose records an older lad made another way (the two
         would mix in one run); its finished records can still be rescored without the model."""
-        made = _read_run_json(self.file("run.json")).get("records_version", 1)
+        made = read_run_json(self.file("run.json")).get("records_version", 1)
         if made != RECORDS_VERSION and self.made_records():
             raise RunError(
                 f"{self.path} holds records made by an older lad (records version {made}; this "
@@ -213,7 +131,7 @@ class RunDir:
         if not self.file("run.json").is_file() and self.file("metrics.json").is_file():
             return {"format": RUN_FORMAT, "arguments": {}}  # lad score's and metrics' output
         self.check_is_run()
-        return _read_run_json(self.file("run.json"), older=True)
+        return read_run_json(self.file("run.json"), older=True)
 
     @property
     def arguments(self) -> dict[str, Any]:
@@ -249,7 +167,7 @@ class RunDir:
     def add_times(self, seconds: Mapping[str, float]) -> None:
         """Add wall times (seconds per stage) to run.json's "timing", the sum over every session
         that worked on a stage. It sits beside "arguments", so a rerun's check never compares it."""
-        stored = _read_run_json(self.file("run.json"))
+        stored = read_run_json(self.file("run.json"))
         timing = stored.setdefault("timing", {})
         for stage, s in seconds.items():
             timing[stage] = round(timing.get(stage, 0.0) + s, 3)
@@ -263,7 +181,7 @@ class RunDir:
 
     def set_threads(self, threads: Mapping[str, Any]) -> None:
         """Write run.json's "threads" (lad.backends.threads.record_choice), beside "arguments"."""
-        stored = _read_run_json(self.file("run.json"))
+        stored = read_run_json(self.file("run.json"))
         stored["threads"] = dict(threads)
         write_text(self.file("run.json"), json.dumps(stored, indent=2) + "\n")
         self.__dict__.pop("run_json", None)

@@ -13,6 +13,7 @@ from lad.cli.flags import (
     OutputPath,
     add_calibration_check_flag,
     add_lad_flags,
+    add_whole,
     command,
     resolved,
     temperature,
@@ -102,16 +103,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=(0.0, 1.0, 3.0, 5.0, 7.0, 9.0, math.inf),
         help="τ of Figure 6(b); 'inf' is the limit (default: 0,1,3,5,7,9,inf)",
     )
-    p.add_argument(
+    add_whole(
+        p,
         "--calibration-items",
-        type=whole(1, "--calibration-items"),
+        minimum=1,
         help="refit each run's calibration on a seeded random subset of this many of its "
-        "calibration items, for all but Figure 6(a) (e.g. 5, the paper's |D_cal|, from a run "
-        "made with --calibration-items 100; default: the run's calibration.json)",
+        "calibration items, for all but Figure 6(a) (e.g. 5, the paper's |D_cal|, from a run made with "
+        "--calibration-items 100; default: the run's calibration.json)",
     )
-    p.add_argument(
-        "--subsets", type=whole(1, "--subsets"), default=5, help="calibration subsets per |D_cal|"
-    )
+    add_whole(p, "--subsets", minimum=1, default=5, help="calibration subsets per |D_cal|")
     add_calibration_check_flag(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the calibration subsets")
     p.set_defaults(func=_ablate)

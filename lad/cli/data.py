@@ -10,6 +10,7 @@ from lad.cli.flags import (
     InputPath,
     OutputPath,
     add_quiet_flag,
+    add_whole,
     command,
     model_path,
     whole,
@@ -44,22 +45,14 @@ def _add(commands: argparse._SubParsersAction, name: str, help_text: str, exampl
 
 
 def _common(p: argparse.ArgumentParser, items_default: int) -> None:
-    p.add_argument(
-        "--num-candidates",
-        "-n",
-        type=whole(2, "--num-candidates"),
-        default=4,
-        help="images per item, N",
-    )
+    add_whole(p, "--num-candidates", "-n", minimum=2, default=4, help="images per item, N")
     p.add_argument(
         "--setting",
         choices=["random", "adversarial"],
         default="random",
         help="how distractors are chosen",
     )
-    p.add_argument(
-        "--items", type=whole(1, "--items"), default=items_default, help="number of items"
-    )
+    add_whole(p, "--items", minimum=1, default=items_default, help="number of items")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
 
 
@@ -90,9 +83,7 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--image-size", type=whole(1, "--image-size"), dest="picture_side", help=argparse.SUPPRESS
     )
-    p.add_argument(
-        "--max-shapes", type=whole(1, "--max-shapes"), default=2, help="objects per image, 1 to 4"
-    )
+    add_whole(p, "--max-shapes", minimum=1, default=2, help="objects per image, 1 to 4")
     p.add_argument(
         "--position-weights",
         type=_floats,
@@ -161,9 +152,10 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
             help="instances_*.json (categories; required for adversarial)",
         )
     _common(p, items_default=1000)
-    p.add_argument(
+    add_whole(
+        p,
         "--calibration-items",
-        type=whole(0, "--calibration-items"),
+        minimum=0,
         default=5,
         help="items written to OUT's .calibration.jsonl sibling, disjoint from the others",
     )
@@ -174,9 +166,7 @@ def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
         help="CLIP-like model (hub id or local path) for the adversarial setting",
     )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
-    p.add_argument(
-        "--batch-size", type=whole(1, "--batch-size"), default=32, help="CLIP batch size"
-    )
+    add_whole(p, "--batch-size", minimum=1, default=32, help="CLIP batch size")
     p.add_argument(
         "--skip-missing", action="store_true", help="leave out listed images absent on disk"
     )
@@ -297,10 +287,11 @@ def _register_released(commands: argparse._SubParsersAction, benchmark: Benchmar
             type=InputPath,
             help=f"the folder {title}'s pictures were extracted in (default: beside the file)",
         )
-    p.add_argument(
+    add_whole(
+        p,
         "--num-candidates",
         "-n",
-        type=whole(2, "--num-candidates"),
+        minimum=2,
         help="keep only questions with N candidates (else all)",
     )
     if benchmark.embedded:
@@ -309,12 +300,11 @@ def _register_released(commands: argparse._SubParsersAction, benchmark: Benchmar
             type=OutputPath,
             help="folder the pictures are written to (default: OUT's -pictures sibling)",
         )
-    p.add_argument(
-        "--items", type=whole(1, "--items"), default=None, help="evaluation items (default: all)"
-    )
-    p.add_argument(
+    add_whole(p, "--items", minimum=1, default=None, help="evaluation items (default: all)")
+    add_whole(
+        p,
         "--calibration-items",
-        type=whole(0, "--calibration-items"),
+        minimum=0,
         default=5,
         help="questions held out to OUT's .calibration.jsonl sibling",
     )

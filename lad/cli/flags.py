@@ -69,6 +69,11 @@ def declared_files(
     return inputs, outputs
 
 
+def add_whole(p: Any, *names: str, minimum: int, help: str, default: int | None = None) -> None:
+    """A flag taking a whole number >= minimum (`whole`), named in its errors by its first name."""
+    p.add_argument(*names, type=whole(minimum, names[0]), default=default, help=help)
+
+
 def whole(minimum: int, flag: str) -> Callable[[str], int]:
     """An argparse type: a whole number >= minimum. Text that is no number is a usage error
     ("argument --items: ..."); a number out of range is an `Error: --items must be >= 1` line,
@@ -211,11 +216,8 @@ def add_lad_flags(p: argparse.ArgumentParser) -> None:
     """LAD's inference options (§4.3), their official-code variants (with --obs-mean, how a
     calibration is fitted, Eq. 1) and --preset; defaults are the paper's."""
     add_preset_flag(p)
-    p.add_argument(
-        "--top-k",
-        type=whole(1, "--top-k"),
-        default=2,
-        help="K layers selected by Eq. 9 (default: %(default)s)",
+    add_whole(
+        p, "--top-k", minimum=1, default=2, help="K layers selected by Eq. 9 (default: %(default)s)"
     )
     p.add_argument(
         "--tau",
@@ -261,14 +263,16 @@ def add_image_flags(p: argparse.ArgumentParser) -> None:
         help="resize every picture to PIXELS×PIXELS (bicubic) before the processor (default: as "
         "it is; official: 336, 144 tokens per image on Qwen2.5-VL)",
     )
-    g.add_argument(
+    add_whole(
+        g,
         "--max-pixels",
-        type=whole(1, "--max-pixels"),
+        minimum=1,
         help="pixel budget's upper end (Qwen2-VL, Qwen2.5-VL processors)",
     )
-    g.add_argument(
+    add_whole(
+        g,
         "--min-pixels",
-        type=whole(1, "--min-pixels"),
+        minimum=1,
         help="pixel budget's lower end (Qwen2-VL, Qwen2.5-VL processors)",
     )
     g.add_argument(

@@ -22,6 +22,7 @@ from lad.cli.flags import (
     add_preset_flag,
     add_quiet_flag,
     add_repetition_penalty_flag,
+    add_whole,
     check_layer_range_flag,
     command,
     image_options,
@@ -29,7 +30,6 @@ from lad.cli.flags import (
     methods_given,
     model_path,
     number,
-    whole,
 )
 from lad.errors import CalibrationError, LadError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
@@ -51,9 +51,7 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
         help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
     )
     add_labels_flag(p)
-    p.add_argument(
-        "--batch-size", type=whole(1, "--batch-size"), default=4, help="prompts per forward pass"
-    )
+    add_whole(p, "--batch-size", minimum=1, default=4, help="prompts per forward pass")
     p.add_argument(
         "--prompt-template",
         type=InputPath,
@@ -98,27 +96,21 @@ def _sigma(text: str) -> float | str:
 
 def _baseline_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("baselines (docs/baselines.md)")
-    g.add_argument(
+    add_whole(
+        g,
         "--max-new-tokens",
-        type=whole(1, "--max-new-tokens"),
+        minimum=1,
         default=1024,
         help="reply length limit (instruction, cot, self-consistency)",
     )
-    g.add_argument(
-        "--sc-samples", type=whole(1, "--sc-samples"), default=10, help="self-consistency paths"
-    )
+    add_whole(g, "--sc-samples", minimum=1, default=10, help="self-consistency paths")
     g.add_argument(
         "--sc-temperature",
         type=number("--sc-temperature", 0.0, closed=False),
         default=0.7,
         help="self-consistency sampling temperature, > 0",
     )
-    g.add_argument(
-        "--sc-top-k",
-        type=whole(0, "--sc-top-k"),
-        default=40,
-        help="self-consistency top-k (0: all tokens)",
-    )
+    add_whole(g, "--sc-top-k", minimum=0, default=40, help="self-consistency top-k (0: all tokens)")
     g.add_argument(
         "--sofa-sigma",
         type=_sigma,
@@ -149,32 +141,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--data", type=items_or_shapes, default="shapes", help="items .jsonl file, or 'shapes'"
     )
-    p.add_argument(
-        "--num-candidates",
-        "-n",
-        type=whole(2, "--num-candidates"),
-        default=4,
-        help="N images per query",
-    )
+    add_whole(p, "--num-candidates", "-n", minimum=2, default=4, help="N images per query")
     p.add_argument(
         "--setting",
         default="random",
         choices=["random", "adversarial"],
         help="shapes benchmark setting (for --data shapes)",
     )
-    p.add_argument(
-        "--items",
-        type=whole(1, "--items"),
-        help="evaluation items (default: all; 100 for shapes)",
-    )
+    add_whole(p, "--items", minimum=1, help="evaluation items (default: all; 100 for shapes)")
     cal = p.add_mutually_exclusive_group()
     cal.add_argument(
         "--calibration-data", type=InputPath, default=None, help="items file for calibration"
     )
     cal.add_argument("--calibration", type=InputPath, default=None, help="a saved calibration.json")
-    p.add_argument(
+    add_whole(
+        p,
         "--calibration-items",
-        type=whole(1, "--calibration-items"),
+        minimum=1,
         help="|D_cal| (default: 5, or all a smaller calibration file holds); calibration.jsonl "
         "keeps them all, so lad ablate can draw subsets",
     )
@@ -186,9 +169,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_methods_flag(p, DEFAULT_METHODS)
     shown = p.add_mutually_exclusive_group()
-    shown.add_argument(
-        "--num-shuffles", type=whole(1, "--num-shuffles"), default=5, help="T orderings per item"
-    )
+    add_whole(shown, "--num-shuffles", minimum=1, default=5, help="T orderings per item")
     shown.add_argument(
         "--orders",
         type=InputPath,
@@ -217,9 +198,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     _model_flags(p)
     p.add_argument("--data", type=InputPath, required=True, help="items .jsonl file")
-    p.add_argument(
-        "--items", type=whole(1, "--items"), default=5, help="how many items of --data to use"
-    )
+    add_whole(p, "--items", minimum=1, default=5, help="how many items of --data to use")
     add_preset_flag(p)
     add_obs_mean_flag(p)
     add_image_flags(p)

@@ -16,10 +16,10 @@ from lad.cli.flags import (
     add_lad_flags,
     add_methods_flag,
     add_records_flag,
+    add_whole,
     command,
     methods_given,
     resolved,
-    whole,
 )
 from lad.core.audit import Bootstrap
 from lad.core.calibrate import Calibration
@@ -187,15 +187,14 @@ def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
         type=InputPath,
         help="the records --repeat-predictions scored (default: --records)",
     )
-    p.add_argument(
+    add_whole(
+        p,
         "--bootstrap",
-        type=whole(1, "--bootstrap"),
+        minimum=1,
         default=Bootstrap().resamples,
         help="bootstrap resamples B of the intervals, and draws of the position test",
     )
-    p.add_argument(
-        "--bootstrap-seed", type=whole(0, "--bootstrap-seed"), default=0, help="their seed"
-    )
+    add_whole(p, "--bootstrap-seed", minimum=0, default=0, help="their seed")
     p.add_argument("--json", action="store_true", help="print metrics.json instead of a table")
     p.add_argument("--out", type=OutputPath, help="also write metrics.json here")
     p.set_defaults(func=run_metrics)

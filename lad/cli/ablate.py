@@ -108,8 +108,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--calibration-items",
         minimum=1,
         help="refit each run's calibration on a seeded random subset of this many of its "
-        "calibration items, for all but Figure 6(a) (e.g. 5, the paper's |D_cal|, from a run made with "
-        "--calibration-items 100; default: the run's calibration.json)",
+        "calibration items, for all but Figure 6(a) (e.g. 5, the paper's |D_cal|, from a run "
+        "made with --calibration-items 100; default: the run's calibration.json)",
     )
     add_whole(p, "--subsets", minimum=1, default=5, help="calibration subsets per |D_cal|")
     add_calibration_check_flag(p)

@@ -55,21 +55,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command(
-        subparsers,
-        "ablate",
-        "the paper's ablations, sweeps, transfer and cost from finished runs",
-        "From the stored records of finished lad eval runs (no model needed), write the "
-        "paper's analyses: Figure 5 (accuracy against N, runs of several N), Table 3 "
-        "(calibration transfer between runs), Table 4 (ablation), Figure 6(a) (|D_cal|, from a "
-        "run made with --calibration-items 100), Figure 6(b) (τ), Table 7 (divergence by "
-        "position), Table 8 (cost, with perm-avg and sofa records). Each as Markdown, JSON and "
-        "a PNG, with index.html; what the runs cannot support is listed with the flag that "
-        "would make it possible.",
-        "lad eval --calibration-items 100 --out runs/n4",
-        "lad eval -n 8 --out runs/n8",
-        "lad ablate runs/n4 runs/n8 --out runs/ablate",
-    )
+    p = command(subparsers, "ablate", _ablate)
     p.add_argument(
         "runs", type=InputPath, nargs="+", metavar="RUN", help="run directories made by lad eval"
     )
@@ -114,10 +100,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_whole(p, "--subsets", minimum=1, default=5, help="calibration subsets per |D_cal|")
     add_calibration_check_flag(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the calibration subsets")
-    p.set_defaults(func=_ablate)
 
 
 def _ablate(args: argparse.Namespace) -> int:
+    """the paper's ablations, sweeps, transfer and cost from finished runs
+
+    From the stored records of finished lad eval runs (no model needed), write the paper's
+    analyses: Figure 5 (accuracy against N, runs of several N), Table 3 (calibration
+    transfer between runs), Table 4 (ablation), Figure 6(a) (|D_cal|, from a run made with
+    --calibration-items 100), Figure 6(b) (τ), Table 7 (divergence by position), Table 8
+    (cost, with perm-avg and sofa records). Each as Markdown, JSON and a PNG, with
+    index.html; what the runs cannot support is listed with the flag that would make it
+    possible.
+
+    Example:
+        lad eval --calibration-items 100 --out runs/n4
+        lad eval -n 8 --out runs/n8
+        lad ablate runs/n4 runs/n8 --out runs/ablate
+    """
     from lad.outputs.ablate import AblateOptions, ablate, load_runs, write_ablation
     from lad.outputs.ablate.report import FILES, missing_text
 

@@ -8,6 +8,7 @@ from an unstated one: a stated flag wins, then the preset, then lad's default (t
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import textwrap
 from collections.abc import Callable
@@ -148,17 +149,48 @@ class HelpFormat(DefaultsOnce, argparse.RawDescriptionHelpFormatter):
 
 
 def command(
-    subparsers: argparse._SubParsersAction, name: str, short: str, description: str, *examples: str
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    short: str | Callable[[argparse.Namespace], int],
+    description: str = "",
+    *examples: str,
 ) -> argparse.ArgumentParser:
-    """A subcommand whose --help ends in its examples (one command line each)."""
+    """A subcommand whose --help ends in its examples (one command line each).
+
+    `short` may be the command's function instead: its docstring's first line is the one-line
+    help, the paragraphs after it the description, and the lines under "Example:" the examples;
+    the function is what the command runs.
+    """
+    func = None
+    if callable(short):
+        func, (short, description, examples) = short, _help_of(short)
     text = "\n\n".join(textwrap.fill(part, 79) for part in description.split("\n\n"))
-    return subparsers.add_parser(
+    p = subparsers.add_parser(
         name,
         help=short,
         description=text,
         epilog="example:\n" + "\n".join(f"  {e}" for e in examples),
         formatter_class=HelpFormat,
     )
+    if func is not None:
+        p.set_defaults(func=func)
+    return p
+
+
+def _help_of(func: Callable[..., Any]) -> tuple[str, str, tuple[str, ...]]:
+    """(one-line help, description, examples) of a command function's docstring; an example line
+    ending in a backslash goes on in the next."""
+    doc = inspect.getdoc(func) or ""
+    head, _, example = doc.partition("\n\nExample:\n")
+    short, _, description = head.partition("\n\n")
+    paragraphs = [" ".join(part.split()) for part in description.split("\n\n") if part.strip()]
+    examples, line = [], ""
+    for part in (x.strip() for x in example.splitlines() if x.strip()):
+        line += part.removesuffix("\\")
+        if not part.endswith("\\"):
+            examples.append(" ".join(line.split()))
+            line = ""
+    return short, "\n\n".join(paragraphs), tuple(examples)
 
 
 def method_list(text: str) -> tuple[str, ...]:

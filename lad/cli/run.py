@@ -127,16 +127,7 @@ def _baseline_flags(p: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lad.run.config import DEFAULT_METHODS
 
-    p = command(
-        subparsers,
-        "eval",
-        "calibrate, evaluate, score, report: one run directory",
-        "Run a model on a benchmark under T shuffles, calibrate on held-out items, score every "
-        "method, and write records, metrics and a report into --out. Resumes an interrupted "
-        "run. Methods: vanilla, pride, lad, attn, attn-purified, perm-avg, instruction, cot, "
-        "self-consistency, sofa.",
-        "lad eval --num-candidates 8 --out runs/demo-n8",
-    )
+    p = command(subparsers, "eval", _eval)
     _model_flags(p)
     p.add_argument(
         "--data", type=items_or_shapes, default="shapes", help="items .jsonl file, or 'shapes'"
@@ -186,7 +177,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _baseline_flags(p)
     p.add_argument("--out", type=OutputPath, default="runs/default", help="run directory")
     _quiet_flag(p)
-    p.set_defaults(func=_eval, implied=_run_files)
+    p.set_defaults(implied=_run_files)
 
     p = command(
         subparsers,
@@ -272,6 +263,16 @@ def _calibrate_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
 
 
 def _eval(args: argparse.Namespace) -> int:
+    """calibrate, evaluate, score, report: one run directory
+
+    Run a model on a benchmark under T shuffles, calibrate on held-out items, score every
+    method, and write records, metrics and a report into --out. Resumes an interrupted run.
+    Methods: vanilla, pride, lad, attn, attn-purified, perm-avg, instruction, cot,
+    self-consistency, sofa.
+
+    Example:
+        lad eval --num-candidates 8 --out runs/demo-n8
+    """
     from lad.backends.checkpoint import resolve_model
     from lad.backends.threads import describe_threads
     from lad.evaluate import evaluate, resolve_calibration_items

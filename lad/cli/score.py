@@ -162,16 +162,7 @@ def warn_if_running(records: str, count: int) -> None:
 
 
 def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
-    p = command(
-        subparsers,
-        "metrics",
-        "Acc, RStd, Cons. of predictions, and the position audit",
-        "Acc ± std, RStd, Cons. (§5.2) of predictions against their records, and the position "
-        "audit below them: bootstrap intervals, a permutation test of position dependence, flip "
-        "rate with its noise floor, CircularEval accuracy, errors due to order (docs/metrics.md).",
-        "lad metrics --records runs/default/records.jsonl --predictions "
-        "runs/default/predictions.jsonl --json",
-    )
+    p = command(subparsers, "metrics", run_metrics)
     add_records_flag(p)
     p.add_argument(
         "--predictions", type=InputPath, required=True, help="predictions.jsonl from lad score"
@@ -197,10 +188,19 @@ def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
     add_whole(p, "--bootstrap-seed", minimum=0, default=0, help="their seed")
     p.add_argument("--json", action="store_true", help="print metrics.json instead of a table")
     p.add_argument("--out", type=OutputPath, help="also write metrics.json here")
-    p.set_defaults(func=run_metrics)
 
 
 def run_metrics(args: argparse.Namespace) -> int:
+    """Acc, RStd, Cons. of predictions, and the position audit
+
+    Acc ± std, RStd, Cons. (§5.2) of predictions against their records, and the position
+    audit below them: bootstrap intervals, a permutation test of position dependence, flip
+    rate with its noise floor, CircularEval accuracy, errors due to order (docs/metrics.md).
+
+    Example:
+        lad metrics --records runs/default/records.jsonl \\
+            --predictions runs/default/predictions.jsonl --json
+    """
     if args.out:
         check_output_file(args.out)
         check_not_inputs(

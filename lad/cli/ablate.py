@@ -15,6 +15,7 @@ from lad.cli.flags import (
     add_lad_flags,
     add_whole,
     command,
+    options_from,
     resolved,
     temperature,
     whole,
@@ -124,18 +125,8 @@ def _ablate(args: argparse.Namespace) -> int:
     if args.out is None and len(args.runs) > 1:
         raise LadError("--out is needed with several runs")
     out = Path(args.out) if args.out else Path(args.runs[0]) / "ablate"
-    options = AblateOptions(
-        top_k=args.top_k,
-        tau=args.tau,
-        ks=args.ks,
-        sizes=args.sizes,
-        taus=args.taus,
-        subsets=args.subsets,
-        seed=args.seed,
-        calibration_items=args.calibration_items,
-        calibration_check=args.calibration_check,
-        **resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range")),
-    )
+    variants = resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range"))
+    options = options_from(AblateOptions, args, **variants)
     runs = load_runs(args.runs, check_calibration=args.calibration_check)
     result = ablate(runs, options, args.only)
     if not result.tables:

@@ -13,6 +13,7 @@ from lad.cli.flags import (
     add_whole,
     command,
     model_path,
+    options_from,
     whole,
 )
 from lad.data.questions import Benchmark
@@ -181,16 +182,7 @@ def _run_real(args: argparse.Namespace) -> int:
     inputs = {"--captions": args.captions, "--instances": getattr(args, "instances", None)}
     check_not_inputs({"--out": out, "its calibration file": calibration_path_for(out)}, inputs)
 
-    options = BuildOptions(
-        num_candidates=args.num_candidates,
-        setting=args.setting,
-        items=args.items,
-        calibration_items=args.calibration_items,
-        seed=args.seed,
-        clip=args.clip,
-        device=args.device,
-        batch_size=args.batch_size,
-    )
+    options = options_from(BuildOptions, args)
     if args.dataset == "coco":
         from lad.data.coco import load_coco
 

@@ -8,6 +8,7 @@ from an unstated one: a stated flag wins, then the preset, then lad's default (t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import json
 import textwrap
@@ -228,6 +229,14 @@ def add_methods_flag(p: argparse.ArgumentParser, default: tuple[str, ...] | None
         help="comma-separated method names; the flag may be repeated"
         + ("" if default is None else f" (default: {','.join(default)})"),
     )
+
+
+def options_from(cls: Any, args: argparse.Namespace, **more: Any) -> Any:
+    """The options dataclass `cls` of the flags its fields name that were given (a flag left at
+    None keeps the field's default), then `more`."""
+    names = {f.name for f in dataclasses.fields(cls)} - set(more)
+    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    return cls(**given, **more)
 
 
 def add_labels_flag(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from lad.errors import LadError
+from lad.errors import DataError, LadError
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,7 @@ class Limit:
     env: str  # the environment variable that raises the limit
     default: int
     unit: str
+    error: type[LadError] = LadError  # what a bad value of the variable raises
 
     @property
     def value(self) -> int:
@@ -29,7 +30,7 @@ class Limit:
         except ValueError:
             value = 0
         if value < 1:
-            raise LadError(f"{self.env} must be a positive whole number. Got {text!r}.")
+            raise self.error(f"{self.env} must be a positive whole number. Got {text!r}.")
         return value
 
     def check(self, amount: int, where: str) -> None:
@@ -49,7 +50,7 @@ PROMPT_TEMPLATE = Limit("a prompt template", "LAD_MAX_PROMPT_TEMPLATE", 64 * 102
 CHAT_TEMPLATE = Limit("a chat template", "LAD_MAX_CHAT_TEMPLATE", 1024 * 1024, "bytes")
 QUERY = Limit("a query or question", "LAD_MAX_QUERY", 16 * 1024, "characters")
 # PIL's DecompressionBombError threshold: a picture's pixels (lad.io.images).
-IMAGE_PIXELS = Limit("a picture", "LAD_MAX_IMAGE_PIXELS", 2 * 89_478_485, "pixels")
+IMAGE_PIXELS = Limit("a picture", "LAD_MAX_IMAGE_PIXELS", 2 * 89_478_485, "pixels", DataError)
 CHAT_TEXT = Limit("a rendered chat prompt", "LAD_MAX_CHAT_TEXT", 1024 * 1024, "characters")
 
 LIMITS = (IMAGE_SIZE, IMAGE_PIXELS, PIXEL_BUDGET, PROMPT_TEMPLATE, CHAT_TEMPLATE, QUERY, CHAT_TEXT)

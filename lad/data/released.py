@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.data.builders import calibration_path_for, seeded_rng
+from lad.data.heldout import cell_lines, cell_rows, held_out
 from lad.data.items import Item, ItemRuleError, check_item, item_object, write_items
 from lad.data.questions import Benchmark, Questions, Row, short_repr
 from lad.data.rules import DUPLICATE_ID, MISSING_IMAGE, OTHER_N, OUTSIDE_ROOT, Choice
@@ -122,18 +123,23 @@ class _Pictures:
 
 @dataclass
 class Converted:
-    """One conversion: the items made and, per task, the questions skipped per reason."""
+    """One conversion: the items made (and the (task, N) cell of each) and, per task and per
+    cell, the questions skipped per reason (a cell's N is None when it was never known)."""
 
     items: list[Item] = field(default_factory=list)
     skipped: dict[str, Counter[str]] = field(default_factory=dict)
     converted: Counter[str] = field(default_factory=Counter)
+    cells: list[tuple[str, int]] = field(default_factory=list)
+    cell_skipped: dict[tuple[str, int | None], Counter[str]] = field(default_factory=dict)
 
-    def skip(self, task: str, reason: str) -> None:
+    def skip(self, task: str, reason: str, num_candidates: int | None = None) -> None:
         self.skipped.setdefault(task, Counter())[reason] += 1
+        self.cell_skipped.setdefault((task, num_candidates), Counter())[reason] += 1
 
     def add(self, task: str, item: Item) -> None:
         self.items.append(item)
         self.converted[task] += 1
+        self.cells.append((task, item.num_candidates))
 
     def tasks(self) -> list[str]:
         return sorted(set(self.converted) | set(self.skipped))
@@ -161,8 +167,9 @@ def collect(
     base: Path,
 ) -> Converted:
     """Every row of `task` (None: of every task) through the benchmark's rule, keeping the
-    questions of `num_candidates` candidates (None: of the one N there is) whose item the items
-    reader accepts and whose id no earlier question has; `base`: the output's folder."""
+    questions of `num_candidates` candidates (None: of every N; of the one N there must be for a
+    one-task benchmark) whose item the items reader accepts and whose id no earlier question
+    has; each item keeps its task under "task" (lad eval's cells); `base`: the output's folder."""
     converted = Converted()
     seen: set[str] = set()
     for row in questions.rows(benchmark, task):
@@ -170,12 +177,14 @@ def collect(
         name = made.task if isinstance(made, Choice) else benchmark.task(row.fields)
         why = _why_skipped(made, row, pictures, num_candidates, seen, base)
         if isinstance(why, str):
-            converted.skip(name, why)
+            converted.skip(name, why, made.num_candidates if isinstance(made, Choice) else None)
         else:
             seen.add(why.id)
+            if name and "task" not in why.extra:
+                why.extra = {**why.extra, "task": name}
             converted.add(name, why)
     sizes = Counter(it.num_candidates for it in converted.items)
-    if len(sizes) > 1:
+    if len(sizes) > 1 and benchmark.one_task:
         listed = ", ".join(f"N = {n} ({c})" for n, c in sorted(sizes.items()))
         which = (
             "the questions converted have" if task is None else f"task {task!r} has questions with"
@@ -235,8 +244,9 @@ def write_split(
     calibration_items: int,
     seed: int,
 ) -> Written:
-    """Hold out `calibration_items` converted questions (a seeded choice) to OUT's
-    .calibration.jsonl sibling, write the first `items` of the rest to OUT, and the summary."""
+    """Hold out `calibration_items` converted questions of each N (a seeded choice across its
+    tasks, lad.data.heldout) to OUT's .calibration.jsonl sibling, write the first `items` of the
+    rest to OUT, and the summary (per task, and per (task, N) cell)."""
     made = converted.items
     if len(made) <= calibration_items:
         raise DataError(
@@ -244,9 +254,11 @@ def write_split(
             f"out --calibration-items {calibration_items} and evaluate on the rest"
         )
     rng = seeded_rng(seed, benchmark, *converted.tasks())
-    held = set(rng.choice(len(made), calibration_items, replace=False).tolist())
+    tasks, sizes = [c[0] for c in converted.cells], [c[1] for c in converted.cells]
+    held = held_out(tasks, sizes, calibration_items, rng, source)
     calibration = [it for k, it in enumerate(made) if k in held]
-    evaluation = [it for k, it in enumerate(made) if k not in held][:items]
+    kept = [k for k in range(len(made)) if k not in held][:items]
+    evaluation = [made[k] for k in kept]
     out = Path(out)
     write_items(out, evaluation)
     cal_path = None
@@ -265,6 +277,7 @@ def write_split(
             }
             for task in converted.tasks()
         },
+        "cells": cell_rows(converted.cells, held, set(kept), converted.cell_skipped),
     }
     summary_path = out.with_name(out.stem + ".summary.json")
     write_text(summary_path, json.dumps(summary, indent=1) + "\n")
@@ -286,7 +299,8 @@ class Options:
     images:   the folder the benchmark's picture files were extracted in (rows that name files;
               the question file's own folder is searched after it).
     task:     the task to convert (None: every task, or the only one of a one-task benchmark).
-    num_candidates: keep only the questions of this N (None: the one N there must be).
+    num_candidates: keep only the questions of this N (None: every N; MMIU: the one N there
+              must be).
     items:    evaluation items written (None: all); calibration_items held out; seed of that.
     skip_missing: skip a question whose picture file is missing (else an error).
     """
@@ -384,11 +398,15 @@ def _reasons(converted: Converted) -> str:
 
 
 def summary_lines(written: Written, *, per_task: bool = True) -> Iterator[str]:
-    """What `lad data` prints: the files written, then per task what was converted and skipped
-    (unless not `per_task`)."""
+    """What `lad data` prints: the files written, then per task (per (task, N) cell where the
+    items have several N) what was converted and skipped (unless not `per_task`)."""
     yield f"Wrote {written.items} items to {written.items_path}"
     if written.calibration_path is not None:
         yield f"Wrote {written.calibration_items} calibration items to {written.calibration_path}"
+    rows = written.summary["cells"]
+    if per_task and len({r["num_candidates"] for r in rows if r["converted"]}) > 1:
+        yield from cell_lines(rows)
+        per_task = False
     for task, counts in written.summary["tasks"].items() if per_task else ():
         skipped = counts["skipped"]
         reasons = ", ".join(f"{r}: {c}" for r, c in skipped.items())

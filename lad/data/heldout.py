@@ -1,0 +1,110 @@
+"""The held-out calibration split and the per-cell summary of a released-benchmark conversion
+whose items may have several tasks and several N (`lad data mmiu|muirbench|blink`, docs/data.md,
+"Whole benchmarks").
+
+`lad eval` on a mixed items file calibrates each N on the first |D_cal| items of that N in
+`--calibration-data` (lad.run.mixed), so the split holds out `calibration_items` items of every
+N, not of every (task, N) cell: more would never be read. They are drawn across the N's tasks in
+turn (each task's own seeded order, the tasks in the order they first appear), so one task does
+not supply them all. With one task and one N this is the seeded choice lad has always made.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from lad.errors import DataError
+
+# The N of a cell whose questions were skipped before their candidates were known.
+NO_N = None
+
+
+def held_out(
+    tasks: Sequence[str],
+    sizes: Sequence[int],
+    calibration_items: int,
+    rng: np.random.Generator,
+    source: object,
+) -> set[int]:
+    """The positions (into the converted items, whose tasks and N are `tasks`, `sizes`) held out:
+    `calibration_items` of each N, taken from its tasks in turn."""
+    by_n: dict[int, dict[str, list[int]]] = {}
+    for k, (task, n) in enumerate(zip(tasks, sizes, strict=True)):
+        by_n.setdefault(n, {}).setdefault(task, []).append(k)
+    held: set[int] = set()
+    for n in sorted(by_n):
+        cells = by_n[n].values()
+        count = sum(len(ks) for ks in cells)
+        if count <= calibration_items:
+            raise DataError(
+                f"{source}: {count} questions of N = {n} converted, too few to hold out "
+                f"--calibration-items {calibration_items} of each N and evaluate on the rest; "
+                "leave that N out with --num-candidates, or lower --calibration-items"
+            )
+        orders = [_seeded_order(ks, calibration_items, rng) for ks in cells]
+        held.update(_in_turn(orders)[:calibration_items])
+    return held
+
+
+def _seeded_order(positions: list[int], most: int, rng: np.random.Generator) -> list[int]:
+    chosen = rng.choice(len(positions), min(most, len(positions)), replace=False)
+    return [positions[j] for j in chosen.tolist()]
+
+
+def _in_turn(orders: list[list[int]]) -> list[int]:
+    """The first of each order, then the second of each, ... (an order that ends drops out)."""
+    longest = max((len(o) for o in orders), default=0)
+    return [o[j] for j in range(longest) for o in orders if j < len(o)]
+
+
+def cell_rows(
+    cells: Sequence[tuple[str, int]],
+    held: set[int],
+    written: set[int],
+    skipped: dict[tuple[str, int | None], Counter[str]],
+) -> list[dict[str, Any]]:
+    """The summary's "cells": per (task, N), the questions converted, held out, written as
+    evaluation items and skipped by reason; skips whose N was never known have N null."""
+    counts: dict[tuple[str, int | None], Counter[str]] = {}
+    for k, cell in enumerate(cells):
+        tally = counts.setdefault(cell, Counter())
+        tally["converted"] += 1
+        tally["held_out"] += k in held
+        tally["items"] += k in written
+    rows = []
+    for task, n in sorted(set(counts) | set(skipped), key=_cell_order):
+        tally = counts.get((task, n), Counter())
+        rows.append(
+            {
+                "task": task,
+                "num_candidates": n,
+                "converted": tally["converted"],
+                "held_out": tally["held_out"],
+                "items": tally["items"],
+                "skipped": dict(sorted(skipped.get((task, n), Counter()).items())),
+            }
+        )
+    return rows
+
+
+def _cell_order(cell: tuple[str, int | None]) -> tuple[str, int]:
+    return cell[0], 0 if cell[1] is None else cell[1]
+
+
+def cell_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The printed summary per cell: `  TASK N=n: converted c, held out h; skipped s (...)`."""
+    lines = []
+    for row in rows:
+        skipped = row["skipped"]
+        reasons = ", ".join(f"{r}: {c}" for r, c in skipped.items())
+        tail = f"skipped {sum(skipped.values())} ({reasons})" if skipped else ""
+        if row["num_candidates"] is None:
+            lines.append(f"  {row['task']} (N not known): {tail}")
+            continue
+        head = f"  {row['task']} N={row['num_candidates']}: converted {row['converted']}, "
+        lines.append(head + f"held out {row['held_out']}" + (f"; {tail}" if tail else ""))
+    return lines

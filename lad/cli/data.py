@@ -298,7 +298,7 @@ def _register_released(commands: argparse._SubParsersAction, benchmark: Benchmar
         "--calibration-items",
         minimum=0,
         default=5,
-        help="questions held out to OUT's .calibration.jsonl sibling",
+        help="questions of each N held out to OUT's .calibration.jsonl sibling",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
     if not benchmark.embedded:

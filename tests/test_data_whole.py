@@ -129,3 +129,24 @@ def test_lad_eval_runs_a_cell_per_task_and_n(whole, tmp_path):
     for n in (2, 4):
         used = {json.loads(line)["item"] for line in (run / f"n{n}" / "calibration.jsonl").open()}
         assert used == {it.id for it in held if it.num_candidates == n}
+
+
+def test_muirbench_converts_every_n_too(tmp_path):
+    from lad.data.muirbench import import_muirbench
+    from tests.test_data_hub import MUIR_SCHEMA, PICK, RETRIEVE, _muir
+
+    match = "Which image shows a red kite over the beach?"
+    rows = [_muir(f"r{k}", "Visual Retrieval", RETRIEVE, PICK, "ABCD"[k], range(5 * k, 5 * k + 5))
+            for k in range(3)]  # fmt: skip
+    for k, n in enumerate((2, 3, 2, 3)):
+        pictures = range(20 + 4 * k, 20 + 4 * k + n)
+        rows.append(_muir(f"m{k}", "Image-Text Matching", match, PICK[:n], "AB"[k % 2], pictures))
+    folder = tmp_path / "MUIRBENCH" / "data"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=MUIR_SCHEMA), folder / "test.parquet")
+    written = import_muirbench(folder, tmp_path / "m.jsonl", calibration_items=1)
+    items, held = read_items(written.items_path), read_items(written.calibration_path)
+    assert _cells([*items, *held]) == {
+        ("Visual Retrieval", 4): 3, ("Image-Text Matching", 2): 2, ("Image-Text Matching", 3): 2
+    }  # fmt: skip
+    assert Counter(it.num_candidates for it in held) == {2: 1, 3: 1, 4: 1}

@@ -1,8 +1,9 @@
 """What the converters of released benchmarks share (`lad data mmiu|muirbench|blink`): each row of
 a question file (lad.data.questions) through its benchmark's rule, pictures embedded as bytes
 written out to files named by content or picture files found inside the dataset folder,
-the held-out calibration split, and the summary of what was converted and skipped, per task and
-reason, printed and written beside the output (`<out stem>.summary.json`).
+the held-out calibration split (per N, lad.data.heldout), and the summary of what was converted
+and skipped, per task and per (task, N) cell and reason, printed and written beside the output
+(`<out stem>.summary.json`).
 """
 
 from __future__ import annotations

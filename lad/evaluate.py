@@ -19,10 +19,8 @@ method, metric and figure is then computed from the stored records. A run direct
     metrics.json         the metrics format of docs/formats.md
     report/index.html    figures and tables (lad.outputs.report)
 
-This module is the pipeline; its parts live beside it: lad.run.config (`EvalConfig`),
-lad.run.preflight
-(every check made before any model work), lad.run.stages (each records file, made by the model) and
-lad.run.rundir (the lock, run.json, resume and shards).
+This module is the pipeline; its parts are in lad.run (docs/architecture.md): config, preflight
+(every check before any model work), stages (each records file), rundir, resume and lock.
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ import dataclasses
 import json
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,7 +113,7 @@ def resolve_calibration_items(config: EvalConfig) -> tuple[EvalConfig, str | Non
     source = config.data if config.calibrate_on == "evaluation" else config.calibration_data
     if source is None or not Path(source).is_file():  # 'shapes', or a file evaluate refuses
         return resolved, None
-    held = len(read_items(source))
+    held = min(Counter(it.num_candidates for it in read_items(source)).values())  # of each N
     if held >= DEFAULT_CALIBRATION_ITEMS:
         return resolved, None
     note = f"Note: {source} holds {held} calibration items: calibrating on {held}"

@@ -16,6 +16,7 @@ context, the others context + "\\n" + question). The nested layout is InternVL's
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -257,9 +258,13 @@ def test_what_cannot_be_read_is_named(release, tmp_path, capsys):
         read_mmiu(tmp_path / "nq.json")
     both = tmp_path / "both.json"
     both.write_text(json.dumps(rows))
-    assert main(["data", "mmiu", str(both), "--out", str(tmp_path / "x.jsonl")]) == 1
-    err = capsys.readouterr().err
-    assert f"holds 2 tasks; choose one with --task: {FORGERY} (11), {I2I} (4)" in err
+    # lad data without --task or -n converts the whole file: every task and N, a cell each.
+    out = tmp_path / "x.jsonl"
+    flags = ["--images", str(root), "--calibration-items", "0", "--out", str(out)]
+    assert main(["data", "mmiu", str(both), *flags]) == 0
+    capsys.readouterr()
+    cells = Counter((it.extra["task"], it.num_candidates) for it in read_items(out))
+    assert cells == {(FORGERY, 2): 1, (FORGERY, 4): 4, (I2I, 4): 4}, cells
     with pytest.raises(DataError, match="no question of task 'nope'"):
         read_mmiu(both, task="nope")
     # Two N in one task: the user chooses.

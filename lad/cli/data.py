@@ -319,8 +319,9 @@ def _run_released(args: argparse.Namespace) -> int:
     benchmark = BENCHMARKS[args.benchmark]
     options = {k: getattr(args, k) for k in vars(Options()) if k in vars(args)}
     source = args.path if benchmark.embedded else args.file
+    options["whole"] = True  # no --task or -n: every task and N, a cell each (lad eval)
     task, written = convert(benchmark, source, _items_out(args.out), Options(**options))
-    if benchmark.one_task:
+    if benchmark.one_task and args.task:
         print(f"{benchmark.title} task {task}:")
     for line in summary_lines(written, per_task=not args.quiet):
         print(line)

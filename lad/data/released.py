@@ -166,6 +166,7 @@ def collect(
     task: str | None,
     num_candidates: int | None,
     base: Path,
+    one_task: bool = False,
 ) -> Converted:
     """Every row of `task` (None: of every task) through the benchmark's rule, keeping the
     questions of `num_candidates` candidates (None: of every N; of the one N there must be for a
@@ -185,7 +186,7 @@ def collect(
                 why.extra = {**why.extra, "task": name}
             converted.add(name, why)
     sizes = Counter(it.num_candidates for it in converted.items)
-    if len(sizes) > 1 and benchmark.one_task:
+    if len(sizes) > 1 and one_task:
         listed = ", ".join(f"N = {n} ({c})" for n, c in sorted(sizes.items()))
         which = (
             "the questions converted have" if task is None else f"task {task!r} has questions with"
@@ -304,6 +305,8 @@ class Options:
               must be).
     items:    evaluation items written (None: all); calibration_items held out; seed of that.
     skip_missing: skip a question whose picture file is missing (else an error).
+    whole:    every task and N of a benchmark whose library readers take one task (MMIU's), as
+              `lad data` converts a whole benchmark.
     """
 
     pictures: str | Path | None = None
@@ -314,6 +317,7 @@ class Options:
     calibration_items: int = 5
     seed: int = 0
     skip_missing: bool = False
+    whole: bool = False
 
 
 def read(
@@ -326,7 +330,8 @@ def read(
     if not tasks:
         raise DataError(f"{path}: no {benchmark.title} question in it")
     task = options.task
-    if task is None and benchmark.one_task:
+    one_task = benchmark.one_task and not options.whole
+    if task is None and one_task:
         if len(tasks) > 1:
             listed = ", ".join(f"{t} ({c})" for t, c in sorted(tasks.items()))
             raise DataError(f"{path} holds {len(tasks)} tasks; choose one with --task: {listed}")
@@ -343,6 +348,7 @@ def read(
             task=task,
             num_candidates=options.num_candidates,
             base=base.resolve(),
+            one_task=one_task,
         )
     except LadError:  # a refusal; an interrupted conversion keeps what it wrote (a rerun reuses it)
         pictures.undo()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lad.backends import capture as cap
+from lad.backends import text as text_lm
 from lad.backends import vision
 from lad.backends.archs import Arch, arch_for
 from lad.backends.pipeline import ProcessorPool, prefetched
@@ -145,7 +146,12 @@ def load_backend(
     repetition_penalty: applied to the label steps' logits as `generate` would (Backend).
     quiet: no transformers progress bars ("Loading weights") while the weights load.
     """
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoProcessor,
+    )
 
     from lad.backends.checkpoint import resolve_model
 
@@ -157,8 +163,13 @@ def load_backend(
     torch_dtype = _resolve_dtype(dtype, dev)
     try:
         config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
-        arch = arch_for(config)
-        processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
+        text_only = text_lm.is_text_model(config)  # docs/backends.md, "Text candidates"
+        if text_only:
+            arch = text_lm.TEXT_ARCH
+            processor = text_lm.load_text_processor(model, trust_remote_code)
+        else:
+            arch = arch_for(config)
+            processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
     except BackendError:
         raise
     except Exception as e:  # a damaged or foreign file: whatever its reader raises
@@ -169,9 +180,15 @@ def load_backend(
     processor.tokenizer.padding_side = "left"
     # A template that cannot write the prompt or a reply fails here, before the weights load.
     owner = template_owner(str(model), chat_template)
-    chat_text(processor, "Which image?", 2, owner)
-    reply_tokens(processor, "Which image?", 2, ["1", "2"], owner)
-    impl = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
+    if text_only:
+        text_lm.check_text_options(image_options, image_size)
+        text_lm.probe(processor, owner)
+    else:
+        chat_text(processor, "Which image?", 2, owner)
+        reply_tokens(processor, "Which image?", 2, ["1", "2"], owner)
+    impl: Any = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
+    if text_only:
+        impl = cap.CAPTURE_IMPL
     if arch.packed_vision:
         vision.register()
         impl["vision_config"] = vision.VISION_IMPL
@@ -182,7 +199,8 @@ def load_backend(
         with _progress_bars(not quiet), warnings.catch_warnings():
             # torch warns of a pickle's protocol before refusing it: the refusal is the one line
             warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
-            net = AutoModelForImageTextToText.from_pretrained(
+            auto = AutoModelForCausalLM if text_only else AutoModelForImageTextToText
+            net = auto.from_pretrained(
                 model,
                 dtype=torch_dtype,
                 attn_implementation=impl,
@@ -336,7 +354,8 @@ class Backend:
         self.max_context: int = getattr(text, "max_position_embeddings", 1 << 30)
         # The token an image's placeholder expands to (the processor's image_token_id is wrong
         # for Gemma3; the config's is right for every supported architecture).
-        self.image_token: int = model.config.image_token_id
+        self.image_token: int | None = getattr(model.config, "image_token_id", None)
+        self.text_only = arch is text_lm.TEXT_ARCH  # a causal LM of text alone (no pictures)
         self.device = next(model.parameters()).device
         self._tries: dict[tuple[str, int], LabelTrie] = {}
         self._round_tripped: set[tuple[str, str, int]] = set()  # (template, scheme, N) checked
@@ -410,14 +429,15 @@ class Backend:
         if key not in self._tries:
             labels = scheme.labels(num_candidates)
             text = render_prompt("vanilla", "x", scheme, num_candidates)
-            replies = self._replies(text, num_candidates, labels)
+            replies = self._replies(text, 0 if self.text_only else num_candidates, labels)
             self._tries[key] = LabelTrie.build(replies.labels, replies.end_of_answer, labels)
         return self._tries[key]
 
     def end_of_answer_id(self) -> int:
         """The token the chat template writes after a reply (EOS where it writes none)."""
         if self._end_of_answer is None:
-            self._end_of_answer = self._replies("Which image?", 2, ["1", "2"]).end_of_answer
+            images = 0 if self.text_only else 2
+            self._end_of_answer = self._replies("Which image?", images, ["1", "2"]).end_of_answer
         return self._end_of_answer
 
     def _replies(self, text: str, num_images: int, labels: list[str]) -> Replies:
@@ -437,13 +457,18 @@ class Backend:
 
         pooled: encode with a processor copy of this thread's own (safe in worker threads).
         """
-        n = batch[0][0].num_candidates
+        n, is_text = batch[0][0].num_candidates, batch[0][0].is_text
         with self._processors.lock:  # the original processor's tokenizer
-            self.check_tokenizer(template, scheme, n)  # before the labels are tokenised too
+            self.check_tokenizer(template, scheme, n, text=is_text)  # before the labels' tokens
             trie = self.label_trie(scheme, n)
         with self._processors.borrowed() if pooled else nullcontext(self.processor) as proc:
-            texts, images = self._build_prompts(batch, template, scheme, proc)
-            inputs, spans = self._encode_host(batch, texts, images, proc)
+            if is_text:
+                inputs, spans = text_lm.encode_text(
+                    proc, batch, template, scheme, self.template_owner, self.max_context
+                )
+            else:
+                texts, images = self._build_prompts(batch, template, scheme, proc)
+                inputs, spans = self._encode_host(batch, texts, images, proc)
         if self.device.type == "cuda":
             inputs = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in inputs.items()}
         return Encoded(batch, inputs, spans, trie)
@@ -457,13 +482,23 @@ class Backend:
         return texts, images
 
     def check_tokenizer(
-        self, template: str | PromptTemplate, scheme: LabelScheme, num_candidates: int
+        self,
+        template: str | PromptTemplate,
+        scheme: LabelScheme,
+        num_candidates: int,
+        text: bool = False,
     ) -> None:
         """Once per prompt template and N: the prompt's tokens must decode back to its text
         (lad.backends.prompting.check_round_trip). The caption is a fixed ASCII probe: a word the
-        vocabulary lacks (an <unk>) is the data's matter, not a tokenizer loaded wrongly."""
-        key = (repr(template), scheme.name, num_candidates)
+        vocabulary lacks (an <unk>) is the data's matter, not a tokenizer loaded wrongly.
+        text: the prompt of text candidates (lad.backends.text)."""
+        key = (repr(template), scheme.name, num_candidates, text)
         if key in self._round_tripped:
+            return
+        if text or self.text_only:
+            owner = self.template_owner
+            text_lm.check_text_tokenizer(self.processor, template, scheme, num_candidates, owner)
+            self._round_tripped.add(key)
             return
         text = render_prompt(template, PROBE_CAPTION, scheme, num_candidates)
         prompt = chat_text(self.processor, text, num_candidates, self.template_owner)
@@ -639,7 +674,7 @@ class Backend:
                 attention=evidences[b].tolist(),
                 extra={
                     "prompt_tokens": int(lengths[b]),
-                    "image_tokens": [e - s for s, e in spans[b]],
+                    _span_key(item): [e - s for s, e in spans[b]],
                 },
             )
             for b, (item, ordering, order) in enumerate(batch)
@@ -696,11 +731,20 @@ class Backend:
     @contextmanager
     def _eager_text_attention(self) -> Iterator[None]:
         before = self.model.config.get_text_config()._attn_implementation
-        self.model.set_attn_implementation({"text_config": "eager"})
+        # A text-only model has no text_config: a dict would be ignored without a word.
+        eager = "eager" if self.text_only else {"text_config": "eager"}
+        self.model.set_attn_implementation(eager)
         try:
             yield
         finally:
-            self.model.set_attn_implementation({"text_config": before})
+            self.model.set_attn_implementation(
+                before if self.text_only else {"text_config": before}
+            )
+
+
+def _span_key(item: Item) -> str:
+    """The record's extra key for each candidate's token count."""
+    return "candidate_tokens" if item.is_text else "image_tokens"
 
 
 def evidence(rows: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:
@@ -736,10 +780,16 @@ def _check_order(item: Item, order: list[int]) -> None:
 
 
 def _batches(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
-    """Consecutive requests, at most `size` per batch, one N per batch (the trie depends on N)."""
+    """Consecutive requests, at most `size` per batch, one N per batch (the trie depends on N) and
+    one kind of candidate (pictures or texts)."""
     batch: list[Request] = []
     for req in requests:
-        if batch and (len(batch) == size or req[0].num_candidates != batch[0][0].num_candidates):
+        first = batch[0][0] if batch else None
+        if first is not None and (
+            len(batch) == size
+            or req[0].num_candidates != first.num_candidates
+            or req[0].is_text != first.is_text
+        ):
             yield batch
             batch = []
         batch.append(req)

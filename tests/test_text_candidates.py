@@ -62,8 +62,13 @@ def _tokenizer_folder(family: str) -> Path:
 @cache
 def _text_model(family: str, root: str) -> Path:
     """A 2-layer random-init causal LM of the family's architecture on its real tokenizer."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import (
+        AutoTokenizer,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     tok = AutoTokenizer.from_pretrained(_tokenizer_folder(family))
     config_class, model_class = {
@@ -112,8 +117,12 @@ class Reference:
     """Brute force on the transformers model itself: eager attention, no cache, batch 1."""
 
     def __init__(self, path: Path, multimodal: bool) -> None:
-        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-        from transformers import AutoProcessor, AutoTokenizer
+        from transformers import (
+            AutoModelForCausalLM,
+            AutoModelForImageTextToText,
+            AutoProcessor,
+            AutoTokenizer,
+        )
 
         auto = AutoModelForImageTextToText if multimodal else AutoModelForCausalLM
         self.model = auto.from_pretrained(path, attn_implementation="eager").eval()
@@ -148,7 +157,7 @@ class Reference:
             ids = self.ids(prompt + reply[:cut])
             assert ids[: len(head)] == head
             end = self.tok(reply[cut:].lstrip(" \n"), add_special_tokens=False)["input_ids"]
-            seqs.append(ids[len(head) :] + [end[0] if end else self.tok.eos_token_id])
+            seqs.append([*ids[len(head) :], end[0] if end else self.tok.eos_token_id])
         return seqs
 
     @torch.no_grad()

@@ -728,18 +728,19 @@ class Backend:
         # Layers may sit on several GPUs (device_map): gather the rows on the input device.
         return torch.stack([rows[i].to(self.device) for i in range(self.num_layers)], dim=1)
 
+    def set_text_attention(self, impl: str) -> None:
+        """The language model's attention implementation (a text-only model has no text_config:
+        a dict naming one would be ignored without a word)."""
+        self.model.set_attn_implementation(impl if self.text_only else {"text_config": impl})
+
     @contextmanager
     def _eager_text_attention(self) -> Iterator[None]:
         before = self.model.config.get_text_config()._attn_implementation
-        # A text-only model has no text_config: a dict would be ignored without a word.
-        eager = "eager" if self.text_only else {"text_config": "eager"}
-        self.model.set_attn_implementation(eager)
+        self.set_text_attention("eager")
         try:
             yield
         finally:
-            self.model.set_attn_implementation(
-                before if self.text_only else {"text_config": before}
-            )
+            self.set_text_attention(before)
 
 
 def _span_key(item: Item) -> str:

@@ -27,6 +27,7 @@ from lad.core.prompts import TEXT
 from lad.data.items import Item, cyclic_shift
 from lad.data.orders import Request
 from lad.errors import BackendError
+from lad.testing.text import build_tiny_text_model
 
 ENV = "LAD_REAL_CHECKPOINTS"
 QUESTION = "Which city is the capital of France?"
@@ -61,36 +62,11 @@ def _tokenizer_folder(family: str) -> Path:
 
 @cache
 def _text_model(family: str, root: str) -> Path:
-    """A 2-layer random-init causal LM of the family's architecture on its real tokenizer."""
-    from transformers import (
-        AutoTokenizer,
-        LlamaConfig,
-        LlamaForCausalLM,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
-
-    tok = AutoTokenizer.from_pretrained(_tokenizer_folder(family))
-    config_class, model_class = {
-        "qwen3": (Qwen2Config, Qwen2ForCausalLM),
-        "llama3": (LlamaConfig, LlamaForCausalLM),
-    }[family]
-    config = config_class(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
-    torch.manual_seed(0)
-    path = Path(root) / family
-    model_class(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    """A 2-layer random-init causal LM of the family's architecture on its real tokenizer (or,
+    for "tiny", a Llama on lad's own word tokenizer, needing no files)."""
+    arch = {"qwen3": "qwen2", "llama3": "llama", "tiny": "llama"}[family]
+    folder = None if family == "tiny" else _tokenizer_folder(family)
+    return build_tiny_text_model(arch, Path(root) / family, tokenizer=folder)
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +201,7 @@ def _check(path: Path, multimodal: bool, n: int, scheme: str, capture: str = "fa
         np.testing.assert_allclose(record.attention, attention, atol=2e-6)
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", [*sorted(FAMILIES), "tiny"])
 @pytest.mark.parametrize(("n", "scheme"), [(4, "digits"), (3, "upper"), (12, "digits")])
 def test_text_model_records_equal_brute_force(family, n, scheme, models_root):
     _check(_text_model(family, models_root), False, n, scheme)

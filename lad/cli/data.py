@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lad.cli.data_text import register_text
 from lad.cli.flags import HelpFormat, InputPath, OutputPath, command, model_path, whole
 from lad.errors import DataError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
@@ -27,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_mmiu(commands)
     _register_hub(commands, "muirbench")
     _register_hub(commands, "blink")
+    register_text(commands)  # mmlu, judgments, text (lad.cli.data_text)
 
 
 def _add(commands: argparse._SubParsersAction, name: str, help_text: str, example: str):

@@ -538,6 +538,11 @@ class Backend:
         texts, images = [], []
         for item, _, order in batch:
             _check_order(item, order)
+            if self.text_only:
+                raise BackendError(
+                    f"item {item.id!r}: {self.model_id} is a text-only causal LM and cannot be "
+                    "shown pictures; give the items text 'candidates' (docs/formats.md)"
+                )
             n = item.num_candidates
             text = render_item(template, item, scheme, n)
             context = len(item.context_images)

@@ -122,10 +122,14 @@ def test_bad_arguments(backend: Backend, item: Item) -> None:
 
 
 def test_unsupported_architecture_names_its_class(tmp_path: Path) -> None:
-    from transformers import LlamaConfig
+    # A Llama causal LM is supported since text candidates (a text-only model, lad.backends.text);
+    # an encoder-decoder is neither a supported multimodal model nor a causal LM.
+    from transformers import T5Config
 
-    LlamaConfig(architectures=["LlamaForCausalLM"]).save_pretrained(tmp_path)
-    with pytest.raises(BackendError, match="Unsupported model architecture LlamaForCausalLM"):
+    T5Config(architectures=["T5ForConditionalGeneration"]).save_pretrained(tmp_path)
+    with pytest.raises(
+        BackendError, match="Unsupported model architecture T5ForConditionalGeneration"
+    ):
         load_backend(str(tmp_path), device="cpu")
 
 

@@ -104,5 +104,6 @@ def arch_for(config: Any) -> Arch:
     supported = ", ".join(a.name for a in ARCHS)
     raise BackendError(
         f"Unsupported model architecture {names[0]} (model_type {model_type!r}). "
-        f"lad supports: {supported}. See docs/backends.md to add one."
+        f"lad supports: {supported}, and text-only causal LMs (AutoModelForCausalLM). See "
+        "docs/backends.md to add one."
     )

@@ -55,10 +55,16 @@ def _check_order(item: Item, order: list[int]) -> None:
 
 
 def _batches(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
-    """Consecutive requests, at most `size` per batch, one N per batch (the trie depends on N)."""
+    """Consecutive requests, at most `size` per batch, one N per batch (the trie depends on N) and
+    one kind of candidate (pictures or texts)."""
     batch: list[Request] = []
     for req in requests:
-        if batch and (len(batch) == size or req[0].num_candidates != batch[0][0].num_candidates):
+        first = batch[0][0] if batch else None
+        if first is not None and (
+            len(batch) == size
+            or req[0].num_candidates != first.num_candidates
+            or req[0].is_text != first.is_text
+        ):
             yield batch
             batch = []
         batch.append(req)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lad.backends import capture as cap
+from lad.backends import text as text_lm
 from lad.backends.archs import Arch
 from lad.backends.batches import _batches, _check_finite, _check_order, _extend, _positions
 from lad.backends.capture import evidence
@@ -45,6 +46,7 @@ from lad.core.records import Record
 from lad.errors import BackendError
 
 if TYPE_CHECKING:
+    from lad.data.items import Item
     from lad.data.orders import Request
 
 # Entered around a batch's prompt forward (and its label decoding) with (inputs, image spans).
@@ -117,7 +119,8 @@ class Backend:
         self.max_context: int = getattr(text, "max_position_embeddings", 1 << 30)
         # The token an image's placeholder expands to (the processor's image_token_id is wrong
         # for Gemma3; the config's is right for every supported architecture).
-        self.image_token: int = model.config.image_token_id
+        self.image_token: int | None = getattr(model.config, "image_token_id", None)
+        self.text_only = arch is text_lm.TEXT_ARCH  # a causal LM of text alone (no pictures)
         self.device = next(model.parameters()).device
         self._tries: dict[tuple[str, int], LabelTrie] = {}
         self._round_tripped: set[tuple[str, str, int]] = set()  # (template, scheme, N) checked
@@ -193,14 +196,15 @@ class Backend:
         if key not in self._tries:
             labels = scheme.labels(num_candidates)
             text = render_prompt("vanilla", "x", scheme, num_candidates)
-            replies = self._replies(text, num_candidates, labels)
+            replies = self._replies(text, 0 if self.text_only else num_candidates, labels)
             self._tries[key] = LabelTrie.build(replies.labels, replies.end_of_answer, labels)
         return self._tries[key]
 
     def end_of_answer_id(self) -> int:
         """The token the chat template writes after a reply (EOS where it writes none)."""
         if self._end_of_answer is None:
-            self._end_of_answer = self._replies("Which image?", 2, ["1", "2"]).end_of_answer
+            images = 0 if self.text_only else 2
+            self._end_of_answer = self._replies("Which image?", images, ["1", "2"]).end_of_answer
         return self._end_of_answer
 
     def _replies(self, text: str, num_images: int, labels: list[str]) -> Replies:
@@ -220,13 +224,18 @@ class Backend:
 
         pooled: encode with a processor copy of this thread's own (safe in worker threads).
         """
-        n = batch[0][0].num_candidates
+        n, is_text = batch[0][0].num_candidates, batch[0][0].is_text
         with self._processors.lock:  # the original processor's tokenizer
-            self.check_tokenizer(template, scheme, n)  # before the labels are tokenised too
+            self.check_tokenizer(template, scheme, n, text=is_text)  # before the labels' tokens
             trie = self.label_trie(scheme, n)
         with self._processors.borrowed() if pooled else nullcontext(self.processor) as proc:
-            texts, images = self._build_prompts(batch, template, scheme, proc)
-            inputs, spans = self._encode_host(batch, texts, images, proc)
+            if is_text:
+                inputs, spans = text_lm.encode_text(
+                    proc, batch, template, scheme, self.template_owner, self.max_context
+                )
+            else:
+                texts, images = self._build_prompts(batch, template, scheme, proc)
+                inputs, spans = self._encode_host(batch, texts, images, proc)
         if self.device.type == "cuda":
             inputs = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in inputs.items()}
         return Encoded(batch, inputs, spans, trie)
@@ -240,13 +249,23 @@ class Backend:
         return texts, images
 
     def check_tokenizer(
-        self, template: str | PromptTemplate, scheme: LabelScheme, num_candidates: int
+        self,
+        template: str | PromptTemplate,
+        scheme: LabelScheme,
+        num_candidates: int,
+        text: bool = False,
     ) -> None:
         """Once per prompt template and N: the prompt's tokens must decode back to its text
         (lad.backends.prompting.check_round_trip). The caption is a fixed ASCII probe: a word the
-        vocabulary lacks (an <unk>) is the data's matter, not a tokenizer loaded wrongly."""
-        key = (repr(template), scheme.name, num_candidates)
+        vocabulary lacks (an <unk>) is the data's matter, not a tokenizer loaded wrongly.
+        text: the prompt of text candidates (lad.backends.text)."""
+        key = (repr(template), scheme.name, num_candidates, text)
         if key in self._round_tripped:
+            return
+        if text or self.text_only:
+            owner = self.template_owner
+            text_lm.check_text_tokenizer(self.processor, template, scheme, num_candidates, owner)
+            self._round_tripped.add(key)
             return
         text = render_prompt(template, PROBE_CAPTION, scheme, num_candidates)
         prompt = chat_text(self.processor, text, num_candidates, self.template_owner)
@@ -286,6 +305,11 @@ class Backend:
         texts, images = [], []
         for item, _, order in batch:
             _check_order(item, order)
+            if self.text_only:
+                raise BackendError(
+                    f"item {item.id!r}: {self.model_id} is a text-only causal LM and cannot be "
+                    "shown pictures; give the items text 'candidates' (docs/formats.md)"
+                )
             n = item.num_candidates
             text = render_item(template, item, scheme, n)
             context = len(item.context_images)
@@ -422,7 +446,7 @@ class Backend:
                 attention=evidences[b].tolist(),
                 extra={
                     "prompt_tokens": int(lengths[b]),
-                    "image_tokens": [e - s for s, e in spans[b]],
+                    _span_key(item): [e - s for s, e in spans[b]],
                 },
             )
             for b, (item, ordering, order) in enumerate(batch)
@@ -476,11 +500,21 @@ class Backend:
         # Layers may sit on several GPUs (device_map): gather the rows on the input device.
         return torch.stack([rows[i].to(self.device) for i in range(self.num_layers)], dim=1)
 
+    def set_text_attention(self, impl: str) -> None:
+        """The language model's attention implementation (a text-only model has no text_config:
+        a dict naming one would be ignored without a word)."""
+        self.model.set_attn_implementation(impl if self.text_only else {"text_config": impl})
+
     @contextmanager
     def _eager_text_attention(self) -> Iterator[None]:
         before = self.model.config.get_text_config()._attn_implementation
-        self.model.set_attn_implementation({"text_config": "eager"})
+        self.set_text_attention("eager")
         try:
             yield
         finally:
-            self.model.set_attn_implementation({"text_config": before})
+            self.set_text_attention(before)
+
+
+def _span_key(item: Item) -> str:
+    """The record's extra key for each candidate's token count."""
+    return "candidate_tokens" if item.is_text else "image_tokens"

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from lad.backends import capture as cap
+from lad.backends import text as text_lm
 from lad.backends import vision
 from lad.backends.archs import arch_for
 from lad.backends.checkpoint import (
@@ -76,7 +77,12 @@ def load_backend(
     LAD_NUM_THREADS is set; None: the cores free when the model has loaded (lad.backends.threads).
     The count in use and how it was chosen are the backend's `threads`.
     """
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoProcessor,
+    )
 
     model = resolve_model(model)
     check_model_path(model)
@@ -87,8 +93,13 @@ def load_backend(
     torch_dtype = _resolve_dtype(dtype, dev)
     try:
         config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
-        arch = arch_for(config)
-        processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
+        text_only = text_lm.is_text_model(config)  # docs/backends.md, "Text candidates"
+        if text_only:
+            arch = text_lm.TEXT_ARCH
+            processor = text_lm.load_text_processor(model, trust_remote_code)
+        else:
+            arch = arch_for(config)
+            processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
     except BackendError:
         raise
     except Exception as e:  # a damaged or foreign file: whatever its reader raises
@@ -99,9 +110,15 @@ def load_backend(
     processor.tokenizer.padding_side = "left"
     # A template that cannot write the prompt or a reply fails here, before the weights load.
     owner = template_owner(str(model), chat_template)
-    chat_text(processor, "Which image?", 2, owner)
-    reply_tokens(processor, "Which image?", 2, ["1", "2"], owner)
-    impl = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
+    if text_only:
+        text_lm.check_text_options(image_options, image_size)
+        text_lm.probe(processor, owner)
+    else:
+        chat_text(processor, "Which image?", 2, owner)
+        reply_tokens(processor, "Which image?", 2, ["1", "2"], owner)
+    impl: Any = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
+    if text_only:
+        impl = cap.CAPTURE_IMPL
     if arch.packed_vision:
         vision.register()
         impl["vision_config"] = vision.VISION_IMPL
@@ -112,7 +129,8 @@ def load_backend(
         with _progress_bars(not quiet), warnings.catch_warnings():
             # torch warns of a pickle's protocol before refusing it: the refusal is the one line
             warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
-            net = AutoModelForImageTextToText.from_pretrained(
+            auto = AutoModelForCausalLM if text_only else AutoModelForImageTextToText
+            net = auto.from_pretrained(
                 model,
                 dtype=torch_dtype,
                 attn_implementation=impl,

@@ -209,10 +209,10 @@ def sofa_applied(backend: Any, options: SofaOptions) -> Iterator[Any]:
         raise BackendError(
             f"SoFA needs the language model on lad's attention function, not {before!r}"
         )
-    backend.model.set_attn_implementation({"text_config": SOFA_IMPL})
+    backend.set_text_attention(SOFA_IMPL)
     backend.mask_scope = lambda inputs, spans: _scope(backend, options, inputs, spans)
     try:
         yield backend
     finally:
         backend.mask_scope = None
-        backend.model.set_attn_implementation({"text_config": before})
+        backend.set_text_attention(before)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lad.cli.data_text import register_text
 from lad.cli.flags import (
     HelpFormat,
     InputPath,
@@ -39,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     for benchmark in BENCHMARKS.values():
         _register_released(commands, benchmark)
+    register_text(commands)  # mmlu, judgments, text (lad.cli.data_text)
 
 
 def _add(commands: argparse._SubParsersAction, name: str, help_text: str, example: str):

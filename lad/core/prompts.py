@@ -18,6 +18,11 @@ vanilla template (`--prompt-template FILE`, `PromptTemplate`), with these placeh
     {noun}       the scheme's label noun ("number", "letter", "numeral", "word", "phrase")
     {single}     "integer" for digits, else the noun (Table 9's CoT wording)
 
+Text candidates (an item's `candidates`, lad.data.items) are asked with TEXT_TEMPLATES: the
+options are listed where the template writes {options}, one line each, "<label>. <text>" (a
+template of one's own for text candidates must write {options} once; a picture template never).
+Each candidate's span (Eq. 6's R_k) is its text's characters (`TextPrompt.spans`), not its label.
+
 `{{` and `}}` are literal braces; a template may not hold `<image>`, which marks where an item's
 context pictures go in its question (lad.data.items). The prompt fingerprint (`prompt_sha256`,
 stored in calibration.json) covers the template's text, so a calibration fitted under one
@@ -81,9 +86,27 @@ QUESTION_TEMPLATES: dict[str, str] = {
     name: text.replace(_TASK, _TASK_Q).replace(_TAIL, _TAIL_Q) for name, text in TEMPLATES.items()
 }
 
+# Text candidates: the same four prompts, asking to choose an option listed under its label.
+_TASK_T = (
+    "Given {n} options labelled from {first} to {last}, answer the question by choosing one option."
+)
+_ONLY_T = " Respond with the option's {noun} only and nothing else."
+_FAIR_T = (
+    " Please note that the options have been randomly shuffled, so it is essential to consider "
+    "them fairly and without bias. Do not be influenced by the order of the options."
+)
+_TAIL_T = "\nQuestion: {question}\nOptions:\n{options}\nAnswer:"
+TEXT_TEMPLATES: dict[str, str] = {
+    "vanilla": _TASK_T + _ONLY_T + _TAIL_T,
+    "instruction": _TASK_T + _FAIR_T + _ONLY_T + _TAIL_T,
+    "cot": _TASK_T + _COT + _TAIL_T + " <think>",
+    "self-consistency": _TASK_T + _SC.replace("the content of the images", "the options") + _TAIL_T,
+}
+
 CONTEXT_PLACEHOLDER = "<image>"  # where the asked text shows a context picture
+OPTIONS = "options"  # the placeholder where text candidates are listed
 QUERY_PLACEHOLDERS = ("query", "question", "caption")
-PLACEHOLDERS = (*QUERY_PLACEHOLDERS, "n", "labels", "first", "last", "noun", "single")
+PLACEHOLDERS = (*QUERY_PLACEHOLDERS, "n", "labels", "first", "last", "noun", "single", OPTIONS)
 
 
 def check_template(text: str, source: str = "the prompt template") -> str:
@@ -104,6 +127,8 @@ def check_template(text: str, source: str = "the prompt template") -> str:
                 f"{source}: unknown placeholder {shown}; the placeholders are "
                 f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)} (literal braces: {{{{ }}}})"
             )
+        if name == OPTIONS and OPTIONS in used:
+            raise LadError(f"{source} writes {{{OPTIONS}}} twice; text candidates are listed once")
         used.add(name)
     if not used & set(QUERY_PLACEHOLDERS):
         raise LadError(
@@ -145,6 +170,7 @@ class PromptTemplate:
 
 
 CAPTION = PromptTemplate(TEMPLATES["vanilla"])
+TEXT = PromptTemplate(TEXT_TEMPLATES["vanilla"])
 QUESTION = PromptTemplate(QUESTION_TEMPLATES["vanilla"])
 # The official code's vanilla prompt (github.com/brightXian/LAD): Table 9's, but ending with
 # "Answer: ", a trailing space the model reads as a token of its own (`--preset official`).
@@ -152,9 +178,22 @@ OFFICIAL = PromptTemplate(TEMPLATES["vanilla"] + " ")
 
 
 def fill(text: str, query: str, scheme: LabelScheme, num_candidates: int) -> str:
-    """`text` with every placeholder filled for one query."""
+    """`text` with every placeholder filled for one query (of picture candidates)."""
+    if _writes_options(text):
+        raise LadError(
+            f"the prompt template writes {{{OPTIONS}}}, which lists text candidates, but the "
+            "candidates are pictures; use a template without it"
+        )
+    return text.format(**_values(query, scheme, num_candidates))
+
+
+def _writes_options(text: str) -> bool:
+    return any(name == OPTIONS for _, name, _, _ in string.Formatter().parse(text))
+
+
+def _values(query: str, scheme: LabelScheme, num_candidates: int) -> dict[str, object]:
     labels = scheme.labels(num_candidates)
-    return text.format(
+    return dict(
         n=num_candidates,
         labels=", ".join(labels),
         first=labels[0],
@@ -165,6 +204,63 @@ def fill(text: str, query: str, scheme: LabelScheme, num_candidates: int) -> str
         question=query,
         caption=query,
     )
+
+
+@dataclass(frozen=True)
+class TextPrompt:
+    """The user turn of a text-candidate prompt and the characters of each candidate's text in
+    it, [start, end) in position order: the spans of Eq. 6, the labels outside them."""
+
+    text: str
+    spans: list[tuple[int, int]]
+
+
+def render_text_item(
+    template: str | PromptTemplate, item: Item, order: Sequence[int], scheme: LabelScheme
+) -> TextPrompt:
+    """The prompt of an item of text candidates under `order` (position p shows order[p])."""
+    return render_text(template, item.asked, [item.candidates[i] for i in order], scheme)
+
+
+def render_text(
+    template: str | PromptTemplate, asked: str, options: Sequence[str], scheme: LabelScheme
+) -> TextPrompt:
+    """A text-candidate prompt: TEXT_TEMPLATES by name, or a PromptTemplate writing {options},
+    with the line "<c_p>. <options[p]>" for each position p."""
+    if isinstance(template, PromptTemplate):
+        text = template.text
+        if not _writes_options(text):
+            raise LadError(
+                f"the prompt template does not write {{{OPTIONS}}}, where an item's text "
+                "candidates are listed; add it to the template"
+            )
+    elif template in TEXT_TEMPLATES:
+        text = TEXT_TEMPLATES[template]
+    else:
+        raise LadError(
+            f"The 'template' parameter must be one of {sorted(TEXT_TEMPLATES)} or a "
+            f"PromptTemplate. Got {template!r} instead."
+        )
+    n = len(options)
+    values, labels = _values(asked, scheme, n), scheme.labels(n)
+    pieces: list[str] = []
+    spans: list[tuple[int, int]] = []
+    size = 0
+    for literal, name, _, _ in string.Formatter().parse(text):
+        pieces.append(literal)
+        size += len(literal)
+        if name is None:
+            continue
+        if name != OPTIONS:
+            pieces.append(str(values[name]))
+            size += len(pieces[-1])
+            continue
+        for p, label in enumerate(labels):
+            head = ("\n" if p else "") + f"{label}. "
+            pieces += [head, options[p]]
+            spans.append((size + len(head), size + len(head) + len(options[p])))
+            size += len(head) + len(options[p])
+    return TextPrompt("".join(pieces), spans)
 
 
 def render_prompt(
@@ -239,6 +335,26 @@ def shown_pictures(item: Item, order: Sequence[int]) -> tuple[list[Path], list[i
 def vanilla_template(items: Sequence[Item], custom: PromptTemplate | None = None) -> PromptTemplate:
     """The vanilla prompt that `items` are asked with: `custom` if given, else the question
     template when every item has a `question`, the caption template when none has."""
+    kinds = {it.is_text for it in items}
+    if len(kinds) > 1:
+        text = next(it.id for it in items if it.is_text)
+        pictures = next(it.id for it in items if not it.is_text)
+        raise DataError(
+            f"items mix text candidates (e.g. {text!r}) with picture candidates (e.g. "
+            f"{pictures!r}); one run asks one kind"
+        )
+    if kinds == {True}:
+        if custom is not None and not _writes_options(custom.text):
+            raise LadError(
+                f"--prompt-template does not write {{{OPTIONS}}}, where the items' text "
+                "candidates are listed; add it to the template"
+            )
+        return custom or TEXT
+    if custom is not None and items and _writes_options(custom.text):
+        raise LadError(
+            f"--prompt-template writes {{{OPTIONS}}}, which lists text candidates, but the items' "
+            "candidates are pictures; use a template without it"
+        )
     if custom is not None:
         return custom
     asks = {it.question is not None for it in items}
@@ -275,6 +391,7 @@ _KNOWN = (
     (CAPTION_DESCRIPTION, CAPTION),
     (QUESTION_DESCRIPTION, QUESTION),
     ("the official code's prompt (--preset official)", OFFICIAL),
+    ("the text-candidate prompt (items with 'candidates')", TEXT),
 )
 
 

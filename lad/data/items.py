@@ -12,6 +12,9 @@ candidates (a reference picture: "which of these shows the same place as this on
 shown before the candidates, or, when the asked text (the question, else the query) holds one
 `<image>` per context picture, at those places. They are never candidates: `images`, `answer`,
 N and every ordering are about the candidates alone (docs/methods.md, "Context pictures").
+
+Text candidates: `"candidates": [text, ...]` instead of `"images"` (an item has one kind); `answer`
+indexes them and the prompt lists them under their labels (lad.core.prompts.TEXT_TEMPLATES).
 """
 
 from __future__ import annotations
@@ -49,10 +52,16 @@ class Item:
     extra: dict[str, Any] = field(default_factory=dict)
     question: str | None = None
     context_images: list[Path] = field(default_factory=list)
+    candidates: list[str] = field(default_factory=list)  # text candidates (then `images` is [])
 
     @property
     def num_candidates(self) -> int:
-        return len(self.images)
+        return len(self.candidates) if self.candidates else len(self.images)
+
+    @property
+    def is_text(self) -> bool:
+        """Whether the candidates are texts (`candidates`) rather than pictures (`images`)."""
+        return bool(self.candidates)
 
     @property
     def asked(self) -> str:
@@ -121,7 +130,8 @@ def _parse_item(
         raise DataError(f"{where}not valid JSON ({e.msg})") from None
     if not isinstance(obj, dict):
         raise DataError(f"{where}expected a JSON object, got {type(obj).__name__}")
-    for key, kind in (("id", str), ("query", str), ("images", list), ("answer", int)):
+    kind_key = _candidates_key(obj, where)
+    for key, kind in (("id", str), ("query", str), (kind_key, list), ("answer", int)):
         if key not in obj:
             raise DataError(f"{where}missing key {key!r}")
         if not isinstance(obj[key], kind) or isinstance(obj[key], bool):
@@ -130,8 +140,12 @@ def _parse_item(
     if obj["id"] in seen:
         raise DataError(f"{where}duplicate item id {obj['id']!r}")
     seen.add(obj["id"])
-    resolved = _resolve_images(obj["images"], path, where)
     extra = {k: v for k, v in obj.items() if k not in ITEM_KEYS}
+    if kind_key == "candidates":
+        _check_texts(obj["candidates"], where)
+        texts, question = obj["candidates"], obj.get("question")
+        return Item(obj["id"], obj["query"], [], obj["answer"], extra, question, [], texts)
+    resolved = _resolve_images(obj["images"], path, where)
     item = Item(obj["id"], obj["query"], resolved, obj["answer"], extra, obj.get("question"))
     item.context_images = _resolve_images(
         obj.get("context_images", []), path, where, "context image"
@@ -151,12 +165,15 @@ class ItemRuleError(DataError):
 def check_item(obj: dict[str, Any], where: str = "", num_candidates: int | None = None) -> None:
     """The items format's rules for one item's JSON object (its keys of the right types), as the
     reader applies them and as converters apply them before writing one: ItemRuleError."""
-    images = obj["images"]
+    kind_key = "candidates" if "candidates" in obj else "images"
+    images, noun = obj[kind_key], _noun(kind_key)
     if len(images) < 2 or not all(isinstance(p, str) for p in images):
+        what = "texts" if kind_key == "candidates" else "paths"
         raise ItemRuleError(
-            "fewer than 2 pictures", f"{where}'images' must be a list of at least 2 paths"
+            "fewer than 2 texts" if kind_key == "candidates" else "fewer than 2 pictures",
+            f"{where}{kind_key!r} must be a list of at least 2 {what}",
         )
-    for key, text in (("id", obj["id"]), ("query", obj["query"]), *(("images", p) for p in images)):
+    for key, text in (("id", obj["id"]), ("query", obj["query"]), *((kind_key, p) for p in images)):
         if not _is_text(text):
             raise ItemRuleError(
                 "not valid text",
@@ -165,18 +182,18 @@ def check_item(obj: dict[str, Any], where: str = "", num_candidates: int | None 
     if len(images) > MAX_CANDIDATES:
         raise ItemRuleError(
             f"more than {MAX_CANDIDATES} candidates",
-            f"{where}item {obj['id']!r} has {len(images)} candidate images; no label scheme names "
+            f"{where}item {obj['id']!r} has {len(images)} candidate {noun}; no label scheme names "
             f"more than {MAX_CANDIDATES}",
         )
     if num_candidates is not None and len(images) != num_candidates:
         raise DataError(
-            f"{where}item {obj['id']!r} has {len(images)} images but --num-candidates is "
+            f"{where}item {obj['id']!r} has {len(images)} {noun} but --num-candidates is "
             f"{num_candidates}"
         )
     if not 0 <= obj["answer"] < len(images):
         raise ItemRuleError(
             "answer not a candidate",
-            f"{where}'answer' {obj['answer']} is not an index into its {len(images)} images",
+            f"{where}'answer' {obj['answer']} is not an index into its {len(images)} {noun}",
         )
     question = obj.get("question")
     if question is not None and (not isinstance(question, str) or not question.strip()):
@@ -192,7 +209,39 @@ def check_item(obj: dict[str, Any], where: str = "", num_candidates: int | None 
     _context_images(obj, where)
 
 
-ITEM_KEYS = ("id", "query", "images", "answer", "question", "context_images")
+ITEM_KEYS = ("id", "query", "images", "answer", "question", "context_images", "candidates")
+
+
+def _candidates_key(obj: dict[str, Any], where: str) -> str:
+    """ "candidates" for an item of text candidates, else "images"; never both, and a text item
+    has no context pictures (its prompt is text only)."""
+    if "candidates" not in obj:
+        return "images"
+    if "images" in obj:
+        raise DataError(
+            f"{where}an item gives either 'images' (pictures) or 'candidates' (texts), not both"
+        )
+    if obj.get("context_images"):
+        raise DataError(f"{where}an item of text 'candidates' cannot have 'context_images'")
+    return "candidates"
+
+
+def _noun(kind_key: str) -> str:
+    return "texts" if kind_key == "candidates" else "images"
+
+
+def _check_texts(texts: list[str], where: str) -> None:
+    """Each text candidate: non-blank, within the query's length limit, no picture place."""
+    for k, text in enumerate(texts):
+        if not text.strip():
+            raise DataError(f"{where}'candidates' {k} is blank; a text candidate needs text")
+        if CONTEXT_PLACEHOLDER in text:
+            raise DataError(
+                f"{where}'candidates' {k} holds {CONTEXT_PLACEHOLDER}, which marks a picture; "
+                "a text candidate is text only"
+            )
+        if len(text) > limits.QUERY.value:
+            limits.QUERY.check(len(text), f"{where}'candidates' {k}")
 
 
 def _context_images(obj: dict[str, Any], where: str) -> list[str]:
@@ -244,6 +293,9 @@ def item_object(it: Item, base: Path) -> dict[str, Any]:
     file's folder, resolved) where they lie below it."""
     images = [_relative(p, base) for p in it.images]
     obj: dict[str, Any] = {"id": it.id, "query": it.query, "images": images, "answer": it.answer}
+    if it.is_text:
+        del obj["images"]
+        obj = {**obj, "candidates": list(it.candidates)}
     if it.question is not None:
         obj["question"] = it.question
     if it.context_images:

@@ -1,0 +1,198 @@
+"""Text candidates: text-only causal LMs behind the same Backend, and prompts whose candidates are
+texts (an item's `candidates`, lad.data.items) for any model, text-only or multimodal.
+
+A text-only checkpoint (AutoModelForCausalLM: Qwen2/2.5/3, Llama, Gemma, SmolLM, ...) gets its
+tokenizer wrapped in `TextProcessor`, which answers what the backend asks of a processor. A
+candidate's span (Eq. 6's R_k) is the tokens of its text, found from the tokenizer's offsets
+mapping over the characters lad.core.prompts.render_text_item says the text occupies; the label
+before it is outside the span (docs/backends.md, "Text candidates").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lad.backends.archs import ARCHS, Arch
+from lad.backends.prompting import check_round_trip, render, reply_tokens
+from lad.core.labels import LabelScheme
+from lad.core.prompts import PromptTemplate, TextPrompt, render_text, render_text_item
+from lad.errors import BackendError
+
+if TYPE_CHECKING:
+    from lad.data.items import Item
+    from lad.data.orders import Request
+
+TEXT_ARCH = Arch("text-only causal LM", ())
+PROBE_QUESTION = "Which of these animals can fly?"
+PROBE_OPTIONS = ("a dog that runs on the beach", "a red kite above the trees", "a cat", "a fish")
+
+
+def is_text_model(config: Any) -> bool:
+    """A config lad's multimodal table does not name, of a causal LM transformers loads with
+    AutoModelForCausalLM, without a vision tower."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    model_type = getattr(config, "model_type", None)
+    if any(model_type in arch.model_types for arch in ARCHS):
+        return False
+    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not hasattr(config, "vision_config")
+
+
+class TextProcessor:
+    """A text-only model's tokenizer, as the backend uses a processor: `tokenizer`,
+    `chat_template`, `apply_chat_template` (a message's text parts joined into the string content
+    text chat templates expect) and the call (text only; left padding, a pad token)."""
+
+    image_token = None
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        if tokenizer.pad_token is None:  # Llama 3: padding is masked out, any token will do
+            tokenizer.pad_token = tokenizer.eos_token
+
+    @property
+    def chat_template(self) -> Any:
+        return self.tokenizer.chat_template
+
+    @chat_template.setter
+    def chat_template(self, text: Any) -> None:
+        self.tokenizer.chat_template = text
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], **options: Any) -> Any:
+        return self.tokenizer.apply_chat_template([_flat(m) for m in messages], **options)
+
+    def __call__(self, text: Any = None, images: Any = None, **options: Any) -> Any:
+        if images and any(images):
+            raise BackendError("a text-only model cannot be shown pictures")
+        return self.tokenizer(text, **options)
+
+
+def _flat(message: dict[str, Any]) -> dict[str, Any]:
+    content = message["content"]
+    if isinstance(content, str):
+        return message
+    if any(part.get("type") != "text" for part in content):
+        raise BackendError("a text-only model's prompt cannot hold pictures")
+    return {**message, "content": "".join(part["text"] for part in content)}
+
+
+def load_text_processor(model: str, trust_remote_code: bool) -> TextProcessor:
+    from transformers import AutoTokenizer
+
+    return TextProcessor(AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code))
+
+
+def check_text_options(image_options: dict[str, Any] | None, image_size: int | None) -> None:
+    """Picture options mean nothing to a text-only model: refused, not ignored."""
+    if image_options or image_size is not None:
+        raise BackendError(
+            "the model is a text-only causal LM: it takes no image options (--image-option, "
+            "--image-size, --min-pixels, --max-pixels)"
+        )
+
+
+def probe(processor: Any, owner: str) -> None:
+    """A text-only model's chat template must write a text prompt and the labels as a reply
+    (before the weights load)."""
+    reply_tokens(processor, PROBE_QUESTION, 0, ["1", "2"], owner)
+
+
+def check_text_tokenizer(
+    processor: Any, template: str | PromptTemplate, scheme: LabelScheme, n: int, model: str
+) -> None:
+    """A text-candidate prompt's tokens must decode back to its text (check_round_trip)."""
+    options = [PROBE_OPTIONS[k % len(PROBE_OPTIONS)] for k in range(n)]
+    prompt = render_text(template, PROBE_QUESTION, options, scheme)
+    chat, _ = _locate(processor, prompt, "the probe", model)
+    check_round_trip(processor.tokenizer, chat, model)
+
+
+def chat_prompt(
+    processor: Any,
+    item: Item,
+    order: list[int],
+    template: str | PromptTemplate,
+    scheme: LabelScheme,
+    model: str,
+) -> tuple[str, list[tuple[int, int]]]:
+    """The chat template's prompt for one text-candidate item, and each candidate's characters in
+    it (position order). The user turn must appear in it once, verbatim."""
+    return _locate(processor, render_text_item(template, item, order, scheme), item.id, model)
+
+
+def _locate(
+    processor: Any, prompt: TextPrompt, item_id: str, model: str
+) -> tuple[str, list[tuple[int, int]]]:
+    messages = [{"role": "user", "content": [{"type": "text", "text": prompt.text}]}]
+    chat = render(processor, messages, True, model)
+    if chat.count(prompt.text) != 1:
+        raise BackendError(
+            f"{model}: its chat template does not write the prompt's text once, verbatim (it is "
+            f"found {chat.count(prompt.text)} times), so lad cannot tell where each option is; "
+            "pass a chat template that does with --chat-template FILE"
+        )
+    placeholder = getattr(processor, "image_token", None)
+    if placeholder and placeholder in chat:
+        raise BackendError(
+            f"item {item_id!r}: its text holds {placeholder!r}, the model's picture placeholder, "
+            "which the processor would expand into a picture's tokens"
+        )
+    start = chat.index(prompt.text)
+    return chat, [(start + s, start + e) for s, e in prompt.spans]
+
+
+def encode_text(
+    processor: Any,
+    batch: list[Request],
+    template: str | PromptTemplate,
+    scheme: LabelScheme,
+    model: str,
+    max_context: int,
+) -> tuple[dict[str, Any], list[list[tuple[int, int]]]]:
+    """A batch of text-candidate prompts tokenised (left padded) and each candidate's token span
+    [start, end): the tokens overlapping its text's characters (offsets mapping), which may
+    reach past the text only over whitespace (a space or newline merged into a word)."""
+    texts, chars = [], []
+    for item, _, order in batch:
+        chat, spans = chat_prompt(processor, item, list(order), template, scheme, model)
+        texts.append(chat)
+        chars.append(spans)
+    bos = processor.tokenizer.bos_token
+    enc = processor(
+        text=texts,
+        add_special_tokens=not (bos and all(t.startswith(bos) for t in texts)),
+        padding=True,
+        return_tensors="pt",
+        return_offsets_mapping=True,
+    )
+    inputs = dict(enc)
+    offsets = inputs.pop("offset_mapping").tolist()  # (B, T, 2) characters of each token
+    lengths = inputs["attention_mask"].sum(-1).tolist()
+    spans = []
+    for b, (item, _, _) in enumerate(batch):
+        spans.append([_span(texts[b], offsets[b], c, item, k) for k, c in enumerate(chars[b])])
+        if lengths[b] > max_context:
+            raise BackendError(
+                f"item {item.id!r}: the prompt has {lengths[b]} tokens, more than the model's "
+                f"context of {max_context}; shorten the question or the options"
+            )
+    return inputs, spans
+
+
+def _span(
+    text: str, offsets: list[list[int]], chars: tuple[int, int], item: Item, k: int
+) -> tuple[int, int]:
+    lo, hi = chars
+    inside = [t for t, (s, e) in enumerate(offsets) if e > s and s < hi and e > lo]
+    where = f"item {item.id!r}, option at position {k + 1}"
+    if not inside:
+        raise BackendError(f"{where}: no token of the prompt holds the option's text")
+    for t in inside:
+        s, e = offsets[t]
+        if text[s:lo].strip() or text[hi:e].strip():
+            raise BackendError(
+                f"{where}: the token {text[s:e]!r} holds both the option's text and its "
+                "surroundings (the label or the next line), so its span has no token boundary; "
+                "e.g. start the option with a letter or digit"
+            )
+    return inside[0], inside[-1] + 1

@@ -1,0 +1,59 @@
+"""MMLU- and ARC-style multiple choice, as lm-evaluation-harness's datasets store them, as lad
+items of text candidates (`lad data mmlu`).
+
+Two row shapes (JSON Lines, a JSON list, or parquet; a folder is searched for *.parquet):
+- MMLU (cais/mmlu, hails/mmlu_no_train): `question`, `subject`, `choices` (a list of texts) and
+  `answer` (the right choice's 0-based index; a letter is read too). Items are named
+  `mmlu-<subject>-<row>`, their task is the subject.
+- ARC (allenai/ai2_arc; OpenBookQA's `question_stem` too): `id`, `question`, `choices`
+  ({"text": [...], "label": [...]}) and `answerKey`, one of the labels ("A".."E" or "1".."5").
+  Items are named by their `id`; the task is "all".
+Rows that cannot be items are skipped and counted per reason (lad.data.textjsonl.REASONS).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lad.data.items import Item
+from lad.data.released import Row, Written
+from lad.data.textjsonl import answer_index, convert_rows, text_item
+from lad.errors import DataError
+
+
+def convert_row(row: Row, k: int) -> Item | str:
+    """The item for one MMLU or ARC row (its number in the file `k`), or why not."""
+    fields = row.fields
+    choices = fields.get("choices")
+    question = fields.get("question", fields.get("question_stem"))
+    if isinstance(choices, dict):  # ARC / OpenBookQA
+        texts, labels = choices.get("text"), choices.get("label")
+        if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels):
+            raise DataError(
+                f"{row.where}'choices' must hold lists 'text' and 'label' of one length"
+            )
+        answer = answer_index(fields.get("answerKey"), texts, [str(x) for x in labels])
+        item_id = str(fields["id"]) if fields.get("id") is not None else f"arc-{k}"
+        extra = {"source": "arc", "labels": [str(x) for x in labels]}
+        return text_item(item_id, question, texts, answer, extra, row.where)
+    if not isinstance(choices, list) or "answer" not in fields:
+        raise DataError(
+            f"{row.where}expected MMLU's fields (question, choices, answer) or ARC's (question, "
+            "choices {text, label}, answerKey)"
+        )
+    subject = str(fields.get("subject") or "all")
+    answer = answer_index(fields["answer"], choices)
+    extra = {"source": "mmlu", "subject": subject}
+    return text_item(f"mmlu-{subject}-{k}", question, choices, answer, extra, row.where)
+
+
+def _task(row: Row) -> str:
+    return str(row.fields.get("subject") or "all")
+
+
+def import_mmlu(path: str | Path, out: str | Path, **options: Any) -> Written:
+    """Convert an MMLU- or ARC-style file (or folder of parquet files) into an items file `out`,
+    calibration items and a summary beside it; options: task (an MMLU subject), num_candidates,
+    items, calibration_items, seed (lad.data.textjsonl.convert_rows)."""
+    return convert_rows(path, out, benchmark="mmlu", rule=convert_row, task_of=_task, **options)

@@ -1,0 +1,160 @@
+"""A generic file of text multiple-choice questions (JSON Lines, a JSON list, or parquet) as lad
+items of text candidates (`lad data text`), and what the text converters share (MMLU/ARC in
+lad.data.mmlu, pairwise judgments in lad.data.judgments).
+
+One question per row: its question (field `question`), its options as a list of texts (`options`,
+else `choices`) and its answer (`answer`), which may be the option's index (0-based), its letter
+(A, B, ...; a, b, ... too), or the text of exactly one option. Field names are arguments. An `id`
+field, if present, names the item (else `<benchmark>-<row number>`); a `task` field (by argument)
+groups the summary. Other fields are kept as the item's extra keys. A row that cannot be an item
+is skipped and counted per reason (REASONS) in the summary beside the output, as for the picture
+benchmarks (lad.data.released).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lad.core.prompts import CONTEXT_PLACEHOLDER
+from lad.data.items import ITEM_KEYS, Item
+from lad.data.released import Row, Written, check_split, collect, read_rows, write_split
+from lad.errors import DataError
+from lad.io import limits
+
+NO_ANSWER = "no answer"
+ANSWER_NOT_AN_OPTION = "answer not an option"
+AMBIGUOUS_ANSWER = "answer text matches several options"
+EMPTY_QUESTION = "empty question"
+TOO_FEW_OPTIONS = "fewer than 2 options"
+BAD_OPTION = "option blank, too long or holding <image>"
+REASONS = (NO_ANSWER, ANSWER_NOT_AN_OPTION, AMBIGUOUS_ANSWER, EMPTY_QUESTION, TOO_FEW_OPTIONS,
+           BAD_OPTION)  # fmt: skip
+
+# A converter's rule: (row, its 0-based number in the file) -> an item, or why it is skipped.
+RowRule = Callable[[Row, int], "Item | str"]
+
+
+def answer_index(
+    value: Any, options: Sequence[str], labels: Sequence[str] | None = None
+) -> int | str:
+    """The 0-based option an answer names, or the reason it names none: an integer index; a
+    string among `labels` (the file's own option labels, e.g. ARC's "A".."D" or "1".."4"); a
+    single letter A.. (or a..); or the text of exactly one option. An answer that could name two
+    options (a letter that is another option's text) is refused, never guessed."""
+    if value is None or isinstance(value, bool) or (isinstance(value, str) and not value.strip()):
+        return NO_ANSWER
+    if isinstance(value, int):
+        return value if 0 <= value < len(options) else ANSWER_NOT_AN_OPTION
+    text = str(value).strip()
+    if labels is not None:
+        return list(labels).index(text) if text in labels else ANSWER_NOT_AN_OPTION
+    letter = ord(text.upper()) - ord("A") if len(text) == 1 and text.isascii() else -1
+    by_letter = letter if text.isalpha() and 0 <= letter < len(options) else None
+    matches = [k for k, option in enumerate(options) if option.strip() == text]
+    if len(matches) > 1 or (by_letter is not None and matches and matches != [by_letter]):
+        return AMBIGUOUS_ANSWER  # e.g. "B" names option 2 while option 3's text is "B"
+    if by_letter is not None:
+        return by_letter
+    return matches[0] if matches else ANSWER_NOT_AN_OPTION
+
+
+def text_item(
+    item_id: str, question: Any, options: Any, answer: int | str, extra: dict[str, Any], where: str
+) -> Item | str:
+    """An item of text candidates, or why the row cannot be one."""
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        raise DataError(f"{where}the options must be a list of texts, got {str(options)[:80]!r}")
+    if isinstance(answer, str):
+        return answer
+    if not isinstance(question, str) or not question.strip():
+        return EMPTY_QUESTION
+    if len(options) < 2:
+        return TOO_FEW_OPTIONS
+    if any(
+        not o.strip() or CONTEXT_PLACEHOLDER in o or len(o) > limits.QUERY.value for o in options
+    ):
+        return BAD_OPTION
+    options = [o.strip() for o in options]
+    kept = {k: v for k, v in extra.items() if k not in ITEM_KEYS}  # never a key of the format
+    return Item(item_id, question.strip(), [], answer, kept, candidates=options)
+
+
+def convert_rows(
+    path: str | Path,
+    out: str | Path,
+    *,
+    benchmark: str,
+    rule: RowRule,
+    task_of: Callable[[Row], str] = lambda row: "all",
+    task: str | None = None,
+    num_candidates: int | None = None,
+    items: int | None = None,
+    calibration_items: int = 5,
+    seed: int = 0,
+) -> Written:
+    """Every row of the file (or folder of parquet files) through `rule`, into an items file
+    `out`, calibration items held out beside it and a summary (lad.data.released.write_split)."""
+    check_split(items, calibration_items)
+    rows = read_rows(path)
+    number = {id(row): k for k, row in enumerate(rows)}
+    converted = collect(
+        rows,
+        lambda row: rule(row, number[id(row)]),
+        task_of=task_of,
+        task=task,
+        num_candidates=num_candidates,
+        source=path,
+    )
+    seen: dict[str, int] = {}
+    for it in converted.items:
+        if it.id in seen:
+            raise DataError(f"{path}: two questions have the id {it.id!r}; ids must be unique")
+        seen[it.id] = 1
+    return write_split(
+        converted,
+        out,
+        benchmark=benchmark,
+        source=path,
+        items=items,
+        calibration_items=calibration_items,
+        seed=seed,
+    )
+
+
+def import_text(
+    path: str | Path,
+    out: str | Path,
+    *,
+    question_field: str = "question",
+    options_field: str | None = None,
+    answer_field: str = "answer",
+    task_field: str | None = None,
+    **options: Any,
+) -> Written:
+    """Convert a generic file of text multiple-choice questions (module docstring); options:
+    task, num_candidates, items, calibration_items, seed (convert_rows)."""
+    keys = {question_field, answer_field, "id"}
+
+    def rule(row: Row, k: int) -> Item | str:
+        field = options_field or ("options" if "options" in row.fields else "choices")
+        for key in (question_field, field, answer_field):
+            if key not in row.fields:
+                raise DataError(f"{row.where}missing field {key!r} (set it with --{_flag(key)})")
+        choices = row.fields[field]
+        answer = answer_index(
+            row.fields[answer_field], choices if isinstance(choices, list) else []
+        )
+        item_id = str(row.fields["id"]) if row.fields.get("id") is not None else f"text-{k}"
+        extra = {key: v for key, v in row.fields.items() if key not in keys | {field}}
+        return text_item(item_id, row.fields[question_field], choices, answer, extra, row.where)
+
+    def task_of(row: Row) -> str:
+        return "all" if task_field is None else str(row.fields.get(task_field))
+
+    return convert_rows(path, out, benchmark="text", rule=rule, task_of=task_of, **options)
+
+
+def _flag(key: str) -> str:
+    return {"question": "question-field", "answer": "answer-field"}.get(key, "options-field")

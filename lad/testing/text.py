@@ -1,0 +1,85 @@
+"""Tiny random-init text-only causal LMs (Qwen2, Llama), for tests and the text demo.
+
+On lad's own small word tokenizer with a ChatML chat template (no file needed), or on a real
+tokenizer folder (e.g. ../shared/real-checkpoints/qwen3-text-tokenizer: its vocabulary, special
+tokens and chat template kept). Saved with save_pretrained; load with from_pretrained(path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from lad.errors import BackendError
+from lad.testing.tiny import TinySize, build_tokenizer
+
+TEXT_ARCHITECTURES = {
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+}
+_CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_text_tokenizer(words: Iterable[str] = ()) -> Any:
+    """lad's tiny word tokenizer (lad.testing.tiny) with ChatML turns over string contents."""
+    tok = build_tokenizer(
+        {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, ("<|im_start|>",), words
+    )
+    tok.chat_template = _CHATML
+    return tok
+
+
+def build_tiny_text_model(
+    arch: str,
+    path: str | Path,
+    *,
+    tokenizer: str | Path | None = None,
+    size: TinySize | None = None,
+    words: Iterable[str] = (),
+    seed: int = 0,
+) -> Path:
+    """Write a random-init causal LM of `arch` ("qwen2" or "llama") to `path`.
+
+    tokenizer: a folder of tokenizer files (the real ones of a model family); None: lad's tiny
+    tokenizer over its default words plus `words`. The weights depend only on the arguments.
+    """
+    import torch
+    import transformers
+    from transformers import AutoTokenizer
+
+    if arch not in TEXT_ARCHITECTURES:
+        raise BackendError(
+            f"The 'arch' parameter must be one of {sorted(TEXT_ARCHITECTURES)}. Got {arch!r}."
+        )
+    if tokenizer is None and arch != "llama":
+        # transformers loads a qwen2 checkpoint's tokenizer as Qwen2Tokenizer whatever its
+        # tokenizer_config says, which reads lad's word tokenizer without its spaces.
+        raise BackendError(f"lad's tiny tokenizer goes with arch 'llama'; give {arch} a tokenizer")
+    if tokenizer is None:
+        tok = build_text_tokenizer(words)
+    else:
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+    s = size or TinySize()
+    config_name, model_name = TEXT_ARCHITECTURES[arch]
+    config = getattr(transformers, config_name)(
+        vocab_size=len(tok),
+        hidden_size=s.hidden,
+        intermediate_size=s.intermediate,
+        num_hidden_layers=s.text_layers,
+        num_attention_heads=s.heads,
+        num_key_value_heads=s.kv_heads,
+        max_position_embeddings=s.max_positions,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_name)(config).eval()
+    path = Path(path)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

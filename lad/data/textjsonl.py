@@ -19,7 +19,9 @@ from typing import Any
 
 from lad.core.prompts import CONTEXT_PLACEHOLDER
 from lad.data.items import ITEM_KEYS, Item
-from lad.data.released import Row, Written, check_split, collect, read_rows, write_split
+from lad.data.questions import Benchmark, Questions, Row
+from lad.data.released import Converted, Written, check_split, write_split
+from lad.data.rules import OTHER_N
 from lad.errors import DataError
 from lad.io import limits
 
@@ -79,6 +81,44 @@ def text_item(
     options = [o.strip() for o in options]
     kept = {k: v for k, v in extra.items() if k not in ITEM_KEYS}  # never a key of the format
     return Item(item_id, question.strip(), [], answer, kept, candidates=options)
+
+
+# The rows of a file of text questions, as lad.data.questions reads any released file.
+_ANY_ROWS = Benchmark("text", "text questions", lambda row: "", task_field="task", embedded=False)
+
+
+def read_rows(path: str | Path) -> list[Row]:
+    """Every row of a question file (JSON Lines, a JSON list, parquet, or a folder of parquet)."""
+    return list(Questions(path).rows(_ANY_ROWS, None))
+
+
+def collect(
+    rows: list[Row],
+    convert: Callable[[Row], Item | str],
+    *,
+    task_of: Callable[[Row], str],
+    task: str | None,
+    num_candidates: int | None,
+    source: str | Path,
+) -> Converted:
+    """Every row of `task` (None: of every task) through `convert` (an item or the reason it is
+    skipped), keeping the items of `num_candidates` candidates (None: every N, a cell each)."""
+    tasks = sorted({task_of(row) for row in rows})
+    if task is not None and task not in tasks:
+        raise DataError(f"{source}: no question of task {task!r}; its tasks: {tasks}")
+    converted = Converted()
+    for row in rows:
+        name = task_of(row)
+        if task is not None and name != task:
+            continue
+        made = convert(row)
+        if isinstance(made, str):
+            converted.skip(name, made)
+        elif num_candidates is not None and made.num_candidates != num_candidates:
+            converted.skip(name, OTHER_N, made.num_candidates)
+        else:
+            converted.add(name, made)
+    return converted
 
 
 def convert_rows(

@@ -1,18 +1,53 @@
-"""Requests in batches of one N, and the inputs of a batch's label steps (docs/backends.md)."""
+"""Requests in batches of one N, what a batch is on its way through the model (`Encoded`,
+`Prefill`), and the inputs of a batch's label steps (docs/backends.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lad.backends.scoring import Prefix
+from lad.backends.scoring import LabelTrie, Prefix
 from lad.errors import BackendError
 
 if TYPE_CHECKING:
     from lad.data.items import Item
     from lad.data.orders import Request
+
+
+@dataclass
+class Prefill:
+    """What one prompt forward gives: root logits (B, V), the KV cache, attention rows (B, L, T),
+    and, when label tokens rode along in the same forward, their logits (B, 1, D, V)."""
+
+    logits: torch.Tensor
+    cache: Any
+    rows: torch.Tensor
+    path_logits: torch.Tensor | None = None
+
+
+@dataclass
+class Encoded:
+    """One batch ready for the model: the processor's outputs on the host (pinned when the model
+    is on CUDA, so the copy to the GPU does not block), each prompt's image spans (Eq. 6's R_k)
+    and the labels' trie."""
+
+    batch: list[Request]
+    inputs: dict[str, Any]
+    spans: list[list[tuple[int, int]]]
+    trie: LabelTrie
+
+
+@dataclass
+class _Queued:
+    """A batch whose forward and scoring are queued on the device, results not read yet."""
+
+    encoded: Encoded
+    inputs: dict[str, Any]
+    prefill: Prefill
+    logprobs: torch.Tensor
 
 
 def _check_finite(

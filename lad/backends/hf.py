@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,16 @@ import torch
 from lad.backends import capture as cap
 from lad.backends import text as text_lm
 from lad.backends.archs import Arch
-from lad.backends.batches import _batches, _check_finite, _check_order, _extend, _positions
+from lad.backends.batches import (
+    Encoded,
+    Prefill,
+    _batches,
+    _check_finite,
+    _check_order,
+    _extend,
+    _positions,
+    _Queued,
+)
 from lad.backends.capture import evidence
 from lad.backends.pipeline import ProcessorPool, prefetched
 from lad.backends.prompting import (
@@ -54,39 +62,6 @@ MaskScope = Callable[[dict[str, Any], list[list[tuple[int, int]]]], AbstractCont
 CAPTURE_MODES = ("fast", "eager")
 PROBE_CAPTION = "Two dogs run on the beach, and a red kite flies above them."
 PREFETCH = 4  # batches prepared ahead of a GPU model, in as many worker threads
-
-
-@dataclass
-class Prefill:
-    """What one prompt forward gives: root logits (B, V), the KV cache, attention rows (B, L, T),
-    and, when label tokens rode along in the same forward, their logits (B, 1, D, V)."""
-
-    logits: torch.Tensor
-    cache: Any
-    rows: torch.Tensor
-    path_logits: torch.Tensor | None = None
-
-
-@dataclass
-class Encoded:
-    """One batch ready for the model: the processor's outputs on the host (pinned when the model
-    is on CUDA, so the copy to the GPU does not block), each prompt's image spans (Eq. 6's R_k)
-    and the labels' trie."""
-
-    batch: list[Request]
-    inputs: dict[str, Any]
-    spans: list[list[tuple[int, int]]]
-    trie: LabelTrie
-
-
-@dataclass
-class _Queued:
-    """A batch whose forward and scoring are queued on the device, results not read yet."""
-
-    encoded: Encoded
-    inputs: dict[str, Any]
-    prefill: Prefill
-    logprobs: torch.Tensor
 
 
 class Backend:

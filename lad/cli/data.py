@@ -112,17 +112,9 @@ def _run_shapes(args: argparse.Namespace) -> int:
     from lad.data.shapes import build_shapes
 
     check_output_dir(args.out)
-    path = build_shapes(
-        args.out,
-        num_candidates=args.num_candidates,
-        setting=args.setting,
-        items=args.items,
-        split=args.split,
-        seed=args.seed,
-        image_size=args.picture_side,
-        max_shapes=args.max_shapes,
-        position_weights=args.position_weights,
-    )
+    flags = "num_candidates setting items split seed max_shapes position_weights"
+    given = {name: getattr(args, name) for name in flags.split()}
+    path = build_shapes(args.out, image_size=args.picture_side, **given)
     print(f"Wrote {args.items} items to {path}")
     return 0
 

@@ -87,15 +87,10 @@ def _run_text(args: argparse.Namespace) -> int:
     elif args.converter == "mmlu":
         written = import_mmlu(args.path, args.out, num_candidates=args.num_candidates, **split)
     else:
+        fields = ("question_field", "options_field", "answer_field", "task_field")
+        named = {name: getattr(args, name) for name in fields}
         written = import_text(
-            args.path,
-            args.out,
-            question_field=args.question_field,
-            options_field=args.options_field,
-            answer_field=args.answer_field,
-            task_field=args.task_field,
-            num_candidates=args.num_candidates,
-            **split,
+            args.path, args.out, num_candidates=args.num_candidates, **named, **split
         )
     for line in summary_lines(written):
         print(line)

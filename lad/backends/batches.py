@@ -13,8 +13,7 @@ from lad.backends.scoring import LabelTrie, Prefix
 from lad.errors import BackendError
 
 if TYPE_CHECKING:
-    from lad.data.items import Item
-    from lad.data.orders import Request
+    from lad.core.items import Item, Request
 
 
 @dataclass

@@ -28,7 +28,7 @@ from lad.core.labels import LabelScheme
 from lad.core.records import Record
 
 if TYPE_CHECKING:
-    from lad.data.orders import Request
+    from lad.core.items import Request
 
 from lad.errors import BackendError
 

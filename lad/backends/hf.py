@@ -54,8 +54,7 @@ from lad.core.records import Record
 from lad.errors import BackendError
 
 if TYPE_CHECKING:
-    from lad.data.items import Item
-    from lad.data.orders import Request
+    from lad.core.items import Item, Request
 
 # Entered around a batch's prompt forward (and its label decoding) with (inputs, image spans).
 MaskScope = Callable[[dict[str, Any], list[list[tuple[int, int]]]], AbstractContextManager[Any]]

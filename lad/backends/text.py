@@ -19,8 +19,7 @@ from lad.core.prompts import PromptTemplate, TextPrompt, render_text, render_tex
 from lad.errors import BackendError
 
 if TYPE_CHECKING:
-    from lad.data.items import Item
-    from lad.data.orders import Request
+    from lad.core.items import Item, Request
 
 TEXT_ARCH = Arch("text-only causal LM", ())
 PROBE_QUESTION = "Which of these animals can fly?"

@@ -8,15 +8,12 @@ so `read_records` / `write_records` stay the one way in and out.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import orjson
 
 from lad.errors import RecordError
-
-if TYPE_CHECKING:
-    from lad.core.records import RecordSet
 
 
 def row_where(path: Path):
@@ -24,7 +21,7 @@ def row_where(path: Path):
     return lambda i: f"{path}: row {i + 1}: "
 
 
-def write_parquet(path: Path, records: RecordSet) -> None:
+def write_parquet(path: Path, records: Any) -> None:  # a lad.core.records.RecordSet
     import pyarrow as pa
     import pyarrow.parquet as pq
 

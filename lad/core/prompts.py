@@ -43,7 +43,7 @@ from lad.errors import DataError, LadError
 from lad.io import files, limits
 
 if TYPE_CHECKING:
-    from lad.data.items import Item
+    from lad.core.items import Item
 
 # One part of the user turn: text, or a picture slot ("candidate", position) / ("context", j).
 Part = str | tuple[str, int]

@@ -23,55 +23,17 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lad.core.items import Item
 from lad.core.labels import MAX_CANDIDATES
 from lad.core.prompts import CONTEXT_PLACEHOLDER
 from lad.errors import DataError, LadError, at
 from lad.io import limits
 from lad.io.files import check_not_binary, loads_json, note_input, replacing
-
-
-@dataclass
-class Item:
-    """One query with its N candidate images. `answer` indexes `images` (0-based).
-
-    question: the item's own question, asked instead of the caption template (None: a caption).
-    context_images: pictures of the question that are not candidates, in the order the question
-                    shows them (CONTEXT_PLACEHOLDER); never shuffled, never scored.
-    """
-
-    id: str
-    query: str
-    images: list[Path]
-    answer: int
-    extra: dict[str, Any] = field(default_factory=dict)
-    question: str | None = None
-    context_images: list[Path] = field(default_factory=list)
-    candidates: list[str] = field(default_factory=list)  # text candidates (then `images` is [])
-
-    @property
-    def num_candidates(self) -> int:
-        return len(self.candidates) if self.candidates else len(self.images)
-
-    @property
-    def is_text(self) -> bool:
-        """Whether the candidates are texts (`candidates`) rather than pictures (`images`)."""
-        return bool(self.candidates)
-
-    @property
-    def asked(self) -> str:
-        """The text the prompt asks: the item's question if it has one, else its query."""
-        return self.question if self.question is not None else self.query
-
-    @property
-    def pictures(self) -> list[Path]:
-        """Every picture the item's prompts show: the candidates, then the context pictures."""
-        return [*self.images, *self.context_images]
 
 
 def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item]:

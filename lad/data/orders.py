@@ -14,27 +14,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from lad.data.items import Item, cyclic_shift, shuffle_orders
+from lad.core.items import Item, Request
+from lad.data.items import cyclic_shift, shuffle_orders
 from lad.errors import DataError, at
 from lad.io.files import loads_json, read_text
-
-
-class Request(NamedTuple):
-    """One prompt to make a record of: `item` shown under `order`.
-
-    item: the benchmark item (lad.data.items.Item).
-    ordering: the ordering's number among the item's, the record's `ordering` (0 is the
-        identity for shuffles; the shift for cyclic requests).
-    order: `order[p]` indexes `item.images` shown at position p (N ints, a permutation).
-
-    A plain `(item, ordering, order)` tuple is accepted wherever a Request is.
-    """
-
-    item: Item
-    ordering: int
-    order: list[int]
 
 
 def shuffled_requests(items: Sequence[Item], num_shuffles: int, seed: int) -> list[Request]:

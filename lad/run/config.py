@@ -161,7 +161,3 @@ def eval_config(preset: str = "paper", **stated: Any) -> EvalConfig:
         values.pop("calibrate_on", None)
     return EvalConfig(**{**values, **given})
 
-
-def config_from_dict(values: dict[str, Any]) -> EvalConfig:
-    names = {f.name for f in dataclasses.fields(EvalConfig)}
-    return EvalConfig(**{k: v for k, v in values.items() if k in names})

@@ -1,28 +1,9 @@
 """`lad eval`: a run directory from items to report, resumable (docs/formats.md lists its files).
 
 The model runs once per (item, ordering) and its records are appended as they are made; every
-method, metric and figure is then computed from the stored records. A run directory holds:
-
-    run.json             the arguments that define the records (checked on every rerun)
-    data/                the generated benchmark, when --data shapes
-    calibration.jsonl    calibration records: each calibration item under all N cyclic shifts
-    calibration.json     the fitted Calibration (§4.2)
-    records.jsonl        evaluation records: each item under T shuffles
-    perm_records.jsonl   each evaluation item under all N cyclic shifts (only for perm-avg)
-    instruction_records.jsonl, cot_records.jsonl, sc_records.jsonl
-                         the evaluation requests under each generation baseline's prompt, replies
-                         in `extra` (only for instruction, cot, self-consistency)
-    sofa_records.jsonl   the evaluation requests under the SoFA mask (only for sofa)
-    sofa_grid/sigma*.jsonl, sofa.json
-                         calibration requests under each σ of the grid (only for --sofa-sigma auto)
-    predictions.jsonl    one line per (record, method)
-    metrics.json         the metrics format of docs/formats.md
-    report/index.html    figures and tables (lad.outputs.report)
-
-This module is the pipeline; its parts live beside it: lad.run.config (`EvalConfig`),
-lad.run.preflight
-(every check made before any model work), lad.run.stages (each records file, made by the model) and
-lad.run.rundir (the lock, run.json, resume and shards).
+method, metric and figure is then computed from the stored records. The parts live beside this
+pipeline: lad.run.config (`EvalConfig`), lad.run.preflight (every check made before any model
+work), lad.run.stages (each records file, made by the model) and lad.run.rundir (run.json, resume).
 """
 
 from __future__ import annotations
@@ -56,13 +37,7 @@ from lad.run.preflight import check_inputs
 from lad.run.resume import World
 from lad.run.rundir import CELLS_FILE, STAGE_FILES, RunDir
 from lad.run.runjson import fingerprint
-from lad.run.stages import (
-    Clock,
-    LazyBackend,
-    Stage,
-    run_stage,
-    sofa_sigma,
-)
+from lad.run.stages import Clock, LazyBackend, Stage, run_stage, sofa_sigma
 from lad.suites import slug
 from lad.suites.plan import SuiteResult, cell_numbers, compared, one_n, suite_models
 
@@ -266,19 +241,11 @@ def _evaluate(
     make_backend = LazyBackend(config, world.device(config.device), run_dir, backends)
     clock = Clock(run_dir, world, make_backend)
 
-    def stage(
-        requests: list[Request],
-        file: str,
-        name: str,
-        kind: Stage | None = None,
-        desc: str = "",
-        acc_label: str | None = None,
-    ) -> RecordSet:
+    def stage(requests: list[Request], file: str, name: str, kind=None, desc="", acc_label=None):
         path = run_dir / file
         with clock(name, path, len(requests)):
-            return run_stage(
-                make_backend, requests, path, config, desc or name, world, kind, acc_label
-            )
+            args = (requests, path, config, desc or name, world, kind, acc_label)
+            return run_stage(make_backend, *args)
 
     requests = run_requests(config, eval_items)  # a bad --orders file fails before model work
     cal_records = None
@@ -339,12 +306,13 @@ def score_run(
     timing = {**run.timing(), "scoring": round(time.perf_counter() - start, 3)}
     metrics = run.write_scored(scored, timing=timing)
     table = "\n".join(filter(None, (format_table(metrics), format_panel(metrics))))
-    report = None
-    if write_report:
-        from lad.outputs.report import write_report as _write_report
+    return RunResult(run_dir, metrics, table, _report(run_dir) if write_report else None)
 
-        report = _write_report([run_dir], run_dir / "report")
-    return RunResult(run_dir, metrics, table, report)
+
+def _report(run_dir: Path) -> Path:
+    from lad.outputs.report import write_report
+
+    return write_report([run_dir], run_dir / "report")
 
 
 # ---------------------------------------------------------------- a mixed items file
@@ -419,11 +387,7 @@ def score_mixed(
     metrics["timing"] = timing
     metrics["source"] = run.source()
     write_text(run.file("metrics.json"), json.dumps(metrics, indent=2) + "\n")
-    report = None
-    if write_report:
-        from lad.outputs.report import write_report as _write_report
-
-        report = _write_report([run_dir], run_dir / "report")
+    report = _report(run_dir) if write_report else None
     return RunResult(run_dir, metrics, format_cells_table(metrics, methods), report)
 
 
@@ -483,8 +447,6 @@ def run_suite(
 
 def _finished(config: EvalConfig, run_dir: Path) -> dict[str, Any] | None:
     """A run directory's metrics when it was finished with these arguments and methods."""
-    from lad.errors import LadError
-
     if not (run_dir / "metrics.json").is_file():
         return None
     try:

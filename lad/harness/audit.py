@@ -12,15 +12,8 @@ Two sources:
   the samples lmms-eval logged (`--log_samples`) and writes `lad_audit.json` and one folder per
   (task, N) (metrics.json, run.json: `lad report` reads them) beside lmms-eval's results.
 
-lad_audit.json: {"format": "lad-harness-audit/1", "source", "tasks": {task: {N: {"folder",
-"num_items", "num_shuffles", "num_records", "calibration" (for --model lad), "methods": {name:
-{"acc", "acc_std", "rstd", "cons", "recall_by_position", "selection_by_position", "delta_rstd",
-and lad.core.audit's "flip_rate", "circular_acc", "any_order_acc", "errors_due_to_order", "ci",
-"position_test", "noise_floor" (rows asked again)}}, "bootstrap", "order_gaps"}}}, "pooled":
-{"tasks": {task: {name: {...}}}, "overall": {name: {...}}}}; numbers are percentages as in
-metrics.json, computed by lad.core.metrics; "pooled" holds each method's acc, cons, circular_acc,
-any_order_acc, flip_rate and errors_due_to_order over a task's N groups and over everything,
-each the mean of the groups' numbers weighted by what it averages (records, questions, errors).
+lad_audit.json's format (its "tasks" and the item-weighted "pooled" numbers) is docs/harness.md's
+"The audit file".
 
 A row with `repeat` r > 0 is its (item, ordering) asked again (a circular task's `repeats`): the
 metrics are those of the first askings, and the share of repeats whose choice differs from the

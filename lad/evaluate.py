@@ -32,7 +32,7 @@ from lad.errors import DataError, LadError
 from lad.io.files import write_text
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig, eval_config
 from lad.run.lock import RunLock
-from lad.run.mixed import mixed_cells, part_config, part_ns, scoring_inputs, write_part_inputs
+from lad.run.mixed import mixed_cells, part_config, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
 from lad.run.resume import World
 from lad.run.rundir import CELLS_FILE, STAGE_FILES, RunDir
@@ -331,7 +331,8 @@ def evaluate_mixed(
     --calibration DIR); cells.json names each cell's items; metrics.json holds each cell's
     metrics and the item-weighted groups (docs/formats.md, "Mixed runs")."""
     items = read_items(config.data)
-    parts = {n: part_config(config, run_dir, n, items) for n in part_ns(cells)}
+    ns = sorted({c.num_candidates for c in cells})
+    parts = {n: part_config(config, run_dir, n, items) for n in ns}
     if not world.is_main:
         for n, part in parts.items():
             _evaluate(part, run_dir / f"n{n}", world, backends=backends)

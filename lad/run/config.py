@@ -160,4 +160,3 @@ def eval_config(preset: str = "paper", **stated: Any) -> EvalConfig:
     if given.get("calibration_data") or given.get("calibration"):
         values.pop("calibrate_on", None)
     return EvalConfig(**{**values, **given})
-

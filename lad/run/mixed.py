@@ -63,10 +63,6 @@ def scoring_inputs(
     return Part(records, calibration, options, stages, perm)
 
 
-def part_ns(cells: Sequence[Cell]) -> list[int]:
-    return sorted({c.num_candidates for c in cells})
-
-
 def part_config(config: EvalConfig, run_dir: Path, n: int, items: Sequence[Item]) -> EvalConfig:
     """The run of N's items in n{N}/: its inputs the N's share of --data, --calibration-data and
     --orders (written into n{N}/data/), its calibration the N's of --calibration DIR."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def write_ablation(result: Ablation, out_dir: str | Path) -> Path:
     summary = {
         "runs": result.runs,
         "analyses": {t.key: FILES[t.key] for t in result.tables},
-        "missing": [_missing_json(m) for m in result.missing],
+        "missing": [asdict(m) for m in result.missing],
     }
     write_text(out / "summary.json", _dumps(summary) + "\n")
     page = out / "index.html"
@@ -49,10 +50,6 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=False)
 
 
-def _missing_json(m: Missing) -> dict[str, str]:
-    return {"analysis": m.analysis, "reason": m.reason, "fix": m.fix}
-
-
 def table_json(table: Table) -> dict[str, Any]:
     return {
         "analysis": table.key,
@@ -61,7 +58,7 @@ def table_json(table: Table) -> dict[str, Any]:
         "columns": table.columns,
         "rows": table.rows,
         "data": table.data,
-        "missing": [_missing_json(m) for m in table.missing],
+        "missing": [asdict(m) for m in table.missing],
     }
 
 

@@ -135,15 +135,13 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any, task_d
         tasks[result.task][str(n)] = _summary(
             metrics, f"{result.task}/n{n}", calibration=calibration
         )
-    audit = {
-        "format": AUDIT_FORMAT,
-        "source": "--model lad",
-        "model": options.model,
-        "method": options.method,
-        "labels": options.labels,
-        "tasks": dict(tasks),
-        "pooled": pooled_audit(tasks),
-    }
+    head = {"source": "--model lad", "model": options.model, "method": options.method}
+    return _write_audit(output, dict(tasks), **head, labels=options.labels)
+
+
+def _write_audit(output: Path, tasks: dict[str, Any], **head: Any) -> Path:
+    """lad_audit.json: its format, `head` (where the rows came from), the tasks, pooled."""
+    audit = {"format": AUDIT_FORMAT, **head, "tasks": tasks, "pooled": pooled_audit(tasks)}
     path = output / AUDIT_FILE
     write_text(path, json.dumps(audit, indent=2) + "\n")
     return path
@@ -225,12 +223,4 @@ def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: 
             run.write_run(arguments, None, harness={"task": task, "source": source})
             run.write_answers(metrics)
             tasks[task][str(n)] = _summary(metrics, f"lad_audit/{task}/n{n}")
-    audit = {
-        "format": AUDIT_FORMAT,
-        "source": source,
-        "tasks": tasks,
-        "pooled": pooled_audit(tasks),
-    }
-    path = output / AUDIT_FILE
-    write_text(path, json.dumps(audit, indent=2) + "\n")
-    return path
+    return _write_audit(output, tasks, source=source)

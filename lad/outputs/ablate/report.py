@@ -197,11 +197,8 @@ def _size_figure(table: Table, path: Path) -> None:
     ax.minorticks_off()
     ax.set_xlabel("|D_cal| (calibration items)")
     ax.set_ylabel("accuracy (%)")
-    ax.set_title(
-        "Figure 6(a): calibration size" + _k_title(table) + "\n(mean over subsets ± std over "
-        "shuffles)",
-        fontsize=10,
-    )
+    title = "Figure 6(a): calibration size" + _k_title(table)
+    ax.set_title(title + "\n(mean over subsets ± std over shuffles)", fontsize=10)
     ax.legend(fontsize=8)
     _save(fig, path)
 
@@ -267,13 +264,8 @@ def _transfer_figure(table: Table, path: Path) -> None:
     x = np.arange(len(pairs))
     fig, ax = plt.subplots(figsize=(max(6.4, 0.7 * len(pairs) + 2), 4.2))
     for offset, key, label in ((-0.2, "transferred", "A's calibration"), (0.2, "own", "B's own")):
-        ax.bar(
-            x + offset,
-            [p[key]["acc"] for p in pairs],
-            0.4,
-            yerr=[p[key]["acc_std"] for p in pairs],
-            label=label,
-        )
+        acc, err = [p[key]["acc"] for p in pairs], [p[key]["acc_std"] for p in pairs]
+        ax.bar(x + offset, acc, 0.4, yerr=err, label=label)
     ax.set_xticks(x, [f"{p['calibration']}→{p['records']}\n{p['method']}" for p in pairs])
     ax.tick_params(axis="x", labelsize=7)
     ax.set_ylim(0, 105)

@@ -187,13 +187,11 @@ class Debiaser:
 
     @property
     def options(self) -> MethodOptions:
-        """How records are scored; Eq. 1's average is a fitted calibration's own."""
-        return dataclasses.replace(self._options, obs_mean=self._obs_mean())
-
-    def _obs_mean(self) -> str:
-        """Eq. 1's average: a fitted calibration's own, else the one `fit` would use."""
+        """How records are scored; Eq. 1's average is a fitted calibration's own, else the one
+        `fit` would use."""
         fitted = getattr(self, "calibration_", None)
-        return fitted.obs_mean if fitted is not None else self.obs_mean or "prob"
+        obs_mean = fitted.obs_mean if fitted is not None else self.obs_mean or "prob"
+        return dataclasses.replace(self._options, obs_mean=obs_mean)
 
     def _template(self, items: Sequence[Item]) -> PromptTemplate:
         return vanilla_template(items, self.prompt_template)

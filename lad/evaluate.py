@@ -270,7 +270,6 @@ def _evaluate(
         run_dir,
         config.methods,
         config.method_options,
-        quiet=config.quiet,
         write_report=report,
         check_calibration=config.calibration_check,
     )
@@ -281,7 +280,6 @@ def score_run(
     methods: Sequence[str],
     options: MethodOptions,
     *,
-    quiet: bool = False,
     write_report: bool = True,
     check_calibration: bool = True,
 ) -> RunResult:
@@ -292,10 +290,9 @@ def score_run(
     """
     run = RunDir(run_dir)
     part = scoring_inputs(run, methods, options, check_calibration)
-    records = part.records
     start = time.perf_counter()
     scored = score_records(
-        records,
+        part.records,
         methods,
         part.calibration,
         part.options,
@@ -339,7 +336,7 @@ def evaluate_mixed(
         return None
     existed = run_dir.exists()
     try:
-        write_part_inputs(config, run_dir, items, parts)
+        write_part_inputs(config, items, parts)
         inputs = {n: check_inputs(p, run_dir / f"n{n}", load_items(p, run_dir / f"n{n}"))
                   for n, p in parts.items()}  # fmt: skip
     except LadError:

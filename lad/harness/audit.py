@@ -111,7 +111,7 @@ def pooled_audit(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def write_model_audit(results: Sequence[Any], output: Path, options: Any, task_dict: Any) -> Path:
+def write_model_audit(results: Sequence[Any], output: Path, options: Any) -> Path:
     """`--model lad`'s folders and lad_audit.json (lad.harness.runner.TaskResult each)."""
     from lad.harness.runner import write_audit_folder
 

@@ -62,7 +62,7 @@ def check_image(path: str | Path, *, verify: bool = True) -> tuple[int, int]:
     path = Path(path)
     with _opened(path) as im:
         if verify:
-            _decode(im, path)
+            _decode(im)
         return im.size
 
 
@@ -73,7 +73,7 @@ def picture_suffix(data: bytes, where: str) -> str:
     try:
         with _open_unchecked(io.BytesIO(data)) as im:
             _check_size(f"{where}a picture", *im.size)
-            _decode(im, f"{where}a picture")
+            _decode(im)
             return FORMATS[im.format]
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise DataError(
@@ -91,7 +91,7 @@ def format_suffix(data: bytes) -> str | None:
         return None
 
 
-def _decode(im: Image.Image, name: object) -> None:
+def _decode(im: Image.Image) -> None:
     """Decode every pixel (at a reduced scale for a JPEG larger than MAX_SIDE, as open_image
     does), so a file that fails to decode fails here."""
     w, h = im.size

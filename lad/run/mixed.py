@@ -116,7 +116,7 @@ def calibration_for(folder: str, n: int) -> str:
 
 
 def write_part_inputs(
-    config: EvalConfig, run_dir: Path, items: Sequence[Item], parts: dict[int, EvalConfig]
+    config: EvalConfig, items: Sequence[Item], parts: dict[int, EvalConfig]
 ) -> None:
     """Each N's items (and calibration items and orders) into its part's data/ folder; made
     again from the same inputs they are the same bytes, so a resumed part sees no change."""

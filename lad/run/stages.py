@@ -69,11 +69,21 @@ def acc_label_for(kind: Stage) -> str | None:
     return "vanilla acc" if kind.sofa_sigma is None else "sofa acc"
 
 
+def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> Iterator[Record]:
+    return backend.records(
+        requests,
+        template=config.template,
+        scheme=get_scheme(config.labels),
+        batch_size=config.batch_size,
+    )
+
+
 @dataclass(frozen=True)
 class Stage:
     """How a stage's records are made: `template` of lad.core.prompts ("vanilla", "instruction",
-    "cot", "self-consistency"; the last three also generate replies), and `sofa_sigma` (None:
-    the model's own mask; a number: the SoFA mask with that σ)."""
+    "cot",
+    "self-consistency"; the last three also generate replies), and `sofa_sigma` (None: the
+    model's own mask; a number: the SoFA mask with that σ)."""
 
     template: str = "vanilla"
     sofa_sigma: float | None = None
@@ -82,12 +92,10 @@ class Stage:
 def _stage_records(
     backend: Any, requests: Sequence[Request], config: EvalConfig, kind: Stage
 ) -> Iterator[Record]:
-    scheme = get_scheme(config.labels)
     if kind.template == "vanilla" and kind.sofa_sigma is None:
-        yield from backend.records(
-            requests, template=config.template, scheme=scheme, batch_size=config.batch_size
-        )
+        yield from _records(backend, requests, config)
         return
+    scheme = get_scheme(config.labels)
     if kind.sofa_sigma is not None:
         from lad.backends.sofa import SofaOptions, sofa_applied
 
@@ -170,10 +178,12 @@ class LazyBackend:
 
 
 class Clock:
-    """Adds each stage's wall time in this session to run.json's "timing" (RunDir.add_times),
+    """Adds each stage's wall time in this session to run.json's "timing"
+    (RunDir.add_times),
     the model's load apart as "model_load", and the CPU threads of the session that loaded it
-    (RunDir.set_threads). Only a stage with records still to make counts, so a rerun that only
-    rescores adds nothing; the main process writes (its time includes waiting for the others)."""
+    (RunDir.set_threads). Only a stage with records still to make counts, so a
+    rerun that only rescores adds nothing; the main process writes (its time includes waiting for
+    the others)."""
 
     def __init__(self, run_dir: Path, world: World, backend: LazyBackend) -> None:
         self.run_dir, self.world, self.backend = run_dir, world, backend

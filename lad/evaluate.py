@@ -1,25 +1,8 @@
 """`lad eval`: a run directory from items to report, resumable (docs/formats.md lists its files).
 
 The model runs once per (item, ordering) and its records are appended as they are made; every
-method, metric and figure is then computed from the stored records. A run directory holds:
-
-    run.json             the arguments that define the records (checked on every rerun)
-    data/                the generated benchmark, when --data shapes
-    calibration.jsonl    calibration records: each calibration item under all N cyclic shifts
-    calibration.json     the fitted Calibration (§4.2)
-    records.jsonl        evaluation records: each item under T shuffles
-    perm_records.jsonl   each evaluation item under all N cyclic shifts (only for perm-avg)
-    instruction_records.jsonl, cot_records.jsonl, sc_records.jsonl
-                         the evaluation requests under each generation baseline's prompt, replies
-                         in `extra` (only for instruction, cot, self-consistency)
-    sofa_records.jsonl   the evaluation requests under the SoFA mask (only for sofa)
-    sofa_grid/sigma*.jsonl, sofa.json
-                         calibration requests under each σ of the grid (only for --sofa-sigma auto)
-    predictions.jsonl    one line per (record, method)
-    metrics.json         the metrics format of docs/formats.md
-    report/index.html    figures and tables (lad.outputs.report)
-
-This module is the pipeline; its parts are in lad.run (docs/architecture.md): config, preflight
+method, metric and figure is then computed from the stored records (docs/formats.md lists the
+files of a run directory). Its parts are in lad.run (docs/architecture.md): config, preflight
 (every check before any model work), stages (each records file), rundir, resume and lock.
 """
 
@@ -50,18 +33,12 @@ from lad.errors import DataError, LadError
 from lad.io.files import write_text
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig, eval_config
 from lad.run.lock import RunLock
-from lad.run.mixed import mixed_cells, part_config, part_ns, scoring_inputs, write_part_inputs
+from lad.run.mixed import mixed_cells, part_config, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
 from lad.run.resume import World
 from lad.run.rundir import CELLS_FILE, STAGE_FILES, RunDir
 from lad.run.runjson import fingerprint
-from lad.run.stages import (
-    Clock,
-    LazyBackend,
-    Stage,
-    run_stage,
-    sofa_sigma,
-)
+from lad.run.stages import Clock, LazyBackend, Stage, run_stage, sofa_sigma
 from lad.suites import slug
 from lad.suites.plan import SuiteResult, cell_numbers, compared, one_n, suite_models
 
@@ -265,19 +242,11 @@ def _evaluate(
     make_backend = LazyBackend(config, world.device(config.device), run_dir, backends)
     clock = Clock(run_dir, world, make_backend)
 
-    def stage(
-        requests: list[Request],
-        file: str,
-        name: str,
-        kind: Stage | None = None,
-        desc: str = "",
-        acc_label: str | None = None,
-    ) -> RecordSet:
+    def stage(requests: list[Request], file: str, name: str, kind=None, desc="", acc_label=None):
         path = run_dir / file
         with clock(name, path, len(requests)):
-            return run_stage(
-                make_backend, requests, path, config, desc or name, world, kind, acc_label
-            )
+            args = (requests, path, config, desc or name, world, kind, acc_label)
+            return run_stage(make_backend, *args)
 
     requests = run_requests(config, eval_items)  # a bad --orders file fails before model work
     cal_records = None
@@ -302,7 +271,6 @@ def _evaluate(
         run_dir,
         config.methods,
         config.method_options,
-        quiet=config.quiet,
         write_report=report,
         check_calibration=config.calibration_check,
     )
@@ -313,7 +281,6 @@ def score_run(
     methods: Sequence[str],
     options: MethodOptions,
     *,
-    quiet: bool = False,
     write_report: bool = True,
     check_calibration: bool = True,
 ) -> RunResult:
@@ -324,10 +291,9 @@ def score_run(
     """
     run = RunDir(run_dir)
     part = scoring_inputs(run, methods, options, check_calibration)
-    records = part.records
     start = time.perf_counter()
     scored = score_records(
-        records,
+        part.records,
         methods,
         part.calibration,
         part.options,
@@ -338,12 +304,13 @@ def score_run(
     timing = {**run.timing(), "scoring": round(time.perf_counter() - start, 3)}
     metrics = run.write_scored(scored, timing=timing)
     table = "\n".join(filter(None, (format_table(metrics), format_panel(metrics))))
-    report = None
-    if write_report:
-        from lad.outputs.report import write_report as _write_report
+    return RunResult(run_dir, metrics, table, _report(run_dir) if write_report else None)
 
-        report = _write_report([run_dir], run_dir / "report")
-    return RunResult(run_dir, metrics, table, report)
+
+def _report(run_dir: Path) -> Path:
+    from lad.outputs.report import write_report
+
+    return write_report([run_dir], run_dir / "report")
 
 
 # ---------------------------------------------------------------- a mixed items file
@@ -362,14 +329,15 @@ def evaluate_mixed(
     --calibration DIR); cells.json names each cell's items; metrics.json holds each cell's
     metrics and the item-weighted groups (docs/formats.md, "Mixed runs")."""
     items = read_items(config.data)
-    parts = {n: part_config(config, run_dir, n, items) for n in part_ns(cells)}
+    ns = sorted({c.num_candidates for c in cells})
+    parts = {n: part_config(config, run_dir, n, items) for n in ns}
     if not world.is_main:
         for n, part in parts.items():
             _evaluate(part, run_dir / f"n{n}", world, backends=backends)
         return None
     existed = run_dir.exists()
     try:
-        write_part_inputs(config, run_dir, items, parts)
+        write_part_inputs(config, items, parts)
         inputs = {n: check_inputs(p, run_dir / f"n{n}", load_items(p, run_dir / f"n{n}"))
                   for n, p in parts.items()}  # fmt: skip
     except LadError:
@@ -418,11 +386,7 @@ def score_mixed(
     metrics["timing"] = timing
     metrics["source"] = run.source()
     write_text(run.file("metrics.json"), json.dumps(metrics, indent=2) + "\n")
-    report = None
-    if write_report:
-        from lad.outputs.report import write_report as _write_report
-
-        report = _write_report([run_dir], run_dir / "report")
+    report = _report(run_dir) if write_report else None
     return RunResult(run_dir, metrics, format_cells_table(metrics, methods), report)
 
 
@@ -482,8 +446,6 @@ def run_suite(
 
 def _finished(config: EvalConfig, run_dir: Path) -> dict[str, Any] | None:
     """A run directory's metrics when it was finished with these arguments and methods."""
-    from lad.errors import LadError
-
     if not (run_dir / "metrics.json").is_file():
         return None
     try:

@@ -62,10 +62,6 @@ def log_attention(attention: np.ndarray) -> np.ndarray:
     return np.log(np.maximum(attention, ATTENTION_FLOOR))
 
 
-def _as_recordset(records: RecordSet | list[Record]) -> RecordSet:
-    return records if isinstance(records, RecordSet) else RecordSet.from_records(records)
-
-
 def check_symmetrised(records: RecordSet, *, allow_partial: bool = False, what: str = "") -> None:
     """Each item must appear under all N cyclic shifts s = 0..N-1 of one base order.
 
@@ -122,13 +118,8 @@ class Calibration:
     attention_prior (L, N):  â^(l)_prior,k, the mean attention over the set (Eq. 7).
     pride_log_prior (N,):    PriDe's log p_prior(j): log-softmax of the mean log P(c_j|x).
     num_items, num_candidates, num_layers; model, labels, prompt_sha256 ("" / [] when unknown).
-    preprocessing:           how the records' chat and pictures were prepared (PREPROCESSING):
-                             {"chat_template_sha256": SHA-256 of the --chat-template file's bytes,
-                             null for the checkpoint's own; "image_size": --image-size or null;
-                             "image_options": the processor options asked for, {} for none;
-                             "repetition_penalty": the label steps' penalty, absent for none}.
-                             None when unknown (a file from before lad recorded it, a fit on bare
-                             records): then not checked.
+    preprocessing:           how the records' chat and pictures were prepared (PREPROCESSING;
+                             docs/formats.md); None when unknown, and then not checked.
     """
 
     def __init__(self, *, obs_mean: str = "prob"):
@@ -164,7 +155,8 @@ class Calibration:
         allow_partial: bool = False,
     ) -> Calibration:
         """Estimate Eqs. 1, 4, 5, 7 and PriDe's prior from calibration records; returns self."""
-        records = _as_recordset(records)
+        if not isinstance(records, RecordSet):
+            records = RecordSet.from_records(records)
         check_symmetrised(records, allow_partial=allow_partial)
         if not np.isfinite(records.logprobs).all() or not np.isfinite(records.attention).all():
             raise CalibrationError("calibration records hold NaN or infinite values")

@@ -305,8 +305,6 @@ def _votes(name: str) -> Callable[..., np.ndarray]:
     return votes
 
 
-GENERATION_METHODS = ("instruction", "cot", "self-consistency")
-
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (

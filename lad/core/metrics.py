@@ -181,7 +181,8 @@ def format_table(metrics: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _interval(ci: list[float] | None) -> str:
+def ci_text(ci: list[float] | None) -> str:
+    """A bootstrap interval as tables show it, "[lo, hi]"; "–" for none."""
     return "–" if ci is None else f"[{ci[0]:.1f}, {ci[1]:.1f}]"
 
 
@@ -215,9 +216,9 @@ def format_panel(metrics: dict[str, Any]) -> str:
     ]
     for name, m in methods.items():
         flip, floor, err = m["flip_rate"], m.get("noise_floor"), m["errors_due_to_order"]
-        row = f"{name:<18}{_interval(m['ci']['acc']):>14}{_interval(m['ci']['rstd']):>14}"
+        row = f"{name:<18}{ci_text(m['ci']['acc']):>14}{ci_text(m['ci']['rstd']):>14}"
         row += f"{position_verdict(m['position_test']):>18}"
-        row += f"{'–' if flip is None else f'{flip:.2f}':>8}{_interval(m['ci']['flip_rate']):>14}"
+        row += f"{'–' if flip is None else f'{flip:.2f}':>8}{ci_text(m['ci']['flip_rate']):>14}"
         floor_said = "–" if floor is None else f"{floor['flip_rate']:.2f}"
         row += f"{floor_said:>7}"
         row += f"{m['circular_acc']:>8.2f}{'–' if err is None else f'{err:.2f}':>11}"

@@ -97,18 +97,7 @@ class RecordSet:
     @classmethod
     def from_records(cls, records: Iterable[Record]) -> RecordSet:
         """Validate and stack records (in memory; see `read_records` for files)."""
-        rows = [
-            {
-                "item": r.item,
-                "ordering": r.ordering,
-                "order": r.order,
-                "answer": r.answer,
-                "logprobs": r.logprobs,
-                "attention": r.attention,
-                "extra": r.extra,
-            }
-            for r in records
-        ]
+        rows = [{key: getattr(r, key) for key in RECORD_KEYS} for r in records]
         return _from_objects(rows, list(range(1, len(rows) + 1)), where=_record_where)
 
     def to_records(self) -> list[Record]:

@@ -12,15 +12,8 @@ Two sources:
   the samples lmms-eval logged (`--log_samples`) and writes `lad_audit.json` and one folder per
   (task, N) (metrics.json, run.json: `lad report` reads them) beside lmms-eval's results.
 
-lad_audit.json: {"format": "lad-harness-audit/1", "source", "tasks": {task: {N: {"folder",
-"num_items", "num_shuffles", "num_records", "calibration" (for --model lad), "methods": {name:
-{"acc", "acc_std", "rstd", "cons", "recall_by_position", "selection_by_position", "delta_rstd",
-and lad.core.audit's "flip_rate", "circular_acc", "any_order_acc", "errors_due_to_order", "ci",
-"position_test", "noise_floor" (rows asked again)}}, "bootstrap", "order_gaps"}}}, "pooled":
-{"tasks": {task: {name: {...}}}, "overall": {name: {...}}}}; numbers are percentages as in
-metrics.json, computed by lad.core.metrics; "pooled" holds each method's acc, cons, circular_acc,
-any_order_acc, flip_rate and errors_due_to_order over a task's N groups and over everything,
-each the mean of the groups' numbers weighted by what it averages (records, questions, errors).
+lad_audit.json's format (its "tasks" and the item-weighted "pooled" numbers) is docs/harness.md's
+"The audit file".
 
 A row with `repeat` r > 0 is its (item, ordering) asked again (a circular task's `repeats`): the
 metrics are those of the first askings, and the share of repeats whose choice differs from the
@@ -118,7 +111,7 @@ def pooled_audit(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def write_model_audit(results: Sequence[Any], output: Path, options: Any, task_dict: Any) -> Path:
+def write_model_audit(results: Sequence[Any], output: Path, options: Any) -> Path:
     """`--model lad`'s folders and lad_audit.json (lad.harness.runner.TaskResult each)."""
     from lad.harness.runner import write_audit_folder
 
@@ -142,15 +135,13 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any, task_d
         tasks[result.task][str(n)] = _summary(
             metrics, f"{result.task}/n{n}", calibration=calibration
         )
-    audit = {
-        "format": AUDIT_FORMAT,
-        "source": "--model lad",
-        "model": options.model,
-        "method": options.method,
-        "labels": options.labels,
-        "tasks": dict(tasks),
-        "pooled": pooled_audit(tasks),
-    }
+    head = {"source": "--model lad", "model": options.model, "method": options.method}
+    return _write_audit(output, dict(tasks), **head, labels=options.labels)
+
+
+def _write_audit(output: Path, tasks: dict[str, Any], **head: Any) -> Path:
+    """lad_audit.json: its format, `head` (where the rows came from), the tasks, pooled."""
+    audit = {"format": AUDIT_FORMAT, **head, "tasks": tasks, "pooled": pooled_audit(tasks)}
     path = output / AUDIT_FILE
     write_text(path, json.dumps(audit, indent=2) + "\n")
     return path
@@ -232,12 +223,4 @@ def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: 
             run.write_run(arguments, None, harness={"task": task, "source": source})
             run.write_answers(metrics)
             tasks[task][str(n)] = _summary(metrics, f"lad_audit/{task}/n{n}")
-    audit = {
-        "format": AUDIT_FORMAT,
-        "source": source,
-        "tasks": tasks,
-        "pooled": pooled_audit(tasks),
-    }
-    path = output / AUDIT_FILE
-    write_text(path, json.dumps(audit, indent=2) + "\n")
-    return path
+    return _write_audit(output, tasks, source=source)

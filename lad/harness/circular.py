@@ -23,12 +23,7 @@ from typing import Any
 from lad.data.blink import PICTURE_FIELDS as BLINK_PICTURES
 from lad.data.items import cyclic_shift
 from lad.data.mmiu import ordinal_image
-from lad.harness.adapters import (
-    IMAGE_PLACEHOLDER,
-    PictureChoice,
-    blink_option_keys,
-    picture_choice,
-)
+from lad.harness.adapters import IMAGE_PLACEHOLDER, PictureChoice, blink_option_keys, picture_choice
 from lad.harness.audit import pooled
 
 AUDIT_METRICS = ("lad_acc", "lad_rstd", "lad_cons", "lad_flip", "lad_circular")

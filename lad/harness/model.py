@@ -137,9 +137,7 @@ class LadModel(lmms):
         for r in tqdm(others, desc="lad: plain generation", disable=not others):
             replies[r] = self._generate(requests[r])
         if results:
-            path = write_model_audit(
-                results, Path(self.options.output), self.options, self.task_dict
-            )
+            path = write_model_audit(results, Path(self.options.output), self.options)
             logger.info(f"lad: audit written to {path}")
         return [str(x) for x in replies]
 

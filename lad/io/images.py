@@ -1,14 +1,9 @@
 """Opening images: every image lad shows a model, embeds or checks goes through `open_image`.
 
-What a model sees is an 8-bit RGB picture the way a person looking at the file sees it:
-
-- EXIF orientation is applied (a phone photo stored sideways is turned upright);
-- 16-bit images are scaled to 8 bits (65535 → 255), not clipped (which turns them white);
-- transparent pixels (RGBA, LA, PA, a palette or grey/RGB image with a transparent colour) are
-  composited on a white background (`BACKGROUND`), not dropped (which turns them black);
-- CMYK is converted through the file's ICC profile when it has one, else with PIL's formula;
-  every other mode (1, L, P, YCbCr, LAB, HSV, ...) with PIL's `convert("RGB")`;
-- 32-bit float images and integer images outside 0..65535 are refused: their range is unknown.
+What a model sees is an 8-bit RGB picture the way a person looking at the file sees it: the
+conversions (EXIF orientation, 16 → 8 bits scaled not clipped, transparency on a white
+`BACKGROUND`, CMYK through its ICC profile) are docs/errors.md's "Images as the model sees them".
+32-bit float images and integer images outside 0..65535 are refused: their range is unknown.
 
 Formats: only the raster formats in `FORMATS` (JPEG, PNG, GIF, BMP, TIFF, WebP) are opened, by
 decoding and by the converters that extract pictures alike; anything else (PostScript/EPS, which
@@ -67,7 +62,7 @@ def check_image(path: str | Path, *, verify: bool = True) -> tuple[int, int]:
     path = Path(path)
     with _opened(path) as im:
         if verify:
-            _decode(im, path)
+            _decode(im)
         return im.size
 
 
@@ -78,7 +73,7 @@ def picture_suffix(data: bytes, where: str) -> str:
     try:
         with _open_unchecked(io.BytesIO(data)) as im:
             _check_size(f"{where}a picture", *im.size)
-            _decode(im, f"{where}a picture")
+            _decode(im)
             return FORMATS[im.format]
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise DataError(
@@ -96,7 +91,7 @@ def format_suffix(data: bytes) -> str | None:
         return None
 
 
-def _decode(im: Image.Image, name: object) -> None:
+def _decode(im: Image.Image) -> None:
     """Decode every pixel (at a reduced scale for a JPEG larger than MAX_SIDE, as open_image
     does), so a file that fails to decode fails here."""
     w, h = im.size

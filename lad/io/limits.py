@@ -53,8 +53,6 @@ QUERY = Limit("a query or question", "LAD_MAX_QUERY", 16 * 1024, "characters")
 IMAGE_PIXELS = Limit("a picture", "LAD_MAX_IMAGE_PIXELS", 2 * 89_478_485, "pixels", DataError)
 CHAT_TEXT = Limit("a rendered chat prompt", "LAD_MAX_CHAT_TEXT", 1024 * 1024, "characters")
 
-LIMITS = (IMAGE_SIZE, IMAGE_PIXELS, PIXEL_BUDGET, PROMPT_TEMPLATE, CHAT_TEMPLATE, QUERY, CHAT_TEXT)
-
 
 def check_image_flags(image_size: int | None, image_options: dict | None) -> None:
     """--image-size and the pixel budget (--min-pixels, --max-pixels) within their limits."""

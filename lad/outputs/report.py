@@ -282,14 +282,8 @@ def _bias_figure(run: dict[str, Any], path: Path) -> bool:
     bias = 100 * np.exp(np.asarray(cal["log_bias"]))  # rows need not sum to 1 (Eq. 5)
     vmax = float(max(obs.max(), bias.max()))
     _heatmap(axes[0], obs, run["labels"], "P_obs(j | i) (%), Eq. 1", "predicted position j", vmax)
-    _heatmap(
-        axes[1],
-        bias,
-        run["labels"],
-        f"P_bias(j | i) (%), Eq. 5 (γ = {cal['gamma']:.2f})",
-        "predicted position j",
-        vmax,
-    )
+    title = f"P_bias(j | i) (%), Eq. 5 (γ = {cal['gamma']:.2f})"
+    _heatmap(axes[1], bias, run["labels"], title, "predicted position j", vmax)
     axes[1].set_ylabel("")
     fig.tight_layout()
     _save(fig, path)

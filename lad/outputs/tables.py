@@ -110,14 +110,10 @@ def _table_html(metrics: dict[str, Any]) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
-def _interval(ci: list[float] | None) -> str:
-    return "–" if ci is None else f"[{ci[0]:.1f}, {ci[1]:.1f}]"
-
-
 def _audit_html(metrics: dict[str, Any]) -> str:
     """The position audit (lad.core.audit; docs/metrics.md): intervals, the position test, flip rate
     with its noise floor, CircularEval accuracy, errors due to order; empty for older files."""
-    from lad.core.metrics import position_verdict
+    from lad.core.metrics import ci_text, position_verdict
 
     methods = metrics["methods"]
     boot = metrics.get("bootstrap")
@@ -132,11 +128,11 @@ def _audit_html(metrics: dict[str, Any]) -> str:
         flip, floor, err = m.get("flip_rate"), m.get("noise_floor"), m.get("errors_due_to_order")
         floor = None if floor is None else floor["flip_rate"]
         rows.append(
-            f"<tr><td>{html.escape(name)}</td><td>{_interval(m['ci']['acc'])}</td>"
-            f"<td>{_interval(m['ci']['rstd'])}</td>"
+            f"<tr><td>{html.escape(name)}</td><td>{ci_text(m['ci']['acc'])}</td>"
+            f"<td>{ci_text(m['ci']['rstd'])}</td>"
             f"<td>{html.escape(position_verdict(m['position_test']))}</td>"
             f"<td>{'–' if flip is None else f'{flip:.1f}'}</td>"
-            f"<td>{_interval(m['ci'].get('flip_rate'))}</td>"
+            f"<td>{ci_text(m['ci'].get('flip_rate'))}</td>"
             f"<td>{'–' if floor is None else f'{floor:.1f}'}</td>"
             f"<td>{m.get('circular_acc', float('nan')):.1f}</td>"
             f"<td>{'–' if err is None else f'{err:.1f}'}</td></tr>"

@@ -160,8 +160,3 @@ def eval_config(preset: str = "paper", **stated: Any) -> EvalConfig:
     if given.get("calibration_data") or given.get("calibration"):
         values.pop("calibrate_on", None)
     return EvalConfig(**{**values, **given})
-
-
-def config_from_dict(values: dict[str, Any]) -> EvalConfig:
-    names = {f.name for f in dataclasses.fields(EvalConfig)}
-    return EvalConfig(**{k: v for k, v in values.items() if k in names})

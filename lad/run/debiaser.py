@@ -187,19 +187,14 @@ class Debiaser:
 
     @property
     def options(self) -> MethodOptions:
-        """How records are scored; Eq. 1's average is a fitted calibration's own."""
-        return dataclasses.replace(self._options, obs_mean=self._obs_mean())
-
-    def _obs_mean(self) -> str:
-        """Eq. 1's average: a fitted calibration's own, else the one `fit` would use."""
+        """How records are scored; Eq. 1's average is a fitted calibration's own, else the one
+        `fit` would use."""
         fitted = getattr(self, "calibration_", None)
-        return fitted.obs_mean if fitted is not None else self.obs_mean or "prob"
+        obs_mean = fitted.obs_mean if fitted is not None else self.obs_mean or "prob"
+        return dataclasses.replace(self._options, obs_mean=obs_mean)
 
     def _template(self, items: Sequence[Item]) -> PromptTemplate:
         return vanilla_template(items, self.prompt_template)
-
-    def _fingerprint(self, n: int, template: PromptTemplate) -> dict[str, Any]:
-        return self.spec.fingerprint(n, template=template)
 
     def _preprocessing(self) -> dict[str, Any]:
         """How this Debiaser prepares chat and pictures, as calibration.json records it."""
@@ -248,7 +243,7 @@ class Debiaser:
         `template` (default: this Debiaser's prompt_template, else the paper's caption one) and
         this Debiaser's chat_template, image_size and image_options (recorded as made with them)."""
         template = template or vanilla_template([], self.prompt_template)
-        fingerprint = self._fingerprint(records.num_candidates, template)
+        fingerprint = self.spec.fingerprint(records.num_candidates, template=template)
         self.calibration_ = Calibration(obs_mean=self.obs_mean or "prob").fit(
             records, **fingerprint
         )
@@ -339,7 +334,7 @@ class Debiaser:
         scheme, prompt or preprocessing than queries of `num_candidates` asked with `template`
         (the layer count is checked on the records); return the labels c_1 … c_N."""
         self._check_fitted()
-        fingerprint = self._fingerprint(num_candidates, template)
+        fingerprint = self.spec.fingerprint(num_candidates, template=template)
         labels = fingerprint["labels"]
         if self.calibration_.num_candidates != len(labels):
             raise CalibrationError(

@@ -36,7 +36,7 @@ class RunLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _holder(fd)
+                holder = _holder_text(os.pread(fd, 4096, 0))
                 os.close(fd)
                 raise RunError(
                     f"{self.run_dir} is in use by another lad eval ({holder}); wait for it to "
@@ -76,7 +76,7 @@ def running_holder(run_dir: Path) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return _holder(fd)
+        return _holder_text(os.pread(fd, 4096, 0))
     except OSError:
         return None
     finally:
@@ -93,10 +93,6 @@ def _still_there(fd: int, path: Path) -> bool:
         return os.fstat(fd).st_ino == os.stat(path).st_ino
     except FileNotFoundError:
         return False
-
-
-def _holder(fd: int) -> str:
-    return _holder_text(os.pread(fd, 4096, 0))
 
 
 def _holder_text(data: bytes) -> str:

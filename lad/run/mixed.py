@@ -63,10 +63,6 @@ def scoring_inputs(
     return Part(records, calibration, options, stages, perm)
 
 
-def part_ns(cells: Sequence[Cell]) -> list[int]:
-    return sorted({c.num_candidates for c in cells})
-
-
 def part_config(config: EvalConfig, run_dir: Path, n: int, items: Sequence[Item]) -> EvalConfig:
     """The run of N's items in n{N}/: its inputs the N's share of --data, --calibration-data and
     --orders (written into n{N}/data/), its calibration the N's of --calibration DIR."""
@@ -120,7 +116,7 @@ def calibration_for(folder: str, n: int) -> str:
 
 
 def write_part_inputs(
-    config: EvalConfig, run_dir: Path, items: Sequence[Item], parts: dict[int, EvalConfig]
+    config: EvalConfig, items: Sequence[Item], parts: dict[int, EvalConfig]
 ) -> None:
     """Each N's items (and calibration items and orders) into its part's data/ folder; made
     again from the same inputs they are the same bytes, so a resumed part sees no change."""

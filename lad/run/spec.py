@@ -80,10 +80,6 @@ class RecordSpec:
         """The repetition penalty as a number ("model" reads the model's generation_config)."""
         return resolve_repetition_penalty(self.repetition_penalty, self.model)
 
-    def resolved(self) -> RecordSpec:
-        """This spec with its repetition penalty as a number, as run.json stores it."""
-        return self.replace(repetition_penalty=self.penalty())
-
     def prompt_sha256(self, num_candidates: int, template: PromptTemplate | None = None) -> str:
         """The fingerprint of the prompt (`template`, default this spec's) at N candidates."""
         return prompt_sha256(template or self.template, get_scheme(self.labels), num_candidates)

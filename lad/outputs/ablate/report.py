@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def write_ablation(result: Ablation, out_dir: str | Path) -> Path:
     summary = {
         "runs": result.runs,
         "analyses": {t.key: FILES[t.key] for t in result.tables},
-        "missing": [_missing_json(m) for m in result.missing],
+        "missing": [asdict(m) for m in result.missing],
     }
     write_text(out / "summary.json", _dumps(summary) + "\n")
     page = out / "index.html"
@@ -49,10 +50,6 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=False)
 
 
-def _missing_json(m: Missing) -> dict[str, str]:
-    return {"analysis": m.analysis, "reason": m.reason, "fix": m.fix}
-
-
 def table_json(table: Table) -> dict[str, Any]:
     return {
         "analysis": table.key,
@@ -61,7 +58,7 @@ def table_json(table: Table) -> dict[str, Any]:
         "columns": table.columns,
         "rows": table.rows,
         "data": table.data,
-        "missing": [_missing_json(m) for m in table.missing],
+        "missing": [asdict(m) for m in table.missing],
     }
 
 
@@ -200,11 +197,8 @@ def _size_figure(table: Table, path: Path) -> None:
     ax.minorticks_off()
     ax.set_xlabel("|D_cal| (calibration items)")
     ax.set_ylabel("accuracy (%)")
-    ax.set_title(
-        "Figure 6(a): calibration size" + _k_title(table) + "\n(mean over subsets ± std over "
-        "shuffles)",
-        fontsize=10,
-    )
+    title = "Figure 6(a): calibration size" + _k_title(table)
+    ax.set_title(title + "\n(mean over subsets ± std over shuffles)", fontsize=10)
     ax.legend(fontsize=8)
     _save(fig, path)
 
@@ -270,13 +264,8 @@ def _transfer_figure(table: Table, path: Path) -> None:
     x = np.arange(len(pairs))
     fig, ax = plt.subplots(figsize=(max(6.4, 0.7 * len(pairs) + 2), 4.2))
     for offset, key, label in ((-0.2, "transferred", "A's calibration"), (0.2, "own", "B's own")):
-        ax.bar(
-            x + offset,
-            [p[key]["acc"] for p in pairs],
-            0.4,
-            yerr=[p[key]["acc_std"] for p in pairs],
-            label=label,
-        )
+        acc, err = [p[key]["acc"] for p in pairs], [p[key]["acc_std"] for p in pairs]
+        ax.bar(x + offset, acc, 0.4, yerr=err, label=label)
     ax.set_xticks(x, [f"{p['calibration']}→{p['records']}\n{p['method']}" for p in pairs])
     ax.tick_params(axis="x", labelsize=7)
     ax.set_ylim(0, 105)

@@ -284,12 +284,15 @@ def score_run(
     write_report: bool = True,
     check_calibration: bool = True,
 ) -> RunResult:
-    """Predictions, metrics.json and the report, from the run directory's files alone.
+    """Predictions, metrics.json and the report, from the run directory's files alone (a mixed
+    run: each part's, each cell's and the groups').
 
     check_calibration: refuse a calibration.json of another model, label scheme, prompt, chat
     template or image preprocessing.
     """
     run = RunDir(run_dir)
+    if run.is_mixed:
+        return _score_mixed(run, methods, options, write_report, check_calibration)
     part = scoring_inputs(run, methods, options, check_calibration)
     start = time.perf_counter()
     scored = score_records(
@@ -355,7 +358,7 @@ def evaluate_mixed(
         for n, part in parts.items():
             with RunLock(run_dir / f"n{n}"):
                 _evaluate(part, run_dir / f"n{n}", world, inputs[n], False, backends)
-        return score_mixed(
+        return score_run(
             run_dir,
             config.methods,
             config.method_options,
@@ -363,16 +366,15 @@ def evaluate_mixed(
         )
 
 
-def score_mixed(
-    run_dir: Path,
+def _score_mixed(
+    run: RunDir,
     methods: Sequence[str],
     options: MethodOptions,
-    *,
-    write_report: bool = True,
-    check_calibration: bool = True,
+    write_report: bool,
+    check_calibration: bool,
 ) -> RunResult:
     """metrics.json of a mixed run (each cell's and the groups'), from its parts' files alone."""
-    run = RunDir(run_dir)
+    run_dir = run.path
     parts = {
         n: scoring_inputs(part, methods, options, check_calibration)
         for n, part in run.parts().items()

@@ -1,4 +1,4 @@
-"""Comparing two run directories' files."""
+"""Small lad eval runs for tests, and comparing two run directories' files."""
 
 from __future__ import annotations
 
@@ -15,3 +15,22 @@ def comparable(path: Path) -> Any:
         assert isinstance(content.pop("timing", {}), dict)
         return content
     return path.read_bytes()
+
+
+def small_config(model: str, bench: tuple[Path, Path], **kw: Any) -> Any:
+    """An EvalConfig of a small run on CPU: the `bench` (items, calibration items) files, two
+    calibration items, two shuffles, batches of two; `kw` (num_candidates among them) override
+    any field."""
+    from lad.run.config import EvalConfig
+
+    base = {
+        "model": model,
+        "data": str(bench[0]),
+        "calibration_data": str(bench[1]),
+        "calibration_items": 2,
+        "num_shuffles": 2,
+        "batch_size": 2,
+        "quiet": True,
+        "device": "cpu",
+    }
+    return EvalConfig(**{**base, **kw})

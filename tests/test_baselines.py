@@ -28,6 +28,7 @@ from lad.evaluate import evaluate
 from lad.run.config import EvalConfig
 from lad.run.rundir import STAGE_FILES
 from lad.testing.tiny import ARCHITECTURES, build_tiny_model
+from tests.runfiles import small_config
 
 N = 3
 BASELINES = ("vanilla", "perm-avg", "instruction", "cot", "self-consistency", "sofa")
@@ -49,22 +50,8 @@ def model_path(request, tmp_path_factory) -> str:
 
 
 def _config(model: str, bench: tuple[Path, Path], **kw) -> EvalConfig:
-    base = {
-        "model": model,
-        "data": str(bench[0]),
-        "calibration_data": str(bench[1]),
-        "num_candidates": N,
-        "calibration_items": 1,
-        "num_shuffles": 2,
-        "batch_size": 2,
-        "quiet": True,
-        "device": "cpu",
-        "dtype": "float32",
-        "methods": BASELINES,
-        "max_new_tokens": 3,
-        "sc_samples": 2,
-    }
-    return EvalConfig(**{**base, **kw})
+    more = {"num_candidates": N, "calibration_items": 1, "dtype": "float32", "methods": BASELINES}
+    return small_config(model, bench, **{**more, "max_new_tokens": 3, "sc_samples": 2, **kw})
 
 
 def test_every_baseline_runs_through_lad_eval(model_path, bench, tmp_path):

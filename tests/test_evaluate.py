@@ -14,7 +14,7 @@ from lad.errors import CalibrationError, DataError, RunError
 from lad.evaluate import evaluate
 from lad.run.config import EvalConfig
 from lad.testing.tiny import build_tiny_model
-from tests.runfiles import comparable
+from tests.runfiles import comparable, small_config
 
 N = 3
 RUN_FILES = (
@@ -44,18 +44,7 @@ def bench(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _config(tiny: str, bench: tuple[Path, Path], **kw) -> EvalConfig:
-    base = {
-        "model": tiny,
-        "data": str(bench[0]),
-        "calibration_data": str(bench[1]),
-        "num_candidates": N,
-        "calibration_items": 2,
-        "num_shuffles": 2,
-        "batch_size": 2,
-        "quiet": True,
-        "device": "cpu",
-    }
-    return EvalConfig(**{**base, **kw})
+    return small_config(tiny, bench, **{"num_candidates": N, **kw})
 
 
 @pytest.fixture(scope="module")

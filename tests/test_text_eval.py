@@ -15,7 +15,7 @@ from lad.evaluate import evaluate
 from lad.run.config import EvalConfig
 from lad.testing.text import build_tiny_text_model
 from lad.testing.tiny import build_tiny_model
-from tests.runfiles import comparable
+from tests.runfiles import comparable, small_config
 
 N = 4
 WORDS = [
@@ -58,18 +58,7 @@ def text_model(tmp_path_factory) -> str:
 
 
 def _config(model: str, bench: tuple[Path, Path], **kw) -> EvalConfig:
-    base = {
-        "model": model,
-        "data": str(bench[0]),
-        "calibration_data": str(bench[1]),
-        "num_candidates": N,
-        "calibration_items": 2,
-        "num_shuffles": 2,
-        "batch_size": 2,
-        "quiet": True,
-        "device": "cpu",
-    }
-    return EvalConfig(**{**base, **kw})
+    return small_config(model, bench, **{"num_candidates": N, **kw})
 
 
 @pytest.fixture(scope="module")

@@ -34,9 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """Like parse_args, but an unknown flag is reported with the usage of the command it was
-    given to (`lad eval --bogus` shows `lad eval`'s usage, not `lad`'s)."""
+    given to (`lad eval --bogus` shows `lad eval`'s usage, not `lad`'s). A command that passes
+    another tool's flags on (`set_defaults(passthrough=[])`) gets them in `args.passthrough`."""
     args, extra = parser.parse_known_args(argv)
-    if extra:
+    if getattr(args, "passthrough", None) is not None:  # a command taking another tool's flags
+        args.passthrough = [*args.passthrough, *extra]
+    elif extra:
         _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     return args
 

@@ -1,4 +1,5 @@
-"""`lad harness tasks|audit`: lad inside lmms-eval (docs/harness.md); thin over lad.harness."""
+"""`lad harness tasks|audit|lm-eval|lm-eval-circular|lm-eval-files`: lad inside lmms-eval and
+lm-evaluation-harness (docs/harness.md); thin over lad.harness."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from lad.cli.flags import InputPath, OutputPath
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "harness",
-        help="lad inside lmms-eval: task folder, audit of logged samples",
-        description="lad inside lmms-eval: --model lad and circular task variants "
-        "(docs/harness.md).",
+        help="lad inside lmms-eval and lm-eval: tasks, audits, --model lad",
+        description="lad inside lmms-eval and lm-evaluation-harness: --model lad and circular "
+        "task variants (docs/harness.md).",
         epilog="example:\n  python -m lmms_eval --model lad --model_args "
         "model=demo,calibration=calibration.json,output=out/lad --tasks muirbench_circular "
         "--include_path $(lad harness tasks) --output_path out --log_samples",
@@ -44,6 +45,60 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=OutputPath, help="folder to write into (default: OUTPUT_PATH)")
     p.set_defaults(func=_audit, implied=_audit_file)
+
+    p = commands.add_parser(
+        "lm-eval",
+        help="lm-evaluation-harness's command line with --model lad registered",
+        description="Run lm-evaluation-harness (lm-eval 0.4.x, pip install -e '.[lm-eval]') "
+        "with --model lad registered; every argument is lm-eval's (docs/harness.md).",
+        epilog="example:\n  lad harness lm-eval --model lad --model_args "
+        "pretrained=Qwen/Qwen3-0.6B,calibration_items=mmlu.calibration.jsonl --tasks "
+        "mmlu_abstract_algebra --device cuda --output_path out",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.set_defaults(func=_lm_eval, passthrough=[])  # every other argument is lm-eval's
+    p = commands.add_parser(
+        "lm-eval-circular",
+        help="write the circular variant of an lm-eval multiple-choice task",
+        description="Write TASK_circular's YAML (each question asked N times, its choices "
+        "shifted cyclically, lad's metrics beside acc) and its lad_circular.py into --out, "
+        "for lm-eval's --include_path. The task's documents need MMLU's fields.",
+        epilog="example:\n  lad harness lm-eval-circular tasks/mcq.yaml --out circular/",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("task_yaml", type=InputPath, help="the task's YAML file")
+    p.add_argument("--out", type=OutputPath, required=True, help="folder to write into")
+    p.set_defaults(func=_lm_eval_circular)
+    p = commands.add_parser(
+        "lm-eval-files",
+        help="print the folder of lad's plain chat template and MMLU prompt template",
+        description="Print the folder holding plain.jinja (the prompt as lm-eval writes it) and "
+        "mmlu.txt (lm-eval's MMLU prompt as a lad prompt template): with lad calibrate's "
+        "--chat-template and --prompt-template they give calibrations --model lad accepts.",
+        epilog="example:\n  lad harness lm-eval-files",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.set_defaults(func=_lm_eval_files)
+
+
+def _lm_eval(args: argparse.Namespace) -> int:
+    from lad.harness import harness_module
+
+    return harness_module("lad.harness.lm_eval", "lm-eval").main(list(args.passthrough))
+
+
+def _lm_eval_circular(args: argparse.Namespace) -> int:
+    from lad.harness.lm_eval_circular import write_variant
+
+    print(write_variant(args.task_yaml, args.out))
+    return 0
+
+
+def _lm_eval_files(args: argparse.Namespace) -> int:
+    from lad.harness.text_scorer import FILES
+
+    print(FILES)
+    return 0
 
 
 def _audit_file(args: argparse.Namespace) -> tuple[dict, dict]:

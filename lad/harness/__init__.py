@@ -1,15 +1,19 @@
-"""lad inside lmms-eval (docs/harness.md): `--model lad` and circular variants of the
-picture-option tasks, with lad's metrics beside lmms-eval's results.
+"""lad inside lmms-eval and lm-evaluation-harness (docs/harness.md): `--model lad` and circular
+task variants, with lad's metrics beside the harness's results.
 
-Nothing here imports lmms-eval at import time: `lad.harness.model` (the lmms-eval model class)
+Nothing here imports a harness at import time: `lad.harness.model` (the lmms-eval model class)
 is imported by lmms-eval itself, through the entry point `lad` of the group `lmms_eval.models`
-(pyproject.toml), after `pip install "lad[lmms-eval]"`.
+(pyproject.toml), after `pip install "lad[lmms-eval]"`; `lad.harness.lm_eval` (lm-eval's) by
+`lad harness lm-eval` or a user's `import`, after `pip install "lad[lm-eval]"`.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
+
+from lad.errors import LadError
 
 MODEL_CLASS = "lad.harness.model.LadModel"
 
@@ -24,3 +28,14 @@ def manifests() -> list[Any]:
 def tasks_folder() -> Path:
     """The folder of lad's task YAMLs, for lmms-eval's `--include_path`."""
     return Path(__file__).parent / "tasks"
+
+
+def harness_module(name: str, extra: str) -> Any:
+    """Module `name` of an optional harness, or a LadError saying which extra installs it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        raise LadError(
+            f"{e.name or name} is not installed, which this needs: pip install -e '.[{extra}]' "
+            "(docs/harness.md)"
+        ) from None

@@ -131,31 +131,10 @@ class PictureScorer:
         self.files = PictureFiles(Path(options.output) / "pictures")
         self._loaded: dict[int, Debiaser] = {}
         if options.calibration:
-            self._loaded = self._load_files(Path(options.calibration))
+            self._loaded = load_calibrations(Path(options.calibration), self.base)
 
     def _debiaser(self) -> Debiaser:
         return self.base.clone()
-
-    def _load_files(self, path: Path) -> dict[int, Debiaser]:
-        """calibration=: one file, or a folder whose calibration files ("format":
-        "lad-calibration/1"; other .json files are passed over) give one per N."""
-        files = (
-            sorted(p for p in path.glob("*.json") if _is_calibration(p))
-            if path.is_dir()
-            else [path]
-        )
-        loaded: dict[int, Debiaser] = {}
-        for file in files:
-            debiaser = self._debiaser().load(file)
-            n = debiaser.calibration_.num_candidates
-            if n in loaded:
-                raise CalibrationError(
-                    f"{path}: two calibrations for N = {n} ({loaded[n]._source}, {file})"
-                )
-            loaded[n] = debiaser
-        if not loaded:
-            raise CalibrationError(f"{path}: holds no calibration .json file")
-        return loaded
 
     @property
     def backend(self) -> Any:
@@ -246,6 +225,27 @@ class PictureScorer:
         """vanilla, the chosen method, and LAD beside them when a calibration is there."""
         names = ["vanilla", self.options.method] + (["lad"] if calibrated else [])
         return list(dict.fromkeys(names))
+
+
+def load_calibrations(path: Path, base: Debiaser) -> dict[int, Debiaser]:
+    """calibration=: one file, or a folder whose calibration files ("format":
+    "lad-calibration/1"; other .json files are passed over) give one per N; each a clone of
+    `base` with that calibration loaded."""
+    files = (
+        sorted(p for p in path.glob("*.json") if _is_calibration(p)) if path.is_dir() else [path]
+    )
+    loaded: dict[int, Debiaser] = {}
+    for file in files:
+        debiaser = base.clone().load(file)
+        n = debiaser.calibration_.num_candidates
+        if n in loaded:
+            raise CalibrationError(
+                f"{path}: two calibrations for N = {n} ({loaded[n]._source}, {file})"
+            )
+        loaded[n] = debiaser
+    if not loaded:
+        raise CalibrationError(f"{path}: holds no calibration .json file")
+    return loaded
 
 
 def _is_calibration(path: Path) -> bool:

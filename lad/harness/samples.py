@@ -1,5 +1,6 @@
-"""Rows of lad's audit from the samples lmms-eval logs (`--log_samples`): one jsonl file per task
-and run (`<date>_samples_<task>.jsonl` in a folder per model), each line a document's result,
+"""Rows of lad's audit from the samples lmms-eval or lm-eval logs (`--log_samples`): one jsonl file
+per task and run (`<date>_samples_<task>.jsonl`, lm-eval's `samples_<task>_<date>.jsonl`, in a
+folder per model), each line a document's result,
 holding the `lad_acc` row that lad.harness.circular added. Each row is checked (types, `order` a
 permutation, `answer` and `prediction` in range, each (item, shift, repeat) once, each shift of an
 item another order, a repeat asking what its first asking asked); a bad line is one error naming
@@ -15,7 +16,8 @@ from typing import Any
 from lad.errors import LadError, at
 from lad.harness.audit import ROW_KEYS
 
-_SAMPLES = re.compile(r"samples_(?P<task>.+?)\.jsonl$")
+# lmms-eval: <date>_samples_<task>.jsonl; lm-eval: samples_<task>_<date>.jsonl
+_SAMPLES = re.compile(r"samples_(?P<task>.+?)(?:_\d{4}-\d\d-\d\dT[\d.-]+)?\.jsonl$")
 
 
 def samples_rows(output_path: Path) -> dict[str, list[dict[str, Any]]]:

@@ -158,9 +158,11 @@ class Debiaser:
         self.check_calibration = check_calibration
         self._backend = backend
 
-    def clone(self) -> Debiaser:
-        """An unfitted Debiaser of the same spec, options and settings, sharing the loaded model."""
-        twin = Debiaser(self.spec, self._options, backend=self._backend, **self._session)
+    def clone(self, **spec_changes: Any) -> Debiaser:
+        """An unfitted Debiaser of the same spec (less `spec_changes`, RecordSpec fields such as
+        labels= or prompt_template=), options and settings, sharing the loaded model."""
+        spec = self.spec.replace(**spec_changes).check() if spec_changes else self.spec
+        twin = Debiaser(spec, self._options, backend=self._backend, **self._session)
         twin.obs_mean = self.obs_mean
         return twin
 

@@ -1,0 +1,130 @@
+"""`--model lad` for lm-evaluation-harness 0.4.x (imported only where lm-eval is installed).
+
+    lad harness lm-eval --model lad \
+        --model_args pretrained=Qwen/Qwen3-0.6B,calibration_items=mmlu.calibration.jsonl \
+        --tasks mmlu_abstract_algebra --output_path out
+
+Importing this module registers the model `lad` in lm-eval's registry (so, in Python,
+`lm_eval.simple_evaluate(model="lad", ...)` works after `import lad.harness.lm_eval`).
+lm-eval 0.4.13 finds no model outside its own source tree from the command line (its plugin
+discovery, PR #4013, came after that release), so `lad harness lm-eval ARGS` is lm-eval's own
+command line with `lad` registered: every flag is lm-eval's. A multiple-choice task's requests
+are regrouped per document (lad.harness.contexts) and scored by lad (lad.harness.text_scorer):
+one forward pass per question, the options' spans read in the same pass.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+# lm-eval fills its registry with its own models on first use only if the registry is empty, so
+# they are registered before `lad` is (else `--model hf` would be unknown beside it).
+import lm_eval.models  # noqa: F401
+from lm_eval.api.instance import Instance
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from lad.errors import LadError
+from lad.harness.contexts import questions
+from lad.harness.text_scorer import ChoiceOptions, ContextScorer
+
+ONLY_MULTIPLE_CHOICE = (
+    "--model lad scores multiple_choice tasks whose prompt lists the options (MMLU's form); "
+    "task {task!r} asks for {kind}"
+)
+
+
+def _parse(value: Any, kind: type) -> Any:
+    return None if value in (None, "", "None", "none") else kind(value)
+
+
+@register_model("lad")
+class LadLM(LM):
+    """lad's debiased N-way choice inside lm-eval (docs/harness.md)."""
+
+    def __init__(
+        self,
+        pretrained: str = "demo",
+        method: str = "lad",
+        calibration: str | None = None,
+        calibration_items: str | None = None,
+        device: str | None = "auto",
+        dtype: str = "auto",
+        batch_size: int | str | None = 1,
+        top_k: int | str = 2,
+        tau: float | str = 5.0,
+        **unused: Any,
+    ) -> None:
+        super().__init__()
+        unused = {k: v for k, v in unused.items() if v is not None and k != "max_batch_size"}
+        if unused:
+            raise LadError(
+                f"--model lad got model_args it does not take: {sorted(unused)}; it takes "
+                "pretrained, method, calibration, calibration_items, device, dtype, batch_size, "
+                "top_k, tau"
+            )
+        batch = str(batch_size or 1)
+        if not batch.isdigit():  # lm-eval's "auto" / "auto:4"
+            raise LadError(f"--batch_size {batch}: --model lad takes a whole number")
+        self.options = ChoiceOptions(
+            model=str(pretrained),
+            method=str(method),
+            calibration=_parse(calibration, str),
+            calibration_items=_parse(calibration_items, str),
+            device=str(device or "auto"),
+            dtype=str(dtype),
+            batch_size=int(batch),
+            top_k=int(top_k),
+            tau=float(tau),
+        )
+        self.scorer = ContextScorer(self.options)
+
+    def loglikelihood(
+        self, requests: list[Instance], disable_tqdm: bool = False
+    ) -> list[tuple[float, bool]]:
+        """Per request, the method's score of its choice and whether it is the method's choice
+        (lad.harness.text_scorer)."""
+        grouped = questions(requests)
+        scored = self.scorer.score([g.question for g in grouped])
+        out: list[tuple[float, bool]] = [(0.0, False)] * len(requests)
+        for group, (scores, chosen) in zip(grouped, scored, strict=True):
+            for k, r in enumerate(group.requests):
+                out[r] = (float(scores[k]), k == chosen)
+        return out
+
+    def loglikelihood_rolling(self, requests: list[Instance], disable_tqdm: bool = False) -> list:
+        task = requests[0].task_name if requests else "?"
+        raise LadError(ONLY_MULTIPLE_CHOICE.format(task=task, kind="rolling loglikelihoods"))
+
+    def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list:
+        task = requests[0].task_name if requests else "?"
+        raise LadError(ONLY_MULTIPLE_CHOICE.format(task=task, kind="generated text"))
+
+    def apply_chat_template(self, chat_history: list, add_generation_prompt: bool = True) -> str:
+        raise LadError(
+            "--apply_chat_template: --model lad scores the prompt as lm-eval writes it without a "
+            "chat template (lad's plain template, lad/harness/lm_eval_files/plain.jinja)"
+        )
+
+    @property
+    def tokenizer_name(self) -> str:
+        return f"lad-plain-{self.options.model}".replace("/", "__")
+
+
+def main(argv: list[str]) -> int:
+    """lm-eval's command line, with `--model lad` registered (this module's import)."""
+    from lm_eval.__main__ import cli_evaluate
+
+    saved = sys.argv
+    sys.argv = ["lm-eval", *argv]
+    try:
+        cli_evaluate()
+    except (LadError, KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as e:  # lm-eval's own (an unknown task, a bad YAML): one line, named
+        detail = " ".join(str(e).split())[:300]
+        raise LadError(f"lm-eval stopped: {type(e).__name__}: {detail}") from None
+    finally:
+        sys.argv = saved
+    return 0

@@ -1,0 +1,185 @@
+"""What `--model lad` does inside lm-evaluation-harness, without lm-eval: the questions of
+lad.harness.contexts scored by lad's backend, one forward pass each (perm-avg: N), the chosen
+method applied.
+
+The prompt is lm-eval's context as it is, through lad's plain chat template
+(lm_eval_files/plain.jinja: the text itself, the label after one space, as lm-eval scores a
+continuation " A"), so a record's label log-probabilities are lm-eval's loglikelihoods of the
+continuations, and its span attention is over the options' texts in that context. What comes back
+for choice k is the method's score of option k (lad.core.methods): for vanilla the label's
+log-probability renormalised over the N labels (lm-eval's own `--model hf` returns it before
+renormalising: less one constant per question, the same argmax); for LAD Eq. 14's debiased score;
+for PriDe its debiased log-probability. Their argmax is the method's choice, so lm-eval's acc is
+the method's accuracy; acc_norm divides the scores by the choices' lengths, equal for one-letter
+labels, and is acc.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lad.core.labels import get_scheme
+from lad.core.methods import MethodOptions
+from lad.core.records import RecordSet
+from lad.core.scoring import score_records
+from lad.data.items import Item, read_items
+from lad.data.orders import cyclic_requests
+from lad.errors import CalibrationError, LadError
+from lad.harness.contexts import ContextQuestion
+from lad.harness.runner import HARNESS_METHODS, NEEDS_CALIBRATION, load_calibrations
+from lad.run.debiaser import Debiaser
+from lad.run.spec import RecordSpec
+
+FILES = Path(__file__).parent / "lm_eval_files"
+PLAIN_CHAT_TEMPLATE = FILES / "plain.jinja"
+MMLU_PROMPT = FILES / "mmlu.txt"  # lm-eval's MMLU prompt as a lad prompt template
+
+
+@dataclass(frozen=True)
+class ChoiceOptions:
+    """`--model_args` of lm-eval's `--model lad` (docs/harness.md)."""
+
+    model: str = "demo"
+    method: str = "lad"
+    calibration: str | None = None  # a calibration.json, or a folder of them (one per N)
+    calibration_items: str | None = None  # an items file of text questions to fit on
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: int = 1
+    top_k: int = 2
+    tau: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.method not in HARNESS_METHODS:
+            raise LadError(
+                f"The 'method' model_arg must be one of {list(HARNESS_METHODS)}. "
+                f"Got {self.method!r} instead."
+            )
+        if self.calibration is not None and self.calibration_items is not None:
+            raise LadError(
+                "give calibration=<calibration.json> or calibration_items=FILE, not both"
+            )
+        if self.method in NEEDS_CALIBRATION and not (self.calibration or self.calibration_items):
+            raise LadError(
+                f"method={self.method} needs a calibration: calibration=<calibration.json from "
+                "lad calibrate> or calibration_items=<items file of text questions>"
+            )
+        if self.batch_size < 1:
+            raise LadError(f"batch_size must be >= 1. Got {self.batch_size}.")
+        for name in ("calibration", "calibration_items"):
+            value = getattr(self, name)
+            if value is not None and not Path(value).exists():
+                raise LadError(f"{name}={value}: no such file or folder")
+
+
+class ContextScorer:
+    """Scores lm-eval's questions with lad's backend; one instance per harness run."""
+
+    def __init__(self, options: ChoiceOptions, backend: Any = None) -> None:
+        self.options = options
+        spec = RecordSpec(options.model, chat_template=str(PLAIN_CHAT_TEMPLATE))
+        self.base = Debiaser(
+            spec,
+            MethodOptions(top_k=options.top_k, tau=options.tau),
+            batch_size=options.batch_size,
+            device=options.device,
+            dtype=options.dtype,
+            backend=backend,
+        )
+        self._files: dict[int, Path] = {}
+        if options.calibration:  # every file read and checked before the model loads
+            loaded = load_calibrations(Path(options.calibration), self.base)
+            self._files = {n: Path(d._source) for n, d in loaded.items()}
+        self._items: list[Item] = []
+        if options.calibration_items:
+            self._items = read_items(options.calibration_items)
+            pictures = next((it.id for it in self._items if not it.is_text), None)
+            if pictures is not None:
+                raise LadError(
+                    f"calibration_items={options.calibration_items}: item {pictures!r} has "
+                    "picture candidates; lm-eval's questions have text options"
+                )
+        self._fitted: dict[tuple[str, int, str], Debiaser | None] = {}
+
+    @property
+    def backend(self) -> Any:
+        return self.base.backend
+
+    def _debiaser(self, question: ContextQuestion) -> Debiaser:
+        return self.base.clone(labels=question.scheme, prompt_template=question.template.text)
+
+    def calibrated(self, question: ContextQuestion) -> Debiaser | None:
+        """The Debiaser of this question's task, N and prompt: a calibration file checked
+        against model, N, labels, prompt and chat template, or fitted on calibration_items."""
+        key = question.key
+        if key in self._fitted:
+            return self._fitted[key]
+        n, template = len(question.options), question.template
+        debiaser: Debiaser | None = None
+        if self._files:
+            if n not in self._files:
+                raise CalibrationError(
+                    f"calibration={self.options.calibration} has no calibration for N = {n} "
+                    f"(task {question.task} asks questions of {n} options; it holds N = "
+                    f"{sorted(self._files)})"
+                )
+            debiaser = self._debiaser(question).load(self._files[n])
+            debiaser.check_calibration_for(n, template)
+        elif self._items:
+            items = [it for it in self._items if it.num_candidates == n]
+            if not items:
+                raise CalibrationError(
+                    f"calibration_items={self.options.calibration_items} has no question of "
+                    f"N = {n} options (task {question.task} asks such questions)"
+                )
+            debiaser = self._debiaser(question)
+            debiaser._backend = self.backend  # the model loads here, shared
+            debiaser.fit(items)
+        self._fitted[key] = debiaser
+        return debiaser
+
+    def score(self, questions: Sequence[ContextQuestion]) -> list[tuple[np.ndarray, int]]:
+        """Per question (in order): the method's scores of its N options and the chosen one."""
+        groups: dict[tuple[str, int, str], list[int]] = defaultdict(list)
+        for q, question in enumerate(questions):
+            groups[question.key].append(q)
+        if self._files:  # each calibration file checked against its questions before the model
+            for members in groups.values():
+                self.calibrated(questions[members[0]])
+        out: list[tuple[np.ndarray, int]] = [(np.zeros(0), -1)] * len(questions)
+        for members in groups.values():
+            first = questions[members[0]]
+            debiaser = self.calibrated(first)
+            items = [questions[q].item() for q in members]
+            scores, chosen = self._scores(first, items, debiaser)
+            for row, q in enumerate(members):
+                out[q] = (np.asarray(scores[row], dtype=np.float64), int(chosen[row]))
+        return out
+
+    def _scores(
+        self, question: ContextQuestion, items: list[Item], debiaser: Debiaser | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        template, scheme = question.template, get_scheme(question.scheme)
+        method = self.options.method
+
+        def records(requests: list) -> RecordSet:
+            made = self.backend.records(
+                requests, template=template, scheme=scheme, batch_size=self.options.batch_size
+            )
+            return RecordSet.from_records(list(made))
+
+        shown = records([(it, 0, list(range(it.num_candidates))) for it in items])
+        calibration = debiaser.calibration_ if debiaser is not None else None
+        if calibration is not None:
+            calibration.check_compatible(shown, strict=False)
+        perm = records(cyclic_requests(items)) if method == "perm-avg" else None
+        options = (debiaser or self.base).options
+        scored = score_records(shown, [method], calibration, options, perm_records=perm,
+                               bootstrap=None)  # fmt: skip
+        return scored.scores[method], scored.chosen[method]

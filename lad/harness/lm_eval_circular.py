@@ -115,8 +115,9 @@ def write_variant(task_yaml: str | Path, out: str | Path) -> Path:
     try:
         config = load_yaml(task_yaml, resolve_func=False)
     except Exception as e:  # lm-eval's own YAML loader: any error it raises, named
+        detail = " ".join(str(e).split())[:300]
         raise LadError(
-            f"{task_yaml}: lm-eval cannot read the task ({type(e).__name__}: {e})"
+            f"{task_yaml}: lm-eval cannot read the task ({type(e).__name__}: {detail})"
         ) from None
     name = config.get("task")
     if not isinstance(name, str):

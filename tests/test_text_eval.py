@@ -130,3 +130,39 @@ def test_mixed_kinds_are_refused_before_model_work(bench, tmp_path, capsys):
     assert main([*args, "--out", str(tmp_path / "r")]) == 1
     err = capsys.readouterr().err
     assert "items mix text candidates" in err and "Traceback" not in err
+
+
+def _fail_on_load(monkeypatch) -> None:
+    from lad.run import spec
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(spec.RecordSpec, "load_backend", refuse)
+
+
+def test_picture_items_on_a_text_model_are_refused_before_it_loads(
+    text_model, tmp_path, capsys, monkeypatch
+):
+    from PIL import Image
+
+    _fail_on_load(monkeypatch)
+    picture = tmp_path / "a.png"
+    Image.new("RGB", (8, 8)).save(picture)
+    data = tmp_path / "pictures.jsonl"
+    write_items(data, [Item(f"p{i}", "a red square", [picture] * N, 0) for i in range(3)])
+    args = ["eval", "--model", text_model, "--data", str(data), "-n", str(N), "--device", "cpu"]
+    args += ["--calibration-items", "1"]
+    assert main([*args, "--out", str(tmp_path / "r")]) == 1
+    err = capsys.readouterr().err
+    assert "is a text-only causal LM (llama)" in err and "item 'p0'" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_picture_labels_are_refused_for_text_options(text_model, bench, tmp_path, capsys,
+                                                     monkeypatch):  # fmt: skip
+    _fail_on_load(monkeypatch)
+    args = ["eval", "--model", text_model, "--data", str(bench[0]), "-n", str(N)]
+    args += ["--labels", "image-ordinals", "--calibration-items", "1", "--out", str(tmp_path / "r")]
+    assert main(args) == 1
+    assert "--labels image-ordinals names pictures" in capsys.readouterr().err

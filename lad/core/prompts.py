@@ -222,11 +222,21 @@ def render_text_item(
     return render_text(template, item.asked, [item.candidates[i] for i in order], scheme)
 
 
+def check_text_labels(scheme: LabelScheme) -> None:
+    """Text options cannot be named as pictures ("the first image")."""
+    if scheme.name == "image-ordinals":
+        raise LadError(
+            "--labels image-ordinals names pictures ('the first image'); text options need "
+            "labels of their own: upper, lower, digits, roman or words"
+        )
+
+
 def render_text(
     template: str | PromptTemplate, asked: str, options: Sequence[str], scheme: LabelScheme
 ) -> TextPrompt:
     """A text-candidate prompt: TEXT_TEMPLATES by name, or a PromptTemplate writing {options},
     with the line "<c_p>. <options[p]>" for each position p."""
+    check_text_labels(scheme)
     if isinstance(template, PromptTemplate):
         text = template.text
         if not _writes_options(text):

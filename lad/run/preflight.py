@@ -13,6 +13,7 @@ from lad.backends.checkpoint import resolve_model
 from lad.backends.threads import requested_threads
 from lad.core.calibrate import Calibration
 from lad.core.labels import get_scheme
+from lad.core.prompts import check_text_labels
 from lad.data.items import Item
 from lad.errors import CalibrationError, RunError
 from lad.io.files import check_not_inputs, check_output_dir, read_json
@@ -42,6 +43,7 @@ def check_inputs(
     files: dict[str, str | None] = {}
     if items is not None:
         eval_items, cal_items = items
+        check_kind(config, eval_items + cal_items)
         check_images(eval_items + cal_items)
         from_data = eval_items + ([] if config.calibration_data else cal_items)
         files["data"] = config.data
@@ -58,6 +60,28 @@ def check_inputs(
     outputs = {f"--out {run_dir}/{name}": run_dir / name for name in RUN_OUTPUTS}
     check_not_inputs(outputs, {"--" + k.replace("_", "-"): v for k, v in files.items()})
     return inputs
+
+
+def check_kind(config: EvalConfig, items: Sequence[Item]) -> None:
+    """Text options need text labels; picture candidates need a model that sees pictures (a
+    local checkpoint's config.json says; a hub id is checked when it loads)."""
+    if any(it.is_text for it in items):
+        check_text_labels(get_scheme(config.labels))
+    pictures = next((it.id for it in items if not it.is_text), None)
+    path = Path(resolve_model(config.model)) / "config.json"
+    if pictures is None or not path.is_file():
+        return
+    from types import SimpleNamespace
+
+    from lad.backends.text import is_text_model
+
+    fields = read_json(path, RunError, "model config")
+    if isinstance(fields, dict) and is_text_model(SimpleNamespace(**fields)):
+        raise RunError(
+            f"--model {config.model} is a text-only causal LM ({fields.get('model_type')}), but "
+            f"item {pictures!r} of the data has picture candidates; give items with text "
+            "'candidates' or a multimodal model"
+        )
 
 
 def check_images(items: Sequence[Item]) -> None:

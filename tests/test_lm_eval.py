@@ -231,3 +231,26 @@ def test_tasks_lad_cannot_score_are_refused_in_one_line(setup, tmp_path):
     assert run.returncode == 1
     assert "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith("Error: method=lad needs a calibration")
+
+
+def test_a_calibration_file_is_checked_and_gives_the_fitted_choices(setup, tmp_path):
+    root, model = setup["root"], setup["model"]
+    common = ["calibrate", "--model", str(model), "--data", str(root / "dev.items.jsonl"),
+              "--labels", "upper", "--chat-template", str(FILES / "plain.jinja"),
+              "--device", "cpu", "-q"]  # fmt: skip
+    good, other = tmp_path / "good.json", tmp_path / "other.json"
+    assert (
+        lad_main([*common, "--prompt-template", str(FILES / "mmlu.txt"), "--out", str(good)]) == 0
+    )
+    assert lad_main([*common, "--out", str(other)]) == 0  # lad's own text prompt, not lm-eval's
+    task = root / "task"
+    fitted = _evaluate("lad", f"pretrained={model},calibration_items={root / 'dev.items.jsonl'}",
+                       setup, "lad_mcq", task)  # fmt: skip
+    loaded = _evaluate("lad", f"pretrained={model},calibration={good}", setup, "lad_mcq", task)
+    for a, b in zip(fitted, loaded, strict=True):
+        np.testing.assert_allclose(_scores(b), _scores(a), atol=1e-6)  # JSON's round trip
+        assert np.argmax(_scores(b)) == np.argmax(_scores(a))
+    from lad.errors import CalibrationError
+
+    with pytest.raises(CalibrationError, match="prompt"):
+        _evaluate("lad", f"pretrained={model},calibration={other}", setup, "lad_mcq", task)

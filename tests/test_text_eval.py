@@ -166,3 +166,29 @@ def test_picture_labels_are_refused_for_text_options(text_model, bench, tmp_path
     args += ["--labels", "image-ordinals", "--calibration-items", "1", "--out", str(tmp_path / "r")]
     assert main(args) == 1
     assert "--labels image-ordinals names pictures" in capsys.readouterr().err
+
+
+def test_a_multimodal_model_takes_a_chat_template_without_pictures_for_text_options(
+    bench, tmp_path, capsys
+):
+    from lad.harness.text_scorer import PLAIN_CHAT_TEMPLATE
+
+    model = str(build_tiny_model("qwen2_vl", tmp_path / "qwen2vl", words=WORDS))
+    out = tmp_path / "plain-run"
+    args = ["eval", "--model", model, "--data", str(bench[0]), "--calibration-data", str(bench[1])]
+    args += ["-n", str(N), "--calibration-items", "2", "--num-shuffles", "1", "--quiet"]
+    args += ["--chat-template", str(PLAIN_CHAT_TEMPLATE), "--methods", "vanilla,lad"]
+    assert main([*args, "--device", "cpu", "--out", str(out)]) == 0
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 4
+    # pictures still need a template that writes them: checked before the weights load
+    from PIL import Image
+
+    picture = tmp_path / "a.png"
+    Image.new("RGB", (8, 8)).save(picture)
+    data = tmp_path / "pictures.jsonl"
+    write_items(data, [Item(f"p{i}", "a red square", [picture] * N, 0) for i in range(3)])
+    args = ["eval", "--model", model, "--data", str(data), "-n", str(N), "--device", "cpu"]
+    args += ["--chat-template", str(PLAIN_CHAT_TEMPLATE), "--calibration-items", "1"]
+    assert main([*args, "--out", str(tmp_path / "r2")]) == 1
+    assert "writes 0 image placeholders" in capsys.readouterr().err

@@ -63,6 +63,7 @@ def load_backend(
     repetition_penalty: float | None = None,
     quiet: bool = False,
     threads: int | None = None,
+    pictures: bool = True,
 ) -> Backend:
     """Load a hub id or local checkpoint, or "demo" (lad's embedded demo model, as everywhere
     else); its language decoder runs through the capture function.
@@ -76,6 +77,9 @@ def load_backend(
     threads: on a CPU, torch's thread count to keep (a resumed run's first one) unless
     LAD_NUM_THREADS is set; None: the cores free when the model has loaded (lad.backends.threads).
     The count in use and how it was chosen are the backend's `threads`.
+    pictures: whether picture candidates will be asked; False (text options only): the chat
+    template is checked on a text prompt alone, so a multimodal model may take one that writes
+    no pictures (lad's plain template, as lm-eval prompts).
     """
     from transformers import (
         AutoConfig,
@@ -112,6 +116,7 @@ def load_backend(
     owner = template_owner(str(model), chat_template)
     if text_only:
         text_lm.check_text_options(image_options, image_size)
+    if text_only or not pictures:
         text_lm.probe(processor, owner)
     else:
         chat_text(processor, "Which image?", 2, owner)

@@ -109,6 +109,11 @@ class ContextScorer:
 
     @property
     def backend(self) -> Any:
+        if self.base._backend is None:  # text options only: a multimodal model takes plain.jinja
+            base = self.base
+            base._backend = base.spec.load_backend(
+                device=base.device, dtype=base.dtype, quiet=base.quiet, pictures=False
+            )
         return self.base.backend
 
     def _debiaser(self, question: ContextQuestion) -> Debiaser:

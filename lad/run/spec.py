@@ -131,9 +131,10 @@ class RecordSpec:
         dtype: str = "auto",
         quiet: bool = False,
         threads: int | None = None,
+        pictures: bool = True,
     ) -> Any:
         """The model, loaded to make records of this spec (lad.backends.load_backend; `threads`:
-        a resumed run's CPU thread count)."""
+        a resumed run's CPU thread count; `pictures` False: text options only)."""
         from lad.backends import load_backend
 
         return load_backend(
@@ -146,4 +147,5 @@ class RecordSpec:
             repetition_penalty=self.penalty(),
             quiet=quiet,
             threads=threads,
+            pictures=pictures,
         )

@@ -151,6 +151,7 @@ class LazyBackend:
         self.load_seconds = 0.0
         self.recorded = None  # run.json's "threads" when the model loaded, None before records
         self.shared = {} if shared is None else shared
+        self.pictures = True  # False: text options only (lad.backends.load_backend)
 
     def __call__(self) -> Any:
         if self.backend is None:
@@ -162,13 +163,14 @@ class LazyBackend:
             if run.made_records():  # a resumed run keeps its thread count
                 self.recorded = run.threads()
             spec = dataclasses.replace(self.config.spec, labels="digits", prompt_template=None)
-            key = (repr(spec), self.device, self.config.dtype)
+            key = (repr(spec), self.device, self.config.dtype, self.pictures)
             if key not in self.shared:
                 self.shared[key] = spec.load_backend(
                     device=self.device,
                     dtype=self.config.dtype,
                     quiet=self.config.quiet,
                     threads=resumed_threads(self.recorded, run.file("run.json")),
+                    pictures=self.pictures,
                 )
             self.backend = self.shared[key]
             # Before any record: a layer range past the model's layers would fail only at scoring.

@@ -58,25 +58,42 @@ class HarnessOptions:
     image_size: int | None = None
 
     def __post_init__(self) -> None:
-        if self.method not in HARNESS_METHODS:
-            raise LadError(
-                f"The 'method' model_arg must be one of {list(HARNESS_METHODS)}. "
-                f"Got {self.method!r} instead."
-            )
         get_scheme(self.labels)
-        if self.calibration is not None and self.calibration_docs is not None:
-            raise LadError("give calibration=<calibration.json> or calibration_docs=K, not both")
         if self.calibration_docs is not None and self.calibration_docs < 1:
             raise LadError(f"calibration_docs must be >= 1. Got {self.calibration_docs}.")
-        if self.method in NEEDS_CALIBRATION and not (self.calibration or self.calibration_docs):
-            raise LadError(
-                f"method={self.method} needs a calibration: calibration=<calibration.json from "
-                "lad calibrate> or calibration_docs=K (fit on K documents of each task)"
-            )
-        if self.batch_size < 1:
-            raise LadError(f"batch_size must be >= 1. Got {self.batch_size}.")
-        if self.calibration is not None and not Path(self.calibration).exists():
-            raise LadError(f"calibration={self.calibration}: no such file or folder")
+        check_model_args(
+            self.method,
+            self.batch_size,
+            self.calibration,
+            ("calibration_docs", self.calibration_docs, "K (fit on K documents of each task)"),
+        )
+
+
+def check_model_args(
+    method: str, batch_size: int, calibration: str | None, other: tuple[str, Any, str]
+) -> None:
+    """What both harnesses' `--model lad` check before the model loads: the method, a
+    calibration where it needs one (calibration=, or the other way `other` = (name, value,
+    what it takes) names), not both, the batch size, a calibration file that exists."""
+    name, value, takes = other
+    if method not in HARNESS_METHODS:
+        raise LadError(
+            f"The 'method' model_arg must be one of {list(HARNESS_METHODS)}. "
+            f"Got {method!r} instead."
+        )
+    if calibration is not None and value is not None:
+        raise LadError(
+            f"give calibration=<calibration.json> or {name}={takes.split()[0]}, not both"
+        )
+    if method in NEEDS_CALIBRATION and not (calibration or value):
+        raise LadError(
+            f"method={method} needs a calibration: calibration=<calibration.json from lad "
+            f"calibrate> or {name}={takes}"
+        )
+    if batch_size < 1:
+        raise LadError(f"batch_size must be >= 1. Got {batch_size}.")
+    if calibration is not None and not Path(calibration).exists():
+        raise LadError(f"calibration={calibration}: no such file or folder")
 
 
 @dataclass

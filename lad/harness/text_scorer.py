@@ -32,7 +32,7 @@ from lad.data.items import Item, read_items
 from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, LadError
 from lad.harness.contexts import ContextQuestion
-from lad.harness.runner import HARNESS_METHODS, NEEDS_CALIBRATION, load_calibrations
+from lad.harness.runner import check_model_args, load_calibrations
 from lad.run.debiaser import Debiaser
 from lad.run.spec import RecordSpec
 
@@ -56,26 +56,10 @@ class ChoiceOptions:
     tau: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.method not in HARNESS_METHODS:
-            raise LadError(
-                f"The 'method' model_arg must be one of {list(HARNESS_METHODS)}. "
-                f"Got {self.method!r} instead."
-            )
-        if self.calibration is not None and self.calibration_items is not None:
-            raise LadError(
-                "give calibration=<calibration.json> or calibration_items=FILE, not both"
-            )
-        if self.method in NEEDS_CALIBRATION and not (self.calibration or self.calibration_items):
-            raise LadError(
-                f"method={self.method} needs a calibration: calibration=<calibration.json from "
-                "lad calibrate> or calibration_items=<items file of text questions>"
-            )
-        if self.batch_size < 1:
-            raise LadError(f"batch_size must be >= 1. Got {self.batch_size}.")
-        for name in ("calibration", "calibration_items"):
-            value = getattr(self, name)
-            if value is not None and not Path(value).exists():
-                raise LadError(f"{name}={value}: no such file or folder")
+        items = ("calibration_items", self.calibration_items, "<items file of text questions>")
+        check_model_args(self.method, self.batch_size, self.calibration, items)
+        if self.calibration_items is not None and not Path(self.calibration_items).exists():
+            raise LadError(f"calibration_items={self.calibration_items}: no such file")
 
 
 class ContextScorer:

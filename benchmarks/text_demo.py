@@ -36,11 +36,12 @@ Status, measured (`python benchmarks/text_demo.py --out runs/text-demo`, the def
 35 %. `lad eval` at N = 4 (acc, RStd): vanilla 30.2 / 47.4 (recall 100 / 23 / 0 / 0 % at positions
 1-4), PriDe 74.6 / 45.7, LAD 76.0 / 34.1, attn 55.4 / 35.7, attn-purified 57.8 / 32.2, perm-avg
 100.0 / 0.0. The model knows every answer (perm-avg) and names a position; LAD lifts vanilla by
-46 points from one pass but is level with PriDe, since the last prompt token's attention finds the
+46 points from one pass but is level with PriDe, and the last prompt token's attention finds the
 answer in only about half the prompts (attn-purified 57.8 %). Seeds 1 and 2 (`--seed`): LAD 70.8 /
 63.4 against PriDe 81.8 / 54.2 and vanilla 56.4 / 58.2: over the three seeds LAD is above vanilla
-every time (+46, +14, +5 points) and against PriDe +1.4 (inside both 95 % intervals), -11.0, +9.2. `--attend 1` adds a loss that puts the last token's attention on the
-answer's word (docs/demo-model.md, "The text demo").
+every time (+46, +14, +5 points) and against PriDe +1.4 (inside both 95 % intervals), -11.0 and
++9.2. `--attend 1` adds a loss that puts the last token's attention on the answer's word (every
+method but vanilla then reaches 100 %; docs/demo-model.md, "The text demo").
 """
 
 from __future__ import annotations

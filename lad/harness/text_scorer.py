@@ -75,6 +75,7 @@ class ContextScorer:
             device=options.device,
             dtype=options.dtype,
             backend=backend,
+            pictures=False,  # text options only: a multimodal model takes plain.jinja
         )
         self._files: dict[int, Path] = {}
         if options.calibration:  # every file read and checked before the model loads
@@ -93,11 +94,6 @@ class ContextScorer:
 
     @property
     def backend(self) -> Any:
-        if self.base._backend is None:  # text options only: a multimodal model takes plain.jinja
-            base = self.base
-            base._backend = base.spec.load_backend(
-                device=base.device, dtype=base.dtype, quiet=base.quiet, pictures=False
-            )
         return self.base.backend
 
     def _debiaser(self, question: ContextQuestion) -> Debiaser:
@@ -127,9 +123,8 @@ class ContextScorer:
                     f"calibration_items={self.options.calibration_items} has no question of "
                     f"N = {n} options (task {question.task} asks such questions)"
                 )
-            debiaser = self._debiaser(question)
-            debiaser._backend = self.backend  # the model loads here, shared
-            debiaser.fit(items)
+            _ = self.backend  # the model loads here, and the clone shares it
+            debiaser = self._debiaser(question).fit(items)
         self._fitted[key] = debiaser
         return debiaser
 

@@ -110,6 +110,8 @@ class Debiaser:
     check_calibration: refuse a calibration fitted with another model, label scheme, prompt
         template, chat template, image_size or image_options (False: only N and the layer count
         are checked). quiet: hide transformers' progress bars while the model loads.
+    pictures: False when only text options will be asked (lad.backends.load_backend: the chat
+        template is then checked on a text prompt alone).
     """
 
     def __init__(
@@ -123,6 +125,7 @@ class Debiaser:
         dtype: str = "auto",
         quiet: bool = True,
         check_calibration: bool = True,
+        pictures: bool = True,
         backend: Any = None,
         **settings: Any,
     ) -> None:
@@ -153,6 +156,7 @@ class Debiaser:
             "dtype": dtype,
             "quiet": quiet,
             "check_calibration": check_calibration,
+            "pictures": pictures,
         }
         self.batch_size, self.device, self.dtype, self.quiet = batch_size, device, dtype, quiet
         self.check_calibration = check_calibration
@@ -183,7 +187,10 @@ class Debiaser:
     def backend(self) -> Any:
         if self._backend is None:
             self._backend = self.spec.load_backend(
-                device=self.device, dtype=self.dtype, quiet=self.quiet
+                device=self.device,
+                dtype=self.dtype,
+                quiet=self.quiet,
+                pictures=self._session["pictures"],
             )
         return self._backend
 

@@ -299,7 +299,13 @@ def machine(monkeypatch):
 
 
 def _threads(run: Path) -> dict:
-    return json.loads((run / "run.json").read_text())["threads"]
+    """run.json's "threads", each entry's machine checked to be this one and left out."""
+    from lad.backends.threads import this_machine
+
+    threads = json.loads((run / "run.json").read_text())["threads"]
+    for entry in [threads, *threads.get("then", [])]:
+        assert entry.pop("machine", this_machine()) == this_machine()
+    return threads
 
 
 def _wall_line(capsys) -> str:
@@ -410,3 +416,25 @@ def test_the_benchmark_sets_lad_s_choice_against_the_best_fixed_count():
     assert (rows[2]["vs_best_fixed"], rows[2]["best_fixed_threads"]) == (1.05, 1)
     assert (rows[5]["vs_best_fixed"], rows[5]["best_fixed_threads"]) == (1.25, 2)
     assert "vs_best_fixed" not in rows[0]
+
+
+def test_a_resume_on_another_machine_is_recorded_and_said(run_inputs, machine, capsys):
+    from lad.backends.threads import this_machine
+
+    run = run_inputs / "run"
+    machine(1.0)
+    assert main(_eval_args(run_inputs, run)) == 0
+    stored = json.loads((run / "run.json").read_text())
+    elsewhere = {"cpu": "Another CPU", "kernels": "AVX512", "torch": "2.0"}
+    stored["threads"]["machine"] = elsewhere
+    (run / "run.json").write_text(json.dumps(stored, indent=2) + "\n")
+    _cut(run / "records.jsonl", 1)
+    capsys.readouterr()
+    assert main(_eval_args(run_inputs, run)) == 0
+    threads = json.loads((run / "run.json").read_text())["threads"]
+    assert threads["machine"] == elsewhere and threads["count"] == 2
+    assert threads["then"] == [{"count": 2, "chosen_by": BY_RESUME, "machine": this_machine()}]
+    cpu, kernels = this_machine()["cpu"], this_machine()["kernels"]
+    assert _wall_line(capsys).endswith(
+        f", then 2 CPU threads (resumed run) on another machine ({cpu}, {kernels})"
+    )

@@ -10,12 +10,14 @@ minute and so would see a job that has just ended as still running.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import platform
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ENV = "LAD_NUM_THREADS"
 MAX_THREADS = 4096  # past any CPU count; torch's own limit is a C int
@@ -38,11 +40,14 @@ class ThreadChoice:
     count: int
     chosen_by: str
     busy: float | None = None
+    machine: dict[str, str] | None = field(default=None, compare=False)
 
     def as_json(self) -> dict[str, object]:
         out: dict[str, object] = {"count": self.count, "chosen_by": self.chosen_by}
         if self.busy is not None:
             out["busy_cpus"] = round(self.busy, 2)
+        if self.machine is not None:
+            out["machine"] = dict(self.machine)
         return out
 
     def describe(self) -> str:
@@ -75,17 +80,40 @@ def requested_threads(environ: Mapping[str, str]) -> int | None:
     return int(text)
 
 
+@functools.cache
+def this_machine() -> dict[str, str]:
+    """What decides how torch's CPU kernels round: the processor, the instruction set torch
+    dispatches to, and torch's version. Records are byte-identical only where all three (and the
+    thread count) are the same; elsewhere they agree to float tolerance (docs/formats.md)."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            names = [line.partition(":")[2].strip() for line in f if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "kernels": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+    }
+
+
 def record_choice(recorded: dict[str, object] | None, choice: ThreadChoice) -> dict[str, object]:
     """run.json's "threads" once a session has loaded the model with `choice`.
 
     `recorded`: run.json's "threads" before, None for a run without records yet (or from before
     lad recorded threads). It holds the choice of the session that made the run's first records,
-    the count a resume keeps, and under "then" that of each later session which used another
-    count (LAD_NUM_THREADS): a resume that kept it leaves run.json as an unbroken run's.
+    the count a resume keeps, and the machine it ran on; under "then", each later session which
+    used another count (LAD_NUM_THREADS) or ran on another machine: a resume that kept both leaves
+    run.json as an unbroken run's. A run recorded before lad named the machine takes it as kept.
     """
     if recorded is None:
         return choice.as_json()
-    if choice.count == recorded.get("count"):
+    machine = recorded.get("machine", choice.machine)
+    if choice.count == recorded.get("count") and machine == choice.machine:
         return recorded
     later = recorded.get("then", [])
     return {**recorded, "then": [*(later if isinstance(later, list) else []), choice.as_json()]}
@@ -117,7 +145,11 @@ def describe_threads(recorded: object) -> str:
         if isinstance(entry, dict) and type(entry.get("count")) is int:
             busy = entry.get("busy_cpus")
             busy = float(busy) if isinstance(busy, (int, float)) else None
-            said.append(ThreadChoice(entry["count"], str(entry.get("chosen_by")), busy).describe())
+            words = ThreadChoice(entry["count"], str(entry.get("chosen_by")), busy).describe()
+            machine, first = entry.get("machine"), recorded.get("machine")
+            if isinstance(machine, dict) and isinstance(first, dict) and machine != first:
+                words += f" on another machine ({machine.get('cpu')}, {machine.get('kernels')})"
+            said.append(words)
     return ", then ".join(said)
 
 
@@ -233,4 +265,4 @@ def set_cpu_threads(
     count, how, busy = plan_threads(os.environ, available_cpus(), measure, resumed)
     if count is not None and count != torch.get_num_threads():
         torch.set_num_threads(count)
-    return ThreadChoice(torch.get_num_threads(), how, busy)
+    return ThreadChoice(torch.get_num_threads(), how, busy, this_machine())

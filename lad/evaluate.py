@@ -9,7 +9,6 @@ files of a run directory). Its parts are in lad.run (docs/architecture.md): conf
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import time
 from collections import Counter
@@ -30,13 +29,12 @@ from lad.core.scoring import score_records
 from lad.data.items import Item, read_items
 from lad.data.orders import Request, cyclic_requests, given_requests, shuffled_requests
 from lad.errors import DataError, LadError
-from lad.io.files import write_text
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig, eval_config
 from lad.run.lock import RunLock
 from lad.run.mixed import mixed_cells, part_config, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
 from lad.run.resume import World
-from lad.run.rundir import CELLS_FILE, STAGE_FILES, RunDir
+from lad.run.rundir import RunDir
 from lad.run.runjson import fingerprint
 from lad.run.stages import Clock, LazyBackend, Stage, run_stage, sofa_sigma
 from lad.suites import slug
@@ -111,12 +109,13 @@ def load_items(config: EvalConfig, run_dir: Path) -> tuple[list[Item], list[Item
 
         num_eval = config.items or 100
         common = {"num_candidates": n, "setting": config.setting, "seed": config.seed}
-        eval_path = build_shapes(run_dir / "data/eval", items=num_eval, split="eval", **common)
+        folder = RunDir(run_dir).data_folder
+        eval_path = build_shapes(folder("eval"), items=num_eval, split="eval", **common)
         if on_eval:
             items = read_items(eval_path, n)
             return items, items[: config.calibration_items]
         cal_path = build_shapes(
-            run_dir / "data/calibration",
+            folder("calibration"),
             items=config.calibration_items,
             split="calibration",
             **common,
@@ -191,7 +190,7 @@ def fit_or_load_calibration(
         inputs = RunDir(run_dir).inputs
         fingerprint = config.spec.fingerprint(config.num_candidates, inputs)
         calibration = Calibration(obs_mean=config.obs_mean).fit(calibration_records, **fingerprint)
-    calibration.save(run_dir / "calibration.json")
+    RunDir(run_dir).write_calibration(calibration)
     return calibration
 
 
@@ -244,7 +243,7 @@ def _evaluate(
     clock = Clock(run_dir, world, make_backend)
 
     def stage(requests: list[Request], file: str, name: str, kind=None, desc="", acc_label=None):
-        path = run_dir / file
+        path = RunDir(run_dir).records_file(file)
         with clock(name, path, len(requests)):
             args = (requests, path, config, desc or name, world, kind, acc_label)
             return run_stage(make_backend, *args)
@@ -252,19 +251,19 @@ def _evaluate(
     requests = run_requests(config, eval_items)  # a bad --orders file fails before model work
     cal_records = None
     if not config.calibration:
-        cal_records = stage(cyclic_requests(cal_items), "calibration.jsonl", "calibration")
-    stage(requests, "records.jsonl", "evaluation")
+        cal_records = stage(cyclic_requests(cal_items), "calibration", "calibration")
+    stage(requests, "records", "evaluation")
     if "perm-avg" in config.methods:
         # Each shift alone is a vanilla prompt; perm-avg's own accuracy needs all N of them.
         shifts = cyclic_requests(eval_items)
-        stage(shifts, "perm_records.jsonl", "perm-avg", acc_label="vanilla acc per shift")
+        stage(shifts, "perm-avg", "perm-avg", acc_label="vanilla acc per shift")
     for template in ("instruction", "cot", "self-consistency"):
         if template in config.methods:
-            stage(requests, STAGE_FILES[template], template, Stage(template))
+            stage(requests, template, template, Stage(template))
     if "sofa" in config.methods:
         sigma = sofa_sigma(config, run_dir, make_backend, cal_items, world, clock)
         kind = Stage(sofa_sigma=sigma)
-        stage(requests, STAGE_FILES["sofa"], "sofa", kind, f"sofa σ={sigma:g}")
+        stage(requests, "sofa", "sofa", kind, f"sofa σ={sigma:g}")
     if not world.is_main:
         return None
     fit_or_load_calibration(config, run_dir, cal_records)
@@ -314,7 +313,7 @@ def score_run(
 def _report(run_dir: Path) -> Path:
     from lad.outputs.report import write_report
 
-    return write_report([run_dir], run_dir / "report")
+    return write_report([run_dir], RunDir(run_dir).report_folder)
 
 
 # ---------------------------------------------------------------- a mixed items file
@@ -335,14 +334,15 @@ def evaluate_mixed(
     items = read_items(config.data)
     ns = sorted({c.num_candidates for c in cells})
     parts = {n: part_config(config, run_dir, n, items) for n in ns}
+    run = RunDir(run_dir)
     if not world.is_main:
         for n, part in parts.items():
-            _evaluate(part, run_dir / f"n{n}", world, backends=backends)
+            _evaluate(part, run.part(n).path, world, backends=backends)
         return None
     existed = run_dir.exists()
     try:
         write_part_inputs(config, items, parts)
-        inputs = {n: check_inputs(p, run_dir / f"n{n}", load_items(p, run_dir / f"n{n}"))
+        inputs = {n: check_inputs(p, run.part(n).path, load_items(p, run.part(n).path))
                   for n, p in parts.items()}  # fmt: skip
     except LadError:
         if not existed:  # a refused run leaves nothing behind
@@ -353,12 +353,11 @@ def evaluate_mixed(
     with RunLock(run_dir):
         named = ("data", "calibration_data", "orders")
         own = {k: fingerprint(getattr(config, k)) for k in named if getattr(config, k)}
-        RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), own)
-        layout = cells_json(cells, {n: f"n{n}" for n in parts})
-        write_text(run_dir / CELLS_FILE, json.dumps(layout, indent=1) + "\n")
+        run.begin(config.identity(), EvalConfig().identity(), own)
+        run.write_cells(cells_json(cells, {n: RunDir.part_name(n) for n in parts}))
         for n, part in parts.items():
-            with RunLock(run_dir / f"n{n}"):
-                _evaluate(part, run_dir / f"n{n}", world, inputs[n], False, backends)
+            with RunLock(run.part(n).path):
+                _evaluate(part, run.part(n).path, world, inputs[n], False, backends)
         return score_run(
             run_dir,
             config.methods,
@@ -388,7 +387,7 @@ def _score_mixed(
             timing[stage] = round(timing.get(stage, 0.0) + seconds, 3)
     metrics["timing"] = timing
     metrics["source"] = run.source()
-    write_text(run.file("metrics.json"), json.dumps(metrics, indent=2) + "\n")
+    run.write_metrics(metrics)
     report = _report(run_dir) if write_report else None
     return RunResult(run_dir, metrics, format_cells_table(metrics, methods), report)
 
@@ -449,16 +448,10 @@ def run_suite(
 
 def _finished(config: EvalConfig, run_dir: Path) -> dict[str, Any] | None:
     """A run directory's metrics when it was finished with these arguments and methods."""
-    if not (run_dir / "metrics.json").is_file():
-        return None
+    resolved = config  # a mixed run's run.json: its arguments as given (each part resolves)
     try:
-        resolved = config  # a mixed run's run.json: its arguments as given (each part resolves)
         if len(mixed_cells(config)) <= 1:
             resolved = resolve_penalty(resolve_prompt(resolve_calibration_items(config)[0]))
-        run = RunDir(run_dir).check()
-        metrics = run.metrics()
-        same = run.run_json["arguments"] == json.loads(json.dumps(resolved.identity()))
     except LadError:
         return None
-    scored = cell_numbers(metrics)["methods"]
-    return metrics if same and all(m in scored for m in config.methods) else None
+    return RunDir(run_dir).finished(resolved.identity(), config.methods)

@@ -35,7 +35,7 @@ from lad.core.records import RecordSet, read_records
 from lad.core.scoring import score_records
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_file, write_text
-from lad.run.mixed import cells_of_part
+from lad.run.rundir import cells_of_part
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

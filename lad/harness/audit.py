@@ -22,7 +22,6 @@ first asking's is the method's noise floor.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -34,8 +33,7 @@ from lad.core.audit import noise_floor
 from lad.core.metrics import compute_metrics
 from lad.core.records import RecordSet
 from lad.errors import LadError
-from lad.io.files import write_text
-from lad.run.rundir import AUDIT_FILE, AUDIT_FORMAT, RunDir
+from lad.run.rundir import audit_part, write_audit
 
 ROW_KEYS = ("item", "ordering", "order", "answer", "prediction")
 _SUMMARY_KEYS = (
@@ -121,7 +119,7 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any) -> Pat
         if not result.answers_known:  # e.g. a test split: there is nothing to measure
             tasks[result.task][str(n)] = {"skipped": "some documents give no answer"}
             continue
-        folder = output / result.task / f"n{n}"
+        run, folder = audit_part(output, result.task, n)
         arguments = {
             "model": options.model,
             "labels": options.labels,
@@ -130,21 +128,16 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any) -> Pat
             "source": "lmms-eval --model lad",
             "task": result.task,
         }
-        metrics = write_audit_folder(result, folder, arguments)
+        metrics = write_audit_folder(result, run.path, arguments)
         calibration = result.source.to_dict()
-        tasks[result.task][str(n)] = _summary(
-            metrics, f"{result.task}/n{n}", calibration=calibration
-        )
+        tasks[result.task][str(n)] = _summary(metrics, folder, calibration=calibration)
     head = {"source": "--model lad", "model": options.model, "method": options.method}
     return _write_audit(output, dict(tasks), **head, labels=options.labels)
 
 
 def _write_audit(output: Path, tasks: dict[str, Any], **head: Any) -> Path:
     """lad_audit.json: its format, `head` (where the rows came from), the tasks, pooled."""
-    audit = {"format": AUDIT_FORMAT, **head, "tasks": tasks, "pooled": pooled_audit(tasks)}
-    path = output / AUDIT_FILE
-    write_text(path, json.dumps(audit, indent=2) + "\n")
-    return path
+    return write_audit(output, {**head, "tasks": tasks, "pooled": pooled_audit(tasks)})
 
 
 # ---------------------------------------------------------------- any model, from rows
@@ -217,10 +210,9 @@ def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: 
     for task, rows in sorted(rows_by_task.items()):
         tasks[task] = {}
         for n, metrics in rows_metrics(rows).items():
-            folder = output / "lad_audit" / task / f"n{n}"
-            run = RunDir(folder)
+            run, folder = audit_part(output, task, n, under="lad_audit")
             arguments = {"labels": "upper", "source": source, "task": task}
             run.write_run(arguments, None, harness={"task": task, "source": source})
             run.write_answers(metrics)
-            tasks[task][str(n)] = _summary(metrics, f"lad_audit/{task}/n{n}")
+            tasks[task][str(n)] = _summary(metrics, folder)
     return _write_audit(output, tasks, source=source)

@@ -17,21 +17,7 @@ from lad.data.items import Item, read_items, write_items
 from lad.errors import CalibrationError, DataError, RunError
 from lad.io.files import write_text
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig
-from lad.run.rundir import CELLS_FILE, STAGE_FILES, RunDir
-
-
-def mixed_parts(path: Path) -> list[Path]:
-    """A mixed run's part run directories (one per N), else [path]: what readers of runs read."""
-    if not (path / CELLS_FILE).is_file():
-        return [path]
-    return [part.path for part in RunDir(path).parts().values()]
-
-
-def cells_of_part(records_path: str | Path) -> list[Cell]:
-    """The cells of the mixed run whose part holds this records file (RUN/n{N}/records.jsonl),
-    else []: what `lad score` and `lad metrics` show per cell."""
-    run = Path(records_path).resolve().parent.parent
-    return RunDir(run).cells() if (run / CELLS_FILE).is_file() else []
+from lad.run.rundir import STAGE_FILES, RunDir
 
 
 def mixed_cells(config: EvalConfig) -> list[Cell]:
@@ -66,12 +52,11 @@ def scoring_inputs(
 def part_config(config: EvalConfig, run_dir: Path, n: int, items: Sequence[Item]) -> EvalConfig:
     """The run of N's items in n{N}/: its inputs the N's share of --data, --calibration-data and
     --orders (written into n{N}/data/), its calibration the N's of --calibration DIR."""
-    data = run_dir / f"n{n}" / "data"
-    changes: dict[str, Any] = {"num_candidates": n, "data": str(data / "items.jsonl")}
-    if config.calibration_data:
-        changes["calibration_data"] = str(data / "calibration.jsonl")
-    if config.orders:
-        changes["orders"] = str(data / "orders.jsonl")
+    mine = RunDir(run_dir).part(n)
+    changes: dict[str, Any] = {"num_candidates": n, "data": str(mine.part_input("data"))}
+    for name in ("calibration_data", "orders"):
+        if getattr(config, name):
+            changes[name] = str(mine.part_input(name))
     if config.calibration:
         changes["calibration"] = calibration_for(config.calibration, n)
     part = dataclasses.replace(config, **changes)
@@ -106,7 +91,7 @@ def calibration_for(folder: str, n: int) -> str:
             f"--calibration {folder}: a mixed items file (several N or tasks) needs a folder of "
             "calibration.n{N}.json files (or a mixed run directory), one per N"
         )
-    for path in (root / f"calibration.n{n}.json", root / f"n{n}" / "calibration.json"):
+    for path in (root / f"calibration.n{n}.json", RunDir(root).part(n).file("calibration.json")):
         if path.is_file():
             return str(path)
     raise CalibrationError(

@@ -41,18 +41,32 @@ STAGE_FILES = {
     "self-consistency": "sc_records.jsonl",
     "sofa": "sofa_records.jsonl",
 }
+# Every records file of a run, by the stage that makes it.
+RECORDS_FILES = {
+    "calibration": "calibration.jsonl",
+    "perm-avg": "perm_records.jsonl",
+    **STAGE_FILES,
+}
+# A part's share of the mixed run's input files (n{N}/data/), by the argument naming them.
+PART_INPUTS = {
+    "data": "data/items.jsonl",
+    "calibration_data": "data/calibration.jsonl",
+    "orders": "data/orders.jsonl",
+}
 # Files `lad eval` writes in a run directory; none may be one of its inputs.
 RUN_OUTPUTS = (
     "run.json",
-    "calibration.jsonl",
     "calibration.json",
-    "perm_records.jsonl",
     "predictions.jsonl",
     "metrics.json",
     "sofa.json",
     CELLS_FILE,
-    *STAGE_FILES.values(),
+    *RECORDS_FILES.values(),
 )
+
+
+def _json_text(obj: Any, indent: int = 2) -> str:
+    return json.dumps(obj, indent=indent) + "\n"
 
 
 class RunDir:
@@ -69,6 +83,55 @@ class RunDir:
 
     def file(self, name: str) -> Path:
         return self.path / name
+
+    def records_file(self, stage: str) -> Path:
+        """A stage's records file (RECORDS_FILES: "calibration", "records", "perm-avg", ...)."""
+        return self.file(RECORDS_FILES[stage])
+
+    def sofa_grid_file(self, sigma: float) -> Path:
+        """The calibration records of SoFA's σ grid at `sigma` (--sofa-sigma auto)."""
+        path = self.file("sofa_grid") / f"sigma{sigma:g}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def data_folder(self, split: str) -> Path:
+        """Where generated items of a split ("eval", "calibration") are written (--data shapes)."""
+        return self.file("data") / split
+
+    def part_input(self, name: str) -> Path:
+        """A part's share of the mixed run's --data, --calibration-data or --orders."""
+        return self.file(PART_INPUTS[name])
+
+    @property
+    def report_folder(self) -> Path:
+        return self.file("report")
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _write_run_json(self, run_json: Mapping[str, Any]) -> None:
+        write_text(self.file("run.json"), _json_text(dict(run_json)))
+        self.__dict__.pop("run_json", None)
+
+    def _update_run_json(self, key: str, change: Any) -> None:
+        """run.json with `change(stored[key])` as its `key`, beside "arguments" (a rerun's check
+        never compares it): the one way a begun run's run.json is updated."""
+        stored = read_run_json(self.file("run.json"))
+        stored[key] = change(stored.get(key))
+        self._write_run_json(stored)
+
+    def write_calibration(self, calibration: Calibration) -> None:
+        calibration.save(self.file("calibration.json"))
+
+    def write_sofa_choice(self, choice: Mapping[str, Any]) -> None:
+        """sofa.json: the σ grid, each σ's accuracy and the σ chosen (--sofa-sigma auto)."""
+        write_text(self.file("sofa.json"), _json_text(dict(choice)))
+
+    def write_cells(self, layout: Any) -> None:
+        """cells.json of a mixed run (lad.core.cells.cells_json)."""
+        write_text(self.file(CELLS_FILE), json.dumps(layout, indent=1) + "\n")
+
+    def write_metrics(self, metrics: Mapping[str, Any]) -> None:
+        write_text(self.file("metrics.json"), _json_text(dict(metrics)))
 
     # -- run.json ------------------------------------------------------------------------------
 
@@ -99,8 +162,7 @@ class RunDir:
             except RunError:
                 if self.made_records():
                     raise
-        write_text(path, json.dumps(wanted, indent=2) + "\n")
-        self.__dict__.pop("run_json", None)
+        self._write_run_json(wanted)
 
     def check_records_version(self) -> None:
         """Refuse to add records to a run whose records an older lad made another way (the two
@@ -166,13 +228,15 @@ class RunDir:
 
     def add_times(self, seconds: Mapping[str, float]) -> None:
         """Add wall times (seconds per stage) to run.json's "timing", the sum over every session
-        that worked on a stage. It sits beside "arguments", so a rerun's check never compares it."""
-        stored = read_run_json(self.file("run.json"))
-        timing = stored.setdefault("timing", {})
-        for stage, s in seconds.items():
-            timing[stage] = round(timing.get(stage, 0.0) + s, 3)
-        write_text(self.file("run.json"), json.dumps(stored, indent=2) + "\n")
-        self.__dict__.pop("run_json", None)
+        that worked on a stage."""
+
+        def added(timing: dict[str, float] | None) -> dict[str, float]:
+            timing = dict(timing or {})
+            for stage, s in seconds.items():
+                timing[stage] = round(timing.get(stage, 0.0) + s, 3)
+            return timing
+
+        self._update_run_json("timing", added)
 
     def threads(self) -> Any:
         """run.json's "threads": the CPU threads its records were made with (None on an
@@ -181,10 +245,7 @@ class RunDir:
 
     def set_threads(self, threads: Mapping[str, Any]) -> None:
         """Write run.json's "threads" (lad.backends.threads.record_choice), beside "arguments"."""
-        stored = read_run_json(self.file("run.json"))
-        stored["threads"] = dict(threads)
-        write_text(self.file("run.json"), json.dumps(stored, indent=2) + "\n")
-        self.__dict__.pop("run_json", None)
+        self._update_run_json("threads", lambda _: dict(threads))
 
     def made_records(self) -> bool:
         """Whether any records file in the run directory holds a record."""
@@ -207,7 +268,15 @@ class RunDir:
     def parts(self) -> dict[int, RunDir]:
         """The run directory of each N of a mixed run (n{N}/), by N."""
         ns = {c.num_candidates for c in self.cells()}
-        return {n: RunDir(self.path / f"n{n}") for n in sorted(ns)}
+        return {n: self.part(n) for n in sorted(ns)}
+
+    def part(self, n: int) -> RunDir:
+        """The part run directory of a mixed run's items of N candidates."""
+        return RunDir(self.file(f"n{n}"))
+
+    @staticmethod
+    def part_name(n: int) -> str:
+        return f"n{n}"
 
     # -- records -------------------------------------------------------------------------------
 
@@ -358,12 +427,29 @@ class RunDir:
 
         write_predictions(self.file("predictions.jsonl"), scored.predictions)
         metrics = {**scored.metrics, **more, "source": self.source()}
-        write_text(self.file("metrics.json"), json.dumps(metrics, indent=2) + "\n")
+        self.write_metrics(metrics)
         return metrics
 
     def write_answers(self, metrics: Mapping[str, Any]) -> None:
         """metrics.json of a model's answers only (no records to fingerprint)."""
-        write_text(self.file("metrics.json"), json.dumps(dict(metrics), indent=2) + "\n")
+        self.write_metrics(metrics)
+
+    def finished(self, arguments: Mapping[str, Any], methods: Any) -> dict[str, Any] | None:
+        """The run's metrics when it was finished with these record-defining `arguments`
+        (`begin`'s rule) and scored every one of `methods`; else None."""
+        if not self.file("metrics.json").is_file():
+            return None
+        try:
+            stored = self.check().run_json
+            wanted = {"arguments": json.loads(json.dumps(dict(arguments))), "inputs": {}}
+            check_same(self.path, stored, wanted, self.arguments)
+            metrics = self.metrics()
+        except LadError:
+            return None
+        scored = metrics.get("methods")
+        if not isinstance(scored, dict):  # a mixed run: its overall, item-weighted row
+            scored = metrics.get("groups", {}).get("overall", {}).get("methods", {})
+        return metrics if all(m in scored for m in methods) else None
 
     # -- written without lad eval --------------------------------------------------------------
 
@@ -380,16 +466,16 @@ class RunDir:
         N): run.json (marked "harness"), records (None: a model's answers only, whose metrics
         `write_answers` writes), perm records and calibration."""
         self.path.mkdir(parents=True, exist_ok=True)
-        run = {"format": RUN_FORMAT, "arguments": dict(arguments), "harness": dict(harness)}
-        write_text(self.file("run.json"), json.dumps(run, indent=2) + "\n")
-        self.__dict__.pop("run_json", None)
+        self._write_run_json(
+            {"format": RUN_FORMAT, "arguments": dict(arguments), "harness": dict(harness)}
+        )
         self.__dict__.pop("records", None)
         if records is not None:
             write_records(self.file("records.jsonl"), records)
         if perm_records is not None:
             write_records(self.file("perm_records.jsonl"), perm_records)
         if calibration is not None:
-            calibration.save(self.file("calibration.json"))
+            self.write_calibration(calibration)
 
 
 def _check_complete(records: RecordSet, path: Path) -> None:
@@ -404,11 +490,39 @@ def _check_complete(records: RecordSet, path: Path) -> None:
         )
 
 
+def audit_part(root: Path, task: str, n: int, *, under: str = "") -> tuple[RunDir, str]:
+    """A harness audit's run folder of one (task, N) and its name as lad_audit.json lists it
+    (relative to `root`); `under`: a subfolder of `root` holding them all."""
+    name = "/".join(filter(None, (under, task, RunDir.part_name(n))))
+    return RunDir(Path(root) / name), name
+
+
+def write_audit(root: Path, audit: Mapping[str, Any]) -> Path:
+    """lad_audit.json in `root`, of lad's audit format."""
+    path = Path(root) / AUDIT_FILE
+    write_text(path, _json_text({"format": AUDIT_FORMAT, **audit}))
+    return path
+
+
+def run_folders(path: Path) -> list[Path]:
+    """A mixed run's part run directories (one per N), else [path]: what readers of runs read."""
+    if not (path / CELLS_FILE).is_file():
+        return [path]
+    return [part.path for part in RunDir(path).parts().values()]
+
+
+def cells_of_part(records_path: str | Path) -> list[Any]:
+    """The cells of the mixed run whose part holds this records file (RUN/n{N}/records.jsonl),
+    else []: what `lad score` and `lad metrics` show per cell."""
+    run = RunDir(Path(records_path).resolve().parent.parent)
+    return run.cells() if run.is_mixed else []
+
+
 def audit_folders(path: Path) -> list[Path]:
     """The run folders a harness audit lists, when `path` holds lad_audit.json and no
     metrics.json of its own; a mixed run's parts (one per N); else [path]."""
     if (path / CELLS_FILE).is_file():
-        return [part.path for part in RunDir(path).parts().values()]
+        return run_folders(path)
     audit_path = path / AUDIT_FILE
     if (path / "metrics.json").is_file() or not audit_path.is_file():
         return [path]

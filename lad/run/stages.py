@@ -5,7 +5,6 @@ lad.run.resume; the model is loaded only when some stage still has records to ma
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -21,7 +20,6 @@ from lad.core.records import Record, RecordSet
 from lad.data.items import Item
 from lad.data.orders import Request, cyclic_requests
 from lad.errors import RunError
-from lad.io.files import write_text
 from lad.run import resume
 from lad.run.config import EvalConfig
 from lad.run.resume import World
@@ -228,8 +226,7 @@ def sofa_sigma(
     requests = cyclic_requests(cal_items)
     accuracy = {}
     for sigma in SOFA_GRID:
-        path = run_dir / "sofa_grid" / f"sigma{sigma:g}.jsonl"
-        path.parent.mkdir(exist_ok=True)
+        path = RunDir(run_dir).sofa_grid_file(sigma)
         kind = Stage(sofa_sigma=sigma)
         with clock("sofa grid", path, len(requests)) if clock else nullcontext():
             desc = f"sofa grid σ={sigma:g}"
@@ -242,5 +239,5 @@ def sofa_sigma(
             "accuracy": [accuracy[s] for s in SOFA_GRID],
             "sigma": best,
         }
-        write_text(run_dir / "sofa.json", json.dumps(choice, indent=2) + "\n")
+        RunDir(run_dir).write_sofa_choice(choice)
     return best

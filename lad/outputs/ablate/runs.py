@@ -22,8 +22,7 @@ from lad.core.methods import METHODS, MethodOptions
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
 from lad.errors import LadError, RunError
-from lad.run.mixed import mixed_parts
-from lad.run.rundir import STAGE_FILES, RunDir
+from lad.run.rundir import STAGE_FILES, RunDir, run_folders
 from lad.run.spec import RecordSpec
 
 RECORD_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified")
@@ -364,7 +363,7 @@ def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
 def load_runs(paths: Sequence[str | Path], *, check_calibration: bool = True) -> list[Run]:
     """`load_run` of each (a mixed run: of each of its parts); runs whose folder names coincide
     are named by their whole path."""
-    paths = [part for p in paths for part in mixed_parts(Path(p))]
+    paths = [part for p in paths for part in run_folders(Path(p))]
     resolved = [Path(p).resolve() for p in paths]
     twice = sorted({str(p) for p in paths if resolved.count(Path(p).resolve()) > 1})
     if twice:

@@ -64,7 +64,7 @@ from lad.core.labels import get_scheme
 from lad.core.prompts import TEXT
 from lad.data.items import Item, write_items
 from lad.evaluate import evaluate
-from lad.run.config import EvalConfig
+from lad.run.config import eval_config
 from lad.testing.text import build_tiny_text_model
 from lad.testing.tiny import TinySize
 
@@ -271,7 +271,7 @@ def main() -> None:
     rng = random.Random(5)
     write_items(args.out / "mcq.jsonl", [make_item(rng, k, "eval") for k in range(args.items)])
     write_items(args.out / "mcq.calibration.jsonl", [make_item(rng, k, "cal") for k in range(5)])
-    config = EvalConfig(
+    config = eval_config(
         model=str(path),
         data=str(args.out / "mcq.jsonl"),
         calibration_data=str(args.out / "mcq.calibration.jsonl"),

@@ -8,7 +8,6 @@ files of a run directory). Its parts are in lad.run (docs/architecture.md): conf
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import time
 from collections import Counter
@@ -69,14 +68,14 @@ def resolve_prompt(config: EvalConfig) -> EvalConfig:
     template = vanilla_template(read_items(config.data, config.num_candidates))
     if template == CAPTION:
         return config
-    return dataclasses.replace(config, prompt_template=template.text)
+    return config.replace(prompt_template=template.text)
 
 
 def resolve_penalty(config: EvalConfig) -> EvalConfig:
     """The run with its repetition penalty as a number (or None): "model" (--preset official)
     becomes the model's generation_config's, stored in run.json so records, calibration and
     every rescoring agree (RecordSpec.penalty)."""
-    return dataclasses.replace(config, repetition_penalty=config.spec.penalty())
+    return config.replace(repetition_penalty=config.spec.penalty())
 
 
 def resolve_calibration_items(config: EvalConfig) -> tuple[EvalConfig, str | None]:
@@ -84,7 +83,7 @@ def resolve_calibration_items(config: EvalConfig) -> tuple[EvalConfig, str | Non
     all the items of a smaller calibration file, which the note returned says."""
     if config.calibration_items is not None:
         return config, None
-    resolved = dataclasses.replace(config, calibration_items=DEFAULT_CALIBRATION_ITEMS)
+    resolved = config.replace(calibration_items=DEFAULT_CALIBRATION_ITEMS)
     source = config.data if config.calibrate_on == "evaluation" else config.calibration_data
     if source is None or not Path(source).is_file():  # 'shapes', or a file evaluate refuses
         return resolved, None
@@ -92,7 +91,7 @@ def resolve_calibration_items(config: EvalConfig) -> tuple[EvalConfig, str | Non
     if held >= DEFAULT_CALIBRATION_ITEMS:
         return resolved, None
     note = f"Note: {source} holds {held} calibration items: calibrating on {held}"
-    return dataclasses.replace(config, calibration_items=held), note
+    return config.replace(calibration_items=held), note
 
 
 # ---------------------------------------------------------------- data

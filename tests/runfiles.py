@@ -21,7 +21,7 @@ def small_config(model: str, bench: tuple[Path, Path], **kw: Any) -> Any:
     """An EvalConfig of a small run on CPU: the `bench` (items, calibration items) files, two
     calibration items, two shuffles, batches of two; `kw` (num_candidates among them) override
     any field."""
-    from lad.run.config import EvalConfig
+    from lad.run.config import eval_config
 
     base = {
         "model": model,
@@ -33,4 +33,4 @@ def small_config(model: str, bench: tuple[Path, Path], **kw: Any) -> Any:
         "quiet": True,
         "device": "cpu",
     }
-    return EvalConfig(**{**base, **kw})
+    return eval_config(**{**base, **kw})

@@ -43,7 +43,7 @@ from lad.outputs.ablate import (
     transfer_table,
     write_ablation,
 )
-from lad.run.config import EvalConfig
+from lad.run.config import eval_config
 from tests.synthetic import SyntheticModel
 
 
@@ -65,7 +65,7 @@ def write_run_dir(path: Path, model: SyntheticModel, *, items: int = 40, cal: in
     """A run directory as `lad eval` leaves it, holding the synthetic model's records
     (`arguments`: other EvalConfig fields run.json states)."""
     path.mkdir(parents=True)
-    config = EvalConfig(
+    config = eval_config(
         model="synthetic", num_candidates=model.num_candidates, setting=setting,
         calibration_items=cal, **arguments,
     )  # fmt: skip
@@ -518,20 +518,20 @@ def test_html_and_markdown_escape_what_they_show(tmp_path):
 def test_calibration_items_are_all_kept(tmp_path):
     from lad.data.shapes import build_shapes
 
-    shapes = EvalConfig(calibration_items=100, items=3)
+    shapes = eval_config(calibration_items=100, items=3)
     evaluation, calibration = load_items(shapes, tmp_path / "shapes")
     assert (len(evaluation), len(calibration)) == (3, 100)
     assert len(cyclic_requests(calibration)) == 400  # calibration.jsonl: every item × N shifts
 
     items = build_shapes(tmp_path / "items", num_candidates=4, items=110, image_size=16)
-    held_out = EvalConfig(data=str(items), calibration_items=100)
+    held_out = eval_config(data=str(items), calibration_items=100)
     evaluation, calibration = load_items(held_out, tmp_path / "run")
     assert (len(evaluation), len(calibration)) == (10, 100)
 
     # A --calibration-data file with fewer items than --calibration-items is refused, never cut
     # silently (issue 23): the run would calibrate on fewer items than run.json says.
     few = build_shapes(tmp_path / "few", num_candidates=4, items=3, split="calibration")
-    config = EvalConfig(data=str(items), calibration_data=str(few), calibration_items=100)
+    config = eval_config(data=str(items), calibration_data=str(few), calibration_items=100)
     with pytest.raises(DataError, match=r"holds 3 items but --calibration-items asks for 100"):
         load_items(config, tmp_path / "run")
 
@@ -546,7 +546,7 @@ def demo_run(tmp_path_factory) -> Path:
     from lad.evaluate import evaluate
 
     run = tmp_path_factory.mktemp("demo") / "run"
-    evaluate(EvalConfig(items=20, quiet=True, device="cpu"), run)
+    evaluate(eval_config(items=20, quiet=True, device="cpu"), run)
     return run
 
 

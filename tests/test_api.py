@@ -15,7 +15,7 @@ from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import CalibrationError, DataError
 from lad.evaluate import evaluate
 from lad.outputs.report import write_report
-from lad.run.config import EvalConfig
+from lad.run.config import eval_config
 from lad.testing.tiny import build_tiny_model
 
 
@@ -113,7 +113,7 @@ def test_cli_calibrate_and_predict(tiny, items, tmp_path, capsys):
 def test_report_over_runs_of_two_n(tiny, tmp_path):
     runs = []
     for n in (2, 3):
-        config = EvalConfig(
+        config = eval_config(
             model=tiny,
             data="shapes",
             num_candidates=n,

@@ -18,7 +18,7 @@ from lad.data.items import Item
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import CalibrationError, RecordError
 from lad.evaluate import evaluate
-from lad.run.config import EvalConfig
+from lad.run.config import EvalConfig, eval_config
 from lad.testing.tiny import build_tiny_model
 
 SCHEMES = sorted(LABEL_SCHEMES)
@@ -81,7 +81,7 @@ def _config(model: str, bench: tuple[Path, Path], **kw) -> EvalConfig:
         "methods": ("vanilla", "lad", "instruction"),
         "max_new_tokens": 2,
     }
-    return EvalConfig(**{**base, **kw})
+    return eval_config(**{**base, **kw})
 
 
 def test_labels_flow_through_calibration_and_report(model, bench, tmp_path, monkeypatch):

@@ -293,12 +293,12 @@ def test_malformed_preprocessing_is_refused(tmp_path, value):
 def test_run_preprocessing_fingerprints_the_chat_template_file(tmp_path):
     import hashlib
 
-    from lad.run.config import EvalConfig
+    from lad.run.config import eval_config
 
-    assert EvalConfig().spec.preprocessing() == NATIVE
+    assert eval_config().spec.preprocessing() == NATIVE
     template = tmp_path / "t.jinja"
     template.write_bytes(b"{{ messages }}\n")
-    config = EvalConfig(chat_template=str(template), image_size=336,
+    config = eval_config(chat_template=str(template), image_size=336,
                         image_options={"min_pixels": 3136, "max_pixels": 200704})  # fmt: skip
     assert config.spec.preprocessing() == {
         "chat_template_sha256": hashlib.sha256(b"{{ messages }}\n").hexdigest(),

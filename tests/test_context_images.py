@@ -213,12 +213,12 @@ def test_items_file_round_trips_context_pictures_and_checks_places(pictures, tmp
 
 
 def test_run_fingerprints_context_pictures_as_it_does_candidates(pictures, tmp_path):
-    from lad.run.config import EvalConfig
+    from lad.run.config import eval_config
     from lad.run.preflight import check_inputs
 
     items = _context_items(pictures)
     write_items(tmp_path / "items.jsonl", items)
-    config = EvalConfig(data=str(tmp_path / "items.jsonl"), num_candidates=3)
+    config = eval_config(data=str(tmp_path / "items.jsonl"), num_candidates=3)
     evaluation = read_items(tmp_path / "items.jsonl")
     inputs = check_inputs(config, tmp_path / "run", (evaluation, []))
     fingerprinted = inputs["data"]["images"]

@@ -99,9 +99,9 @@ def test_training_curve_goes_into_a_new_folder(tmp_path):
 def demo_run(tmp_path_factory):
     """`lad eval`'s default run on the shipped model (about 15 s on 2 cores)."""
     from lad.evaluate import evaluate
-    from lad.run.config import EvalConfig
+    from lad.run.config import eval_config
 
-    config = EvalConfig(
+    config = eval_config(
         model="demo", num_candidates=4, setting="random", num_shuffles=5, quiet=True
     )
     return evaluate(config, tmp_path_factory.mktemp("demo") / "run").metrics["methods"]
@@ -150,9 +150,9 @@ def test_lad_beats_a_fixed_prior_because_the_bias_is_conditional(demo_run):
 def test_lad_beats_vanilla_beyond_the_default(num_candidates, setting, margin, tmp_path):
     """`lad eval -n 8` and `lad eval --setting adversarial` (about 20 s each on 2 cores)."""
     from lad.evaluate import evaluate
-    from lad.run.config import EvalConfig
+    from lad.run.config import eval_config
 
-    config = EvalConfig(
+    config = eval_config(
         model="demo", num_candidates=num_candidates, setting=setting, num_shuffles=5, quiet=True
     )
     methods = evaluate(config, tmp_path / "run").metrics["methods"]

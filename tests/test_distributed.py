@@ -17,7 +17,7 @@ import pytest
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import RunError
 from lad.evaluate import evaluate
-from lad.run.config import EvalConfig
+from lad.run.config import eval_config
 from lad.testing.tiny import build_tiny_model
 from tests.runfiles import comparable
 
@@ -52,7 +52,7 @@ def setup(tmp_path_factory):
         "device": "cpu", "quiet": True,
     }  # fmt: skip
     single = root / "single"
-    evaluate(EvalConfig(**args), single)
+    evaluate(eval_config(**args), single)
     return args, single
 
 
@@ -108,7 +108,7 @@ def test_killed_run_resumes_per_shard(setup, tmp_path):
 
     # Another number of processes over the partial run is refused, never mixed.
     with pytest.raises(RunError, match="another number of processes"):
-        evaluate(EvalConfig(**args), run)
+        evaluate(eval_config(**args), run)
 
     proc = _launch(args, run)
     out, _ = proc.communicate(timeout=300)

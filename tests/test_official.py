@@ -20,7 +20,7 @@ from lad.data.items import Item, read_items
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import BackendError, DataError, RunError
 from lad.evaluate import evaluate
-from lad.run.config import EvalConfig
+from lad.run.config import EvalConfig, eval_config
 from lad.testing.tiny import build_tiny_model
 
 N = 3
@@ -190,7 +190,7 @@ def test_calibration_on_evaluation_items_uses_the_first_ones_and_scores_them(off
 
 def test_calibration_on_evaluation_items_is_refused_with_another_calibration_source(qwen, data):
     with pytest.raises(RunError, match=r"--calibrate-on evaluation .* --calibration-data"):
-        EvalConfig(model=qwen, data=str(data), calibrate_on="evaluation", calibration_data="x")
+        eval_config(model=qwen, data=str(data), calibrate_on="evaluation", calibration_data="x")
 
 
 def test_a_layer_range_past_the_model_is_refused_before_any_record(qwen, data, tmp_path, capsys):
@@ -319,7 +319,7 @@ def test_orders_file_evaluates_exactly_those_orderings(qwen, data, tmp_path):
 )
 def test_bad_orders_files_are_named(data, tmp_path, rows, message):
     orders = _write_orders(tmp_path / "orders.jsonl", rows)
-    config = EvalConfig(model="unused", data=str(data), num_candidates=N, orders=str(orders),
+    config = eval_config(model="unused", data=str(data), num_candidates=N, orders=str(orders),
                         calibrate_on="evaluation", calibration_items=1)  # fmt: skip
     with pytest.raises(DataError, match=message):
         evaluate(config, tmp_path / "run")
@@ -330,13 +330,13 @@ def test_orders_must_cover_every_evaluation_item_the_same_number_of_times(data, 
     common = {"model": "unused", "data": str(data), "num_candidates": N,
               "calibrate_on": "evaluation", "calibration_items": 1}  # fmt: skip
     rows = [{"item": i, "order": [0, 1, 2]} for i in ids[1:]]
-    config = EvalConfig(**common, orders=str(_write_orders(tmp_path / "a.jsonl", rows)))
+    config = eval_config(**common, orders=str(_write_orders(tmp_path / "a.jsonl", rows)))
     with pytest.raises(
         DataError, match=rf"no orders for 1 evaluation item\(s\), e.g. \['{ids[0]}'\]"
     ):
         evaluate(config, tmp_path / "a")
     rows = [{"item": i, "order": [0, 1, 2]} for i in ids] + [{"item": ids[2], "order": [2, 1, 0]}]
-    config = EvalConfig(**common, orders=str(_write_orders(tmp_path / "b.jsonl", rows)))
+    config = eval_config(**common, orders=str(_write_orders(tmp_path / "b.jsonl", rows)))
     with pytest.raises(DataError, match=r"different numbers of orderings \(\[1, 2\]"):
         evaluate(config, tmp_path / "b")
 
@@ -384,7 +384,7 @@ def test_a_given_calibration_of_another_eq1_average_is_refused_before_model_work
 ):
     from lad.errors import CalibrationError
 
-    config = EvalConfig(model=qwen, data=str(data), num_candidates=N, calibration_items=2,
+    config = eval_config(model=qwen, data=str(data), num_candidates=N, calibration_items=2,
                         calibration=str(official_run / "calibration.json"))  # fmt: skip
     with pytest.raises(
         CalibrationError, match=r"over 'logit' but this run asks for --obs-mean prob"
@@ -406,7 +406,7 @@ def test_a_given_calibration_made_at_336_is_refused_at_native_resolution_before_
     monkeypatch.setattr("lad.backends.load_backend", no_model)
     calibration = str(official_run / "calibration.json")
     template = OFFICIAL["prompt_template"]
-    config = EvalConfig(model=qwen, data=str(data), num_candidates=N, obs_mean="logit",
+    config = eval_config(model=qwen, data=str(data), num_candidates=N, obs_mean="logit",
                         prompt_template=template, calibration=calibration)  # fmt: skip
     refusal = r"made with --image-size 336, but these records are made with no --image-size"
     with pytest.raises(CalibrationError, match=refusal):

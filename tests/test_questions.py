@@ -29,7 +29,7 @@ from lad.data.items import Item, read_items, write_items
 from lad.data.shapes import build_shapes
 from lad.errors import CalibrationError, DataError, LadError
 from lad.evaluate import evaluate
-from lad.run.config import EvalConfig
+from lad.run.config import eval_config
 from lad.testing.tiny import build_tiny_model
 
 FORGED = "Which image is most likely to be a fake photograph?"
@@ -307,7 +307,7 @@ def test_a_calibration_from_another_template_is_refused(qwen, tmp_path, capsys, 
         "device": "cpu",
         "quiet": True,
     }
-    evaluate(EvalConfig(**common, calibration_data=cal_data), tmp_path / "paper")
+    evaluate(eval_config(**common, calibration_data=cal_data), tmp_path / "paper")
     paper_cal = str(tmp_path / "paper" / "calibration.json")
     asked.clear()
     mine = "Which picture shows {query}? Choose {first} to {last}.\nAnswer:"
@@ -317,10 +317,10 @@ def test_a_calibration_from_another_template_is_refused(qwen, tmp_path, capsys, 
         match=r"calibration.json: the calibration's prompt is the paper's caption prompt .*, but "
         r"the records' is a prompt template of one's own",
     ):
-        evaluate(EvalConfig(**given), tmp_path / "mine")
+        evaluate(eval_config(**given), tmp_path / "mine")
     assert not (tmp_path / "mine" / "records.jsonl").exists()  # refused before any model work
     assert asked == []
-    result = evaluate(EvalConfig(**given, calibration_check=False), tmp_path / "mine")
+    result = evaluate(eval_config(**given, calibration_check=False), tmp_path / "mine")
     assert result is not None and "lad" in result.metrics["methods"]
     queries = [it.query for it in read_items(data)]
     assert sorted(asked) == sorted(

@@ -24,7 +24,7 @@ from lad.core.records import read_records
 from lad.data.items import Item, read_items
 from lad.data.shapes import build_shapes, shapes_vocabulary
 from lad.errors import CalibrationError, RunError
-from lad.run.config import EvalConfig
+from lad.run.config import eval_config
 from lad.run.spec import RecordSpec
 from lad.testing.tiny import build_tiny_model
 from tests.full_forward import extend_inputs
@@ -152,10 +152,10 @@ def test_label_logprobs_equal_transformers_processor_on_brute_force_logits(
 
 
 def test_the_penalty_defines_the_records(model_dir: Path, tmp_path: Path) -> None:
-    assert EvalConfig(repetition_penalty=1.05).identity()["repetition_penalty"] == 1.05
+    assert eval_config(repetition_penalty=1.05).identity()["repetition_penalty"] == 1.05
     for bad in (0, -1.0, "auto", float("nan")):
         with pytest.raises(RunError, match="--repetition-penalty must be a number > 0 or 'model'"):
-            EvalConfig(repetition_penalty=bad)
+            eval_config(repetition_penalty=bad)
     # "model" (--preset official) is the model's generation_config's; 1 and none are none.
     assert resolve_repetition_penalty("model", str(model_dir)) == 1.05
     assert resolve_repetition_penalty("model", "demo") is None

@@ -12,7 +12,7 @@ from lad.core.labels import get_scheme
 from lad.core.methods import MethodOptions
 from lad.core.prompts import OFFICIAL, QUESTION, prompt_sha256
 from lad.errors import LadError
-from lad.run.config import RECORD_FIELDS, EvalConfig, eval_config
+from lad.run.config import RECORD_FIELDS, eval_config
 from lad.run.presets import OFFICIAL as OFFICIAL_PRESET
 from lad.run.spec import RecordSpec
 
@@ -22,7 +22,7 @@ FIXTURE_RUN = Path(__file__).parent / "data" / "run-d76e89a" / "partial" / "run.
 def test_record_fields_are_the_arguments_run_json_has_always_held():
     stored = json.loads(FIXTURE_RUN.read_text())["arguments"]
     assert set(RECORD_FIELDS) == set(stored)
-    assert EvalConfig().identity() == {**stored, "items": None, "num_shuffles": 5,
+    assert eval_config().identity() == {**stored, "items": None, "num_shuffles": 5,
                                        "calibration_items": None, "batch_size": 4}  # fmt: skip
 
 
@@ -36,7 +36,7 @@ def test_the_fingerprint_is_computed_in_one_place():
         "image_size": 336,
         "image_options": {},
     }
-    assert EvalConfig(model="m", labels="upper", image_size=336,
+    assert eval_config(model="m", labels="upper", image_size=336,
                       prompt_template=QUESTION.text).spec == spec  # fmt: skip
 
 

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lad.core.methods import CHOICES
 from lad.errors import LadError
 from lad.io.files import InputPath, OutputPath
-from lad.run.presets import PRESETS, preset_options
+from lad.run.config import DEFAULTS
+from lad.run.presets import PRESETS, with_preset
 
 # ---------------------------------------------------------------- the files a command touches
 # A flag naming a file or folder the command reads has `type=InputPath`, one it writes
@@ -244,7 +246,7 @@ def add_labels_flag(
 ) -> None:
     from lad.core.labels import LABEL_SCHEMES
 
-    p.add_argument("--labels", default="digits", choices=list(LABEL_SCHEMES), help=help)
+    p.add_argument("--labels", default=DEFAULTS.labels, choices=list(LABEL_SCHEMES), help=help)
 
 
 def add_records_flag(p: argparse.ArgumentParser) -> None:
@@ -257,14 +259,12 @@ def add_lad_flags(p: argparse.ArgumentParser) -> None:
     """LAD's inference options (§4.3), their official-code variants (with --obs-mean, how a
     calibration is fitted, Eq. 1) and --preset; defaults are the paper's."""
     add_preset_flag(p)
-    add_whole(
-        p, "--top-k", minimum=1, default=2, help="K layers selected by Eq. 9 (default: %(default)s)"
-    )
+    add_whole(p, "--top-k", minimum=1, default=DEFAULTS.top_k, help="K layers selected by Eq. 9")
     p.add_argument(
         "--tau",
         type=temperature(),
-        default=5.0,
-        help="τ of Eq. 12, >= 0; inf for the limit (default: %(default)s)",
+        default=DEFAULTS.tau,
+        help="τ of Eq. 12, >= 0; inf for the limit",
     )
     p.add_argument(
         "--layer-range",
@@ -275,12 +275,12 @@ def add_lad_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--mixture",
-        choices=["prob", "log"],
+        choices=CHOICES["mixture"],
         help="Eq. 13 in probability space (paper, default) or log space (official code)",
     )
     p.add_argument(
         "--attn-mean",
-        choices=["log", "raw"],
+        choices=CHOICES["attn_mean"],
         help="Eq. 11 mean of log attention (paper, default) or log of mean attention (official)",
     )
     add_obs_mean_flag(p)
@@ -289,7 +289,7 @@ def add_lad_flags(p: argparse.ArgumentParser) -> None:
 def add_obs_mean_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--obs-mean",
-        choices=["prob", "logit"],
+        choices=CHOICES["obs_mean"],
         help="Eq. 1 over probabilities (paper, default) or logits (official code)",
     )
 
@@ -364,11 +364,7 @@ def image_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def resolved(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
     """The options among `names` that were stated or that args.preset sets (stated wins)."""
-    values = {k: v for k, v in preset_options(args.preset).items() if k in names}
-    for name in names:
-        if getattr(args, name, None) is not None:
-            values[name] = getattr(args, name)
-    return values
+    return with_preset(args.preset, {n: getattr(args, n, None) for n in names}, names)
 
 
 def _layer_range(text: str) -> tuple[int, int]:

@@ -33,9 +33,10 @@ from lad.cli.flags import (
 )
 from lad.errors import CalibrationError, LadError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
+from lad.run.config import CALIBRATE_ON, DEFAULTS, SETTINGS
 
 
-def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> None:
+def _model_flags(p: argparse.ArgumentParser, default: str | None = DEFAULTS.model) -> None:
     p.add_argument(
         "--model",
         type=model_path,
@@ -43,15 +44,17 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
         required=default is None,
         help="hub id or local path of a supported model, or 'demo' (lad's embedded demo model)",
     )
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--device", default=DEFAULTS.device, help="auto, cpu, cuda or cuda:N")
     p.add_argument(
         "--dtype",
-        default="auto",
+        default=DEFAULTS.dtype,
         choices=["auto", "bfloat16", "float16", "float32"],
         help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
     )
     add_labels_flag(p)
-    add_whole(p, "--batch-size", minimum=1, default=4, help="prompts per forward pass")
+    add_whole(
+        p, "--batch-size", minimum=1, default=DEFAULTS.batch_size, help="prompts per forward pass"
+    )
     p.add_argument(
         "--prompt-template",
         type=InputPath,
@@ -100,21 +103,29 @@ def _baseline_flags(p: argparse.ArgumentParser) -> None:
         g,
         "--max-new-tokens",
         minimum=1,
-        default=1024,
+        default=DEFAULTS.max_new_tokens,
         help="reply length limit (instruction, cot, self-consistency)",
     )
-    add_whole(g, "--sc-samples", minimum=1, default=10, help="self-consistency paths")
+    add_whole(
+        g, "--sc-samples", minimum=1, default=DEFAULTS.sc_samples, help="self-consistency paths"
+    )
     g.add_argument(
         "--sc-temperature",
         type=number("--sc-temperature", 0.0, closed=False),
-        default=0.7,
+        default=DEFAULTS.sc_temperature,
         help="self-consistency sampling temperature, > 0",
     )
-    add_whole(g, "--sc-top-k", minimum=0, default=40, help="self-consistency top-k (0: all tokens)")
+    add_whole(
+        g,
+        "--sc-top-k",
+        minimum=0,
+        default=DEFAULTS.sc_top_k,
+        help="self-consistency top-k (0: all tokens)",
+    )
     g.add_argument(
         "--sofa-sigma",
         type=_sigma,
-        default=0.5,
+        default=DEFAULTS.sofa_sigma,
         help="SoFA weight σ of future image tokens, or 'auto' (grid on calibration items)",
     )
     g.add_argument(
@@ -125,18 +136,23 @@ def _baseline_flags(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from lad.run.config import DEFAULT_METHODS
-
     p = command(subparsers, "eval", _eval)
     _model_flags(p)
     p.add_argument(
-        "--data", type=items_or_shapes, default="shapes", help="items .jsonl file, or 'shapes'"
+        "--data", type=items_or_shapes, default=DEFAULTS.data, help="items .jsonl file, or 'shapes'"
     )
-    add_whole(p, "--num-candidates", "-n", minimum=2, default=4, help="N images per query")
+    add_whole(
+        p,
+        "--num-candidates",
+        "-n",
+        minimum=2,
+        default=DEFAULTS.num_candidates,
+        help="N images per query",
+    )
     p.add_argument(
         "--setting",
-        default="random",
-        choices=["random", "adversarial"],
+        default=DEFAULTS.setting,
+        choices=SETTINGS,
         help="shapes benchmark setting (for --data shapes)",
     )
     add_whole(p, "--items", minimum=1, help="evaluation items (default: all; 100 for shapes)")
@@ -154,13 +170,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--calibrate-on",
-        choices=["held-out", "evaluation"],
+        choices=CALIBRATE_ON,
         help="calibration items held out from --data (paper; default) or the first "
         "--calibration-items evaluation items, scored too (official code; warns)",
     )
-    add_methods_flag(p, DEFAULT_METHODS)
+    add_methods_flag(p, DEFAULTS.methods)
     shown = p.add_mutually_exclusive_group()
-    add_whole(shown, "--num-shuffles", minimum=1, default=5, help="T orderings per item")
+    add_whole(
+        shown,
+        "--num-shuffles",
+        minimum=1,
+        default=DEFAULTS.num_shuffles,
+        help="T orderings per item",
+    )
     shown.add_argument(
         "--orders",
         type=InputPath,
@@ -168,7 +190,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="jsonl of {item, order}: evaluate exactly these orderings (a records.jsonl works)",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="seed of the shuffles and of the shapes benchmark"
+        "--seed",
+        type=int,
+        default=DEFAULTS.seed,
+        help="seed of the shuffles and of the shapes benchmark",
     )
     add_lad_flags(p)
     add_calibration_check_flag(p)
@@ -276,12 +301,12 @@ def _eval(args: argparse.Namespace) -> int:
     from lad.backends.checkpoint import resolve_model
     from lad.backends.threads import describe_threads
     from lad.evaluate import evaluate, resolve_calibration_items
-    from lad.run.config import DEFAULT_METHODS, FIELDS, eval_config
+    from lad.run.config import FIELDS, eval_config
     from lad.run.preflight import model_num_layers
     from lad.run.rundir import RunDir
 
     stated = {name: getattr(args, name) for name in FIELDS if hasattr(args, name)}
-    stated["methods"] = methods_given(args.methods, DEFAULT_METHODS)
+    stated["methods"] = methods_given(args.methods, DEFAULTS.methods)
     stated["image_options"] = image_options(args)
     stated["prompt_template"] = getattr(_template(args.prompt_template), "text", None)
     config, note = resolve_calibration_items(eval_config(args.preset, **stated))

@@ -3,7 +3,7 @@
 Each maps (records, calibration, options) to (R, N) scores, vectorised over records; the
 prediction is the argmax. docs/methods.md states what each computes.
 
-    scores = score("lad", records, calibration, MethodOptions(top_k=2, tau=5.0))
+    scores = score("lad", records, calibration, MethodOptions())
 """
 
 from __future__ import annotations
@@ -15,13 +15,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lad.core.calibrate import Calibration, check_symmetrised, log_attention, log_softmax, logsumexp
+from lad.core.calibrate import (
+    OBS_MEANS,
+    Calibration,
+    check_symmetrised,
+    log_attention,
+    log_softmax,
+    logsumexp,
+)
 from lad.core.labels import get_scheme
 from lad.core.parsing import UNPARSEABLE, majority_vote, parse_answer, parse_answer_is, parse_cot
 from lad.core.records import RecordSet
 from lad.errors import CalibrationError, LadError, RecordError
 
 LAYER_STRATEGIES = ("top-k", "all")
+# The values MethodOptions' named choices allow (the CLI's flags offer these).
+CHOICES = {
+    "obs_mean": OBS_MEANS,
+    "mixture": ("prob", "log"),
+    "attn_mean": ("log", "raw"),
+}
 # log of the smallest positive normal double: where a score would be log 0 (attn-purified at τ = ∞).
 LOG_ZERO = math.log(np.finfo(np.float64).tiny)
 
@@ -56,9 +69,8 @@ class MethodOptions:
 
     def __post_init__(self) -> None:
         get_scheme(self.labels)
-        _choice("obs_mean", self.obs_mean, ("prob", "logit"))
-        _choice("mixture", self.mixture, ("prob", "log"))
-        _choice("attn_mean", self.attn_mean, ("log", "raw"))
+        for name, allowed in CHOICES.items():
+            _choice(name, getattr(self, name), allowed)
         if isinstance(self.layers, str):
             _choice("layers", self.layers, LAYER_STRATEGIES)
         elif not self.layers or not all(isinstance(i, int) for i in self.layers):

@@ -45,15 +45,15 @@ class LadLM(LM):
 
     def __init__(
         self,
-        pretrained: str = "demo",
+        pretrained: str = ChoiceOptions.model,
         method: str = "lad",
         calibration: str | None = None,
         calibration_items: str | None = None,
         device: str | None = "auto",
         dtype: str = "auto",
         batch_size: int | str | None = 1,
-        top_k: int | str = 2,
-        tau: float | str = 5.0,
+        top_k: int | str = ChoiceOptions.top_k,
+        tau: float | str = ChoiceOptions.tau,
         **unused: Any,
     ) -> None:
         super().__init__()

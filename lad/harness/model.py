@@ -42,7 +42,7 @@ class LadModel(lmms):
 
     def __init__(
         self,
-        model: str = "demo",
+        model: str = HarnessOptions.model,
         method: str = "lad",
         calibration: str | None = None,
         calibration_docs: int | str | None = None,
@@ -51,8 +51,8 @@ class LadModel(lmms):
         device: str | None = "auto",
         dtype: str = "auto",
         batch_size: int | str | None = 1,
-        top_k: int | str = 2,
-        tau: float | str = 5.0,
+        top_k: int | str = HarnessOptions.top_k,
+        tau: float | str = HarnessOptions.tau,
         output: str = "lad-harness",
         image_size: int | str | None = None,
         adapter: str | None = None,

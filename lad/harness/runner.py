@@ -43,7 +43,7 @@ NEEDS_CALIBRATION = ("pride", "lad", "attn-purified")
 class HarnessOptions:
     """`--model_args` of `--model lad` (docs/harness.md)."""
 
-    model: str = "demo"
+    model: str = RecordSpec.model
     method: str = "lad"
     calibration: str | None = None  # a calibration.json, or a folder of them (one per N)
     calibration_docs: int | None = None  # fit on the first K picture questions of each task
@@ -52,8 +52,8 @@ class HarnessOptions:
     device: str = "auto"
     dtype: str = "auto"
     batch_size: int = 1
-    top_k: int = 2
-    tau: float = 5.0
+    top_k: int = MethodOptions.top_k
+    tau: float = MethodOptions.tau
     output: str = "lad-harness"  # audit folders and the pictures' files
     image_size: int | None = None
 

@@ -45,15 +45,15 @@ MMLU_PROMPT = FILES / "mmlu.txt"  # lm-eval's MMLU prompt as a lad prompt templa
 class ChoiceOptions:
     """`--model_args` of lm-eval's `--model lad` (docs/harness.md)."""
 
-    model: str = "demo"
+    model: str = RecordSpec.model
     method: str = "lad"
     calibration: str | None = None  # a calibration.json, or a folder of them (one per N)
     calibration_items: str | None = None  # an items file of text questions to fit on
     device: str = "auto"
     dtype: str = "auto"
     batch_size: int = 1
-    top_k: int = 2
-    tau: float = 5.0
+    top_k: int = MethodOptions.top_k
+    tau: float = MethodOptions.tau
 
     def __post_init__(self) -> None:
         items = ("calibration_items", self.calibration_items, "<items file of text questions>")

@@ -11,15 +11,14 @@ from lad.core.labels import get_scheme
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.prompts import PromptTemplate
 from lad.errors import RunError
-from lad.run.presets import preset_options
+from lad.run.presets import with_preset
 from lad.run.spec import RecordSpec
 
 DEFAULT_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified", "perm-avg")
 # Where the calibration items come from: held out from the evaluation items (the paper, §4.2),
 # or the first |D_cal| evaluation items, scored too (the official code).
 CALIBRATE_ON = ("held-out", "evaluation")
-# The official code's variants of the paper's equations (docs/methods.md).
-VARIANTS = ("obs_mean", "mixture", "attn_mean", "layer_range")
+SETTINGS = ("random", "adversarial")  # the shapes benchmark's (lad.data.shapes)
 DEFAULT_CALIBRATION_ITEMS = 5  # |D_cal| of the paper (§4.2)
 
 
@@ -34,20 +33,13 @@ def scoring(default: Any) -> Any:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """Everything `lad eval` takes: the record spec (`spec`), the plan of the run (which items
-    under which orderings, in which batches), and how stored records are scored
-    (`method_options`). `RECORD_FIELDS` are the fields that define the records."""
+    """Everything `lad eval` takes: the record spec (`spec`, lad.run.spec.RecordSpec), the plan
+    of the run (which items under which orderings, in which batches), and how stored records are
+    scored (`options`, lad.core.methods.MethodOptions). Each field of the spec and the options
+    reads as the config's own (`config.model`, `config.top_k`); `eval_config` makes one from
+    them all by name. `RECORD_FIELDS` are the fields that define the records."""
 
-    # The record spec (lad.run.spec.RecordSpec).
-    model: str = "demo"
-    labels: str = "digits"
-    prompt_template: str | None = None  # the vanilla template's text; None: built-in
-    chat_template: str | None = None  # a Jinja file replacing the checkpoint's chat template
-    image_size: int | None = None  # every picture resized to this square first (official: 336)
-    image_options: dict[str, Any] = field(default_factory=dict)
-    # The label steps' logits penalised as `generate` does (docs/methods.md); "model": the
-    # model's generation_config's, None: no penalty.
-    repetition_penalty: float | str | None = None
+    spec: RecordSpec = field(default_factory=RecordSpec)
     # The plan.
     data: str = "shapes"
     num_candidates: int = 4
@@ -70,16 +62,23 @@ class EvalConfig:
     sofa_within_image: bool = False
     orders: str | None = None  # jsonl of (item, order): the orderings to evaluate, not shuffles
     calibrate_on: str = "held-out"  # or "evaluation": the first |D_cal| evaluation items
-    # How stored records are scored (MethodOptions; obs_mean also how calibration.json is fitted).
+    # How stored records are scored (obs_mean also how calibration.json is fitted); its labels
+    # are always the spec's.
+    options: MethodOptions = field(default_factory=MethodOptions, metadata=SCORING)
     methods: tuple[str, ...] = scoring(DEFAULT_METHODS)
-    top_k: int = scoring(2)
-    tau: float = scoring(5.0)
-    obs_mean: str = scoring("prob")
-    mixture: str = scoring("prob")
-    attn_mean: str = scoring("log")
-    layer_range: tuple[int, int] | None = scoring(None)
     quiet: bool = scoring(False)
     calibration_check: bool = scoring(True)  # refuse a calibration of another model, scheme, prompt
+
+    def __getattr__(self, name: str) -> Any:
+        """A field of the spec or of the options, as the config's own."""
+        part = "spec" if name in SPEC_FIELDS else "options" if name in OPTION_FIELDS else None
+        if part is None:
+            raise AttributeError(name)
+        return getattr(object.__getattribute__(self, part), name)
+
+    def replace(self, **changes: Any) -> EvalConfig:
+        """The config with `changes`, each a field of the config, its spec or its options."""
+        return _make(changes, self)
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -105,7 +104,7 @@ class EvalConfig:
             isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and 0 <= sigma <= 1
         ):
             raise RunError(f"--sofa-sigma must be a number in [0, 1] or 'auto'. Got {sigma!r}.")
-        if self.setting not in ("random", "adversarial"):
+        if self.setting not in SETTINGS:
             raise RunError(f"--setting must be random or adversarial. Got {self.setting!r}.")
         if self.calibrate_on not in CALIBRATE_ON:
             raise RunError(
@@ -121,22 +120,17 @@ class EvalConfig:
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
             raise RunError(f"--image-size must be a positive number of pixels. Got {size!r}.")
         self.spec.check()
-        _ = self.method_options  # MethodOptions checks the scoring options before any work
+        if self.options.labels != self.spec.labels:  # replies are parsed in the spec's labels
+            synced = dataclasses.replace(self.options, labels=self.labels)
+            object.__setattr__(self, "options", synced)
 
     def identity(self) -> dict[str, Any]:
         """run.json's "arguments": the fields that define the records, in run.json's order."""
         return {name: getattr(self, name) for name in RECORD_FIELDS}
 
     @property
-    def spec(self) -> RecordSpec:
-        return RecordSpec(**{name: getattr(self, name) for name in SPEC_FIELDS})
-
-    @property
     def method_options(self) -> MethodOptions:
-        values = {name: getattr(self, name) for name in ("top_k", "tau", *VARIANTS)}
-        if self.layer_range is not None:
-            values["layer_range"] = tuple(self.layer_range)
-        return MethodOptions(**values, labels=self.labels)
+        return self.options
 
     @property
     def template(self) -> str | PromptTemplate:
@@ -145,18 +139,35 @@ class EvalConfig:
 
 
 SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RecordSpec))
-FIELDS = tuple(f.name for f in dataclasses.fields(EvalConfig))
-RECORD_FIELDS = tuple(
-    f.name for f in dataclasses.fields(EvalConfig) if not f.metadata.get("scoring")
+OPTION_FIELDS = tuple(f.name for f in dataclasses.fields(MethodOptions) if f.name != "labels")
+PLAN_FIELDS = tuple(
+    f.name for f in dataclasses.fields(EvalConfig) if f.name not in ("spec", "options")
+)
+DEFAULTS = EvalConfig()  # every setting's default, declared once in the dataclasses above
+# Every setting of `lad eval` by name, and those that define the records (run.json's order).
+FIELDS = (*SPEC_FIELDS, *PLAN_FIELDS, *OPTION_FIELDS)
+RECORD_FIELDS = (
+    *SPEC_FIELDS,
+    *(f.name for f in dataclasses.fields(EvalConfig) if f.name in PLAN_FIELDS and not f.metadata),
 )
 
 
+def _make(changes: dict[str, Any], base: EvalConfig | None = None) -> EvalConfig:
+    """An EvalConfig of `base` (default: lad's defaults) with `changes` by setting name."""
+    unknown = [k for k in changes if k not in FIELDS]
+    if unknown:
+        raise RunError(f"EvalConfig has no setting {unknown[0]!r}; settings: {', '.join(FIELDS)}")
+    base = base or DEFAULTS
+    spec = base.spec.replace(**{k: v for k, v in changes.items() if k in SPEC_FIELDS})
+    options = {k: v for k, v in changes.items() if k in OPTION_FIELDS}
+    if options.get("layer_range") is not None:
+        options["layer_range"] = tuple(options["layer_range"])
+    options = dataclasses.replace(base.options, **options)
+    plan = {k: v for k, v in changes.items() if k in PLAN_FIELDS}
+    return dataclasses.replace(base, spec=spec, options=options, **plan)
+
+
 def eval_config(preset: str = "paper", **stated: Any) -> EvalConfig:
-    """An EvalConfig of the options stated (None: not stated) over a preset's
-    (lad.run.presets): a stated option wins; a stated calibration source wins over the
-    preset's --calibrate-on."""
-    values = {k: v for k, v in preset_options(preset).items() if k in FIELDS}
-    given = {k: v for k, v in stated.items() if v is not None}
-    if given.get("calibration_data") or given.get("calibration"):
-        values.pop("calibrate_on", None)
-    return EvalConfig(**{**values, **given})
+    """An EvalConfig of the settings stated by name (None: not stated) over a preset's
+    (lad.run.presets.with_preset: a stated setting wins)."""
+    return _make(with_preset(preset, stated, FIELDS))

@@ -31,7 +31,7 @@ from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, DataError, LadError
 from lad.io import limits
 from lad.io.images import check_image
-from lad.run.presets import preset_options
+from lad.run.presets import with_preset
 from lad.run.spec import RecordSpec
 
 
@@ -88,7 +88,7 @@ def _shortened(text: str, width: int) -> str:
 
 # The settings a Debiaser takes by name: the record spec's and the method options'.
 SPEC_SETTINGS = tuple(f.name for f in dataclasses.fields(RecordSpec))
-OPTION_SETTINGS = ("top_k", "tau", "obs_mean", "mixture", "attn_mean", "layer_range")
+OPTION_SETTINGS = tuple(f.name for f in dataclasses.fields(MethodOptions) if f.name != "labels")
 
 
 class Debiaser:
@@ -116,7 +116,7 @@ class Debiaser:
 
     def __init__(
         self,
-        model: str | RecordSpec = "demo",
+        model: str | RecordSpec = RecordSpec.model,
         options: MethodOptions | None = None,
         *,
         preset: str = "paper",
@@ -135,13 +135,7 @@ class Debiaser:
                 f"Debiaser got an unexpected setting {unknown[0]!r}. Settings: "
                 f"{', '.join((*SPEC_SETTINGS, *OPTION_SETTINGS))}."
             )
-        given = {k: v for k, v in settings.items() if v is not None}
-        preset_values = {
-            k: v
-            for k, v in preset_options(preset).items()
-            if k in (*SPEC_SETTINGS, *OPTION_SETTINGS)
-        }
-        values = {**preset_values, **given}
+        values = with_preset(preset, settings, (*SPEC_SETTINGS, *OPTION_SETTINGS))
         if isinstance(values.get("prompt_template"), PromptTemplate):
             values["prompt_template"] = values["prompt_template"].text
         spec = model if isinstance(model, RecordSpec) else RecordSpec(model=model)

@@ -59,17 +59,17 @@ def part_config(config: EvalConfig, run_dir: Path, n: int, items: Sequence[Item]
             changes[name] = str(mine.part_input(name))
     if config.calibration:
         changes["calibration"] = calibration_for(config.calibration, n)
-    part = dataclasses.replace(config, **changes)
+    part = config.replace(**changes)
     if part.prompt_template is None:
         template = vanilla_template([it for it in items if it.num_candidates == n])
         if template != CAPTION:
-            part = dataclasses.replace(part, prompt_template=template.text)
+            part = part.replace(prompt_template=template.text)
     if part.calibration_items is None:
         held = DEFAULT_CALIBRATION_ITEMS
         if config.calibration_data:
             held = min(held, len(_of_n(read_items(config.calibration_data), n, config)))
-        part = dataclasses.replace(part, calibration_items=max(held, 1))
-    return dataclasses.replace(part, repetition_penalty=part.spec.penalty())
+        part = part.replace(calibration_items=max(held, 1))
+    return part.replace(repetition_penalty=part.spec.penalty())
 
 
 def _of_n(items: Sequence[Item], n: int, config: EvalConfig) -> list[Item]:

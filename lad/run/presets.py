@@ -7,6 +7,7 @@ the names of `lad.run.config.EvalConfig` fields (the scoring ones are also `Meth
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from lad.core.prompts import OFFICIAL as OFFICIAL_PROMPT
@@ -37,3 +38,14 @@ def preset_options(name: str) -> dict[str, Any]:
     if name not in PRESETS:
         raise LadError(f"The 'preset' parameter must be one of {list(PRESETS)}. Got {name!r}.")
     return dict(PRESETS[name])
+
+
+def with_preset(name: str, stated: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """The settings `stated` (None: not stated) over those among `names` that preset `name`
+    sets: a stated setting wins; a stated calibration source wins over the preset's
+    --calibrate-on. The one place a preset is applied (lad eval, Debiaser, the CLI's commands)."""
+    values = {k: v for k, v in preset_options(name).items() if k in names}
+    given = {k: v for k, v in stated.items() if v is not None}
+    if given.get("calibration_data") or given.get("calibration"):
+        values.pop("calibrate_on", None)
+    return {**values, **given}

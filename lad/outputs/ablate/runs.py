@@ -69,8 +69,8 @@ class AblateOptions:
                  the layer count must still match), as lad ablate --no-calibration-check.
     """
 
-    top_k: int = 2
-    tau: float = 5.0
+    top_k: int = MethodOptions.top_k
+    tau: float = MethodOptions.tau
     ks: tuple[int, ...] = (1, 2, 4, 8)
     sizes: tuple[int, ...] = (1, 5, 10, 20, 50, 100)
     taus: tuple[float, ...] = (0.0, 1.0, 3.0, 5.0, 7.0, 9.0, math.inf)
@@ -78,8 +78,8 @@ class AblateOptions:
     seed: int = 0
     calibration_items: int | None = None
     obs_mean: str | None = None
-    mixture: str = "prob"
-    attn_mean: str = "log"
+    mixture: str = MethodOptions.mixture
+    attn_mean: str = MethodOptions.attn_mean
     layer_range: tuple[int, int] | None = None
     calibration_check: bool = True
 

@@ -34,7 +34,7 @@ from lad.run.mixed import mixed_cells, part_config, scoring_inputs, write_part_i
 from lad.run.preflight import check_inputs
 from lad.run.resume import World
 from lad.run.rundir import RunDir
-from lad.run.runjson import fingerprint
+from lad.run.runjson import file_digest
 from lad.run.stages import Clock, LazyBackend, Stage, run_stage, sofa_sigma
 from lad.suites import slug
 from lad.suites.plan import SuiteResult, cell_numbers, compared, one_n, suite_models
@@ -187,8 +187,8 @@ def fit_or_load_calibration(
     else:
         assert calibration_records is not None
         inputs = RunDir(run_dir).inputs
-        fingerprint = config.spec.fingerprint(config.num_candidates, inputs)
-        calibration = Calibration(obs_mean=config.obs_mean).fit(calibration_records, **fingerprint)
+        made = config.spec.fingerprint(config.num_candidates, inputs)
+        calibration = Calibration(obs_mean=config.obs_mean).fit(calibration_records, made)
     RunDir(run_dir).write_calibration(calibration)
     return calibration
 
@@ -351,7 +351,7 @@ def evaluate_mixed(
         after_checks()
     with RunLock(run_dir):
         named = ("data", "calibration_data", "orders")
-        own = {k: fingerprint(getattr(config, k)) for k in named if getattr(config, k)}
+        own = {k: file_digest(getattr(config, k)) for k in named if getattr(config, k)}
         run.begin(config.identity(), EvalConfig().identity(), own)
         run.write_cells(cells_json(cells, {n: RunDir.part_name(n) for n in parts}))
         for n, part in parts.items():

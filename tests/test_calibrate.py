@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lad.core.calibrate import ATTENTION_FLOOR, Calibration, check_symmetrised, log_softmax
+from lad.core.calibrate import (
+    ATTENTION_FLOOR,
+    Calibration,
+    Fingerprint,
+    check_symmetrised,
+    log_softmax,
+)
 from lad.core.records import RecordSet
 from lad.errors import CalibrationError
 from tests.synthetic import SyntheticModel
@@ -91,7 +97,9 @@ def test_fitting_twice_gives_the_same_result():
 
 
 def test_save_and_load(tmp_path):
-    cal = Calibration().fit(hand_records(), model="m", labels=["1", "2", "3"], prompt_sha256="x")
+    cal = Calibration().fit(
+        hand_records(), Fingerprint(model="m", labels=["1", "2", "3"], prompt_sha256="x")
+    )
     cal.save(tmp_path / "calibration.json")
     obj = json.loads((tmp_path / "calibration.json").read_text())
     assert obj["format"] == "lad-calibration/1"
@@ -152,7 +160,7 @@ def test_nan_is_refused():
 def test_unfitted_and_incompatible():
     with pytest.raises(CalibrationError, match="not fitted yet"):
         Calibration().check_compatible(hand_records())
-    cal = Calibration().fit(hand_records(), model="m", labels=["1", "2", "3"])
+    cal = Calibration().fit(hand_records(), Fingerprint(model="m", labels=["1", "2", "3"]))
     other_n = SyntheticModel(num_candidates=4, num_layers=2).eval_records(1, 1)
     with pytest.raises(CalibrationError, match="N = 3 candidates but the records have N = 4"):
         cal.check_compatible(other_n)
@@ -160,12 +168,14 @@ def test_unfitted_and_incompatible():
     with pytest.raises(CalibrationError, match="L = 2 attention layers"):
         cal.check_compatible(other_l)
     with pytest.raises(CalibrationError, match="model is 'm' but the records' is 'n'"):
-        cal.check_compatible(hand_records(), model="n")
+        cal.check_compatible(hand_records(), Fingerprint(model="n"))
     with pytest.raises(CalibrationError, match="labels"):
-        cal.check_compatible(hand_records(), labels=["A", "B", "C"])
-    cal.check_compatible(hand_records(), model="m", prompt_sha256="anything")  # unknown: ok
+        cal.check_compatible(hand_records(), Fingerprint(labels=["A", "B", "C"]))
+    cal.check_compatible(
+        hand_records(), Fingerprint(model="m", prompt_sha256="anything")
+    )  # unknown: ok
     with pytest.raises(CalibrationError, match="4 labels given for calibration records with N = 3"):
-        Calibration().fit(hand_records(), labels=["1", "2", "3", "4"])
+        Calibration().fit(hand_records(), Fingerprint(labels=["1", "2", "3", "4"]))
 
 
 def test_symmetrised_check_on_synthetic_sets():
@@ -220,57 +230,63 @@ AT_336 = {"chat_template_sha256": None, "image_size": 336, "image_options": {}}
 
 
 def test_preprocessing_is_saved_and_a_difference_is_refused_naming_the_flag(tmp_path):
-    cal = Calibration().fit(hand_records(), model="m", preprocessing=AT_336)
+    cal = Calibration().fit(hand_records(), Fingerprint(model="m", preprocessing=AT_336))
     cal.save(tmp_path / "c.json")
     obj = json.loads((tmp_path / "c.json").read_text())
     assert obj["preprocessing"] == {"chat_template_sha256": None, "image_size": 336,
                                     "image_options": {}}  # fmt: skip
     back = Calibration.load(tmp_path / "c.json")
-    back.check_compatible(hand_records(), preprocessing=dict(AT_336))
+    back.check_compatible(hand_records(), Fingerprint(preprocessing=dict(AT_336)))
     with pytest.raises(
         CalibrationError,
         match=r"fitted on records made with --image-size 336, but these records are made with "
         r"no --image-size \(pictures as they are\); recalibrate with the same --image-size, or "
-        r"skip this check on purpose \(--no-calibration-check\)",
+        r"skip this check on purpose \(check_calibration=False\)",
     ):
-        back.check_compatible(hand_records(), preprocessing=NATIVE)
-    back.check_compatible(hand_records(), preprocessing=NATIVE, strict=False)  # the override
+        back.check_compatible(hand_records(), Fingerprint(preprocessing=NATIVE))
+    back.check_compatible(
+        hand_records(), Fingerprint(preprocessing=NATIVE), strict=False
+    )  # the override
     mine = {**NATIVE, "chat_template_sha256": "ab" * 32}
     with pytest.raises(
         CalibrationError,
         match=r"made with --chat-template of SHA-256 abababababab\.\.\., but these records are "
         r"made with the checkpoint's own chat template; recalibrate with the same --chat-template",
     ):
-        Calibration().fit(hand_records(), preprocessing=mine).check_compatible(preprocessing=NATIVE)
+        Calibration().fit(hand_records(), Fingerprint(preprocessing=mine)).check_compatible(
+            fingerprint=Fingerprint(preprocessing=NATIVE)
+        )
     budget = {**NATIVE, "image_options": {"max_pixels": 200704}}
     with pytest.raises(
         CalibrationError,
         match=r'made with image options \{"max_pixels": 200704\}, but these records are made '
         r"with no image options .* the same --max-pixels / --min-pixels / --image-option",
     ):
-        Calibration().fit(hand_records(), preprocessing=budget).check_compatible(
-            preprocessing=NATIVE
+        Calibration().fit(hand_records(), Fingerprint(preprocessing=budget)).check_compatible(
+            fingerprint=Fingerprint(preprocessing=NATIVE)
         )
 
 
 def test_unknown_preprocessing_is_not_compared(tmp_path):
     # A file from before lad recorded it: no key, accepted whatever the records' preprocessing.
-    old = Calibration().fit(hand_records(), model="m").to_dict()
+    old = Calibration().fit(hand_records(), Fingerprint(model="m")).to_dict()
     assert "preprocessing" not in old
     (tmp_path / "old.json").write_text(json.dumps(old, indent=1) + "\n")
     cal = Calibration.load(tmp_path / "old.json")
     assert cal.preprocessing is None
-    cal.check_compatible(hand_records(), model="m", preprocessing=AT_336)
+    cal.check_compatible(hand_records(), Fingerprint(model="m", preprocessing=AT_336))
     cal.save(tmp_path / "again.json")  # kept as it was: no key added
     assert (tmp_path / "again.json").read_bytes() == (tmp_path / "old.json").read_bytes()
     # A chat template whose fingerprint is unknown on one side (its key absent): not compared.
     without = {"image_size": None, "image_options": {}}
     fitted = Calibration().fit(
-        hand_records(), preprocessing={**NATIVE, "chat_template_sha256": "c" * 64}
+        hand_records(), Fingerprint(preprocessing={**NATIVE, "chat_template_sha256": "c" * 64})
     )
-    fitted.check_compatible(preprocessing=without)
+    fitted.check_compatible(fingerprint=Fingerprint(preprocessing=without))
     with pytest.raises(CalibrationError, match="--image-size"):
-        fitted.check_compatible(preprocessing={**without, "image_size": 448})
+        fitted.check_compatible(
+            fingerprint=Fingerprint(preprocessing={**without, "image_size": 448})
+        )
 
 
 @pytest.mark.parametrize(

@@ -226,7 +226,7 @@ def test_calibration_folder_one_per_n(tmp_path: Path) -> None:
     """calibration=FOLDER: its calibration files serve their N (other .json files are passed
     over); a question of an N none serves, or one fitted under other labels, is refused before
     any record is made."""
-    from lad.core.calibrate import Calibration
+    from lad.core.calibrate import Calibration, Fingerprint
     from lad.core.labels import get_scheme
     from lad.core.prompts import QUESTION, prompt_sha256
     from lad.errors import CalibrationError
@@ -236,13 +236,13 @@ def test_calibration_folder_one_per_n(tmp_path: Path) -> None:
 
     records = SyntheticModel(num_candidates=4).calibration_records(2)
     scheme = get_scheme("upper")
-    Calibration().fit(
-        records,
+    made = Fingerprint(
         model="demo",
-        labels=scheme.labels(4),
+        labels=tuple(scheme.labels(4)),
         prompt_sha256=prompt_sha256(QUESTION, scheme, 4),
         preprocessing=Debiaser()._preprocessing(),
-    ).save(tmp_path / "calibration.json")
+    )
+    Calibration().fit(records, made).save(tmp_path / "calibration.json")
     (tmp_path / "metrics.json").write_text('{"num_candidates": 4}')
     scorer = PictureScorer(HarnessOptions(calibration=str(tmp_path), output=str(tmp_path / "o")))
     debiaser, source = scorer.calibrated("muirbench", 4, [])

@@ -230,7 +230,9 @@ def test_errors_are_clear():
         score_methods(["vanilla", "ours"], records)
     with pytest.raises(CalibrationError, match="comes from a calibration"):
         score("lad", records)
-    with pytest.raises(CalibrationError, match="refit it with Calibration"):
+    with pytest.raises(
+        CalibrationError, match=r"fitted with obs_mean 'prob' \(Eq. 1\), not 'logit'"
+    ):
         score("lad", records, hand_calibration(), MethodOptions(obs_mean="logit"))
     bad_options = ({"tau": -1.0}, {"tau": math.nan}, {"tau": "5"}, {"top_k": 0}, {"layers": "x"})
     for bad in (*bad_options, {"mixture": "geo"}):

@@ -387,7 +387,7 @@ def test_a_given_calibration_of_another_eq1_average_is_refused_before_model_work
     config = eval_config(model=qwen, data=str(data), num_candidates=N, calibration_items=2,
                         calibration=str(official_run / "calibration.json"))  # fmt: skip
     with pytest.raises(
-        CalibrationError, match=r"over 'logit' but this run asks for --obs-mean prob"
+        CalibrationError, match=r"fitted with obs_mean 'logit' \(Eq. 1\), not 'prob'"
     ):
         evaluate(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()

@@ -18,7 +18,7 @@ from lad.backends.checkpoint import resolve_repetition_penalty
 from lad.backends.hf import Backend
 from lad.backends.scoring import RepetitionPenalty, seen_tokens
 from lad.cli import main
-from lad.core.calibrate import Calibration
+from lad.core.calibrate import Calibration, Fingerprint
 from lad.core.labels import get_scheme
 from lad.core.records import read_records
 from lad.data.items import Item, read_items
@@ -176,19 +176,19 @@ def test_the_penalty_defines_the_records(model_dir: Path, tmp_path: Path) -> Non
         (with_it, without, "made with --repetition-penalty 1.05, but these records are made "
          "with no --repetition-penalty"),
     ):  # fmt: skip
-        calibration = Calibration().fit(records, model="m", preprocessing=fitted)
+        calibration = Calibration().fit(records, Fingerprint(model="m", preprocessing=fitted))
         saved = tmp_path / "calibration.json"
         calibration.save(saved)
         loaded = Calibration.load(saved)
         with pytest.raises(CalibrationError, match=message.replace("(", r"\(")):
-            loaded.check_compatible(records, model="m", preprocessing=now)
-        loaded.check_compatible(records, model="m", preprocessing=now, strict=False)
-        loaded.check_compatible(records, model="m", preprocessing=fitted)
+            loaded.check_compatible(records, Fingerprint(model="m", preprocessing=now))
+        loaded.check_compatible(records, Fingerprint(model="m", preprocessing=now), strict=False)
+        loaded.check_compatible(records, Fingerprint(model="m", preprocessing=fitted))
     # A calibration.json from before the option existed (preprocessing without the key) was
     # made without a penalty.
-    old = Calibration().fit(records, model="m", preprocessing=without)
+    old = Calibration().fit(records, Fingerprint(model="m", preprocessing=without))
     with pytest.raises(CalibrationError, match="no --repetition-penalty"):
-        old.check_compatible(records, model="m", preprocessing=with_it)
+        old.check_compatible(records, Fingerprint(model="m", preprocessing=with_it))
 
 
 def test_preset_official_takes_the_penalty_from_the_generation_config(model_dir, tmp_path, capsys):

@@ -29,9 +29,9 @@ def test_record_fields_are_the_arguments_run_json_has_always_held():
 def test_the_fingerprint_is_computed_in_one_place():
     spec = RecordSpec(model="m", labels="upper", prompt_template=QUESTION.text, image_size=336)
     got = spec.fingerprint(4)
-    assert got["model"] == "m" and got["labels"] == ["A", "B", "C", "D"]
-    assert got["prompt_sha256"] == prompt_sha256(QUESTION, get_scheme("upper"), 4)
-    assert got["preprocessing"] == {
+    assert got.model == "m" and got.labels == ("A", "B", "C", "D")
+    assert got.prompt_sha256 == prompt_sha256(QUESTION, get_scheme("upper"), 4)
+    assert got.preprocessing == {
         "chat_template_sha256": None,
         "image_size": 336,
         "image_options": {},

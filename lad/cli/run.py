@@ -31,7 +31,7 @@ from lad.cli.flags import (
     model_path,
     number,
 )
-from lad.errors import CalibrationError, LadError
+from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
 from lad.run.config import CALIBRATE_ON, DEFAULTS, SETTINGS
 
@@ -377,12 +377,7 @@ def _predict(args: argparse.Namespace) -> int:
     layers = debiaser.calibration_.num_layers  # the model's, as far as can be known before it loads
     check_top_k(args.top_k, layers, f"the calibration {args.calibration}")
     check_layer_range_flag(debiaser.options.layer_range, layers, args)
-    try:
-        choice = debiaser.predict(args.query, args.images, question=args.question)
-    except CalibrationError as e:  # the API's name for the switch, as this command spells it
-        raise CalibrationError(
-            str(e).replace("check_calibration=False", "--no-calibration-check")
-        ) from None
+    choice = debiaser.predict(args.query, args.images, question=args.question)
     if args.json:
         print(json.dumps(choice.to_dict(), indent=2))
         return 0

@@ -14,6 +14,8 @@ import json
 import math
 import operator
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,48 @@ PREPROCESSING = {
     "repetition_penalty": "--repetition-penalty",
 }
 PREPROCESSING_ABSENT = {"repetition_penalty": None}  # written only when a penalty is used
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What defines the records a calibration is fitted on or applied to (calibration.json keeps
+    it; lad.run.spec.RecordSpec.fingerprint makes one): the model, the labels c_1 … c_N, the
+    prompt's SHA-256 (lad.core.prompts.prompt_sha256) and the preprocessing (PREPROCESSING).
+    An empty field is unknown, and not compared."""
+
+    model: str = ""
+    labels: tuple[str, ...] = ()
+    prompt_sha256: str = ""
+    preprocessing: Mapping[str, Any] | None = None
+
+
+# What a caller offers to skip a fingerprint check with, as its messages name it (the CLI names
+# its --no-calibration-check flag instead: lad.cli.main).
+SKIP = "check_calibration=False"
+
+
+class CalibrationMismatch(CalibrationError):
+    """A calibration made for other records (another model, label scheme, prompt or
+    preprocessing) or one that does not say for which: refused unless skipped on purpose, the
+    message ending in the switch that skips it (`skip`)."""
+
+    def __init__(self, reason: str, skip: str = SKIP) -> None:
+        self.reason, self.skip = reason, skip
+        super().__init__(reason)
+
+    def __str__(self) -> str:
+        return self.reason.replace("{skip}", self.skip)
+
+    def within(self, where: object) -> CalibrationMismatch:
+        """The same refusal, its message prefixed with where the calibration came from."""
+        return CalibrationMismatch(f"{where}: {self.reason}", self.skip)
+
+
+def located(e: CalibrationError, where: object) -> CalibrationError:
+    """The refusal `e` of a calibration, its message prefixed with where the calibration is."""
+    return (
+        e.within(where) if isinstance(e, CalibrationMismatch) else CalibrationError(f"{where}: {e}")
+    )
 
 
 def logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
@@ -147,21 +191,19 @@ class Calibration:
     def fit(
         self,
         records: RecordSet | list[Record],
+        fingerprint: Fingerprint = Fingerprint(),
         *,
-        model: str | None = None,
-        labels: list[str] | None = None,
-        prompt_sha256: str | None = None,
-        preprocessing: dict[str, Any] | None = None,
         allow_partial: bool = False,
     ) -> Calibration:
-        """Estimate Eqs. 1, 4, 5, 7 and PriDe's prior from calibration records; returns self."""
+        """Estimate Eqs. 1, 4, 5, 7 and PriDe's prior from calibration records made as
+        `fingerprint` says (kept in calibration.json); returns self."""
         if not isinstance(records, RecordSet):
             records = RecordSet.from_records(records)
         check_symmetrised(records, allow_partial=allow_partial)
         if not np.isfinite(records.logprobs).all() or not np.isfinite(records.attention).all():
             raise CalibrationError("calibration records hold NaN or infinite values")
-        num = records.num_candidates
-        if labels is not None and len(labels) != num:
+        num, labels = records.num_candidates, fingerprint.labels
+        if labels and len(labels) != num:
             raise CalibrationError(
                 f"{len(labels)} labels given for calibration records with N = {num} candidates"
             )
@@ -174,11 +216,17 @@ class Calibration:
         self.num_items = len(np.unique(records.items))
         self.num_candidates = num
         self.num_layers = records.num_layers
-        self.model = model or ""
-        self.labels = list(labels or [])
-        self.prompt_sha256 = prompt_sha256 or ""
-        self.preprocessing = None if preprocessing is None else dict(preprocessing)
+        self.model = fingerprint.model or ""
+        self.labels = list(labels)
+        self.prompt_sha256 = fingerprint.prompt_sha256 or ""
+        made = fingerprint.preprocessing
+        self.preprocessing = None if made is None else dict(made)
         return self
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        """What the calibration was fitted on."""
+        return Fingerprint(self.model, tuple(self.labels), self.prompt_sha256, self.preprocessing)
 
     def _log_obs(self, records: RecordSet) -> np.ndarray:
         """Eq. 1: row i averages the prompts whose answer is at position i."""
@@ -209,29 +257,27 @@ class Calibration:
     def check_compatible(
         self,
         records: RecordSet | None = None,
-        model: str | None = None,
-        labels: list[str] | None = None,
-        prompt_sha256: str | None = None,
+        fingerprint: Fingerprint | None = None,
         *,
-        preprocessing: dict[str, Any] | None = None,
-        num_candidates: int | None = None,
-        num_layers: int | None = None,
+        obs_mean: str | None = None,
         strict: bool = True,
         require_fingerprint: bool = False,
         whose: str = "the records'",
-        skip: str = "--no-calibration-check",
     ) -> None:
-        """Refuse records (or, before any exist, a run of `num_candidates` / `num_layers`) of
-        another N or L, or (when both sides know it and `strict`) another model, label scheme,
-        prompt, chat template or image preprocessing (`preprocessing`, as lad.run.config's
-        run_preprocessing gives it).
+        """The one check that this calibration fits `records` (or, before any exist, records of
+        `fingerprint`, whose labels give N): always their N and layer count L, and Eq. 1's
+        average `obs_mean` where given; with `strict`, their model, label scheme, prompt, chat
+        template and image preprocessing where both sides know them.
 
         require_fingerprint: with `strict`, also refuse a calibration that does not know its
         model, labels or prompt (one fitted on bare records), since nothing then shows it fits.
-        whose: what the calibration is applied to, possessive, as messages name it ("this query's").
-        skip: how the caller turns the check off, as messages name it.
+        whose: what the calibration is applied to, possessive ("this query's"). A refusal that
+        `strict` False would skip is a CalibrationMismatch.
         """
         self.check_fitted()
+        num_candidates = num_layers = None
+        if fingerprint is not None and fingerprint.labels:
+            num_candidates = len(fingerprint.labels)
         if records is not None and len(records):
             num_candidates, num_layers = records.num_candidates, records.num_layers
         if num_candidates is not None and num_candidates != self.num_candidates:
@@ -244,40 +290,48 @@ class Calibration:
                 f"the calibration has L = {self.num_layers} attention layers but the records "
                 f"have L = {num_layers}; was it made with another model?"
             )
-        if not strict:
-            return
+        if obs_mean is not None and obs_mean != self.obs_mean:
+            raise CalibrationError(
+                f"the calibration was fitted with obs_mean {self.obs_mean!r} (Eq. 1), not "
+                f"{obs_mean!r}; refit it with obs_mean {obs_mean!r} (lad calibrate --obs-mean "
+                f"{obs_mean}), or leave obs_mean out to use the calibration's"
+            )
+        if strict:
+            self._check_fingerprint(fingerprint or Fingerprint(), whose, require_fingerprint)
+
+    def _check_fingerprint(self, theirs: Fingerprint, whose: str, required: bool) -> None:
         mine = {"model": self.model, "labels": self.labels}
-        theirs = {"model": model, "labels": labels or []}
+        given = {"model": theirs.model, "labels": list(theirs.labels)}
         for name in mine:
             same = _same_model if name == "model" else operator.eq
-            if mine[name] and theirs[name] and not same(mine[name], theirs[name]):
-                raise CalibrationError(
+            if mine[name] and given[name] and not same(mine[name], given[name]):
+                raise CalibrationMismatch(
                     f"the calibration's {name} is {mine[name]!r} but {whose} is "
-                    f"{theirs[name]!r}; recalibrate with the same model, label scheme and prompt "
-                    f"template, or skip this check on purpose ({skip})"
+                    f"{given[name]!r}; recalibrate with the same model, label scheme and prompt "
+                    "template, or skip this check on purpose ({skip})"
                 )
-        if self.prompt_sha256 and prompt_sha256 and self.prompt_sha256 != prompt_sha256:
-            raise CalibrationError(self._prompt_mismatch(prompt_sha256, whose, skip))
-        made, now = self.preprocessing or {}, preprocessing or {}
-        if self.preprocessing is not None and preprocessing is not None:
+        if self.prompt_sha256 and theirs.prompt_sha256 not in ("", self.prompt_sha256):
+            raise CalibrationMismatch(self._prompt_mismatch(theirs.prompt_sha256, whose))
+        made, now = self.preprocessing or {}, dict(theirs.preprocessing or {})
+        if self.preprocessing is not None and theirs.preprocessing is not None:
             made, now = {**PREPROCESSING_ABSENT, **made}, {**PREPROCESSING_ABSENT, **now}
         for key, flags in PREPROCESSING.items():
             if key in made and key in now and made[key] != now[key]:
-                raise CalibrationError(
+                raise CalibrationMismatch(
                     f"the calibration was fitted on records made with {_describe(key, made[key])}, "
                     f"but these records are made with {_describe(key, now[key])}; recalibrate with "
-                    f"the same {flags}, or skip this check on purpose ({skip})"
+                    f"the same {flags}, or skip this check on purpose ({{skip}})"
                 )
         mine["prompt_sha256"] = self.prompt_sha256
         unknown = [name for name, value in mine.items() if not value]
-        if require_fingerprint and unknown:
-            raise CalibrationError(
+        if required and unknown:
+            raise CalibrationMismatch(
                 f"its {' and '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} missing, so "
                 "nothing shows it was made for this model, label scheme and prompt; recalibrate "
-                f"(lad calibrate), or pass {skip} to use it anyway"
+                "(lad calibrate), or pass {skip} to use it anyway"
             )
 
-    def _prompt_mismatch(self, prompt_sha256: str, whose: str, skip: str) -> str:
+    def _prompt_mismatch(self, prompt_sha256: str, whose: str) -> str:
         """The two prompts in words (lad.core.prompts.describe_prompt), not as fingerprints."""
         from lad.core.prompts import CAPTION_DESCRIPTION, QUESTION_DESCRIPTION, describe_prompt
 
@@ -293,7 +347,7 @@ class Calibration:
             )
         return (
             f"the calibration's prompt is {made}, but {whose} is {asked}; {hint}recalibrate "
-            f"with the same prompt, or skip this check on purpose ({skip})"
+            "with the same prompt, or skip this check on purpose ({skip})"
         )
 
     # -- files ---------------------------------------------------------------------------------

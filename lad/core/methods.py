@@ -373,11 +373,8 @@ def score(
     """(R, N) scores of `method` for every record; higher is better. Always finite."""
     if method not in METHODS:
         raise LadError(f"Unknown method {method!r}. Methods computed from records: {list(METHODS)}")
-    if calibration is not None and calibration.obs_mean != options.obs_mean:
-        raise CalibrationError(
-            f"the calibration averaged Eq. 1 over {calibration.obs_mean!r} but the options ask "
-            f"for {options.obs_mean!r}; refit it with Calibration(obs_mean={options.obs_mean!r})"
-        )
+    if calibration is not None:
+        calibration.check_compatible(obs_mean=options.obs_mean)  # Eq. 1 as the options say
     if not len(records):
         return np.zeros((0, records.num_candidates))
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below, once

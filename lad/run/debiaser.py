@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from lad.core.calibrate import Calibration
+from lad.core.calibrate import Calibration, located
 from lad.core.labels import get_scheme
 from lad.core.methods import MethodOptions, lad_posterior, score, selected_layers
 from lad.core.prompts import PromptTemplate, vanilla_template
@@ -246,10 +246,8 @@ class Debiaser:
         `template` (default: this Debiaser's prompt_template, else the paper's caption one) and
         this Debiaser's chat_template, image_size and image_options (recorded as made with them)."""
         template = template or vanilla_template([], self.prompt_template)
-        fingerprint = self.spec.fingerprint(records.num_candidates, template=template)
-        self.calibration_ = Calibration(obs_mean=self.obs_mean or "prob").fit(
-            records, **fingerprint
-        )
+        made = self.spec.fingerprint(records.num_candidates, template=template)
+        self.calibration_ = Calibration(obs_mean=self.obs_mean or "prob").fit(records, made)
         return self
 
     def save(self, path: str | Path) -> None:
@@ -259,12 +257,10 @@ class Debiaser:
     def load(self, path: str | Path) -> Debiaser:
         """Use a calibration saved earlier (by `save`, `lad calibrate` or `lad eval`)."""
         calibration = Calibration.load(path)
-        if self.obs_mean is not None and self.obs_mean != calibration.obs_mean:
-            raise CalibrationError(
-                f"{path} was fitted with obs_mean {calibration.obs_mean!r} (Eq. 1), not "
-                f"{self.obs_mean!r}; refit it (lad calibrate --obs-mean {self.obs_mean}) or drop "
-                "the option to use the file's"
-            )
+        try:
+            calibration.check_compatible(obs_mean=self.obs_mean)
+        except CalibrationError as e:
+            raise located(e, path) from None
         self.calibration_ = calibration
         self._source = path
         return self
@@ -337,26 +333,19 @@ class Debiaser:
         scheme, prompt or preprocessing than queries of `num_candidates` asked with `template`
         (the layer count is checked on the records); return the labels c_1 … c_N."""
         self._check_fitted()
-        fingerprint = self.spec.fingerprint(num_candidates, template=template)
-        labels = fingerprint["labels"]
-        if self.calibration_.num_candidates != len(labels):
-            raise CalibrationError(
-                f"the calibration is for N = {self.calibration_.num_candidates} candidates but "
-                f"the query has N = {len(labels)}; calibrate with items of the same N"
-            )
+        asked = self.spec.fingerprint(num_candidates, template=template)
         try:
             self.calibration_.check_compatible(
-                **fingerprint,
+                fingerprint=asked,
                 strict=self.check_calibration,
                 require_fingerprint=True,
                 whose="this query's",
-                skip="check_calibration=False",
             )
         except CalibrationError as e:
             if not hasattr(self, "_source"):
                 raise
-            raise CalibrationError(f"{self._source}: {e}") from None
-        return labels
+            raise located(e, self._source) from None
+        return list(asked.labels)
 
     def _choices(self, items: list[Item], records: RecordSet, labels: list[str]) -> list[Choice]:
         options = self.options

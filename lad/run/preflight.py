@@ -11,23 +11,23 @@ from typing import Any
 
 from lad.backends.checkpoint import resolve_model
 from lad.backends.threads import requested_threads
-from lad.core.calibrate import Calibration
+from lad.core.calibrate import Calibration, located
 from lad.core.labels import get_scheme
 from lad.core.prompts import check_text_labels
 from lad.data.items import Item
 from lad.errors import CalibrationError, RunError
 from lad.io.files import check_not_inputs, check_output_dir, read_json
 from lad.io.images import check_image
-from lad.run import runjson
 from lad.run.config import EvalConfig
 from lad.run.rundir import RUN_OUTPUTS
+from lad.run.runjson import file_digest
 
 
 def check_inputs(
     config: EvalConfig, run_dir: Path, items: tuple[list[Item], list[Item]] | None
 ) -> dict[str, Any]:
     """Check every argument and input file before any model work and before the run directory
-    is touched; return the inputs' fingerprints for run.json (lad.run.runjson.fingerprint).
+    is touched; return the inputs' digests for run.json (lad.run.runjson.file_digest).
 
     items: the run's (evaluation, calibration) items from an items file; None for generated data.
     """
@@ -48,15 +48,15 @@ def check_inputs(
         from_data = eval_items + ([] if config.calibration_data else cal_items)
         files["data"] = config.data
         pictures = [p for it in from_data for p in it.pictures]  # context pictures too
-        inputs["data"] = runjson.fingerprint(config.data, pictures)
+        inputs["data"] = file_digest(config.data, pictures)
         if config.calibration_data:
             files["calibration_data"] = config.calibration_data
             images = [p for it in cal_items for p in it.pictures]
-            inputs["calibration_data"] = runjson.fingerprint(config.calibration_data, images)
+            inputs["calibration_data"] = file_digest(config.calibration_data, images)
     for name in ("calibration", "orders", "chat_template"):
         if getattr(config, name) and Path(getattr(config, name)).is_file():
             files[name] = getattr(config, name)
-            inputs[name] = runjson.fingerprint(getattr(config, name))
+            inputs[name] = file_digest(getattr(config, name))
     outputs = {f"--out {run_dir}/{name}": run_dir / name for name in RUN_OUTPUTS}
     check_not_inputs(outputs, {"--" + k.replace("_", "-"): v for k, v in files.items()})
     return inputs
@@ -130,23 +130,13 @@ def check_given_calibration(config: EvalConfig) -> Calibration:
     (unless --no-calibration-check), before any model work (the layer count is checked once
     records exist)."""
     calibration = Calibration.load(config.calibration)
-    n = config.num_candidates
     try:
-        if calibration.num_candidates != n:
-            raise CalibrationError(
-                f"the calibration is for N = {calibration.num_candidates} candidates but this "
-                f"run has N = {n}; calibrate with items of the same N"
-            )
-        if calibration.obs_mean != config.obs_mean:
-            raise CalibrationError(
-                f"it was fitted with Eq. 1 over {calibration.obs_mean!r} but this run asks for "
-                f"--obs-mean {config.obs_mean}; pass --obs-mean {calibration.obs_mean}"
-            )
         calibration.check_compatible(
-            **config.spec.fingerprint(n),
+            fingerprint=config.spec.fingerprint(config.num_candidates),
+            obs_mean=config.obs_mean,
             strict=config.calibration_check,
             require_fingerprint=True,
         )
     except CalibrationError as e:
-        raise CalibrationError(f"{config.calibration}: {e}") from e
+        raise located(e, config.calibration) from e
     return calibration

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from lad.core.calibrate import Calibration
+from lad.core.calibrate import Calibration, located
 from lad.core.records import RecordSet, read_records, write_records
 from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import read_json, write_text
@@ -356,10 +356,9 @@ class RunDir:
         if self.is_harness:  # made by the harness from the same records: N and L suffice
             check = False
         try:
-            calibration.check_compatible(records, **fingerprint, strict=check)
+            calibration.check_compatible(records, fingerprint, strict=check)
         except CalibrationError as e:
-            given = self.arguments.get("calibration") or "calibration.json"
-            raise CalibrationError(f"{given}: {e}") from e
+            raise located(e, self.arguments.get("calibration") or "calibration.json") from e
         return calibration
 
     def check(self) -> RunDir:

@@ -19,7 +19,7 @@ RUN_FORMAT = "lad-run/1"
 PATH_ARGUMENTS = ("model", "data", "calibration_data", "calibration", "orders", "chat_template")
 
 
-def fingerprint(path: str | Path, images: Iterable[Path] = ()) -> dict[str, Any]:
+def file_digest(path: str | Path, images: Iterable[Path] = ()) -> dict[str, Any]:
     """What run.json keeps of an input file: the SHA-256 of its bytes and, for each image it
     lists, the image's size and modification time (not its bytes, which would mean reading
     every image on every rerun), keyed by the image's path relative to the file's folder."""

@@ -22,6 +22,7 @@ from lad.backends.checkpoint import (
     resolve_model,
     resolve_repetition_penalty,
 )
+from lad.core.calibrate import Fingerprint
 from lad.core.labels import get_scheme
 from lad.core.prompts import CAPTION, PromptTemplate, check_template, prompt_sha256
 from lad.io.limits import check_image_flags
@@ -114,15 +115,15 @@ class RecordSpec:
         num_candidates: int,
         inputs: Mapping[str, Any] | None = None,
         template: PromptTemplate | None = None,
-    ) -> dict[str, Any]:
-        """What calibration.json records of the records it was fitted on, as the keyword
-        arguments of `Calibration.fit` and `Calibration.check_compatible`."""
-        return {
-            "model": self.model,
-            "labels": get_scheme(self.labels).labels(num_candidates),
-            "prompt_sha256": self.prompt_sha256(num_candidates, template),
-            "preprocessing": self.preprocessing(inputs),
-        }
+    ) -> Fingerprint:
+        """What calibration.json records of the records it was fitted on (`Calibration.fit`),
+        and what `Calibration.check_compatible` compares."""
+        return Fingerprint(
+            model=self.model,
+            labels=tuple(get_scheme(self.labels).labels(num_candidates)),
+            prompt_sha256=self.prompt_sha256(num_candidates, template),
+            preprocessing=self.preprocessing(inputs),
+        )
 
     def load_backend(
         self,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lad.core.calibrate import CalibrationMismatch
 from lad.core.methods import METHODS
 from lad.errors import LadError
 from lad.outputs.ablate.runs import (
@@ -176,7 +177,11 @@ def _transfer_refusal(source: Run, target: Run, strict: bool = True) -> str:
             f"{target.calibration.obs_mean!r}; pass --obs-mean to refit both alike"
         )
     try:
-        source.calibration.check_compatible(target.records, **target.fingerprint(), strict=strict)
+        source.calibration.check_compatible(target.records, target.fingerprint(), strict=strict)
+    except CalibrationMismatch as e:  # ablate's reports name the command's flag
+        e.skip = "--no-calibration-check"
+        given = target.arguments.get("calibration") or "calibration.json"
+        return f"{pair}: {given}: {e}"
     except LadError as e:
         given = target.arguments.get("calibration") or "calibration.json"
         return f"{pair}: {given}: {e}"

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from lad.core.calibrate import Calibration
+from lad.core.calibrate import Calibration, Fingerprint
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
@@ -160,7 +160,7 @@ class Run:
     def model(self) -> str:
         return str(self.arguments.get("model", ""))
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> Fingerprint:
         """What a calibration of these records must have been made for (RecordSpec)."""
         spec = RecordSpec.from_mapping(self.arguments)
         return spec.fingerprint(self.num_candidates, self.inputs)
@@ -236,11 +236,7 @@ class Run:
         assert records is not None
         made = self.calibration
         return Calibration(obs_mean=obs_mean or made.obs_mean).fit(
-            records.select(np.isin(records.items, list(items))),
-            model=made.model or None,
-            labels=made.labels or None,
-            prompt_sha256=made.prompt_sha256 or None,
-            preprocessing=made.preprocessing,
+            records.select(np.isin(records.items, list(items))), made.fingerprint
         )
 
     def with_calibration_items(

@@ -6,6 +6,13 @@ A unit is a subpackage of `lad/` (all of its modules together) or a top-level mo
 `import lad…` / `from lad… import` statement counts, also inside functions. A unit's layer is 1
 plus the highest layer of the units it imports; units in one import loop share a layer and the
 loop is listed.
+
+Two figures check "one concept, one place" (docs/architecture.md):
+- run-directory names outside RunDir: string constants elsewhere in lad/ that are the name of a
+  file of a run directory (the .json/.jsonl names lad/run/rundir.py declares); 0 means every
+  name and write of a run directory goes through lad.run.rundir.RunDir.
+- input reads: the calls that parse an input or decide from one (`read_items`, `get_scheme`,
+  `vanilla_template`), counted by function outside the module that defines each, with the files.
 """
 
 from __future__ import annotations
@@ -17,6 +24,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "lad"
 MAX_MODULE_LINES = 500
+RUNDIR = ROOT / "run" / "rundir.py"
+INPUT_READS = {  # function: the module defining it
+    "read_items": "lad/data/items.py",
+    "get_scheme": "lad/core/labels.py",
+    "vanilla_template": "lad/core/prompts.py",
+}
 
 
 def module_name(path: Path) -> str:
@@ -108,6 +121,59 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
     return out
 
 
+def _strings(tree: ast.AST) -> list[ast.Constant]:
+    """A module's string constants, docstrings left out."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
+
+
+def run_file_names() -> set[str]:
+    """The file names of a run directory, as lad/run/rundir.py declares them."""
+    tree = ast.parse(RUNDIR.read_text(encoding="utf-8"))
+    names = {c.value for c in _strings(tree)}
+    return {n for n in names if n.endswith((".json", ".jsonl")) and n[0].isalpha() and " " not in n}
+
+
+def run_names_outside(files: list[Path]) -> list[str]:
+    """file:line of each run-directory file name written outside rundir.py."""
+    names, out = run_file_names(), []
+    for p in files:
+        if p in (RUNDIR, RUNDIR.with_name("runjson.py")):  # run.json's format is RunDir's
+            continue
+        for c in _strings(ast.parse(p.read_text(encoding="utf-8"))):
+            if c.value in names:
+                out.append(f"{p.relative_to(ROOT.parent)}:{c.lineno} {c.value}")
+    return out
+
+
+def input_reads(files: list[Path]) -> dict[str, list[str]]:
+    """For each INPUT_READS function, file:line of every call outside its own module."""
+    out: dict[str, list[str]] = {name: [] for name in INPUT_READS}
+    for p in files:
+        rel = str(p.relative_to(ROOT.parent))
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            name = (
+                f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            )
+            if name in INPUT_READS and INPUT_READS[name] != rel:
+                out[name].append(f"{rel}:{node.lineno}")
+    return out
+
+
 def measure() -> dict:
     files = sorted(p for p in ROOT.rglob("*.py"))
     lines = {
@@ -147,6 +213,8 @@ def measure() -> dict:
         "modules_over_500_lines": big,
         "total_lines": sum(lines.values()),
         "modules": len(files),
+        "run_names_outside_rundir": run_names_outside(files),
+        "input_reads": input_reads(files),
     }
 
 
@@ -168,6 +236,14 @@ def main() -> None:
     print(f"modules over {MAX_MODULE_LINES} lines: {len(m['modules_over_500_lines'])}")
     for k, v in sorted(m["modules_over_500_lines"].items(), key=lambda kv: -kv[1]):
         print(f"  {k} {v}")
+    outside = m["run_names_outside_rundir"]
+    print(f"run-directory file names outside lad/run/rundir.py: {len(outside)}")
+    for where in outside:
+        print(f"  {where}")
+    print("input reads (calls outside the defining module):")
+    for name, calls in m["input_reads"].items():
+        where = sorted({c.rpartition(":")[0] for c in calls})
+        print(f"  {name}: {len(calls)} calls in {len(where)} files: {', '.join(where)}")
 
 
 if __name__ == "__main__":

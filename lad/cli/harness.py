@@ -119,17 +119,15 @@ def _audit(args: argparse.Namespace) -> int:
         lad harness audit out/
     """
     from lad.core.metrics import format_panel, format_table
-    from lad.errors import RunError
     from lad.harness.audit import write_rows_audit
     from lad.harness.samples import samples_rows
-    from lad.io.files import read_json
-    from lad.run.rundir import audit_folders
+    from lad.run.rundir import RunDir, audit_folders
 
     output_path = Path(args.output_path)
     out = Path(args.out) if args.out else output_path
     path = write_rows_audit(samples_rows(output_path), out, f"harness samples in {output_path}")
     for folder in audit_folders(out):  # each (task, N): the table and the audit panel
-        metrics = read_json(folder / "metrics.json", RunError)
+        metrics = RunDir(folder).metrics()
         print(f"{folder.relative_to(out)}: {format_table(metrics)}\n{format_panel(metrics)}\n")
     print(f"audit: {path}")
     return 0

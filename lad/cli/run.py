@@ -327,7 +327,7 @@ def _eval(args: argparse.Namespace) -> int:
     wall = ", ".join(f"{stage} {s:.1f} s" for stage, s in timing.items())
     print(f"\nwall time:     {wall}" + (f"; {threads}" if threads else ""))
     print(f"run directory: {result.run_dir}")
-    print(f"metrics:       {result.run_dir / 'metrics.json'}")
+    print(f"metrics:       {RunDir(result.run_dir).metrics_file}")
     if result.report:
         print(f"report:        {result.report}")
     return 0

@@ -43,10 +43,10 @@ def _load_run(run_dir: Path) -> dict[str, Any]:
     checks every reader of a run applies), and metrics.json's fields the report reads."""
     run = RunDir(run_dir).check()
     metrics = run.metrics()
-    _check_metrics(metrics, run.file("metrics.json"))
+    _check_metrics(metrics, run.metrics_file)
     out: dict[str, Any] = {"dir": run_dir, "metrics": metrics, "arguments": run.arguments}
     out["calibration"] = None
-    if run.file("calibration.json").is_file():
+    if run.calibration_file.is_file():
         try:
             out["calibration"] = run.calibration(check=False).to_dict()
         except CalibrationError as e:
@@ -55,7 +55,7 @@ def _load_run(run_dir: Path) -> dict[str, Any]:
     try:
         out["labels"] = get_scheme(scheme).labels(metrics["num_candidates"])
     except LadError as e:
-        raise RunError(f"{run.file('run.json')}: {e}") from None
+        raise RunError(f"{run.run_file}: {e}") from None
     return out
 
 

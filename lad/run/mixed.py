@@ -91,7 +91,7 @@ def calibration_for(folder: str, n: int) -> str:
             f"--calibration {folder}: a mixed items file (several N or tasks) needs a folder of "
             "calibration.n{N}.json files (or a mixed run directory), one per N"
         )
-    for path in (root / f"calibration.n{n}.json", RunDir(root).part(n).file("calibration.json")):
+    for path in (root / f"calibration.n{n}.json", RunDir(root).part(n).calibration_file):
         if path.is_file():
             return str(path)
     raise CalibrationError(

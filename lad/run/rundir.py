@@ -28,6 +28,7 @@ from lad.run.runjson import RUN_FORMAT, check_same, read_run_json
 # A harness audit (lad.harness.audit): a folder whose lad_audit.json lists run folders.
 AUDIT_FORMAT = "lad-harness-audit/1"
 AUDIT_FILE = "lad_audit.json"
+RUN_FILE, CALIBRATION_FILE, METRICS_FILE = "run.json", "calibration.json", "metrics.json"
 CELLS_FILE = "cells.json"  # a mixed run's (task, N) cells; one part run directory n{N}/ per N
 # How records are made from the same arguments; bumped when lad would now make other records, so a
 # run begun by an older lad is never extended with records that do not match its own (1: labels
@@ -105,6 +106,18 @@ class RunDir:
     @property
     def report_folder(self) -> Path:
         return self.file("report")
+
+    @property
+    def run_file(self) -> Path:
+        return self.file(RUN_FILE)
+
+    @property
+    def calibration_file(self) -> Path:
+        return self.file(CALIBRATION_FILE)
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.file(METRICS_FILE)
 
     # -- writes --------------------------------------------------------------------------------
 

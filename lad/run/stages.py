@@ -167,7 +167,7 @@ class LazyBackend:
                     device=self.device,
                     dtype=self.config.dtype,
                     quiet=self.config.quiet,
-                    threads=resumed_threads(self.recorded, run.file("run.json")),
+                    threads=resumed_threads(self.recorded, run.run_file),
                     pictures=self.pictures,
                 )
             self.backend = self.shared[key]

@@ -25,6 +25,7 @@ from lad.outputs.ablate.runs import (
     settings_note,
     summary,
 )
+from lad.run.rundir import CALIBRATION_FILE
 
 
 def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
@@ -178,11 +179,8 @@ def _transfer_refusal(source: Run, target: Run, strict: bool = True) -> str:
         )
     try:
         source.calibration.check_compatible(target.records, target.fingerprint(), strict=strict)
-    except CalibrationMismatch as e:  # ablate's reports name the command's flag
-        e.skip = "--no-calibration-check"
-        given = target.arguments.get("calibration") or "calibration.json"
-        return f"{pair}: {given}: {e}"
     except LadError as e:
-        given = target.arguments.get("calibration") or "calibration.json"
-        return f"{pair}: {given}: {e}"
+        if isinstance(e, CalibrationMismatch):  # ablate's reports name the command's flag
+            e.skip = "--no-calibration-check"
+        return f"{pair}: {target.arguments.get('calibration') or CALIBRATION_FILE}: {e}"
     return ""

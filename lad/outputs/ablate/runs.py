@@ -22,7 +22,7 @@ from lad.core.methods import METHODS, MethodOptions
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
 from lad.errors import LadError, RunError
-from lad.run.rundir import STAGE_FILES, RunDir, run_folders
+from lad.run.rundir import CALIBRATION_FILE, STAGE_FILES, RunDir, run_folders
 from lad.run.spec import RecordSpec
 
 RECORD_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified")
@@ -146,7 +146,7 @@ class Run:
     arguments: dict[str, Any] = field(default_factory=dict)
     inputs: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
-    calibration_source: str = "calibration.json"
+    calibration_source: str = CALIBRATION_FILE
 
     @property
     def num_candidates(self) -> int:
@@ -221,8 +221,8 @@ class Run:
             )
         if self.path is not None:
             raise AnalysisError(
-                f"{self.name} holds no calibration records: {self.path / 'calibration.jsonl'} "
-                "is missing",
+                f"{self.name} holds no calibration records: "
+                f"{RunDir(self.path).records_file('calibration')} is missing",
                 "restore the file, or make the run again with lad eval into a new --out",
             )
         raise AnalysisError(
@@ -345,7 +345,7 @@ def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
         name=run.path.name or str(run.path),
         records=run.records,
         calibration=run.calibration(check=check_calibration)
-        if run.file("calibration.json").is_file() or not run.is_harness
+        if run.calibration_file.is_file() or not run.is_harness
         else None,
         calibration_records=None if arguments.get("calibration") else run.calibration_records(),
         perm_records=run.perm_records(),

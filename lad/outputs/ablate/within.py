@@ -33,7 +33,7 @@ from lad.outputs.ablate.runs import (
     tau_json,
     tau_label,
 )
-from lad.run.rundir import STAGE_FILES
+from lad.run.rundir import RECORDS_FILES
 from lad.run.stages import SOFA_GRID
 
 # ---------------------------------------------------------------------------------------------
@@ -290,7 +290,7 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
 
 
 def _stage_file(method: str) -> str:
-    return "perm_records.jsonl" if method == "perm-avg" else STAGE_FILES[METHODS[method].stage]
+    return RECORDS_FILES["perm-avg" if method == "perm-avg" else METHODS[method].stage]
 
 
 def _calibration_passes(run: Run, method: str) -> int:

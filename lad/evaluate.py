@@ -19,10 +19,9 @@ from typing import Any
 import numpy as np
 
 from lad.core.calibrate import Calibration
-from lad.core.cells import Cell, cells_json, format_cells_table, score_cells
+from lad.core.cells import Cell, cells_json, cells_of, format_cells_table, score_cells
 from lad.core.methods import MethodOptions
 from lad.core.metrics import format_panel, format_table
-from lad.core.prompts import CAPTION, vanilla_template
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
 from lad.data.items import Item, read_items
@@ -30,7 +29,7 @@ from lad.data.orders import Request, cyclic_requests, given_requests, shuffled_r
 from lad.errors import DataError, LadError
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig, eval_config
 from lad.run.lock import RunLock
-from lad.run.mixed import mixed_cells, part_config, scoring_inputs, write_part_inputs
+from lad.run.mixed import part_config, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
 from lad.run.resume import World
 from lad.run.rundir import RunDir
@@ -38,6 +37,28 @@ from lad.run.runjson import file_digest
 from lad.run.stages import Clock, LazyBackend, Stage, run_stage, sofa_sigma
 from lad.suites import slug
 from lad.suites.plan import SuiteResult, cell_numbers, compared, one_n, suite_models
+
+
+@dataclass(frozen=True)
+class RunData:
+    """A run's input items, each file parsed and checked once (lad.data.items.read_items), then
+    handed down: --data's (None: generated shapes) and --calibration-data's (None: none given,
+    or a path that is no file, which `load_items` names)."""
+
+    items: list[Item] | None = None
+    calibration: list[Item] | None = None
+
+
+def read_data(config: EvalConfig) -> RunData:
+    """The items of --data and --calibration-data, each file read once."""
+    items = None if config.data == "shapes" else read_items(config.data)
+    source = config.calibration_data
+    return RunData(items, read_items(source) if source and Path(source).is_file() else None)
+
+
+def _with_n(items: list[Item], n: int, path: str) -> list[Item]:
+    """`items`, each of N candidates; else the file is read again to name the line that is not."""
+    return items if all(it.num_candidates == n for it in items) else read_items(path, n)
 
 
 @dataclass
@@ -59,16 +80,12 @@ def run_requests(config: EvalConfig, items: Sequence[Item]) -> list[Request]:
     return given_requests(items, config.orders, config.num_candidates)
 
 
-def resolve_prompt(config: EvalConfig) -> EvalConfig:
-    """The run with its vanilla template fixed: --prompt-template, else the built-in question
-    template when the evaluation items ask their own questions (stored in run.json, so the
-    records, the calibration's fingerprint and every rescoring agree), else the paper's."""
-    if config.prompt_template is not None or config.data == "shapes":
+def resolve_prompt(config: EvalConfig, data: RunData) -> EvalConfig:
+    """The run with its vanilla template fixed for its evaluation items (RecordSpec.for_items)."""
+    if config.prompt_template is not None or data.items is None:
         return config
-    template = vanilla_template(read_items(config.data, config.num_candidates))
-    if template == CAPTION:
-        return config
-    return config.replace(prompt_template=template.text)
+    items = _with_n(data.items, config.num_candidates, config.data)
+    return config.replace(prompt_template=config.spec.for_items(items).prompt_template)
 
 
 def resolve_penalty(config: EvalConfig) -> EvalConfig:
@@ -78,26 +95,35 @@ def resolve_penalty(config: EvalConfig) -> EvalConfig:
     return config.replace(repetition_penalty=config.spec.penalty())
 
 
-def resolve_calibration_items(config: EvalConfig) -> tuple[EvalConfig, str | None]:
+def resolve_calibration_items(config: EvalConfig, data: RunData) -> tuple[EvalConfig, str | None]:
     """The run with |D_cal| decided: as given (a file holding fewer is then refused), else 5, or
     all the items of a smaller calibration file, which the note returned says."""
     if config.calibration_items is not None:
         return config, None
     resolved = config.replace(calibration_items=DEFAULT_CALIBRATION_ITEMS)
-    source = config.data if config.calibrate_on == "evaluation" else config.calibration_data
-    if source is None or not Path(source).is_file():  # 'shapes', or a file evaluate refuses
+    on_eval = config.calibrate_on == "evaluation"
+    source = config.data if on_eval else config.calibration_data
+    items = data.items if on_eval else data.calibration
+    if items is None:  # 'shapes', or a file load_items refuses
         return resolved, None
-    held = min(Counter(it.num_candidates for it in read_items(source)).values())  # of each N
+    held = min(Counter(it.num_candidates for it in items).values())  # of each N
     if held >= DEFAULT_CALIBRATION_ITEMS:
         return resolved, None
     note = f"Note: {source} holds {held} calibration items: calibrating on {held}"
     return config.replace(calibration_items=held), note
 
 
+def resolved(config: EvalConfig, data: RunData) -> EvalConfig:
+    """The run of one N with |D_cal|, its prompt and its repetition penalty decided."""
+    return resolve_penalty(resolve_prompt(resolve_calibration_items(config, data)[0], data))
+
+
 # ---------------------------------------------------------------- data
 
 
-def load_items(config: EvalConfig, run_dir: Path) -> tuple[list[Item], list[Item]]:
+def load_items(
+    config: EvalConfig, run_dir: Path, data: RunData | None = None
+) -> tuple[list[Item], list[Item]]:
     """(evaluation items, calibration items). Held out (the default), the two never share an item
     id; with `calibrate_on` "evaluation" the calibration items are the first |D_cal| items of the
     data, which are evaluated too (the official code's choice)."""
@@ -120,12 +146,16 @@ def load_items(config: EvalConfig, run_dir: Path) -> tuple[list[Item], list[Item
             **common,
         )
         return read_items(eval_path, n), read_items(cal_path, n)
-    items = read_items(config.data, n)
+    data = read_data(config) if data is None else data
+    items = _with_n(data.items, n, config.data) if data.items else read_items(config.data, n)
     if on_eval:
         _enough(items, config.calibration_items, config.data)
         return items[: config.items or len(items)], items[: config.calibration_items]
     if config.calibration_data:
-        calibration = read_items(config.calibration_data, n)
+        calibration = data.calibration
+        if calibration is None:
+            calibration = read_items(config.calibration_data, n)  # refused, naming the file
+        calibration = _with_n(calibration, n, config.calibration_data)
         _enough(calibration, config.calibration_items, config.calibration_data)
         _same_kind(items, calibration, config)
     elif config.calibration:
@@ -199,6 +229,7 @@ def evaluate(
     world: World | None = None,
     after_checks: Callable[[], None] | None = None,
     backends: dict | None = None,
+    data: RunData | None = None,
 ) -> RunResult | None:
     """Run (or resume) one evaluation into `run_dir` and return its metrics.
 
@@ -207,21 +238,23 @@ def evaluate(
     called once every argument and input passed its checks, before any model work (the CLI's
     notes go there, so a refused run prints its one error line and nothing else). `backends`:
     models already loaded, kept for the next run of this process (lad.run.stages.LazyBackend).
+    `data`: the input items, read already (`read_data`); each input file is read once.
     """
     run_dir = Path(run_dir)
     world = world or World.from_env()
-    cells = mixed_cells(config)
+    data = read_data(config) if data is None else data
+    cells = cells_of(data.items or [])
     if len(cells) > 1:
-        return evaluate_mixed(config, cells, run_dir, world, after_checks, backends or {})
-    config = resolve_penalty(resolve_prompt(resolve_calibration_items(config)[0]))
+        return evaluate_mixed(config, cells, run_dir, world, after_checks, backends or {}, data)
+    config = resolved(config, data)
     if not world.is_main:
-        return _evaluate(config, run_dir, world, backends=backends)
-    items = None if config.data == "shapes" else load_items(config, run_dir)
+        return _evaluate(config, run_dir, world, backends=backends, data=data)
+    items = None if config.data == "shapes" else load_items(config, run_dir, data)
     inputs = check_inputs(config, run_dir, items)
     if after_checks is not None:
         after_checks()
     with RunLock(run_dir):
-        return _evaluate(config, run_dir, world, inputs, backends=backends)
+        return _evaluate(config, run_dir, world, inputs, backends=backends, data=data)
 
 
 def _evaluate(
@@ -231,12 +264,15 @@ def _evaluate(
     inputs: dict[str, Any] | None = None,
     report: bool = True,
     backends: dict | None = None,
+    data: RunData | None = None,
 ) -> RunResult | None:
     if world.is_main:
         RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), inputs)
-        load_items(config, run_dir)  # builds generated data once, before the others read it
+        if config.data == "shapes":
+            load_items(config, run_dir, RunData())  # built once, before the others read it
     world.barrier()
-    eval_items, cal_items = load_items(config, run_dir)
+    data = read_data(config) if data is None else data  # a part's files exist from here on
+    eval_items, cal_items = load_items(config, run_dir, data)
     make_backend = LazyBackend(config, world.device(config.device), run_dir, backends)
     make_backend.pictures = not all(it.is_text for it in eval_items + cal_items)
     clock = Clock(run_dir, world, make_backend)
@@ -325,14 +361,15 @@ def evaluate_mixed(
     world: World,
     after_checks: Callable[[], None] | None,
     backends: dict,
+    data: RunData,
 ) -> RunResult | None:
     """A run of several (task, N) cells: one part run directory n{N}/ per N, each a `lad eval` run
     of that N's items with its own calibration (held out from that N's items, or the N's file of
     --calibration DIR); cells.json names each cell's items; metrics.json holds each cell's
     metrics and the item-weighted groups (docs/formats.md, "Mixed runs")."""
-    items = read_items(config.data)
+    items = data.items or []
     ns = sorted({c.num_candidates for c in cells})
-    parts = {n: part_config(config, run_dir, n, items) for n in ns}
+    parts = {n: part_config(config, run_dir, n, items, data.calibration) for n in ns}
     run = RunDir(run_dir)
     if not world.is_main:
         for n, part in parts.items():
@@ -340,9 +377,12 @@ def evaluate_mixed(
         return None
     existed = run_dir.exists()
     try:
-        write_part_inputs(config, items, parts)
-        inputs = {n: check_inputs(p, run.part(n).path, load_items(p, run.part(n).path))
-                  for n, p in parts.items()}  # fmt: skip
+        write_part_inputs(config, items, parts, data.calibration)
+        part_data = {n: read_data(p) for n, p in parts.items()}
+        inputs = {}
+        for n, part in parts.items():
+            folder = run.part(n).path
+            inputs[n] = check_inputs(part, folder, load_items(part, folder, part_data[n]))
     except LadError:
         if not existed:  # a refused run leaves nothing behind
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -356,7 +396,7 @@ def evaluate_mixed(
         run.write_cells(cells_json(cells, {n: RunDir.part_name(n) for n in parts}))
         for n, part in parts.items():
             with RunLock(run.part(n).path):
-                _evaluate(part, run.part(n).path, world, inputs[n], False, backends)
+                _evaluate(part, run.part(n).path, world, inputs[n], False, backends, part_data[n])
         return score_run(
             run_dir,
             config.methods,
@@ -431,10 +471,14 @@ def run_suite(
     for k, (label, cell, config, run_dir) in enumerate(plans, 1):
         if k > 1 and label != plans[k - 2][0]:
             backends.clear()  # the model before is done with: free its memory for the next
-        metrics = _finished(config, run_dir)
+        try:
+            data: RunData | None = read_data(config)
+        except LadError:
+            data = None  # refused by evaluate, with its reason
+        metrics = None if data is None else _finished(config, run_dir, data)
         say(f"[{k}/{len(plans)}] {label} · {cell.id}: {'finished' if metrics else 'running'}")
         if metrics is None:
-            result = evaluate(config, run_dir, backends=backends)
+            result = evaluate(config, run_dir, backends=backends, data=data)
             metrics = result.metrics if result is not None else None
         else:
             skipped.append(run_dir)
@@ -445,12 +489,12 @@ def run_suite(
     return SuiteResult(format_suite_table(suite, rows), rows, runs, skipped)
 
 
-def _finished(config: EvalConfig, run_dir: Path) -> dict[str, Any] | None:
+def _finished(config: EvalConfig, run_dir: Path, data: RunData) -> dict[str, Any] | None:
     """A run directory's metrics when it was finished with these arguments and methods."""
-    resolved = config  # a mixed run's run.json: its arguments as given (each part resolves)
+    made = config  # a mixed run's run.json: its arguments as given (each part resolves)
     try:
-        if len(mixed_cells(config)) <= 1:
-            resolved = resolve_penalty(resolve_prompt(resolve_calibration_items(config)[0]))
+        if len(cells_of(data.items or [])) <= 1:
+            made = resolved(config, data)
     except LadError:
         return None
-    return RunDir(run_dir).finished(resolved.identity(), config.methods)
+    return RunDir(run_dir).finished(made.identity(), config.methods)

@@ -62,7 +62,7 @@ def _parsed_config(monkeypatch, argv: list[str]) -> EvalConfig:
     seen = []
     argv = ["--model", "Qwen/Qwen2.5-VL-3B-Instruct", *argv]
 
-    def capture(config, out, after_checks=None):
+    def capture(config, out, after_checks=None, data=None):
         seen.append(config)
         after_checks()  # what evaluate does once its checks passed
         raise SystemExit(0)

@@ -52,9 +52,7 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = DEFAULTS.mode
         help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
     )
     add_labels_flag(p)
-    add_whole(
-        p, "--batch-size", minimum=1, default=DEFAULTS.batch_size, help="prompts per forward pass"
-    )
+    _setting(p, "--batch-size", minimum=1, help="prompts per forward pass")
     p.add_argument(
         "--prompt-template",
         type=InputPath,
@@ -70,6 +68,12 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = DEFAULTS.mode
         help="Jinja chat template to use instead of the checkpoint's own (e.g. for a base model "
         "whose template ignores images)",
     )
+
+
+def _setting(p: Any, *names: str, minimum: int, help: str) -> None:
+    """A whole-number flag of an EvalConfig setting, its default the setting's (DEFAULTS)."""
+    default = getattr(DEFAULTS, names[0].removeprefix("--").replace("-", "_"))
+    add_whole(p, *names, minimum=minimum, default=default, help=help)
 
 
 def _quiet_flag(p: argparse.ArgumentParser) -> None:
@@ -99,29 +103,20 @@ def _sigma(text: str) -> float | str:
 
 def _baseline_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("baselines (docs/baselines.md)")
-    add_whole(
+    _setting(
         g,
         "--max-new-tokens",
         minimum=1,
-        default=DEFAULTS.max_new_tokens,
         help="reply length limit (instruction, cot, self-consistency)",
     )
-    add_whole(
-        g, "--sc-samples", minimum=1, default=DEFAULTS.sc_samples, help="self-consistency paths"
-    )
+    _setting(g, "--sc-samples", minimum=1, help="self-consistency paths")
     g.add_argument(
         "--sc-temperature",
         type=number("--sc-temperature", 0.0, closed=False),
         default=DEFAULTS.sc_temperature,
         help="self-consistency sampling temperature, > 0",
     )
-    add_whole(
-        g,
-        "--sc-top-k",
-        minimum=0,
-        default=DEFAULTS.sc_top_k,
-        help="self-consistency top-k (0: all tokens)",
-    )
+    _setting(g, "--sc-top-k", minimum=0, help="self-consistency top-k (0: all tokens)")
     g.add_argument(
         "--sofa-sigma",
         type=_sigma,
@@ -141,14 +136,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--data", type=items_or_shapes, default=DEFAULTS.data, help="items .jsonl file, or 'shapes'"
     )
-    add_whole(
-        p,
-        "--num-candidates",
-        "-n",
-        minimum=2,
-        default=DEFAULTS.num_candidates,
-        help="N images per query",
-    )
+    _setting(p, "--num-candidates", "-n", minimum=2, help="N images per query")
     p.add_argument(
         "--setting",
         default=DEFAULTS.setting,
@@ -176,13 +164,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_methods_flag(p, DEFAULTS.methods)
     shown = p.add_mutually_exclusive_group()
-    add_whole(
-        shown,
-        "--num-shuffles",
-        minimum=1,
-        default=DEFAULTS.num_shuffles,
-        help="T orderings per item",
-    )
+    _setting(shown, "--num-shuffles", minimum=1, help="T orderings per item")
     shown.add_argument(
         "--orders",
         type=InputPath,
@@ -300,7 +282,7 @@ def _eval(args: argparse.Namespace) -> int:
     """
     from lad.backends.checkpoint import resolve_model
     from lad.backends.threads import describe_threads
-    from lad.evaluate import evaluate, resolve_calibration_items
+    from lad.evaluate import evaluate, read_data, resolve_calibration_items
     from lad.run.config import FIELDS, eval_config
     from lad.run.preflight import model_num_layers
     from lad.run.rundir import RunDir
@@ -309,7 +291,9 @@ def _eval(args: argparse.Namespace) -> int:
     stated["methods"] = methods_given(args.methods, DEFAULTS.methods)
     stated["image_options"] = image_options(args)
     stated["prompt_template"] = getattr(_template(args.prompt_template), "text", None)
-    config, note = resolve_calibration_items(eval_config(args.preset, **stated))
+    config = eval_config(args.preset, **stated)
+    data = read_data(config)  # each input file read once, here
+    config, note = resolve_calibration_items(config, data)
     check_layer_range_flag(config.layer_range, model_num_layers(resolve_model(config.model)), args)
     notes = [note] if note else []
     if config.calibrate_on == "evaluation":
@@ -318,7 +302,7 @@ def _eval(args: argparse.Namespace) -> int:
             "which are scored too (the official code's choice); results on them are not held "
             "out (§4.2)"
         )
-    result = evaluate(config, args.out, after_checks=lambda: _say(notes))
+    result = evaluate(config, args.out, after_checks=lambda: _say(notes), data=data)
     if result is None:  # not the main process of a distributed run
         return 0
     print(result.table)

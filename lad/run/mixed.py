@@ -10,22 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lad.core.cells import Cell, Part, cells_of
+from lad.core.cells import Part
 from lad.core.methods import METHODS, MethodOptions
-from lad.core.prompts import CAPTION, vanilla_template
 from lad.data.items import Item, read_items, write_items
 from lad.errors import CalibrationError, DataError, RunError
 from lad.io.files import write_text
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig
 from lad.run.rundir import STAGE_FILES, RunDir
-
-
-def mixed_cells(config: EvalConfig) -> list[Cell]:
-    """The (task, N) cells of the run's items file (none for generated data or a missing file,
-    which the single-cell path reports)."""
-    if config.data == "shapes" or not Path(config.data).is_file():
-        return []
-    return cells_of(read_items(config.data))
 
 
 def scoring_inputs(
@@ -49,7 +40,13 @@ def scoring_inputs(
     return Part(records, calibration, options, stages, perm)
 
 
-def part_config(config: EvalConfig, run_dir: Path, n: int, items: Sequence[Item]) -> EvalConfig:
+def part_config(
+    config: EvalConfig,
+    run_dir: Path,
+    n: int,
+    items: Sequence[Item],
+    calibration: Sequence[Item] | None,
+) -> EvalConfig:
     """The run of N's items in n{N}/: its inputs the N's share of --data, --calibration-data and
     --orders (written into n{N}/data/), its calibration the N's of --calibration DIR."""
     mine = RunDir(run_dir).part(n)
@@ -60,14 +57,12 @@ def part_config(config: EvalConfig, run_dir: Path, n: int, items: Sequence[Item]
     if config.calibration:
         changes["calibration"] = calibration_for(config.calibration, n)
     part = config.replace(**changes)
-    if part.prompt_template is None:
-        template = vanilla_template([it for it in items if it.num_candidates == n])
-        if template != CAPTION:
-            part = part.replace(prompt_template=template.text)
+    mine = part.spec.for_items([it for it in items if it.num_candidates == n])
+    part = part.replace(prompt_template=mine.prompt_template)
     if part.calibration_items is None:
         held = DEFAULT_CALIBRATION_ITEMS
         if config.calibration_data:
-            held = min(held, len(_of_n(read_items(config.calibration_data), n, config)))
+            held = min(held, len(_of_n(_calibration(config, calibration), n, config)))
         part = part.replace(calibration_items=max(held, 1))
     return part.replace(repetition_penalty=part.spec.penalty())
 
@@ -100,12 +95,21 @@ def calibration_for(folder: str, n: int) -> str:
     )
 
 
+def _calibration(config: EvalConfig, read: Sequence[Item] | None) -> Sequence[Item]:
+    """--calibration-data's items, as read already (a path that is no file: refused here)."""
+    return read if read is not None else read_items(str(config.calibration_data))
+
+
 def write_part_inputs(
-    config: EvalConfig, items: Sequence[Item], parts: dict[int, EvalConfig]
+    config: EvalConfig,
+    items: Sequence[Item],
+    parts: dict[int, EvalConfig],
+    calibration: Sequence[Item] | None,
 ) -> None:
     """Each N's items (and calibration items and orders) into its part's data/ folder; made
     again from the same inputs they are the same bytes, so a resumed part sees no change."""
-    calibration = read_items(config.calibration_data) if config.calibration_data else None
+    if config.calibration_data:
+        calibration = _calibration(config, calibration)
     for n, part in parts.items():
         write_items(part.data, [it for it in items if it.num_candidates == n])
         if calibration is not None and part.calibration_data:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,13 @@ from lad.backends.checkpoint import (
 )
 from lad.core.calibrate import Fingerprint
 from lad.core.labels import get_scheme
-from lad.core.prompts import CAPTION, PromptTemplate, check_template, prompt_sha256
+from lad.core.prompts import (
+    CAPTION,
+    PromptTemplate,
+    check_template,
+    prompt_sha256,
+    vanilla_template,
+)
 from lad.io.limits import check_image_flags
 
 
@@ -76,6 +82,15 @@ class RecordSpec:
     def template(self) -> PromptTemplate:
         """The vanilla prompt: the given text, else the paper's caption prompt."""
         return CAPTION if self.prompt_template is None else PromptTemplate(self.prompt_template)
+
+    def for_items(self, items: Sequence[Any]) -> RecordSpec:
+        """This spec with its vanilla prompt fixed for `items` (lad.core.prompts.vanilla_template):
+        a given template stays; else the question (or text) template where the items need one is
+        written out, so run.json, the calibration's fingerprint and every rescoring agree."""
+        if self.prompt_template is not None:
+            return self
+        template = vanilla_template(items)
+        return self if template == CAPTION else self.replace(prompt_template=template.text)
 
     def penalty(self) -> float | None:
         """The repetition penalty as a number ("model" reads the model's generation_config)."""

@@ -1,5 +1,5 @@
 """Issue 31's classes on the run side, each closed by one rule: a harness audit lists only folders
-inside itself (lad.run.rundir.audit_folders), and a repetition penalty the logits cannot take is
+inside itself (lad.run.audits.audit_folders), and a repetition penalty the logits cannot take is
 refused before any model work (lad.backends.checkpoint.check_repetition_penalty)."""
 
 from __future__ import annotations

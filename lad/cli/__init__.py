@@ -11,7 +11,7 @@ import signal
 import sys
 
 from lad.cli.flags import declared_files
-from lad.core.calibrate import CalibrationMismatch
+from lad.core.fingerprint import CalibrationMismatch
 from lad.errors import LadError, os_error_message
 from lad.io.files import guarding
 

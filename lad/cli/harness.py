@@ -88,7 +88,7 @@ def _lm_eval_files(args: argparse.Namespace) -> int:
 
 def _audit_file(args: argparse.Namespace) -> tuple[dict, dict]:
     """The audit summary written into --out (default: OUTPUT_PATH itself)."""
-    from lad.run.rundir import AUDIT_FILE
+    from lad.run.audits import AUDIT_FILE
 
     return {}, {"its audit file": Path(args.out or args.output_path) / AUDIT_FILE}
 
@@ -121,7 +121,8 @@ def _audit(args: argparse.Namespace) -> int:
     from lad.core.metrics import format_panel, format_table
     from lad.harness.audit import write_rows_audit
     from lad.harness.samples import samples_rows
-    from lad.run.rundir import RunDir, audit_folders
+    from lad.run.audits import audit_folders
+    from lad.run.rundir import RunDir
 
     output_path = Path(args.output_path)
     out = Path(args.out) if args.out else output_path

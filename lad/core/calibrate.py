@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-import operator
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lad.core.fingerprint import UNKNOWN, Fingerprint, check_fingerprint
 from lad.core.records import Record, RecordSet
 from lad.errors import CalibrationError
 from lad.io.files import read_json, write_text
@@ -34,60 +31,6 @@ ATTENTION_FLOOR = 1e-12
 
 # log γ̂ is capped so γ̂ stays a finite float in JSON even for a degenerate calibration set.
 MAX_LOG_GAMMA = 700.0
-
-# calibration.json's "preprocessing" (additive to lad-calibration/1): how the calibration records'
-# chat and pictures were prepared, besides the prompt text (prompt_sha256), each with the flags
-# that set it. A key absent on either side is unknown and not compared, except those of
-# PREPROCESSING_ABSENT, whose absence from a known preprocessing means that value.
-PREPROCESSING = {
-    "chat_template_sha256": "--chat-template",
-    "image_size": "--image-size",
-    "image_options": "--max-pixels / --min-pixels / --image-option",
-    "repetition_penalty": "--repetition-penalty",
-}
-PREPROCESSING_ABSENT = {"repetition_penalty": None}  # written only when a penalty is used
-
-
-@dataclass(frozen=True)
-class Fingerprint:
-    """What defines the records a calibration is fitted on or applied to (calibration.json keeps
-    it; lad.run.spec.RecordSpec.fingerprint makes one): the model, the labels c_1 … c_N, the
-    prompt's SHA-256 (lad.core.prompts.prompt_sha256) and the preprocessing (PREPROCESSING).
-    An empty field is unknown, and not compared."""
-
-    model: str = ""
-    labels: tuple[str, ...] = ()
-    prompt_sha256: str = ""
-    preprocessing: Mapping[str, Any] | None = None
-
-
-# What a caller offers to skip a fingerprint check with, as its messages name it (the CLI names
-# its --no-calibration-check flag instead: lad.cli.main).
-SKIP = "check_calibration=False"
-
-
-class CalibrationMismatch(CalibrationError):
-    """A calibration made for other records (another model, label scheme, prompt or
-    preprocessing) or one that does not say for which: refused unless skipped on purpose, the
-    message ending in the switch that skips it (`skip`)."""
-
-    def __init__(self, reason: str, skip: str = SKIP) -> None:
-        self.reason, self.skip = reason, skip
-        super().__init__(reason)
-
-    def __str__(self) -> str:
-        return self.reason.replace("{skip}", self.skip)
-
-    def within(self, where: object) -> CalibrationMismatch:
-        """The same refusal, its message prefixed with where the calibration came from."""
-        return CalibrationMismatch(f"{where}: {self.reason}", self.skip)
-
-
-def located(e: CalibrationError, where: object) -> CalibrationError:
-    """The refusal `e` of a calibration, its message prefixed with where the calibration is."""
-    return (
-        e.within(where) if isinstance(e, CalibrationMismatch) else CalibrationError(f"{where}: {e}")
-    )
 
 
 def logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
@@ -191,7 +134,7 @@ class Calibration:
     def fit(
         self,
         records: RecordSet | list[Record],
-        fingerprint: Fingerprint = Fingerprint(),
+        fingerprint: Fingerprint = UNKNOWN,
         *,
         allow_partial: bool = False,
     ) -> Calibration:
@@ -297,58 +240,8 @@ class Calibration:
                 f"{obs_mean}), or leave obs_mean out to use the calibration's"
             )
         if strict:
-            self._check_fingerprint(fingerprint or Fingerprint(), whose, require_fingerprint)
-
-    def _check_fingerprint(self, theirs: Fingerprint, whose: str, required: bool) -> None:
-        mine = {"model": self.model, "labels": self.labels}
-        given = {"model": theirs.model, "labels": list(theirs.labels)}
-        for name in mine:
-            same = _same_model if name == "model" else operator.eq
-            if mine[name] and given[name] and not same(mine[name], given[name]):
-                raise CalibrationMismatch(
-                    f"the calibration's {name} is {mine[name]!r} but {whose} is "
-                    f"{given[name]!r}; recalibrate with the same model, label scheme and prompt "
-                    "template, or skip this check on purpose ({skip})"
-                )
-        if self.prompt_sha256 and theirs.prompt_sha256 not in ("", self.prompt_sha256):
-            raise CalibrationMismatch(self._prompt_mismatch(theirs.prompt_sha256, whose))
-        made, now = self.preprocessing or {}, dict(theirs.preprocessing or {})
-        if self.preprocessing is not None and theirs.preprocessing is not None:
-            made, now = {**PREPROCESSING_ABSENT, **made}, {**PREPROCESSING_ABSENT, **now}
-        for key, flags in PREPROCESSING.items():
-            if key in made and key in now and made[key] != now[key]:
-                raise CalibrationMismatch(
-                    f"the calibration was fitted on records made with {_describe(key, made[key])}, "
-                    f"but these records are made with {_describe(key, now[key])}; recalibrate with "
-                    f"the same {flags}, or skip this check on purpose ({{skip}})"
-                )
-        mine["prompt_sha256"] = self.prompt_sha256
-        unknown = [name for name, value in mine.items() if not value]
-        if required and unknown:
-            raise CalibrationMismatch(
-                f"its {' and '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} missing, so "
-                "nothing shows it was made for this model, label scheme and prompt; recalibrate "
-                "(lad calibrate), or pass {skip} to use it anyway"
-            )
-
-    def _prompt_mismatch(self, prompt_sha256: str, whose: str) -> str:
-        """The two prompts in words (lad.core.prompts.describe_prompt), not as fingerprints."""
-        from lad.core.prompts import CAPTION_DESCRIPTION, QUESTION_DESCRIPTION, describe_prompt
-
-        made = describe_prompt(self.prompt_sha256, self.labels)
-        asked = describe_prompt(prompt_sha256, self.labels)
-        hint = ""
-        if {made, asked} == {CAPTION_DESCRIPTION, QUESTION_DESCRIPTION}:
-            hint = (
-                "questions need a calibration made on questions (items with a 'question', e.g. "
-                "from lad data mmiu); "
-                if asked == QUESTION_DESCRIPTION
-                else "captions need a calibration made on captions (items without a 'question'); "
-            )
-        return (
-            f"the calibration's prompt is {made}, but {whose} is {asked}; {hint}recalibrate "
-            "with the same prompt, or skip this check on purpose ({skip})"
-        )
+            made, asked = self.fingerprint, fingerprint or UNKNOWN
+            check_fingerprint(made, asked, whose, require_fingerprint)
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -480,30 +373,6 @@ def _read_preprocessing(value: Any, source: object) -> dict[str, Any] | None:
             f"repetition_penalty (a number > 0); got {value!r}"
         )
     return value
-
-
-def _describe(key: str, value: Any) -> str:
-    """A preprocessing value as the flags that give it."""
-    if key == "chat_template_sha256":
-        if value is None:
-            return "the checkpoint's own chat template"
-        return f"--chat-template of SHA-256 {value[:12]}..."
-    if key == "image_size":
-        return (
-            "no --image-size (pictures as they are)" if value is None else f"--image-size {value}"
-        )
-    if key == "repetition_penalty":
-        return "no --repetition-penalty" if value is None else f"--repetition-penalty {value:g}"
-    if not value:
-        return "no image options (--max-pixels, --min-pixels, --image-option)"
-    return "image options " + json.dumps(value, sort_keys=True)
-
-
-def _same_model(a: str, b: str) -> bool:
-    """The same hub id, or the same local folder however spelled (`./m`, `m/`, a full path)."""
-    if a == b or os.path.normpath(a) == os.path.normpath(b):
-        return True
-    return Path(a).exists() and Path(b).exists() and Path(a).resolve() == Path(b).resolve()
 
 
 def _log_gamma(log_obs: np.ndarray) -> float:

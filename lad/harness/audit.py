@@ -33,7 +33,7 @@ from lad.core.audit import noise_floor
 from lad.core.metrics import compute_metrics
 from lad.core.records import RecordSet
 from lad.errors import LadError
-from lad.run.rundir import audit_part, write_audit
+from lad.run.audits import audit_part, write_audit
 
 ROW_KEYS = ("item", "ordering", "order", "answer", "prediction")
 _SUMMARY_KEYS = (
@@ -213,6 +213,6 @@ def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: 
             run, folder = audit_part(output, task, n, under="lad_audit")
             arguments = {"labels": "upper", "source": source, "task": task}
             run.write_run(arguments, None, harness={"task": task, "source": source})
-            run.write_answers(metrics)
+            run.write_metrics(metrics)  # answers only: nothing to fingerprint
             tasks[task][str(n)] = _summary(metrics, folder)
     return _write_audit(output, tasks, source=source)

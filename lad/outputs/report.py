@@ -25,7 +25,8 @@ from lad.core.labels import get_scheme
 from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import replacing, write_text
 from lad.outputs.tables import _audit_html, _cells_html, _table5_html, _table_html
-from lad.run.rundir import RunDir, audit_folders
+from lad.run.audits import audit_folders
+from lad.run.rundir import RunDir
 
 _SCALARS = ("acc", "acc_std", "rstd", "cons")
 _OPTIONAL = ("forward_passes_per_item", "generated_tokens_per_item", "parse_failure")

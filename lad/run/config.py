@@ -7,7 +7,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from lad.core.labels import get_scheme
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.prompts import PromptTemplate
 from lad.errors import RunError
@@ -91,7 +90,7 @@ class EvalConfig:
             raise RunError(f"--items must be >= 1 (leave it out for all items). Got {self.items}.")
         if self.num_candidates < 2:
             raise RunError(f"--num-candidates must be >= 2. Got {self.num_candidates}.")
-        get_scheme(self.labels).labels(self.num_candidates)  # N beyond the scheme: before work
+        self.scheme.labels(self.num_candidates)  # N beyond the scheme: before work
         cal_items = 1 if self.calibration_items is None else self.calibration_items
         if self.num_shuffles < 1 or cal_items < 1 or self.batch_size < 1:
             raise RunError("--num-shuffles, --calibration-items and --batch-size must be >= 1")
@@ -131,6 +130,11 @@ class EvalConfig:
     @property
     def method_options(self) -> MethodOptions:
         return self.options
+
+    @property
+    def scheme(self) -> Any:
+        """The label scheme (RecordSpec.scheme)."""
+        return self.spec.scheme
 
     @property
     def template(self) -> str | PromptTemplate:

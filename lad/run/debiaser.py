@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from lad.core.calibrate import Calibration, located
-from lad.core.labels import get_scheme
+from lad.core.calibrate import Calibration
+from lad.core.fingerprint import located
 from lad.core.methods import MethodOptions, lad_posterior, score, selected_layers
 from lad.core.prompts import PromptTemplate, vanilla_template
 from lad.core.records import RecordSet, RecordWriter
@@ -209,7 +209,7 @@ class Debiaser:
         stream = self.backend.records(
             requests,
             template=template,
-            scheme=get_scheme(self.labels),
+            scheme=self.spec.scheme,
             batch_size=self.batch_size,
         )
         if path is None:
@@ -230,7 +230,7 @@ class Debiaser:
         sizes = {it.num_candidates for it in items}
         if len(sizes) != 1:
             raise DataError(f"calibration items must all have the same N; got N in {sorted(sizes)}")
-        get_scheme(self.labels).labels(sizes.pop())  # N within the label scheme, before the model
+        self.spec.scheme.labels(sizes.pop())  # N within the label scheme, before the model
         for path in dict.fromkeys(p for it in items for p in it.pictures):
             check_image(path)  # before the model loads
         template = self._template(items)

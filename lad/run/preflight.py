@@ -11,8 +11,8 @@ from typing import Any
 
 from lad.backends.checkpoint import resolve_model
 from lad.backends.threads import requested_threads
-from lad.core.calibrate import Calibration, located
-from lad.core.labels import get_scheme
+from lad.core.calibrate import Calibration
+from lad.core.fingerprint import located
 from lad.core.prompts import check_text_labels
 from lad.data.items import Item
 from lad.errors import CalibrationError, RunError
@@ -34,7 +34,7 @@ def check_inputs(
     check_output_dir(run_dir)
     check_device(config.device)
     requested_threads(os.environ)  # LAD_NUM_THREADS
-    get_scheme(config.labels).labels(config.num_candidates)  # names the schemes that can name N
+    config.scheme.labels(config.num_candidates)  # names the schemes that can name N
     if config.calibration:
         calibration = check_given_calibration(config)
         check_top_k(config.top_k, calibration.num_layers, f"the calibration {config.calibration}")
@@ -66,7 +66,7 @@ def check_kind(config: EvalConfig, items: Sequence[Item]) -> None:
     """Text options need text labels; picture candidates need a model that sees pictures (a
     local checkpoint's config.json says; a hub id is checked when it loads)."""
     if any(it.is_text for it in items):
-        check_text_labels(get_scheme(config.labels))
+        check_text_labels(config.scheme)
     pictures = next((it.id for it in items if not it.is_text), None)
     path = Path(resolve_model(config.model)) / "config.json"
     if pictures is None or not path.is_file():

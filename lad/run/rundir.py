@@ -19,15 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from lad.core.calibrate import Calibration, located
+from lad.core.calibrate import Calibration
+from lad.core.fingerprint import located
 from lad.core.records import RecordSet, read_records, write_records
 from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import read_json, write_text
 from lad.run.runjson import RUN_FORMAT, check_same, read_run_json
 
-# A harness audit (lad.harness.audit): a folder whose lad_audit.json lists run folders.
-AUDIT_FORMAT = "lad-harness-audit/1"
-AUDIT_FILE = "lad_audit.json"
 RUN_FILE, CALIBRATION_FILE, METRICS_FILE = "run.json", "calibration.json", "metrics.json"
 CELLS_FILE = "cells.json"  # a mixed run's (task, N) cells; one part run directory n{N}/ per N
 # How records are made from the same arguments; bumped when lad would now make other records, so a
@@ -43,30 +41,17 @@ STAGE_FILES = {
     "sofa": "sofa_records.jsonl",
 }
 # Every records file of a run, by the stage that makes it.
-RECORDS_FILES = {
-    "calibration": "calibration.jsonl",
-    "perm-avg": "perm_records.jsonl",
-    **STAGE_FILES,
-}
+RECORDS_FILES = {"calibration": "calibration.jsonl", "perm-avg": "perm_records.jsonl"}
+RECORDS_FILES.update(STAGE_FILES)
 # A part's share of the mixed run's input files (n{N}/data/), by the argument naming them.
-PART_INPUTS = {
-    "data": "data/items.jsonl",
-    "calibration_data": "data/calibration.jsonl",
-    "orders": "data/orders.jsonl",
-}
+PART_INPUTS = {"data": "data/items.jsonl", "calibration_data": "data/calibration.jsonl",
+               "orders": "data/orders.jsonl"}  # fmt: skip
 # Files `lad eval` writes in a run directory; none may be one of its inputs.
-RUN_OUTPUTS = (
-    "run.json",
-    "calibration.json",
-    "predictions.jsonl",
-    "metrics.json",
-    "sofa.json",
-    CELLS_FILE,
-    *RECORDS_FILES.values(),
-)
+RUN_OUTPUTS = (RUN_FILE, CALIBRATION_FILE, "predictions.jsonl", METRICS_FILE, "sofa.json",
+               CELLS_FILE, *RECORDS_FILES.values())  # fmt: skip
 
 
-def _json_text(obj: Any, indent: int = 2) -> str:
+def json_text(obj: Any, indent: int = 2) -> str:
     return json.dumps(obj, indent=indent) + "\n"
 
 
@@ -122,7 +107,7 @@ class RunDir:
     # -- writes --------------------------------------------------------------------------------
 
     def _write_run_json(self, run_json: Mapping[str, Any]) -> None:
-        write_text(self.file("run.json"), _json_text(dict(run_json)))
+        write_text(self.file("run.json"), json_text(dict(run_json)))
         self.__dict__.pop("run_json", None)
 
     def _update_run_json(self, key: str, change: Any) -> None:
@@ -137,14 +122,14 @@ class RunDir:
 
     def write_sofa_choice(self, choice: Mapping[str, Any]) -> None:
         """sofa.json: the σ grid, each σ's accuracy and the σ chosen (--sofa-sigma auto)."""
-        write_text(self.file("sofa.json"), _json_text(dict(choice)))
+        write_text(self.file("sofa.json"), json_text(dict(choice)))
 
     def write_cells(self, layout: Any) -> None:
         """cells.json of a mixed run (lad.core.cells.cells_json)."""
         write_text(self.file(CELLS_FILE), json.dumps(layout, indent=1) + "\n")
 
     def write_metrics(self, metrics: Mapping[str, Any]) -> None:
-        write_text(self.file("metrics.json"), _json_text(dict(metrics)))
+        write_text(self.file("metrics.json"), json_text(dict(metrics)))
 
     # -- run.json ------------------------------------------------------------------------------
 
@@ -442,10 +427,6 @@ class RunDir:
         self.write_metrics(metrics)
         return metrics
 
-    def write_answers(self, metrics: Mapping[str, Any]) -> None:
-        """metrics.json of a model's answers only (no records to fingerprint)."""
-        self.write_metrics(metrics)
-
     def finished(self, arguments: Mapping[str, Any], methods: Any) -> dict[str, Any] | None:
         """The run's metrics when it was finished with these record-defining `arguments`
         (`begin`'s rule) and scored every one of `methods`; else None."""
@@ -476,7 +457,7 @@ class RunDir:
     ) -> None:
         """A run directory of records made elsewhere (a harness audit's folder for one task and
         N): run.json (marked "harness"), records (None: a model's answers only, whose metrics
-        `write_answers` writes), perm records and calibration."""
+        `write_metrics` writes), perm records and calibration."""
         self.path.mkdir(parents=True, exist_ok=True)
         self._write_run_json(
             {"format": RUN_FORMAT, "arguments": dict(arguments), "harness": dict(harness)}
@@ -502,20 +483,6 @@ def _check_complete(records: RecordSet, path: Path) -> None:
         )
 
 
-def audit_part(root: Path, task: str, n: int, *, under: str = "") -> tuple[RunDir, str]:
-    """A harness audit's run folder of one (task, N) and its name as lad_audit.json lists it
-    (relative to `root`); `under`: a subfolder of `root` holding them all."""
-    name = "/".join(filter(None, (under, task, RunDir.part_name(n))))
-    return RunDir(Path(root) / name), name
-
-
-def write_audit(root: Path, audit: Mapping[str, Any]) -> Path:
-    """lad_audit.json in `root`, of lad's audit format."""
-    path = Path(root) / AUDIT_FILE
-    write_text(path, _json_text({"format": AUDIT_FORMAT, **audit}))
-    return path
-
-
 def run_folders(path: Path) -> list[Path]:
     """A mixed run's part run directories (one per N), else [path]: what readers of runs read."""
     if not (path / CELLS_FILE).is_file():
@@ -528,33 +495,3 @@ def cells_of_part(records_path: str | Path) -> list[Any]:
     else []: what `lad score` and `lad metrics` show per cell."""
     run = RunDir(Path(records_path).resolve().parent.parent)
     return run.cells() if run.is_mixed else []
-
-
-def audit_folders(path: Path) -> list[Path]:
-    """The run folders a harness audit lists, when `path` holds lad_audit.json and no
-    metrics.json of its own; a mixed run's parts (one per N); else [path]."""
-    if (path / CELLS_FILE).is_file():
-        return run_folders(path)
-    audit_path = path / AUDIT_FILE
-    if (path / "metrics.json").is_file() or not audit_path.is_file():
-        return [path]
-    audit = read_json(audit_path, RunError)
-    if not isinstance(audit, dict) or audit.get("format") != AUDIT_FORMAT:
-        raise RunError(f"{audit_path}: not a lad harness audit (format {AUDIT_FORMAT!r})")
-    tasks = audit.get("tasks")
-    listed = [
-        entry["folder"]
-        for by_n in (tasks.values() if isinstance(tasks, dict) else [])
-        for entry in by_n.values()
-        if isinstance(entry, dict) and isinstance(entry.get("folder"), str)
-    ]
-    if not listed:
-        raise RunError(f"{audit_path}: lists no task folder")
-    root = path.resolve()
-    for name in listed:  # an audit names its own folders, never another place on the machine
-        if not (path / name).resolve().is_relative_to(root):
-            raise RunError(
-                f"{audit_path}: lists the folder {name!r}, which is outside the audit's folder "
-                f"{path}; an audit lists only folders inside it"
-            )
-    return [path / name for name in listed]

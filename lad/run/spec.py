@@ -22,8 +22,8 @@ from lad.backends.checkpoint import (
     resolve_model,
     resolve_repetition_penalty,
 )
-from lad.core.calibrate import Fingerprint
-from lad.core.labels import get_scheme
+from lad.core.fingerprint import Fingerprint
+from lad.core.labels import LabelScheme, get_scheme
 from lad.core.prompts import (
     CAPTION,
     PromptTemplate,
@@ -59,7 +59,7 @@ class RecordSpec:
 
     def check(self) -> RecordSpec:
         """Refuse a value out of range, before any model work; returns self."""
-        get_scheme(self.labels)
+        _ = self.scheme
         check_repetition_penalty(self.repetition_penalty)
         if self.prompt_template is not None:
             check_template(self.prompt_template, "--prompt-template")
@@ -77,6 +77,11 @@ class RecordSpec:
 
     def replace(self, **changes: Any) -> RecordSpec:
         return dataclasses.replace(self, **changes)
+
+    @property
+    def scheme(self) -> LabelScheme:
+        """The label scheme the records name candidates with (lad.core.labels)."""
+        return get_scheme(self.labels)
 
     @property
     def template(self) -> PromptTemplate:
@@ -98,7 +103,7 @@ class RecordSpec:
 
     def prompt_sha256(self, num_candidates: int, template: PromptTemplate | None = None) -> str:
         """The fingerprint of the prompt (`template`, default this spec's) at N candidates."""
-        return prompt_sha256(template or self.template, get_scheme(self.labels), num_candidates)
+        return prompt_sha256(template or self.template, self.scheme, num_candidates)
 
     def preprocessing(self, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """calibration.json's "preprocessing" (lad.core.calibrate.PREPROCESSING).
@@ -135,7 +140,7 @@ class RecordSpec:
         and what `Calibration.check_compatible` compares."""
         return Fingerprint(
             model=self.model,
-            labels=tuple(get_scheme(self.labels).labels(num_candidates)),
+            labels=tuple(self.scheme.labels(num_candidates)),
             prompt_sha256=self.prompt_sha256(num_candidates, template),
             preprocessing=self.preprocessing(inputs),
         )

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from lad.core.labels import get_scheme
 from lad.core.methods import check_layer_range
 from lad.core.records import Record, RecordSet
 from lad.data.items import Item
@@ -71,7 +70,7 @@ def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> I
     return backend.records(
         requests,
         template=config.template,
-        scheme=get_scheme(config.labels),
+        scheme=config.scheme,
         batch_size=config.batch_size,
     )
 
@@ -93,7 +92,7 @@ def _stage_records(
     if kind.template == "vanilla" and kind.sofa_sigma is None:
         yield from _records(backend, requests, config)
         return
-    scheme = get_scheme(config.labels)
+    scheme = config.scheme
     if kind.sofa_sigma is not None:
         from lad.backends.sofa import SofaOptions, sofa_applied
 

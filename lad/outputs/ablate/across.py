@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lad.core.calibrate import CalibrationMismatch
+from lad.core.fingerprint import CalibrationMismatch
 from lad.core.methods import METHODS
 from lad.errors import LadError
 from lad.outputs.ablate.runs import (

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from lad.core.calibrate import Calibration, Fingerprint
+from lad.core.calibrate import Calibration
+from lad.core.fingerprint import Fingerprint
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records

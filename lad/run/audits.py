@@ -1,0 +1,59 @@
+"""A harness audit's folder (lad.harness.audit): lad_audit.json, which lists one run directory
+(lad.run.rundir.RunDir) per (task, N) inside it; their names and lad_audit.json's writes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lad.errors import RunError
+from lad.io.files import read_json, write_text
+from lad.run.rundir import CELLS_FILE, METRICS_FILE, RunDir, json_text, run_folders
+
+AUDIT_FORMAT = "lad-harness-audit/1"
+AUDIT_FILE = "lad_audit.json"
+
+
+def audit_part(root: Path, task: str, n: int, *, under: str = "") -> tuple[RunDir, str]:
+    """A harness audit's run folder of one (task, N) and its name as lad_audit.json lists it
+    (relative to `root`); `under`: a subfolder of `root` holding them all."""
+    name = "/".join(filter(None, (under, task, RunDir.part_name(n))))
+    return RunDir(Path(root) / name), name
+
+
+def write_audit(root: Path, audit: Mapping[str, Any]) -> Path:
+    """lad_audit.json in `root`, of lad's audit format."""
+    path = Path(root) / AUDIT_FILE
+    write_text(path, json_text({"format": AUDIT_FORMAT, **audit}))
+    return path
+
+
+def audit_folders(path: Path) -> list[Path]:
+    """The run folders a harness audit lists, when `path` holds lad_audit.json and no
+    metrics.json of its own; a mixed run's parts (one per N); else [path]."""
+    if (path / CELLS_FILE).is_file():
+        return run_folders(path)
+    audit_path = path / AUDIT_FILE
+    if (path / METRICS_FILE).is_file() or not audit_path.is_file():
+        return [path]
+    audit = read_json(audit_path, RunError)
+    if not isinstance(audit, dict) or audit.get("format") != AUDIT_FORMAT:
+        raise RunError(f"{audit_path}: not a lad harness audit (format {AUDIT_FORMAT!r})")
+    tasks = audit.get("tasks")
+    listed = [
+        entry["folder"]
+        for by_n in (tasks.values() if isinstance(tasks, dict) else [])
+        for entry in by_n.values()
+        if isinstance(entry, dict) and isinstance(entry.get("folder"), str)
+    ]
+    if not listed:
+        raise RunError(f"{audit_path}: lists no task folder")
+    root = path.resolve()
+    for name in listed:  # an audit names its own folders, never another place on the machine
+        if not (path / name).resolve().is_relative_to(root):
+            raise RunError(
+                f"{audit_path}: lists the folder {name!r}, which is outside the audit's folder "
+                f"{path}; an audit lists only folders inside it"
+            )
+    return [path / name for name in listed]

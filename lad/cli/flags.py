@@ -339,18 +339,31 @@ def add_repetition_penalty_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _penalty(text: str) -> float | str:
-    if text == "model":
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        message = f"expected a number > 0 or 'model', got {text!r}"
-        raise argparse.ArgumentTypeError(message) from None
+def number_or(word: str, expected: str, check: Callable[[float, str], None]) -> Any:
+    """An argparse type: the keyword `word`, or a number (as `expected` says) that `check`
+    accepts (given the number and the text it was read from)."""
+
+    def parse(text: str) -> float | str:
+        if text == word:
+            return text
+        try:
+            value = float(text)
+        except ValueError:
+            message = f"expected {expected} or {word!r}, got {text!r}"
+            raise argparse.ArgumentTypeError(message) from None
+        check(value, text)
+        return value
+
+    return parse
+
+
+def _check_penalty(value: float, text: str) -> None:
     from lad.backends.checkpoint import check_repetition_penalty
 
     check_repetition_penalty(value)
-    return value
+
+
+_penalty = number_or("model", "a number > 0", _check_penalty)
 
 
 def image_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from lad.cli.flags import (
     methods_given,
     model_path,
     number,
+    number_or,
 )
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
@@ -87,18 +88,12 @@ def _template(path: str | None) -> Any:
     return None if path is None else PromptTemplate.from_file(path)
 
 
-def _sigma(text: str) -> float | str:
-    if text == "auto":
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a number in [0, 1] or 'auto', got {text!r}"
-        ) from None
+def _check_sigma(value: float, text: str) -> None:
     if not 0 <= value <= 1:
         raise LadError(f"--sofa-sigma must be a number in [0, 1] or 'auto'. Got {text}.")
-    return value
+
+
+_sigma = number_or("auto", "a number in [0, 1]", _check_sigma)
 
 
 def _baseline_flags(p: argparse.ArgumentParser) -> None:

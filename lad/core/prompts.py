@@ -69,12 +69,18 @@ _SC = (
 )
 _TAIL = "\nCaption: {caption}\nAnswer:"
 
-TEMPLATES: dict[str, str] = {
-    "vanilla": _TASK + _ONLY + _TAIL,
-    "instruction": _TASK + _FAIR + _ONLY + _TAIL,
-    "cot": _TASK + _COT + _TAIL + " <think>",
-    "self-consistency": _TASK + _SC + _TAIL,
-}
+
+def _four(task: str, only: str, fair: str, sc: str, tail: str) -> dict[str, str]:
+    """The four prompts (vanilla and the generation baselines') from their sentences."""
+    return {
+        "vanilla": task + only + tail,
+        "instruction": task + fair + only + tail,
+        "cot": task + _COT + tail + " <think>",
+        "self-consistency": task + sc + tail,
+    }
+
+
+TEMPLATES: dict[str, str] = _four(_TASK, _ONLY, _FAIR, _SC, _TAIL)
 
 # The same prompts for an item's own question: only the task sentence and the tail differ.
 _TASK_Q = (
@@ -96,12 +102,8 @@ _FAIR_T = (
     "them fairly and without bias. Do not be influenced by the order of the options."
 )
 _TAIL_T = "\nQuestion: {question}\nOptions:\n{options}\nAnswer:"
-TEXT_TEMPLATES: dict[str, str] = {
-    "vanilla": _TASK_T + _ONLY_T + _TAIL_T,
-    "instruction": _TASK_T + _FAIR_T + _ONLY_T + _TAIL_T,
-    "cot": _TASK_T + _COT + _TAIL_T + " <think>",
-    "self-consistency": _TASK_T + _SC.replace("the content of the images", "the options") + _TAIL_T,
-}
+_SC_T = _SC.replace("the content of the images", "the options")
+TEXT_TEMPLATES: dict[str, str] = _four(_TASK_T, _ONLY_T, _FAIR_T, _SC_T, _TAIL_T)
 
 CONTEXT_PLACEHOLDER = "<image>"  # where the asked text shows a context picture
 OPTIONS = "options"  # the placeholder where text candidates are listed

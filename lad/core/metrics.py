@@ -144,6 +144,11 @@ def compute_metrics(
     return out
 
 
+def _framed(title: str, head: str) -> list[str]:
+    """A table's first lines: its title, the column heads, a rule under them."""
+    return [title, head, "-" * len(head)]
+
+
 def format_table(metrics: dict[str, Any]) -> str:
     """The paper's layout: methods as rows; Acc (mean ± std), RStd, ΔRStd against vanilla, Cons.,
     passes (and generated tokens per item and the unparsed share when generation methods are
@@ -159,12 +164,8 @@ def format_table(metrics: dict[str, Any]) -> str:
         head += f"{'Gen. tok':>10}"
     if with_parse:
         head += f"{'Unparsed':>10}"
-    lines = [
-        f"N = {metrics['num_candidates']}, {metrics['num_items']} items × "
-        f"{metrics['num_shuffles']} shuffles",
-        head,
-        "-" * len(head),
-    ]
+    title = f"N = {metrics['num_candidates']}, {metrics['num_items']} items × "
+    lines = _framed(title + f"{metrics['num_shuffles']} shuffles", head)
     for name, m in methods.items():
         passes = m.get("forward_passes_per_item")
         acc = f"{m['acc']:.2f}±{m['acc_std']:.2f}"
@@ -208,12 +209,11 @@ def format_panel(metrics: dict[str, Any]) -> str:
         f"{'Method':<18}{'Acc CI':>14}{'RStd CI':>14}{'Position':>18}{'Flip':>8}{'Flip CI':>14}"
         f"{'Floor':>7}{'Circ.':>8}{'Order err.':>11}"
     )
-    lines = [
+    title = (
         f"Position audit: {boot['level']:g}% bootstrap intervals over {metrics['num_items']} "
-        f"items (B = {boot['B']}, seed {boot['seed']}); position: permutation test of RStd",
-        head,
-        "-" * len(head),
-    ]
+        f"items (B = {boot['B']}, seed {boot['seed']}); position: permutation test of RStd"
+    )
+    lines = _framed(title, head)
     for name, m in methods.items():
         flip, floor, err = m["flip_rate"], m.get("noise_floor"), m["errors_due_to_order"]
         row = f"{name:<18}{ci_text(m['ci']['acc']):>14}{ci_text(m['ci']['rstd']):>14}"

@@ -74,7 +74,7 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--layers",
         type=_layers,
-        default="top-k",
+        default=MethodOptions.layers,
         help="top-k (Eq. 9), all, or comma-separated 0-based layer indices",
     )
     p.add_argument("--no-prior", action="store_true", help="do not divide by the attention prior")

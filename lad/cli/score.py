@@ -201,6 +201,7 @@ def run_metrics(args: argparse.Namespace) -> int:
         lad metrics --records runs/default/records.jsonl \\
             --predictions runs/default/predictions.jsonl --json
     """
+    boot = Bootstrap(resamples=args.bootstrap, seed=args.bootstrap_seed)  # its bound first
     if args.out:
         check_output_file(args.out)
         check_not_inputs(
@@ -217,7 +218,6 @@ def run_metrics(args: argparse.Namespace) -> int:
     if args.repeat_records and not args.repeat_predictions:
         raise LadError("--repeat-records names the records of --repeat-predictions; give both")
     repeats = _repeats(args, records) if args.repeat_predictions else None
-    boot = Bootstrap(resamples=args.bootstrap, seed=args.bootstrap_seed)
     metrics = compute_metrics(records, chosen, bootstrap=boot, repeats=repeats)
     cells = cells_of_part(args.records)
     if cells:  # a part of a mixed run: its cells' metrics too
@@ -240,6 +240,8 @@ def _repeats(args: argparse.Namespace, records: RecordSet) -> dict:
             "the noise floor compares the same orderings asked twice"
         )
     predictions = read_predictions(args.repeat_predictions)
+    if not predictions:
+        raise LadError(f"{args.repeat_predictions}: holds no predictions; nothing to compare")
     return predictions_by_method(again, predictions, args.repeat_predictions)
 
 

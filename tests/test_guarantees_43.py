@@ -132,3 +132,106 @@ print(n, pa.default_memory_pool().max_memory() - before)
                           capture_output=True, text=True, check=True)  # fmt: skip
     rows, peak = map(int, done.stdout.split())
     assert rows == 200 and peak < 10_000_000, peak  # the whole group would be 40 MB
+
+
+# ---------------------------------------------------------------- (f) depth and type errors
+
+SUITE = """name = "s"
+[benchmarks.shapes]
+kind = "shapes"
+[settings]
+{settings}
+[[cells]]
+id = "one"
+num_candidates = 2
+{more}
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("x = " + "[" * 100_000 + "]" * 100_000, "TOML nested too deeply to read"),
+        ('name = "s"\ncells = 5\n[benchmarks.shapes]\nkind = "shapes"\n', "cells must be an array"),
+        (SUITE.format(settings="", more="[paper]\nx = 5"), r"\[paper.'x'\] must be a table"),
+        (SUITE.format(settings='num_shuffles = "5"', more=""), "num_shuffles must be a whole"),
+        (SUITE.format(settings="", more='task = 5'), "task must be a string"),
+        ('name = "s"\nmodels = 5\n[benchmarks.shapes]\nkind = "shapes"\n[[cells]]\n'
+         "num_candidates = 2\n", "models must be an array"),
+    ],
+)  # fmt: skip
+def test_suite_files_are_read_in_one_line(tmp_path, capsys, text, says):
+    suite = tmp_path / "s.toml"
+    suite.write_text(text)
+    one_error(capsys, ["suite", "run", suite, "--out", tmp_path / "out"], says)
+    assert not (tmp_path / "out").exists()
+
+
+def test_data_and_harness_files_are_read_in_one_line(tmp_path, capsys):
+    from lad.data.judgments import import_judgments
+
+    def talk(answer):
+        return [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": answer}]
+
+    row = {"question_id": 1, "model_a": "a", "model_b": "b", "winner": "model_a", "turn": "two",
+           "conversation_a": talk("x"), "conversation_b": talk("y")}  # fmt: skip
+    with pytest.raises(DataError, match=r"'turn' must be a whole number \(1, 2\), got 'two'"):
+        import_judgments(_jsonl(tmp_path / "mt.jsonl", [row]), tmp_path / "mt-items.jsonl")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "samples_task.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    one_error(capsys, ["harness", "audit", logs, "--out", tmp_path / "audit"],
+              "JSON nested too deeply to read")  # fmt: skip
+
+
+# ---------------------------------------------------------------- (a) paths confined to a root
+
+
+def test_paths_from_data_and_config_stay_in_their_root(tmp_path, capsys, monkeypatch):
+    import sys
+    import types
+
+    import yaml
+
+    # A suite's model name (or cell id) names a folder below --out, never `..`.
+    suite = tmp_path / "s.toml"
+    suite.write_text(SUITE.format(settings="", more="") + '[[models]]\nname = ".."\n')
+    one_error(capsys, ["suite", "run", suite, "--out", tmp_path / "o" / "out"],
+              r"models\[0\]: name '\.\.' gives '\.\.' cannot name a file or folder")  # fmt: skip
+    assert not (tmp_path / "o").exists()
+    # Its data paths lie below the benchmark's folder (--data-root), never climb out of it.
+    (tmp_path / "root").mkdir()
+    (tmp_path / "secret").mkdir()
+    for key, value in (("questions", "../secret"), ("questions", "/etc"), ("folder", "..")):
+        suite.write_text(f'name = "s"\n[benchmarks.m]\nkind = "muirbench"\n{key} = "{value}"\n'
+                         '[[cells]]\nid = "one"\n')  # fmt: skip
+        one_error(capsys, ["suite", "run", suite, "--data-root", tmp_path / "root", "--out",
+                           tmp_path / "out"], "is not a path below|cannot name a file")  # fmt: skip
+
+    # lm-eval-circular: the task's name names the YAML written into --out, never a path.
+    loader = types.ModuleType("lm_eval.tasks._yaml_loader")
+    loader.load_yaml = lambda path, resolve_func=False: yaml.safe_load(Path(path).read_text())
+    monkeypatch.setitem(sys.modules, "lm_eval.tasks._yaml_loader", loader)
+    for name in ("../../x", str(tmp_path / "abs")):
+        task = tmp_path / "task.yaml"
+        task.write_text(yaml.safe_dump({"task": name, "output_type": "multiple_choice"}))
+        one_error(capsys, ["harness", "lm-eval-circular", task, "--out", tmp_path / "c" / "d"],
+                  "cannot name a file or folder")  # fmt: skip
+    assert not (tmp_path / "c").exists() and not list(tmp_path.glob("*_lad_circular.yaml"))
+    task.write_text("- 1\n")  # not a task's mapping: one line too
+    one_error(capsys, ["harness", "lm-eval-circular", task, "--out", tmp_path / "c"],
+              "names no single task")  # fmt: skip
+
+    # A mixed run's part is a folder inside it: one symlinked elsewhere is never read.
+    from lad.run.rundir import RunDir
+
+    run = tmp_path / "mixed"
+    (run / "elsewhere").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    from lad.core.cells import Cell, cells_json
+
+    layout = cells_json([Cell("t", 2, ("a",))], {2: "n2"})
+    (run / "cells.json").write_text(json.dumps(layout))
+    (run / "n2").symlink_to(tmp_path / "other")
+    with pytest.raises(LadError, match="a symlink or a folder outside the run"):
+        RunDir(run).parts()

@@ -389,6 +389,8 @@ def _image_option(text: str) -> tuple[str, Any]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+    except RecursionError:
+        raise argparse.ArgumentTypeError(f"{key}: a value nested too deeply to read") from None
 
 
 def add_calibration_check_flag(p: argparse.ArgumentParser) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from lad.errors import LadError, at
 from lad.harness.audit import ROW_KEYS
+from lad.io.files import loads_json
 
 # lmms-eval: <date>_samples_<task>.jsonl; lm-eval: samples_<task>_<date>.jsonl
 _SAMPLES = re.compile(r"samples_(?P<task>.+?)(?:_\d{4}-\d\d-\d\dT[\d.-]+)?\.jsonl$")
@@ -73,7 +74,7 @@ def row_problem(row: dict[str, Any]) -> str | None:
 def _sample_row(raw: bytes, path: Path, lineno: int) -> dict[str, Any] | None:
     """The audit row of one logged line; None for a line of a task without one."""
     try:
-        sample = json.loads(raw.decode("utf-8"))
+        sample = loads_json(raw.decode("utf-8"), LadError, at(path, lineno))
     except UnicodeDecodeError as e:
         raise LadError(
             f"{at(path, lineno)}not UTF-8 text (byte {e.start}); not an lmms-eval samples log"

@@ -180,6 +180,42 @@ def outside(root: PathLike, path: PathLike) -> bool:
     return bool(text.strip()) and not found.is_relative_to(base)
 
 
+def child(root: PathLike, name: str, error: type[LadError] = LadError, what: str = "") -> Path:
+    """`root / name` for a name that data or a config file gave (a suite's model or cell, a
+    task's name), refused as `error` (`what` prefixes the message) unless it is one plain file
+    name: not empty, `.` or `..`, without a path separator or a control character, short enough
+    for a file system. The one rule for every file or folder lad names after a piece of data, so
+    nothing it writes or reads lands outside `root`."""
+    text = str(name)
+    if (
+        text in ("", ".", "..")
+        or "/" in text
+        or "\\" in text
+        or any(ord(c) < 32 or ord(c) == 127 for c in text)
+        or len(text.encode("utf-8", "replace")) > _NAME_MAX
+    ):
+        raise error(
+            f"{what}{text!r} cannot name a file or folder: lad names files after data only by "
+            "plain names (no '/', '..' or control characters), so nothing lands outside "
+            f"{root}"
+        )
+    return Path(root) / text
+
+
+def below(root: PathLike, path: str, error: type[LadError] = LadError, what: str = "") -> Path:
+    """`root / path` for a relative path a config file gave (a suite's `questions`, `folder`),
+    refused as `error` unless it stays below `root` as written: not absolute, no `..` part.
+    (Symlinks inside the folder are the user's own layout and are followed, as in a Hugging
+    Face snapshot.)"""
+    parts = Path(path).parts
+    if Path(path).is_absolute() or ".." in parts or "\0" in str(path):
+        raise error(
+            f"{what}{path!r} is not a path below {root}: a suite names its files relative to "
+            "the benchmark's folder (no absolute path, no '..')"
+        )
+    return Path(root) / path
+
+
 def read_json(path: PathLike, error: type[LadError] = LadError, what: str = "JSON file") -> Any:
     """Parse a JSON file; a missing file, a folder, non-UTF-8 bytes or bad JSON is `error`
     naming the file (and the line)."""

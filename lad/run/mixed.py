@@ -136,7 +136,7 @@ def _orders_of(path: Path, n: int) -> list[str]:
     for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
         try:
             order = json.loads(line).get("order")
-        except (json.JSONDecodeError, AttributeError):
+        except (json.JSONDecodeError, AttributeError, RecursionError):
             order = None
         if not isinstance(order, list) or len(order) == n:
             lines.append(line if line.endswith("\n") else line + "\n")

@@ -30,7 +30,7 @@ from lad.core.scoring import score_records
 from lad.data.items import Item, read_items
 from lad.data.orders import Request, cyclic_requests, given_requests, shuffled_requests
 from lad.errors import DataError, LadError
-from lad.io.files import write_text
+from lad.io.files import child, write_text
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig, eval_config
 from lad.run.lock import RunLock
 from lad.run.mixed import mixed_cells, part_config, scoring_inputs, write_part_inputs
@@ -339,20 +339,23 @@ def evaluate_mixed(
         for n, part in parts.items():
             _evaluate(part, run_dir / f"n{n}", world, backends=backends)
         return None
+    named = ("data", "calibration_data", "orders")
+    own = {k: fingerprint(getattr(config, k)) for k in named if getattr(config, k)}
+    # Refused before the first write: a live run, or another run's directory.
+    RunDir(run_dir).check_begin(config.identity(), EvalConfig().identity(), own)
     existed = run_dir.exists()
     try:
         write_part_inputs(config, items, parts)
         inputs = {n: check_inputs(p, run_dir / f"n{n}", load_items(p, run_dir / f"n{n}"))
                   for n, p in parts.items()}  # fmt: skip
-    except LadError:
-        if not existed:  # a refused run leaves nothing behind
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
+    except LadError as e:
+        if existed:
+            raise
+        shutil.rmtree(run_dir, ignore_errors=True)  # a refused run leaves nothing behind,
+        raise type(e)(_named_as_given(str(e), config, parts)) from None  # nor names it
     if after_checks is not None:
         after_checks()
     with RunLock(run_dir):
-        named = ("data", "calibration_data", "orders")
-        own = {k: fingerprint(getattr(config, k)) for k in named if getattr(config, k)}
         RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), own)
         layout = cells_json(cells, {n: f"n{n}" for n in parts})
         write_text(run_dir / CELLS_FILE, json.dumps(layout, indent=1) + "\n")
@@ -365,6 +368,16 @@ def evaluate_mixed(
             config.method_options,
             check_calibration=config.calibration_check,
         )
+
+
+def _named_as_given(message: str, config: EvalConfig, parts: dict[int, EvalConfig]) -> str:
+    """A refusal's message naming the user's files, not the parts' copies it removed."""
+    for n, part in parts.items():
+        for key in ("data", "calibration_data", "orders"):
+            copy = getattr(part, key)
+            if copy and getattr(config, key) and copy != getattr(config, key):
+                message = message.replace(copy, f"{getattr(config, key)} (its N = {n} items)")
+    return message
 
 
 def _score_mixed(
@@ -416,6 +429,7 @@ def run_suite(
     roots = benchmark_roots(suite, list(data_roots))
     check_data(suite, roots)
     models = suite_models(suite, model)
+    chosen = {label: compared(suite, label, compare) for label, _ in models}  # before any work
     plans = []
     for label, path in models:
         for cell in suite.cells:
@@ -425,7 +439,7 @@ def run_suite(
             n = cell.num_candidates or one_n(data["data"])
             stated = {**settings, **data, "model": path, "quiet": True}
             config = eval_config(preset, **stated, **({"num_candidates": n} if n else {}))
-            plans.append((label, cell, config, out / slug(label) / cell.slug))
+            plans.append((label, cell, config, child(child(out, slug(label)), cell.slug)))
     backends: dict = {}
     results: dict[str, dict[str, Any]] = {label: {} for label, _ in models}
     runs: dict[str, dict[str, Path]] = {label: {} for label, _ in models}
@@ -442,7 +456,6 @@ def run_suite(
             skipped.append(run_dir)
         results[label][cell.id] = cell_numbers(metrics)
         runs[label][cell.id] = run_dir
-    chosen = {label: compared(suite, label, compare) for label, _ in models}
     rows = table_rows(suite, results, chosen)
     return SuiteResult(format_suite_table(suite, rows), rows, runs, skipped)
 

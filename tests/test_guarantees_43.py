@@ -235,3 +235,188 @@ def test_paths_from_data_and_config_stay_in_their_root(tmp_path, capsys, monkeyp
     (run / "n2").symlink_to(tmp_path / "other")
     with pytest.raises(LadError, match="a symlink or a folder outside the run"):
         RunDir(run).parts()
+
+
+# ---------------------------------------------------------------- (b) refused before any write
+
+
+def _text_items(path: Path, ns: tuple[int, ...], tag: str = "") -> Path:
+    rows = [
+        {"id": f"{tag}q{n}-{k}", "query": f"Q{k}?", "candidates": [f"o{j}" for j in range(n)],
+         "answer": k % n}
+        for n in ns for k in range(8)
+    ]  # fmt: skip
+    return _jsonl(path, rows)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_every_refusal_comes_before_the_first_write(tmp_path, capsys):
+    from lad.core.cells import cells_json, cells_of
+    from lad.data.items import read_items
+    from lad.run.config import EvalConfig
+    from lad.run.lock import RunLock
+    from lad.run.rundir import RunDir
+
+    # A finished mixed run (its top run.json, cells.json, each part's records and inputs).
+    mine = _text_items(tmp_path / "mine.jsonl", (2, 3))
+    run = tmp_path / "run"
+    RunDir(run).begin(EvalConfig(data=str(mine)).identity(), EvalConfig().identity(), {})
+    (run / "cells.json").write_text(json.dumps(cells_json(cells_of(read_items(mine)),
+                                                          {2: "n2", 3: "n3"})))  # fmt: skip
+    for n in (2, 3):
+        (run / f"n{n}" / "data").mkdir(parents=True)
+        (run / f"n{n}" / "data" / "items.jsonl").write_text(f"the part's own items, N = {n}\n")
+        (run / f"n{n}" / "records.jsonl").write_text("{}\n")
+    before = _snapshot(run)
+    other = _text_items(tmp_path / "other.jsonl", (2, 3), "x")
+    argv = ["eval", "--data", other, "--out", run, "--labels", "upper", "--model", tmp_path]
+    one_error(capsys, argv, "other|differ")
+    assert _snapshot(run) == before
+    with RunLock(run):  # the same run while another lad eval holds it
+        one_error(capsys, argv, "is in use by another lad eval")
+    assert _snapshot(run) == before
+
+    # lad harness audit over a folder holding --model lad's own lad_audit.json.
+    from tests.test_audit_harness import cyclic_run, rows_of, write_samples
+
+    logs = tmp_path / "logs"
+    write_samples(logs, rows_of(*cyclic_run()))
+    theirs = json.dumps({"format": "lad-harness-audit/1", "source": "--model lad", "tasks": {}})
+    (logs / "lad_audit.json").write_text(theirs)
+    before = _snapshot(logs)
+    one_error(capsys, ["harness", "audit", logs], "holds the audit of '--model lad'")
+    assert _snapshot(logs) == before
+
+    # A picture of the data stored where the run writes its report.
+    from PIL import Image
+
+    out = tmp_path / "pics"
+    (out / "report").mkdir(parents=True)
+    for k in range(2):
+        Image.new("RGB", (8, 8), (90 * k, 0, 0)).save(out / "report" / f"p{k}.png")
+    rows = [{"id": f"i{k}", "query": "red", "images": ["pics/report/p0.png", "pics/report/p1.png"],
+             "answer": k % 2} for k in range(8)]  # fmt: skip
+    data = _jsonl(tmp_path / "pics.jsonl", rows)
+    before = _snapshot(out)
+    one_error(capsys, ["eval", "--data", data, "--out", out, "-n", "2", "--model", tmp_path],
+              "is a file lad eval writes in its run directory")  # fmt: skip
+    assert _snapshot(out) == before
+
+    # --compare names a paper model, checked before any cell runs.
+    suite = tmp_path / "s.toml"
+    paper = '[[models]]\nname = "m"\npath = "demo"\n[paper.m."one".lad]\nacc = 50.0\n'
+    suite.write_text(SUITE.format(settings="", more="") + paper)
+    one_error(capsys, ["suite", "run", suite, "--compare", "nobody", "--out", tmp_path / "so"],
+              "--compare 'nobody'")  # fmt: skip
+    assert not (tmp_path / "so").exists()
+
+
+# ---------------------------------------------------------------- (c) readers check their source
+
+
+def _finished_mixed_run(run: Path) -> Path:
+    """A mixed run as `lad eval` leaves it: parts n2/ and n3/ of a synthetic model's records,
+    cells.json, and metrics.json scored from them."""
+    from lad.core.cells import Cell, cells_json
+    from lad.core.methods import MethodOptions
+    from lad.evaluate import score_run
+    from lad.run.config import EvalConfig
+    from lad.run.rundir import RunDir
+    from tests.synthetic import SyntheticModel
+    from tests.test_ablate import write_run_dir
+
+    cells = []
+    for n in (2, 3):
+        part = write_run_dir(run / f"n{n}", SyntheticModel(num_candidates=n, seed=n), items=12)
+        items = tuple(dict.fromkeys(RunDir(part).records.items.tolist()))
+        cells.append(Cell("t", n, items))
+        score_run(part, ("vanilla", "lad"), MethodOptions(), write_report=False)
+    RunDir(run).begin(EvalConfig(model="synthetic").identity(), EvalConfig().identity(), {})
+    (run / "cells.json").write_text(json.dumps(cells_json(cells, {2: "n2", 3: "n3"})))
+    score_run(run, ("vanilla", "lad"), MethodOptions(), write_report=False)
+    return run
+
+
+def test_every_reader_of_a_mixed_run_checks_what_it_reads(tmp_path, monkeypatch):
+    from lad.run.rundir import RunDir
+
+    run = _finished_mixed_run(tmp_path / "run")
+    RunDir(run).check()  # as made: accepted
+    metrics = json.loads((run / "metrics.json").read_text())
+    for edit in ("another run's metrics", "cells.json", "a part's records"):
+        copy = tmp_path / edit.replace(" ", "_").replace("'", "")
+        import shutil
+
+        shutil.copytree(run, copy, symlinks=True)
+        if edit == "another run's metrics":
+            changed = {**metrics, "source": {**metrics["source"], "cells_sha256": "0" * 64}}
+            (copy / "metrics.json").write_text(json.dumps(changed))
+        elif edit == "cells.json":
+            cells = json.loads((copy / "cells.json").read_text())
+            cells["cells"][0]["items"] = cells["cells"][0]["items"][:-1]
+            (copy / "cells.json").write_text(json.dumps(cells))
+        else:
+            lines = (copy / "n2" / "records.jsonl").read_text().splitlines(keepends=True)
+            (copy / "n2" / "records.jsonl").write_text("".join(lines[::-1]))
+        with pytest.raises(LadError, match=r"computed from other records|damaged|differ"):
+            RunDir(copy).check()
+
+
+# ---------------------------------------------------------------- (g) nothing misleading
+
+
+def test_what_lad_says_is_so(tmp_path, capsys):
+    from lad.core.records import write_records
+    from lad.suites import load_suite
+    from lad.suites.data import cell_data
+    from tests.synthetic import SyntheticModel
+    from tests.test_data_guarantees import _blink_file, _similar
+
+    # An empty --repeat-predictions file is refused; an item id is printed as text, not np.str_.
+    model = SyntheticModel(num_candidates=3, seed=1)
+    records = model.eval_records(4, num_shuffles=2)
+    write_records(tmp_path / "r.jsonl", records)
+    assert main(["score", "--records", str(tmp_path / "r.jsonl"), "--methods", "vanilla",
+                 "--out", str(tmp_path / "p.jsonl")]) == 0  # fmt: skip
+    (tmp_path / "again.jsonl").write_text("")
+    one_error(capsys, ["metrics", "--records", tmp_path / "r.jsonl", "--predictions",
+                       tmp_path / "p.jsonl", "--repeat-predictions", tmp_path / "again.jsonl"],
+              "again.jsonl: holds no predictions")  # fmt: skip
+    run = tmp_path / "cut"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"format": "lad-run/1", "arguments": {}}))
+    lines = (tmp_path / "r.jsonl").read_text().splitlines(keepends=True)
+    (run / "records.jsonl").write_text("".join(lines[1:]))
+    from lad.run.rundir import RunDir
+
+    with pytest.raises(LadError) as caught:
+        RunDir(run).records  # noqa: B018
+    assert "np.str_" not in str(caught.value) and "item '" in str(caught.value)
+
+    # A refused mixed run names the user's file, not its parts' copies it removed.
+    data = _text_items(tmp_path / "mixed.jsonl", (2, 3))
+    err = one_error(capsys, ["eval", "--data", data, "--out", tmp_path / "m", "--labels",
+                             "upper", "--calibration-items", "50", "--model", tmp_path],
+                    "leave none for evaluation")  # fmt: skip
+    assert "/n2/" not in err and "/n3/" not in err and str(data) in err
+    assert not (tmp_path / "m").exists()
+
+    # A mixed run's report shows each N's LAD ΔRStd once (its table of cells), not again per part.
+    from lad.outputs.report import write_report
+
+    mixed = _finished_mixed_run(tmp_path / "mixedrun")
+    page = write_report([mixed], tmp_path / "report").read_text()
+    assert "Vanilla, PurAttn and LAD" not in page and "<td>n2</td>" not in page
+
+    # The built-in blink suite's cell of a subtask reads that subtask's folder, whose rows spell
+    # the task otherwise (BLINK's sub_task "Forensic Detection" in Forensic_Detection/).
+    rows = [{**_similar(f"val_{k}", range(3 * k, 3 * k + 3)), "sub_task": "Forensic Detection"}
+            for k in range(8)]  # fmt: skip
+    _blink_file(tmp_path / "BLINK" / "Forensic_Detection" / "val.parquet", rows)
+    suite = load_suite("blink")
+    cell = next(c for c in suite.cells if c.task == "Forensic_Detection")
+    made = cell_data(suite, cell, {"blink": tmp_path / "BLINK"}, tmp_path / "so", {})
+    assert len(read_items(made["data"])) == 3  # 8 questions, 5 held out for calibration

@@ -33,9 +33,9 @@ import numpy as np
 from lad.core.audit import noise_floor
 from lad.core.metrics import compute_metrics
 from lad.core.records import RecordSet
-from lad.errors import LadError
-from lad.io.files import write_text
-from lad.run.rundir import AUDIT_FILE, AUDIT_FORMAT, RunDir
+from lad.errors import LadError, RunError
+from lad.io.files import child, write_text
+from lad.run.rundir import AUDIT_FILE, AUDIT_FORMAT, RunDir, check_audit_destination
 
 ROW_KEYS = ("item", "ordering", "order", "answer", "prediction")
 _SUMMARY_KEYS = (
@@ -213,11 +213,12 @@ def pooled(rows: Sequence[dict[str, Any]], key: str) -> float:
 
 def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: str) -> Path:
     """lad_audit.json and one folder (metrics.json, run.json) per (task, N) for any model."""
+    check_audit_destination(output, source)
     tasks: dict[str, dict[str, Any]] = {}
     for task, rows in sorted(rows_by_task.items()):
         tasks[task] = {}
         for n, metrics in rows_metrics(rows).items():
-            folder = output / "lad_audit" / task / f"n{n}"
+            folder = child(output / "lad_audit", task, RunError, "a task named ") / f"n{n}"
             run = RunDir(folder)
             arguments = {"labels": "upper", "source": source, "task": task}
             run.write_run(arguments, None, harness={"task": task, "source": source})

@@ -181,11 +181,9 @@ def outside(root: PathLike, path: PathLike) -> bool:
 
 
 def child(root: PathLike, name: str, error: type[LadError] = LadError, what: str = "") -> Path:
-    """`root / name` for a name that data or a config file gave (a suite's model or cell, a
-    task's name), refused as `error` (`what` prefixes the message) unless it is one plain file
-    name: not empty, `.` or `..`, without a path separator or a control character, short enough
-    for a file system. The one rule for every file or folder lad names after a piece of data, so
-    nothing it writes or reads lands outside `root`."""
+    """`root / name` for a name data or config gave (a suite's model, a task), refused as `error`
+    (`what` prefixes it) unless one plain file name: not empty, `.` or `..`, no separator or
+    control character, short enough. The rule for every file lad names after data."""
     text = str(name)
     if (
         text in ("", ".", "..")
@@ -203,10 +201,8 @@ def child(root: PathLike, name: str, error: type[LadError] = LadError, what: str
 
 
 def below(root: PathLike, path: str, error: type[LadError] = LadError, what: str = "") -> Path:
-    """`root / path` for a relative path a config file gave (a suite's `questions`, `folder`),
-    refused as `error` unless it stays below `root` as written: not absolute, no `..` part.
-    (Symlinks inside the folder are the user's own layout and are followed, as in a Hugging
-    Face snapshot.)"""
+    """`root / path` for a relative path config gave (a suite's `questions`), refused as `error`
+    unless below `root` as written: not absolute, no `..` (symlinks are the user's layout)."""
     parts = Path(path).parts
     if Path(path).is_absolute() or ".." in parts or "\0" in str(path):
         raise error(

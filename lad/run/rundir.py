@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -70,6 +71,17 @@ class RunDir:
     def file(self, name: str) -> Path:
         return self.path / name
 
+    def writes(self, path: str | Path) -> bool:
+        """Whether `lad eval` writes `path` in this run (RUN_OUTPUTS, report/, the lock, SoFA's
+        grid; in a part n{N}/ alike): never an input (RUN/report/x.png would be overwritten)."""
+        try:
+            parts = Path(path).resolve().relative_to(self.path.resolve()).parts
+        except ValueError:
+            return False
+        if len(parts) > 1 and re.fullmatch(r"n\d+", parts[0]):
+            parts = parts[1:]  # a mixed run's part
+        return bool(parts) and parts[0] in (*RUN_OUTPUTS, "report", "run.lock", "sofa_grid")
+
     # -- run.json ------------------------------------------------------------------------------
 
     def begin(
@@ -86,7 +98,31 @@ class RunDir:
         run.json under which no record was made yet (a run that failed at its start) does not
         bind: it is replaced.
         """
+        wanted = self.check_begin(arguments, defaults, inputs, live=False)  # we hold the lock
+        if wanted is None:
+            return
         self.path.mkdir(parents=True, exist_ok=True)
+        write_text(self.file("run.json"), json.dumps(wanted, indent=2) + "\n")
+        self.__dict__.pop("run_json", None)
+
+    def check_begin(
+        self,
+        arguments: Mapping[str, Any],
+        defaults: Mapping[str, Any],
+        inputs: Mapping[str, dict[str, Any]] | None = None,
+        live: bool = True,
+    ) -> dict[str, Any] | None:
+        """What `begin` checks, writing nothing (a refusal before the first write): a live `lad
+        eval` here, or a run.json of other arguments or inputs with records made (a mixed run's:
+        in its parts). Returns the run.json to write, None where the one there says so."""
+        from lad.run.lock import running_holder
+
+        holder = running_holder(self.path) if live else None
+        if holder is not None:
+            raise RunError(
+                f"{self.path} is in use by another lad eval ({holder}); wait for it to finish, "
+                "or use another --out"
+            )
         path = self.file("run.json")
         wanted = {"format": RUN_FORMAT, "arguments": json.loads(json.dumps(dict(arguments)))}
         wanted["inputs"] = dict(inputs or {})
@@ -95,12 +131,11 @@ class RunDir:
             stored = read_run_json(path)
             try:
                 check_same(self.path, stored, wanted, json.loads(json.dumps(dict(defaults))))
-                return
+                return None
             except RunError:
                 if self.made_records():
                     raise
-        write_text(path, json.dumps(wanted, indent=2) + "\n")
-        self.__dict__.pop("run_json", None)
+        return wanted
 
     def check_records_version(self) -> None:
         """Refuse to add records to a run whose records an older lad made another way (the two
@@ -189,6 +224,8 @@ class RunDir:
     def made_records(self) -> bool:
         """Whether any records file in the run directory holds a record."""
         files = [*self.path.glob("*.jsonl"), *self.path.glob("sofa_grid/*.jsonl")]
+        if self.is_mixed:  # a mixed run's records are its parts'
+            files += [p for part in self.path.glob("n*/") for p in part.glob("*.jsonl")]
         return any(p.is_file() and p.stat().st_size > 0 for p in files)
 
     # -- a mixed run's cells and parts ---------------------------------------------------------
@@ -207,7 +244,15 @@ class RunDir:
     def parts(self) -> dict[int, RunDir]:
         """The run directory of each N of a mixed run (n{N}/), by N."""
         ns = {c.num_candidates for c in self.cells()}
-        return {n: RunDir(self.path / f"n{n}") for n in sorted(ns)}
+        parts = {n: RunDir(self.path / f"n{n}") for n in sorted(ns)}
+        root = self.path.resolve()
+        for part in parts.values():  # a run reads its own parts, never a folder elsewhere
+            if part.path.is_symlink() or not part.path.resolve().is_relative_to(root):
+                raise RunError(
+                    f"{part.path}: a symlink or a folder outside the run {self.path}; a mixed "
+                    "run's parts are folders inside it"
+                )
+        return parts
 
     # -- records -------------------------------------------------------------------------------
 
@@ -322,14 +367,17 @@ class RunDir:
         if not isinstance(metrics, dict):
             raise RunError(f"{path}: damaged (not a JSON object); rerun `lad eval` to rewrite it")
         source = metrics.get("source")
-        if not self.file("records.jsonl").is_file():  # a model's answers only: nothing to match
-            return metrics
+        if self.is_mixed and not isinstance(source, dict):
+            raise RunError(f'{path}: no "source" (what it was computed from); rerun lad eval')
+        if not self.is_mixed and not self.file("records.jsonl").is_file():
+            return metrics  # a model's answers only: nothing to match
         if isinstance(source, dict):  # written since lad kept it: both must match
             if source != self.source():
                 raise RunError(
                     f"{path}: was computed from other records or arguments than this run's "
-                    "records.jsonl and run.json (a file was replaced or edited since); rerun "
-                    "`lad eval` on the run to rescore it"
+                    f"{'cells.json and parts' if self.is_mixed else 'records.jsonl and run.json'}"
+                    " (a file was replaced or edited since); rerun `lad eval` on the run to "
+                    "rescore it"
                 )
         elif metrics.get("num_records", len(self.records)) != len(self.records):
             raise RunError(
@@ -398,9 +446,25 @@ def _check_complete(records: RecordSet, path: Path) -> None:
     short = np.flatnonzero(counts != counts.max())
     if short.size:
         raise RunError(
-            f"{path}: item {names[short[0]]!r} has {counts[short[0]]} of the {counts.max()} "
+            f"{path}: item {str(names[short[0]])!r} has {counts[short[0]]} of the {counts.max()} "
             "orderings the other items have; the file was cut or edited. Rerun the run's lad "
             "eval to remake it."
+        )
+
+
+def check_audit_destination(output: Path, source: str) -> None:
+    """Refuse, before anything is written, an audit into a folder whose lad_audit.json is
+    another's (`--model lad`'s, or one of other samples): it would be replaced."""
+    path = output / AUDIT_FILE
+    if not path.exists():
+        return
+    stored = read_json(path, RunError)
+    if not isinstance(stored, dict) or stored.get("format") != AUDIT_FORMAT:
+        raise RunError(f"{path}: not a lad harness audit, and lad never replaces it; use --out")
+    if stored.get("source") != source:
+        raise RunError(
+            f"{path}: holds the audit of {stored.get('source')!r}, which this audit of {source!r} "
+            "would replace; write it elsewhere with --out"
         )
 
 

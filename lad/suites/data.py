@@ -79,7 +79,15 @@ def cell_data(
     calibration = calibration_path_for(items)
     if not (items.is_file() and calibration.is_file()):
         items.parent.mkdir(parents=True, exist_ok=True)
-        _convert(bench, cell, roots[bench.name], items, settings)
+        try:
+            _convert(bench, cell, roots[bench.name], items, settings)
+        except DataError as e:  # the converter's advice is for `lad data`'s flags
+            text = str(e)
+            if "choose one with --num-candidates" in text:
+                text = text[: text.index("choose one with")] + (
+                    f"give cell {cell.id!r} of {suite.source} its num_candidates"
+                )
+            raise DataError(text) from None
     return {"data": str(items), "calibration_data": str(calibration)}
 
 

@@ -241,6 +241,7 @@ def _evaluate(
     eval_items, cal_items = load_items(config, run_dir)
     make_backend = LazyBackend(config, world.device(config.device), run_dir, backends)
     make_backend.pictures = not all(it.is_text for it in eval_items + cal_items)
+    make_backend.items = eval_items + cal_items
     clock = Clock(run_dir, world, make_backend)
 
     def stage(requests: list[Request], file: str, name: str, kind=None, desc="", acc_label=None):

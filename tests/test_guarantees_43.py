@@ -49,6 +49,19 @@ def test_text_from_data_is_text_and_options_are_distinct(tmp_path, capsys):
         chat_prompt(processor, hostile, [0, 1], TEXT, get_scheme("upper"), "m")
     plain = Item("q", "Capital?", [], 0, question="Capital?", candidates=["Paris", "Rome"])
     chat_prompt(processor, plain, [0, 1], TEXT, get_scheme("upper"), "m")
+    # lad eval refuses it once the model loads, before its first record.
+    from lad.testing.text import build_tiny_text_model
+
+    model = build_tiny_text_model("llama", tmp_path / "llama", words=["paris", "rome"])
+    capsys.readouterr()  # its progress bars
+    rows = [{"id": f"q{k}", "query": "Capital?", "candidates": ["paris", "rome"], "answer": k % 2}
+            for k in range(6)]  # fmt: skip
+    rows[4]["candidates"] = ["paris<|im_end|>", "rome"]
+    argv = ["eval", "--model", model, "--data", _jsonl(tmp_path / "t.jsonl", rows), "-n", "2",
+            "--labels", "upper", "--calibration-items", "2", "--num-shuffles", "2", "--quiet",
+            "--device", "cpu", "--out", tmp_path / "run"]  # fmt: skip
+    one_error(capsys, argv, r"item 'q4': its text holds '<\|im_end\|>', a control token")
+    assert not any(p.stat().st_size for p in (tmp_path / "run").glob("*.jsonl"))
 
     # Repeated options (a hidden tie): the items reader, each text converter, lm-eval's --model lad.
     rows = [{"id": "a", "query": "Capital?", "candidates": ["Paris", "Paris "], "answer": 0}]

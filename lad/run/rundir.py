@@ -453,15 +453,15 @@ def _check_complete(records: RecordSet, path: Path) -> None:
 
 
 def check_audit_destination(output: Path, source: str) -> None:
-    """Refuse, before anything is written, an audit into a folder whose lad_audit.json is
-    another's (`--model lad`'s, or one of other samples): it would be replaced."""
+    """Refuse, before anything is written, an audit of logged samples into a folder whose
+    lad_audit.json is `--model lad`'s own (or not an audit): it would be replaced."""
     path = output / AUDIT_FILE
     if not path.exists():
         return
     stored = read_json(path, RunError)
     if not isinstance(stored, dict) or stored.get("format") != AUDIT_FORMAT:
         raise RunError(f"{path}: not a lad harness audit, and lad never replaces it; use --out")
-    if stored.get("source") != source:
+    if (stored.get("source") == "--model lad") != (source == "--model lad"):
         raise RunError(
             f"{path}: holds the audit of {stored.get('source')!r}, which this audit of {source!r} "
             "would replace; write it elsewhere with --out"

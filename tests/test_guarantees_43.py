@@ -381,7 +381,7 @@ def test_every_reader_of_a_mixed_run_checks_what_it_reads(tmp_path, monkeypatch)
 # ---------------------------------------------------------------- (g) nothing misleading
 
 
-def test_what_lad_says_is_so(tmp_path, capsys):
+def test_what_lad_says_is_so(tmp_path, capsys, monkeypatch):
     from lad.core.records import write_records
     from lad.suites import load_suite
     from lad.suites.data import cell_data
@@ -433,3 +433,19 @@ def test_what_lad_says_is_so(tmp_path, capsys):
     cell = next(c for c in suite.cells if c.task == "Forensic_Detection")
     made = cell_data(suite, cell, {"blink": tmp_path / "BLINK"}, tmp_path / "so", {})
     assert len(read_items(made["data"])) == 3  # 8 questions, 5 held out for calibration
+
+    # A suite's cell of several N is told to set its num_candidates, not a flag it has not.
+    from lad.suites import data as suite_data
+
+    def several_n(*args, **kwargs):
+        raise DataError("all.parquet: task 'x' has questions of N = 2 (3), N = 4 (1); "
+                        "choose one with --num-candidates")  # fmt: skip
+
+    monkeypatch.setattr(suite_data, "_convert", several_n)
+    table5 = load_suite("table5")
+    with pytest.raises(DataError) as caught:
+        cell_data(table5, table5.cells[0], {"mmiu": tmp_path}, tmp_path / "t5", {})
+    assert "--num-candidates" not in str(caught.value)
+    assert f"give cell {table5.cells[0].id!r} of {table5.source} its num_candidates" in str(
+        caught.value
+    )

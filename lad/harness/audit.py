@@ -204,11 +204,18 @@ def pooled(rows: Sequence[dict[str, Any]], key: str) -> float:
     records-weighted mean of the per-N RStd); N groups where it is undefined are left out."""
     if not rows:
         return float("nan")
-    by_n = [m for m in rows_metrics(rows).values() if m["methods"]["model"][key] is not None]
-    if not by_n:  # e.g. a flip rate of questions asked once
-        return float("nan")
-    total = sum(m["num_records"] for m in by_n)
-    return float(sum(m["methods"]["model"][key] * m["num_records"] for m in by_n) / total)
+    value = pooled_metrics(rows_metrics(rows), key)
+    return float("nan") if value is None else value
+
+
+def pooled_metrics(by_n: dict[int, dict], key: str, method: str = "model") -> float | None:
+    """`pooled`'s number from rows_metrics' {N: metrics.json}; None where no N defines it (e.g. a
+    flip rate of questions asked once)."""
+    defined = [m for m in by_n.values() if m["methods"][method][key] is not None]
+    if not defined:
+        return None
+    total = sum(m["num_records"] for m in defined)
+    return float(sum(m["methods"][method][key] * m["num_records"] for m in defined) / total)
 
 
 def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: str) -> Path:

@@ -27,6 +27,13 @@ QUESTIONS = [
     ("Which one is a tree?", "plants", ["an oak", "a rose", "moss", "a fern"], 0),
     ("Which is a planet?", "space", ["the Moon", "the Sun", "Sirius", "Mars"], 3),
 ]
+# pairwise judgments (N = 2): both orders; the mock judge prefers whichever reply comes first
+PAIRS = [
+    ("Which reply to a thank-you is polite?", "judge", ["you are welcome", "go away"], 0),
+    ("Which reply to a greeting is polite?", "judge", ["what", "hello, nice to meet you"], 1),
+    ("Which reply to an apology is kind?", "judge", ["no problem at all", "never again"], 0),
+    ("Which is the longer word?", "judge", ["cat", "elephant"], 1),
+]
 DEV = [
     ("Which is a bird?", "animals", ["a crow", "a cow", "a carp", "a cat"], 0),
     ("Which is a drink?", "food", ["bread", "tea", "salt", "rice"], 1),
@@ -39,9 +46,11 @@ DEV = [
 def mock_choice(shown: list[str], question: str) -> int:
     """The mock's answer to `question` with options `shown`: the longest option (ties: the
     alphabetically last) where it is shown first or second, else the first option; no readable
-    answer for the colour question."""
+    answer for the colour question; always the first reply to a judgment of replies."""
     if "colour" in question:
         return -1
+    if "reply" in question:
+        return 0
     best = max(range(len(shown)), key=lambda p: (len(shown[p]), shown[p]))
     return best if best < 2 else 0
 
@@ -49,7 +58,7 @@ def mock_choice(shown: list[str], question: str) -> int:
 def _mock(input: list[ChatMessage], tools, tool_choice, config: GenerateConfig) -> ModelOutput:
     text = input[-1].text
     shown = re.findall(r"^[A-Z]\) (.*)$", text, flags=re.MULTILINE)
-    question = next(q for q, *_ in QUESTIONS if q in text)
+    question = next(q for q, *_ in QUESTIONS + PAIRS if q in text)
     p = mock_choice(shown, question)
     reply = "I cannot tell." if p < 0 else f"ANSWER: {chr(ord('A') + p)}"
     output = ModelOutput.from_content(model="mockllm", content=reply)

@@ -31,18 +31,20 @@ pytest.importorskip(
 )
 
 from inspect_ai.log import read_eval_log
+from inspect_ai.solver import Choices, MultipleChoiceTemplate
 
 from lad.cli import main as lad_main
 from lad.core.predictions import predictions_for, write_predictions
 from lad.core.records import RecordSet, write_records
 from lad.harness.text_scorer import FILES
 from lad.testing.text import build_tiny_text_model
-from tests.inspect_task import DEV, QUESTIONS, mock_choice
+from tests.inspect_task import DEV, PAIRS, QUESTIONS, mock_choice
 
 N = 4
 INSPECT = [sys.executable, "-m", "inspect_ai"]
 TASK = Path(__file__).parent / "inspect_task.py"
-PRINTED = ("lad_acc", "lad_rstd", "lad_cons", "lad_flip", "lad_circular", "lad_position_p")
+PRINTED = ("lad_acc", "lad_rstd", "lad_cons", "lad_flip", "lad_circular", "lad_position_p",
+           "lad_noise_floor")  # fmt: skip
 LAD_KEYS = {
     "lad_acc": "acc",
     "lad_rstd": "rstd",
@@ -129,70 +131,64 @@ def _metrics(log, scorer: str = "position") -> dict[str, float]:
     return {k: m.value for k, m in scores.metrics.items()}
 
 
-def _cyclic_records() -> RecordSet:
-    """The test questions under their N cyclic shifts, named as `lad data mmlu` names them."""
-    rows = [
-        (f"mmlu-{s}-{i}", shift, [(p + shift) % N for p in range(N)], a)
-        for i, (_, s, _, a) in enumerate(QUESTIONS)
-        for shift in range(N)
-    ]
-    return RecordSet(
+def _mock_records(questions: list) -> tuple[RecordSet, np.ndarray]:
+    """The questions under their N cyclic shifts, named as `lad data mmlu` names them, and what
+    the mock's rule answers to each order shown: worked out from the dataset alone."""
+    rows = []
+    for i, (question, subject, choices, answer) in enumerate(questions):
+        n = len(choices)
+        for shift in range(n):
+            order = [(p + shift) % n for p in range(n)]
+            chosen = mock_choice([choices[o] for o in order], question)
+            rows.append((f"mmlu-{subject}-{i}", shift, order, order.index(answer), chosen))
+    n = len(rows[0][2])
+    records = RecordSet(
         items=np.array([r[0] for r in rows]),
         ordering=np.array([r[1] for r in rows]),
         order=np.array([r[2] for r in rows]),
-        answer=np.array([r[2].index(r[3]) for r in rows]),
-        logprobs=np.log(np.full((len(rows), N), 1.0 / N)),
-        attention=np.zeros((len(rows), 1, N)),
+        answer=np.array([r[3] for r in rows]),
+        logprobs=np.log(np.full((len(rows), n), 1.0 / n)),
+        attention=np.zeros((len(rows), 1, n)),
         extra=[{} for _ in rows],
     )
+    return records, np.array([r[4] for r in rows])
 
 
 def _lad_metrics(tmp: Path, records: RecordSet, pred: np.ndarray, method: str) -> dict:
+    """`lad metrics` of these records and predictions (method's numbers)."""
     write_records(tmp / "records.jsonl", records)
-    write_predictions(
-        tmp / "predictions.jsonl", predictions_for(records, method, records.logprobs, pred)
-    )
-    assert (
-        lad_main(
-            [
-                "metrics",
-                "--records",
-                str(tmp / "records.jsonl"),
-                "--predictions",
-                str(tmp / "predictions.jsonl"),
-                "--out",
-                str(tmp / "m.json"),
-            ]
-        )
-        == 0
-    )
+    predictions = predictions_for(records, method, records.logprobs, pred)
+    write_predictions(tmp / "predictions.jsonl", predictions)
+    return _lad_metrics_of(tmp, tmp, method)
+
+
+def _lad_metrics_of(run: Path, tmp: Path, method: str) -> dict:
+    args = ["--records", str(run / "records.jsonl"), "--predictions"]
+    args += [str(run / "predictions.jsonl"), "--out", str(tmp / "m.json")]
+    assert lad_main(["metrics", *args]) == 0
     return json.loads((tmp / "m.json").read_text())["methods"][method]
 
 
-def _check_equal(got: dict[str, float], printed: dict[str, float], reference: dict) -> None:
+def _check_equal(got: dict, printed: dict, reference: dict, floor: float | None = None) -> None:
+    """Inspect's logged metrics equal lad's; the printed ones to the 3 decimals printed. The
+    noise floor: `floor`, or NaN (one epoch: nothing asked again)."""
     for name, key in LAD_KEYS.items():
         assert got[name] == pytest.approx(reference[key], abs=1e-9), name
         assert printed[name] == pytest.approx(reference[key], abs=5e-4), name
     p = reference["position_test"]["p_value"]
     assert got["lad_position_p"] == pytest.approx(p, abs=1e-12)
     assert printed["lad_position_p"] == pytest.approx(p, abs=5e-4)
+    if floor is None:
+        assert np.isnan(got["lad_noise_floor"]) and np.isnan(printed["lad_noise_floor"])
+    else:
+        assert got["lad_noise_floor"] == printed["lad_noise_floor"] == floor
 
 
 def test_circular_with_mockllm_prints_lad_metrics_of_its_choices(setup, tmp_path):
     data = setup["root"] / "test.jsonl"
     output = _inspect("eval", f"{TASK}@lad_mock", "-T", f"data={data}", cwd=tmp_path)
     log = _log(tmp_path)
-    records = _cyclic_records()
-    # what the mock's rule answers for each shown order, from the dataset alone
-    pred = np.array(
-        [
-            mock_choice(
-                [QUESTIONS[int(str(it).rsplit("-", 1)[1])][2][o] for o in order],
-                QUESTIONS[int(str(it).rsplit("-", 1)[1])][0],
-            )
-            for it, order in zip(records.items, records.order, strict=True)
-        ]
-    )
+    records, pred = _mock_records(QUESTIONS)
     assert (pred == -1).any() and (pred == records.answer).any() and (pred != records.answer).any()
     reference = _lad_metrics(tmp_path, records, pred, "model")
     assert 0 < reference["flip_rate"] < 100 and reference["position_test"]["p_value"] < 0.05
@@ -204,46 +200,33 @@ def test_circular_with_mockllm_prints_lad_metrics_of_its_choices(setup, tmp_path
     assert "A) " + QUESTIONS[0][2][0] in sample.messages[0].text  # its messages: the original order
 
 
+def test_a_pairwise_judgment_is_asked_in_both_orders_and_a_flip_is_a_tie(setup, tmp_path):
+    _write(tmp_path / "pairs.jsonl", PAIRS)
+    args = ["-T", f"data={tmp_path / 'pairs.jsonl'}", "--epochs", "2"]
+    output = _inspect("eval", f"{TASK}@lad_mock", *args, cwd=tmp_path)
+    log = _log(tmp_path)
+    records, pred = _mock_records(PAIRS)
+    reference = _lad_metrics(tmp_path, records, pred, "model")
+    _check_equal(_metrics(log), _printed(output), reference, floor=0.0)  # the first epoch's
+    verdicts = {s.id: s.scores["position"].answer for s in log.samples}
+    assert len(log.samples) == 2 * len(PAIRS)  # each pair asked in both orders in each epoch
+    assert list(verdicts.values()) == ["tie", "tie", "tie", "B"]  # one pair judged consistently
+    # floor 0: the mock answers an order alike each time
+    assert reference["cons"] == 25.0 and reference["flip_rate"] == 75.0
+
+
 def test_inspect_score_of_a_task_run_with_the_circular_solver(setup, tmp_path):
     data = setup["root"] / "test.jsonl"
-    _inspect(
-        "eval",
-        f"{TASK}@lad_plain",
-        "-T",
-        f"data={data}",
-        "-T",
-        "mock=true",
-        "--solver",
-        "lad/circular",
-        cwd=tmp_path,
-    )
+    args = ["-T", f"data={data}", "-T", "mock=true", "--solver", "lad/circular"]
+    _inspect("eval", f"{TASK}@lad_plain", *args, cwd=tmp_path)
     (path,) = (tmp_path / "logs").glob("*.eval")
     assert "choice" in {s.name for s in _log(tmp_path).results.scores}  # the task's own scorer
-    rescored_path = tmp_path / "rescored.eval"
-    output = _inspect(
-        "score",
-        str(path),
-        "--scorer",
-        "lad/position",
-        "--action",
-        "append",
-        "--output-file",
-        str(rescored_path),
-        cwd=tmp_path,
-    )
-    rescored = read_eval_log(str(rescored_path))
-    records = _cyclic_records()
-    pred = np.array(
-        [
-            mock_choice(
-                [QUESTIONS[int(str(it).rsplit("-", 1)[1])][2][o] for o in order],
-                QUESTIONS[int(str(it).rsplit("-", 1)[1])][0],
-            )
-            for it, order in zip(records.items, records.order, strict=True)
-        ]
-    )
+    rescored = tmp_path / "rescored.eval"
+    args = ["--scorer", "lad/position", "--action", "append", "--output-file", str(rescored)]
+    output = _inspect("score", str(path), *args, cwd=tmp_path)
+    records, pred = _mock_records(QUESTIONS)
     reference = _lad_metrics(tmp_path, records, pred, "model")
-    _check_equal(_metrics(rescored), _printed(output), reference)
+    _check_equal(_metrics(read_eval_log(str(rescored))), _printed(output), reference)
 
 
 @pytest.fixture(scope="module")
@@ -257,19 +240,9 @@ def model(setup) -> Path:
 
 def test_model_lad_answers_as_lad_eval_under_every_shift(setup, model, tmp_path):
     root = setup["root"]
-    output = _inspect(
-        "eval",
-        f"{TASK}@lad_circular",
-        "-T",
-        f"data={root / 'test.jsonl'}",
-        "--model",
-        f"lad/{model}",
-        "-M",
-        f"calibration_items={root / 'dev.items.jsonl'}",
-        "-M",
-        "device=cpu",
-        cwd=tmp_path,
-    )
+    args = ["-T", f"data={root / 'test.jsonl'}", "--model", f"lad/{model}", "-M",
+            f"calibration_items={root / 'dev.items.jsonl'}", "-M", "device=cpu"]  # fmt: skip
+    output = _inspect("eval", f"{TASK}@lad_circular", *args, cwd=tmp_path)
     log = _log(tmp_path)
     items = [json.loads(x)["id"] for x in (root / "test.items.jsonl").read_text().splitlines()]
     orders = tmp_path / "orders.jsonl"
@@ -280,37 +253,13 @@ def test_model_lad_answers_as_lad_eval_under_every_shift(setup, model, tmp_path)
             for s in range(N)
         )
     )
-    assert (
-        lad_main(
-            [
-                "eval",
-                "--model",
-                str(model),
-                "--data",
-                str(root / "test.items.jsonl"),
-                "--calibration-data",
-                str(root / "dev.items.jsonl"),
-                "--calibration-items",
-                "5",
-                "--labels",
-                "upper",
-                "--prompt-template",
-                str(FILES / "mmlu.txt"),
-                "--chat-template",
-                str(FILES / "plain.jinja"),
-                "--methods",
-                "vanilla,lad",
-                "--orders",
-                str(orders),
-                "--device",
-                "cpu",
-                "--out",
-                str(tmp_path / "run"),
-                "-q",
-            ]
-        )
-        == 0
-    )
+    eval_args = ["--model", str(model), "--data", str(root / "test.items.jsonl"),
+                 "--calibration-data", str(root / "dev.items.jsonl"), "--calibration-items", "5",
+                 "--labels", "upper", "--prompt-template", str(FILES / "mmlu.txt"),
+                 "--chat-template", str(FILES / "plain.jinja"), "--methods", "vanilla,lad",
+                 "--orders", str(orders), "--device", "cpu", "--out", str(tmp_path / "run"),
+                 "-q"]  # fmt: skip
+    assert lad_main(["eval", *eval_args]) == 0
     run = tmp_path / "run"
     lad = {
         (p["item"], p["ordering"]): p
@@ -329,19 +278,51 @@ def test_model_lad_answers_as_lad_eval_under_every_shift(setup, model, tmp_path)
         np.testing.assert_allclose(
             sample.output.metadata["lad"]["scores"], unshifted["scores"], rtol=1e-5, atol=1e-6
         )
-    assert (
-        lad_main(
-            [
-                "metrics",
-                "--records",
-                str(run / "records.jsonl"),
-                "--predictions",
-                str(run / "predictions.jsonl"),
-                "--out",
-                str(tmp_path / "m.json"),
-            ]
-        )
-        == 0
-    )
-    reference = json.loads((tmp_path / "m.json").read_text())["methods"]["lad"]
+    reference = _lad_metrics_of(run, tmp_path, "lad")
     _check_equal(_metrics(log), _printed(output), reference)
+
+
+# ------------------------------------------------ the provider's reading of a turn (no model)
+
+
+def test_a_multiple_choice_turn_is_read_back_to_its_question_and_options():
+    from lad.harness.inspect_model import context_question, read_turn
+
+    options = ["a dog", "two\nlines, A) not a label", "the Moon"]
+    question = "Few-shot: A) is not where options start here\nWhich one?"
+    for template in (MultipleChoiceTemplate.SINGLE_ANSWER.value, "{question}\n\n{choices}"):
+        asked = read_turn(Choices(options).prompt(question, template))
+        assert asked.question == question and list(asked.options) == options
+    prompt = context_question(asked, 0).prompt()  # lad's rendering, checked in lad.harness.contexts
+    assert prompt.text == f"{question}\nA. a dog\nB. {options[1]}\nC. the Moon\nAnswer:"
+
+
+@pytest.mark.parametrize(
+    ("turn", "message"),
+    [
+        ("What is it?", "lists no options"),
+        ("What is it?\n\nA) one", "one option only"),
+        (MultipleChoiceTemplate.MULTIPLE_ANSWER.value.format(
+            question="Q?", choices="A) x\nB) y", letters="A,B"), "multiple-answer"),
+        ("Answer the following multiple choice question. The entire content of your response "
+         "should be of the following format: 'ANSWER: $LETTER' (without quotes) where LETTER is "
+         "one of A,B,C.\n\nQ?\n\nA) x\nB) y", "names the letters"),
+        ("A) x\nB) y", "no question"),
+    ],
+)  # fmt: skip
+def test_a_turn_lad_cannot_read_is_refused_with_the_reason(turn, message):
+    from lad.errors import LadError
+    from lad.harness.inspect_model import read_turn
+
+    with pytest.raises(LadError, match=message):
+        read_turn(turn)
+
+
+def test_the_provider_refuses_unknown_args_and_lad_without_a_calibration():
+    from lad.errors import LadError
+    from lad.harness.inspect_model import LadModelAPI
+
+    with pytest.raises(LadError, match="unknown -M"):
+        LadModelAPI("some/model", temperature_of_soup=1)
+    with pytest.raises(LadError, match="calibration"):
+        LadModelAPI("some/model")  # method=lad: before any model loads

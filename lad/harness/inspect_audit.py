@@ -19,8 +19,8 @@ CircularEval; the answer the choice under each shift, or "tie" for a pair whose 
 and its metrics are lad's, computed by lad.core.metrics through lad.harness.audit.rows_metrics
 over all samples: lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular (records-weighted over N
 where a task mixes N, as in lmms-eval's table) and lad_position_p, the permutation test's p value
-(one N only: it is defined within one N). `lad harness audit LOGDIR` writes the full audit
-(bootstrap intervals, recall by position, each N apart) from the same rows.
+(one N only: it is defined within one N); with `--epochs` above 1 the later epochs are repeats
+of the same orderings, and lad_noise_floor the share of them whose choice changed.
 """
 
 from __future__ import annotations
@@ -130,6 +130,8 @@ def _verdict(rows: list[dict[str, Any]]) -> str:
 
 
 # ------------------------------------------------------------------ metrics
+# Each metric reads every epoch's score ("unreduced"): epoch 1 gives the metrics, later epochs
+# ask the same orderings again (rows with `repeat`), whose disagreement is the noise floor.
 
 _cache: dict[str, dict[int, dict[str, Any]]] = {}
 
@@ -162,41 +164,41 @@ def _pooled(key: str) -> Metric:
     return value
 
 
-@metric
+@metric(scores="unreduced")
 def lad_acc() -> Metric:
     """Acc (%): accuracy per shift, averaged over the shifts (lad.core.metrics)."""
     return _pooled("acc")
 
 
-@metric
+@metric(scores="unreduced")
 def lad_rstd() -> Metric:
     """RStd: the std of the recall at each answer position."""
     return _pooled("rstd")
 
 
-@metric
+@metric(scores="unreduced")
 def lad_cons() -> Metric:
     """Cons. (%): questions whose chosen option is the same under every shift (for a pair: the
     share of agreeing judgments)."""
     return _pooled("cons")
 
 
-@metric
+@metric(scores="unreduced")
 def lad_flip() -> Metric:
     """Flip rate (%): the share of pairs of shifts of a question whose choices differ."""
     return _pooled("flip_rate")
 
 
-@metric
+@metric(scores="unreduced")
 def lad_circular() -> Metric:
     """CircularEval accuracy (%): questions right under every shift."""
     return _pooled("circular_acc")
 
 
-@metric
+@metric(scores="unreduced")
 def lad_position_p() -> Metric:
     """p of the permutation test of position dependence (lad.core.audit.position_test); NaN
-    where the task mixes N (the test is per N: `lad harness audit`) or nothing can be
+    where the task mixes N (the test is defined within one N) or nothing can be
     permuted."""
 
     def value(scores: list[SampleScore]) -> float:
@@ -210,7 +212,27 @@ def lad_position_p() -> Metric:
     return value
 
 
-@scorer(metrics=[lad_acc(), lad_rstd(), lad_cons(), lad_flip(), lad_circular(), lad_position_p()])
+@metric(scores="unreduced")
+def lad_noise_floor() -> Metric:
+    """Noise floor (%): with `--epochs` above 1, the share of repeated askings (epochs 2, 3, …)
+    whose choice differs from the first epoch's (lad.core.audit.noise_floor), records-weighted
+    over N; NaN with one epoch."""
+
+    def value(scores: list[SampleScore]) -> float:
+        floors = [m["methods"]["model"].get("noise_floor") for m in _by_n(scores).values()]
+        floors = [f for f in floors if f is not None]
+        if not floors:
+            return math.nan
+        total = sum(f["records"] for f in floors)
+        return float(sum(f["flip_rate"] * f["records"] for f in floors) / total)
+
+    return value
+
+
+METRICS = (lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular, lad_position_p, lad_noise_floor)
+
+
+@scorer(metrics=[m() for m in METRICS])
 def position() -> Scorer:
     """lad's position audit of a sample asked by `circular()`."""
 
@@ -221,6 +243,8 @@ def position() -> Scorer:
                 f"sample {state.sample_id!r} holds no lad rows: lad/position scores samples "
                 "asked by lad/circular (inspect eval ... --solver lad/circular)"
             )
+        if state.epoch > 1:  # the same orderings asked again: lad's repeats (the noise floor)
+            rows = [{**r, "repeat": state.epoch - 1} for r in rows]
         right = all(r["prediction"] == r["answer"] for r in rows)
         shown = " ".join(
             _letter(r["order"][r["prediction"]]) if r["prediction"] >= 0 else "-" for r in rows

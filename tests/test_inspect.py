@@ -96,7 +96,7 @@ def setup(tmp_path_factory) -> dict[str, Path]:
     return {"root": root}
 
 
-def _inspect(*args: str, cwd: Path) -> str:
+def _inspect(*args: str, cwd: Path, code: int = 0) -> str:
     # lad as installed (`pip install -e ".[inspect]"`), not from a PYTHONPATH checkout: Inspect
     # names an extension's objects lad/... only for an installed package's modules
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -111,7 +111,7 @@ def _inspect(*args: str, cwd: Path) -> str:
     run = subprocess.run(
         [*INSPECT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
     )
-    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    assert run.returncode == code, (run.stdout + run.stderr)[-4000:]
     return run.stdout + run.stderr
 
 
@@ -318,11 +318,14 @@ def test_a_turn_lad_cannot_read_is_refused_with_the_reason(turn, message):
         read_turn(turn)
 
 
-def test_the_provider_refuses_unknown_args_and_lad_without_a_calibration():
-    from lad.errors import LadError
+def test_the_provider_refuses_unknown_args_and_lad_without_a_calibration(tmp_path):
     from lad.harness.inspect_model import LadModelAPI
 
-    with pytest.raises(LadError, match="unknown -M"):
-        LadModelAPI("some/model", temperature_of_soup=1)
-    with pytest.raises(LadError, match="calibration"):
-        LadModelAPI("some/model")  # method=lad: before any model loads
+    for args, message in (({"soup": 1}, "unknown -M ['soup']"), ({}, "needs a calibration")):
+        with pytest.raises(Exception) as refused:  # before any model loads
+            LadModelAPI("some/model", **args)
+        assert message in refused.value.message and refused.value.message.startswith("Error: ")
+    _write(tmp_path / "pairs.jsonl", PAIRS)
+    args = ["-T", f"data={tmp_path / 'pairs.jsonl'}", "--model", "lad/some/model"]
+    output = _inspect("eval", f"{TASK}@lad_circular", *args, cwd=tmp_path, code=1)
+    assert "Error: method=lad needs a calibration" in output and "Traceback" not in output

@@ -107,6 +107,17 @@ def context_question(asked: Asked, number: int) -> ContextQuestion:
     )
 
 
+def refusal(error: Exception) -> Exception:
+    """A setup error as Inspect shows its own: one line, without a traceback (inspect_ai's
+    PrerequisiteError, which its command line prints alone); the error itself where that class
+    has moved."""
+    try:
+        from inspect_ai._util.error import PrerequisiteError
+    except ImportError:
+        return error
+    return PrerequisiteError(f"Error: {error}")
+
+
 def _user_text(input: list[ChatMessage]) -> str:
     if len(input) != 1 or not isinstance(input[0], ChatMessageUser):
         roles = [m.role for m in input]
@@ -128,13 +139,16 @@ class LadModelAPI(ModelAPI):
         **model_args: Any,
     ) -> None:
         super().__init__(model_name, base_url, api_key, [], config)
-        unknown = sorted(set(model_args) - set(ARGS))
-        if unknown:
-            raise LadError(f"--model lad/...: unknown -M {unknown}; it takes {list(ARGS)}")
-        kinds = {"batch_size": int, "top_k": int, "tau": float}
-        given = {k: kinds.get(k, str)(v) for k, v in model_args.items() if v is not None}
-        self.options = ChoiceOptions(model=model_name, **given)
-        self.scorer = ContextScorer(self.options)
+        try:
+            unknown = sorted(set(model_args) - set(ARGS))
+            if unknown:
+                raise LadError(f"--model lad/...: unknown -M {unknown}; it takes {list(ARGS)}")
+            kinds = {"batch_size": int, "top_k": int, "tau": float}
+            given = {k: kinds.get(k, str)(v) for k, v in model_args.items() if v is not None}
+            self.options = ChoiceOptions(model=model_name, **given)
+            self.scorer = ContextScorer(self.options)
+        except (LadError, ValueError) as e:
+            raise refusal(e) from None
         self._lock = threading.Lock()  # one forward pass at a time on the model
         self._asked = 0
 

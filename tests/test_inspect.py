@@ -193,6 +193,12 @@ def test_circular_with_mockllm_prints_lad_metrics_of_its_choices(setup, tmp_path
     reference = _lad_metrics(tmp_path, records, pred, "model")
     assert 0 < reference["flip_rate"] < 100 and reference["position_test"]["p_value"] < 0.05
     _check_equal(_metrics(log), _printed(output), reference)
+    # lad harness audit of Inspect's log folder: the whole audit is lad metrics'
+    assert lad_main(["harness", "audit", str(tmp_path / "logs"), "--out", str(tmp_path / "a")]) == 0
+    audit = json.loads((tmp_path / "a" / "lad_audit.json").read_text())
+    (entry,) = audit["tasks"]["lad_mock__mockllm__model"].values()
+    metrics = json.loads((tmp_path / "a" / entry["folder"] / "metrics.json").read_text())
+    assert metrics["methods"]["model"] == reference
     sample = log.samples[0]
     rows = sample.scores["position"].metadata["lad_rows"]
     assert [r["order"] for r in rows] == [[(p + s) % N for p in range(N)] for s in range(N)]

@@ -21,6 +21,7 @@ over all samples: lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular (records-w
 where a task mixes N, as in lmms-eval's table) and lad_position_p, the permutation test's p value
 (one N only: it is defined within one N); with `--epochs` above 1 the later epochs are repeats
 of the same orderings, and lad_noise_floor the share of them whose choice changed.
+`lad harness audit LOG_DIR` writes the whole audit from the logged rows (lad.harness.inspect_logs).
 """
 
 from __future__ import annotations

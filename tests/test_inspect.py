@@ -335,3 +335,53 @@ def test_the_provider_refuses_unknown_args_and_lad_without_a_calibration(tmp_pat
     args = ["-T", f"data={tmp_path / 'pairs.jsonl'}", "--model", "lad/some/model"]
     output = _inspect("eval", f"{TASK}@lad_circular", *args, cwd=tmp_path, code=1)
     assert "Error: method=lad needs a calibration" in output and "Traceback" not in output
+
+
+# ------------------------------------------------ the solver and the metrics, in process
+
+
+def _state(target: str, choices: list[str]):
+    from inspect_ai.model import ChatMessageUser, ModelName
+    from inspect_ai.scorer import Target
+    from inspect_ai.solver import TaskState
+
+    question = [ChatMessageUser(content="Which one?")]
+    return TaskState(ModelName("mockllm/model"), "q", 1, "Which one?", question,
+                     target=Target(target), choices=choices)  # fmt: skip
+
+
+def test_a_sample_without_one_target_letter_is_refused_before_any_asking():
+    import asyncio
+
+    from lad.errors import LadError
+    from lad.harness.inspect_audit import circular
+
+    async def generate(state, **kwargs):  # never reached
+        raise AssertionError("asked")
+
+    for target, message in (("AB", "one target letter"), ("E", "one target letter")):
+        with pytest.raises(LadError, match=message):
+            asyncio.run(circular()(_state(target, ["x", "y", "z"]), generate))
+    with pytest.raises(LadError, match="at least 2 choices"):
+        asyncio.run(circular()(_state("A", ["x"]), generate))
+
+
+def test_mixed_n_pools_by_records_and_leaves_the_position_test_per_n():
+    from inspect_ai.scorer import SampleScore, Score
+
+    from lad.harness.audit import rows_metrics
+    from lad.harness.inspect_audit import lad_acc, lad_position_p
+
+    def rows(item: str, n: int, chosen: int) -> list[dict]:
+        orders = [[(p + s) % n for p in range(n)] for s in range(n)]
+        return [{"item": item, "ordering": s, "order": o, "answer": o.index(0),
+                 "prediction": o.index(chosen)} for s, o in enumerate(orders)]  # fmt: skip
+
+    groups = [rows("a", 2, 0), rows("b", 2, 1), rows("c", 4, 0), rows("d", 4, 3)]
+    scores = [SampleScore(score=Score(value=0, metadata={"lad_rows": g}), sample_id=g[0]["item"])
+              for g in groups]  # fmt: skip
+    by_n = rows_metrics([r for g in groups for r in g])
+    weighted = by_n[2]["methods"]["model"]["acc"] * 4 + by_n[4]["methods"]["model"]["acc"] * 8
+    assert lad_acc()(scores) == pytest.approx(weighted / 12)
+    assert np.isnan(lad_position_p()(scores))
+    assert lad_position_p()(scores[2:]) == by_n[4]["methods"]["model"]["position_test"]["p_value"]

@@ -27,6 +27,7 @@ from lad.core.metrics import format_panel, format_table
 from lad.core.prompts import CAPTION, vanilla_template
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
+from lad.data.blank import blank_requests
 from lad.data.items import Item, read_items
 from lad.data.orders import Request, cyclic_requests, given_requests, shuffled_requests
 from lad.errors import DataError, LadError
@@ -259,6 +260,10 @@ def _evaluate(
         # Each shift alone is a vanilla prompt; perm-avg's own accuracy needs all N of them.
         shifts = cyclic_requests(eval_items)
         stage(shifts, "perm_records.jsonl", "perm-avg", acc_label="vanilla acc per shift")
+    if "blank" in config.methods:
+        # CapCal's extra pass: each request again, every candidate blanked (lad.data.blank).
+        blanked = blank_requests(requests, run_dir / "blank")
+        stage(blanked, STAGE_FILES["blank"], "blank", acc_label="blank-prompt acc")
     for template in ("instruction", "cot", "self-consistency"):
         if template in config.methods:
             stage(requests, STAGE_FILES[template], template, Stage(template))

@@ -183,8 +183,11 @@ def _span(
     text: str, offsets: list[list[int]], chars: tuple[int, int], item: Item, k: int
 ) -> tuple[int, int]:
     lo, hi = chars
-    inside = [t for t, (s, e) in enumerate(offsets) if e > s and s < hi and e > lo]
     where = f"item {item.id!r}, option at position {k + 1}"
+    if lo == hi:  # an empty option (the blank prompt, lad.data.blank): no token, Eq. 6 sums 0
+        after = [t for t, (s, e) in enumerate(offsets) if e > s and s >= lo]
+        return (after[0], after[0]) if after else (len(offsets), len(offsets))
+    inside = [t for t, (s, e) in enumerate(offsets) if e > s and s < hi and e > lo]
     if not inside:
         raise BackendError(f"{where}: no token of the prompt holds the option's text")
     for t in inside:

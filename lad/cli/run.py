@@ -267,7 +267,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     Run a model on a benchmark under T shuffles, calibrate on held-out items, score every
     method, and write records, metrics and a report into --out. Resumes an interrupted run.
-    Methods: vanilla, pride, lad, attn, attn-purified, perm-avg, instruction, cot,
+    Methods: vanilla, pride, blank, lad, attn, attn-purified, perm-avg, instruction, cot,
     self-consistency, sofa.
 
     Example:

@@ -14,7 +14,7 @@ from lad.errors import RunError
 from lad.run.presets import preset_options
 from lad.run.spec import RecordSpec
 
-DEFAULT_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified", "perm-avg")
+DEFAULT_METHODS = ("vanilla", "pride", "blank", "lad", "attn", "attn-purified", "perm-avg")
 # Where the calibration items come from: held out from the evaluation items (the paper, §4.2),
 # or the first |D_cal| evaluation items, scored too (the official code).
 CALIBRATE_ON = ("held-out", "evaluation")
@@ -78,6 +78,7 @@ class EvalConfig:
     mixture: str = scoring("prob")
     attn_mean: str = scoring("log")
     layer_range: tuple[int, int] | None = scoring(None)
+    blank_alpha: float | str = scoring(1.0)  # α of `blank` (lad.core.blank): a number, "entropy"
     quiet: bool = scoring(False)
     calibration_check: bool = scoring(True)  # refuse a calibration of another model, scheme, prompt
 
@@ -133,7 +134,7 @@ class EvalConfig:
 
     @property
     def method_options(self) -> MethodOptions:
-        values = {name: getattr(self, name) for name in ("top_k", "tau", *VARIANTS)}
+        values = {name: getattr(self, name) for name in ("top_k", "tau", "blank_alpha", *VARIANTS)}
         if self.layer_range is not None:
             values["layer_range"] = tuple(self.layer_range)
         return MethodOptions(**values, labels=self.labels)

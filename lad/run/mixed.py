@@ -51,13 +51,14 @@ def scoring_inputs(
     options = dataclasses.replace(options, labels=run.arguments["labels"])
     stages = {}
     for method in methods:
-        stage = METHODS[method].stage
-        if stage != "records" and stage not in stages:
+        for stage in (METHODS[method].stage, METHODS[method].extra):
+            if stage is None or stage == "records" or stage in stages:
+                continue
             stages[stage] = run.stage_records(stage)
             if stages[stage] is None:
                 raise RunError(
                     f"{run.file(STAGE_FILES[stage])}: missing; rerun lad eval with --methods "
-                    f"including {stage}"
+                    f"including {method}"
                 )
     perm = run.perm_records() if "perm-avg" in methods else None
     return Part(records, calibration, options, stages, perm)

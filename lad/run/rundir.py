@@ -41,6 +41,7 @@ STAGE_FILES = {
     "cot": "cot_records.jsonl",
     "self-consistency": "sc_records.jsonl",
     "sofa": "sofa_records.jsonl",
+    "blank": "blank_records.jsonl",  # blank's extra pass (lad.core.methods.Method.extra)
 }
 # Files `lad eval` writes in a run directory; none may be one of its inputs.
 RUN_OUTPUTS = (

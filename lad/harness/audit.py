@@ -35,7 +35,7 @@ from lad.core.metrics import compute_metrics
 from lad.core.records import RecordSet
 from lad.errors import LadError, RunError
 from lad.io.files import child, write_text
-from lad.run.rundir import AUDIT_FILE, AUDIT_FORMAT, RunDir, check_audit_destination
+from lad.run.rundir import ANSWERS_FILE, AUDIT_FILE, AUDIT_FORMAT, RunDir, check_audit_destination
 
 ROW_KEYS = ("item", "ordering", "order", "answer", "prediction")
 _SUMMARY_KEYS = (
@@ -230,5 +230,7 @@ def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: 
             arguments = {"labels": "upper", "source": source, "task": task}
             run.write_run(arguments, None, harness={"task": task, "source": source})
             run.write_answers(metrics)
+            mine = [r for r in rows if len(r["order"]) == n]  # the rows behind it (lad export)
+            write_text(run.file(ANSWERS_FILE), "".join(json.dumps(r) + "\n" for r in mine))
             tasks[task][str(n)] = _summary(metrics, f"lad_audit/{task}/n{n}")
     return _write_audit(output, tasks, source=source)

@@ -29,6 +29,7 @@ from lad.run.runjson import RUN_FORMAT, check_same, read_run_json
 # A harness audit (lad.harness.audit): a folder whose lad_audit.json lists run folders.
 AUDIT_FORMAT = "lad-harness-audit/1"
 AUDIT_FILE = "lad_audit.json"
+ANSWERS_FILE = "answers.jsonl"  # a harness audit folder's rows, for lad export
 CELLS_FILE = "cells.json"  # a mixed run's (task, N) cells; one part run directory n{N}/ per N
 # How records are made from the same arguments; bumped when lad would now make other records, so a
 # run begun by an older lad is never extended with records that do not match its own (1: labels

@@ -15,11 +15,13 @@ from hypothesis.extra.numpy import arrays
 from PIL import Image
 
 from lad.backends import load_backend
+from lad.cli import main
 from lad.core.blank import blank_alpha, blank_scores
 from lad.core.calibrate import log_softmax
 from lad.core.items import Item
 from lad.core.labels import get_scheme
 from lad.core.methods import METHODS, MethodOptions, score
+from lad.core.predictions import read_predictions
 from lad.core.records import RecordSet, read_records
 from lad.data.blank import GREY, blank_requests
 from lad.data.items import write_items
@@ -207,6 +209,16 @@ def test_lad_eval_blank_records_are_records_of_grey_items(qwen, shapes, tmp_path
     for item in items:
         mine = made.logprobs[made.items == item]
         assert np.allclose(mine, mine[0], atol=1e-6)  # the same prompt under every ordering
+
+    # lad score on the stored files gives the run's own blank choices, and refuses without them
+    out = tmp_path / "blank.jsonl"
+    args = ["score", "--records", str(run / "records.jsonl"), "--methods", "blank"]
+    blank = ["--blank-records", str(run / "blank_records.jsonl")]
+    assert main([*args, *blank, "--out", str(out)]) == 0
+    mine = {(p.item, p.ordering): p.prediction for p in read_predictions(out)}
+    ran = read_predictions(run / "predictions.jsonl")
+    assert mine == {(p.item, p.ordering): p.prediction for p in ran if p.method == "blank"}
+    assert main([*args, "--out", str(tmp_path / "none.jsonl")]) == 1
 
 
 WORDS = ["apple", "stone", "river", "cloud", "tiger", "piano", "bread", "lamp"]

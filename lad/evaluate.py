@@ -262,7 +262,7 @@ def _evaluate(
         stage(shifts, "perm_records.jsonl", "perm-avg", acc_label="vanilla acc per shift")
     if "blank" in config.methods:
         # CapCal's extra pass: each request again, every candidate blanked (lad.data.blank).
-        blanked = blank_requests(requests, run_dir / "blank")
+        blanked = _blank_requests(requests, run_dir)
         stage(blanked, STAGE_FILES["blank"], "blank", acc_label="blank-prompt acc")
     for template in ("instruction", "cot", "self-consistency"):
         if template in config.methods:
@@ -281,6 +281,15 @@ def _evaluate(
         write_report=report,
         check_calibration=config.calibration_check,
     )
+
+
+def _blank_requests(requests: list[Request], run_dir: Path) -> list[Request]:
+    """The blank prompts of `requests` (same keys and orders). A finished blank stage is only
+    read back, by those keys: a rescoring neither decodes a picture nor writes a grey one."""
+    path = run_dir / STAGE_FILES["blank"]
+    if path.is_file() and path.read_bytes().count(b"\n") >= len(requests):
+        return requests
+    return blank_requests(requests, run_dir / "blank")
 
 
 def score_run(

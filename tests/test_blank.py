@@ -4,6 +4,7 @@ of items blanked by hand), and `lad eval --methods blank` end to end on tiny mod
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -169,7 +170,7 @@ def qwen(tmp_path_factory) -> str:
     return str(build_tiny_model("qwen2_vl", path, words=shapes_vocabulary()))
 
 
-def test_lad_eval_blank_records_are_records_of_grey_items(qwen, shapes, tmp_path):
+def test_lad_eval_blank_records_are_records_of_grey_items(qwen, shapes, tmp_path, monkeypatch):
     """blank_records.jsonl holds, for each evaluated (item, ordering), the record of the same
     prompt with every candidate a grey picture of its size, made here by hand; the blank prompt
     does not depend on the ordering (the candidates are alike), so neither do its records."""
@@ -219,6 +220,19 @@ def test_lad_eval_blank_records_are_records_of_grey_items(qwen, shapes, tmp_path
     ran = read_predictions(run / "predictions.jsonl")
     assert mine == {(p.item, p.ordering): p.prediction for p in ran if p.method == "blank"}
     assert main([*args, "--out", str(tmp_path / "none.jsonl")]) == 1
+
+    # a rescoring reads the blank records back: no model, no picture decoded or written
+    import shutil
+
+    shutil.rmtree(run / "blank")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a rescoring must not load the model")
+
+    monkeypatch.setattr("lad.backends.load_backend", refuse)
+    monkeypatch.setattr("lad.data.blank.open_image", refuse)
+    again = evaluate(dataclasses.replace(config, blank_alpha="entropy"), run)
+    assert again.metrics["methods"]["blank"]["acc"] >= 0 and not (run / "blank").exists()
 
 
 WORDS = ["apple", "stone", "river", "cloud", "tiger", "piano", "bread", "lamp"]

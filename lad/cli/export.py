@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dataset", help="the trials' dataset (default: each item's task, else the data)"
     )
-    p.add_argument("--model", help="the model's name in the trials (default: the run's)")
+    p.add_argument("--model-name", help="the model's name in the trials (default: the run's)")
     p.add_argument("--out", type=OutputPath, required=True, help="trials file to write (.jsonl)")
     p.set_defaults(func=_export)
 
@@ -43,7 +43,7 @@ def _export(args: argparse.Namespace) -> int:
 
     out = check_output_file(args.out)
     count = write_facet_probe(
-        args.run, out, facet=args.facet, dataset=args.dataset, model=args.model
+        args.run, out, facet=args.facet, dataset=args.dataset, model=args.model_name
     )
     print(f"wrote {count} Facet-Probe trials to {out}")
     return 0

@@ -20,8 +20,8 @@ place, which a shuffle then points at another candidate:
   second choice").
 
 A question the screen catches is skipped as ORDER_DEPENDENT and counted per task in the
-conversion's summary, like every other reason; the harness adapters, which call the same rules,
-do not permute it either.
+conversion's summary, like every other reason; the harness adapters call the same rules, so
+lad's circular tasks leave it out too.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import numpy as np
 from PIL import Image
 
 from lad.io.images import check_image, open_image
-from lad.run.runjson import fingerprint
+from lad.run.runjson import file_digest as fingerprint
 
 
 def _plain(path: Path) -> Image.Image:

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from lad.core.calibrate import Calibration
 from lad.core.cells import Cell, cells_json, cells_of, format_cells_table, score_cells
@@ -24,10 +21,12 @@ from lad.core.methods import MethodOptions
 from lad.core.metrics import format_panel, format_table
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
-from lad.data.items import Item, read_items
-from lad.data.orders import Request, cyclic_requests, given_requests, shuffled_requests
-from lad.errors import DataError, LadError
-from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig, eval_config
+from lad.data.blank import blank_requests
+from lad.data.orders import Request, cyclic_requests
+from lad.errors import LadError
+from lad.io.files import child
+from lad.run.config import EvalConfig, eval_config
+from lad.run.inputs import RunData, load_items, read_data, resolved, run_requests
 from lad.run.lock import RunLock
 from lad.run.mixed import part_config, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
@@ -39,171 +38,12 @@ from lad.suites import slug
 from lad.suites.plan import SuiteResult, cell_numbers, compared, one_n, suite_models
 
 
-@dataclass(frozen=True)
-class RunData:
-    """A run's input items, each file parsed and checked once (lad.data.items.read_items), then
-    handed down: --data's (None: generated shapes) and --calibration-data's (None: none given,
-    or a path that is no file, which `load_items` names)."""
-
-    items: list[Item] | None = None
-    calibration: list[Item] | None = None
-
-
-def read_data(config: EvalConfig) -> RunData:
-    """The items of --data and --calibration-data, each file read once."""
-    items = None if config.data == "shapes" else read_items(config.data)
-    source = config.calibration_data
-    return RunData(items, read_items(source) if source and Path(source).is_file() else None)
-
-
-def _with_n(items: list[Item], n: int, path: str) -> list[Item]:
-    """`items`, each of N candidates; else the file is read again to name the line that is not."""
-    return items if all(it.num_candidates == n for it in items) else read_items(path, n)
-
-
 @dataclass
 class RunResult:
     run_dir: Path
     metrics: dict[str, Any]
     table: str
     report: Path | None
-
-
-# ---------------------------------------------------------------- requests
-
-
-def run_requests(config: EvalConfig, items: Sequence[Item]) -> list[Request]:
-    """The evaluation requests of a run: each item under the orders of `config.orders` when
-    given (lad.data.orders), else under T seeded shuffles."""
-    if config.orders is None:
-        return shuffled_requests(items, config.num_shuffles, config.seed)
-    return given_requests(items, config.orders, config.num_candidates)
-
-
-def resolve_prompt(config: EvalConfig, data: RunData) -> EvalConfig:
-    """The run with its vanilla template fixed for its evaluation items (RecordSpec.for_items)."""
-    if config.prompt_template is not None or data.items is None:
-        return config
-    items = _with_n(data.items, config.num_candidates, config.data)
-    return config.replace(prompt_template=config.spec.for_items(items).prompt_template)
-
-
-def resolve_penalty(config: EvalConfig) -> EvalConfig:
-    """The run with its repetition penalty as a number (or None): "model" (--preset official)
-    becomes the model's generation_config's, stored in run.json so records, calibration and
-    every rescoring agree (RecordSpec.penalty)."""
-    return config.replace(repetition_penalty=config.spec.penalty())
-
-
-def resolve_calibration_items(config: EvalConfig, data: RunData) -> tuple[EvalConfig, str | None]:
-    """The run with |D_cal| decided: as given (a file holding fewer is then refused), else 5, or
-    all the items of a smaller calibration file, which the note returned says."""
-    if config.calibration_items is not None:
-        return config, None
-    resolved = config.replace(calibration_items=DEFAULT_CALIBRATION_ITEMS)
-    on_eval = config.calibrate_on == "evaluation"
-    source = config.data if on_eval else config.calibration_data
-    items = data.items if on_eval else data.calibration
-    if items is None:  # 'shapes', or a file load_items refuses
-        return resolved, None
-    held = min(Counter(it.num_candidates for it in items).values())  # of each N
-    if held >= DEFAULT_CALIBRATION_ITEMS:
-        return resolved, None
-    note = f"Note: {source} holds {held} calibration items: calibrating on {held}"
-    return config.replace(calibration_items=held), note
-
-
-def resolved(config: EvalConfig, data: RunData) -> EvalConfig:
-    """The run of one N with |D_cal|, its prompt and its repetition penalty decided."""
-    return resolve_penalty(resolve_prompt(resolve_calibration_items(config, data)[0], data))
-
-
-# ---------------------------------------------------------------- data
-
-
-def load_items(
-    config: EvalConfig, run_dir: Path, data: RunData | None = None
-) -> tuple[list[Item], list[Item]]:
-    """(evaluation items, calibration items). Held out (the default), the two never share an item
-    id; with `calibrate_on` "evaluation" the calibration items are the first |D_cal| items of the
-    data, which are evaluated too (the official code's choice)."""
-    n = config.num_candidates
-    on_eval = config.calibrate_on == "evaluation"
-    if config.data == "shapes":
-        from lad.data.shapes import build_shapes
-
-        num_eval = config.items or 100
-        common = {"num_candidates": n, "setting": config.setting, "seed": config.seed}
-        folder = RunDir(run_dir).data_folder
-        eval_path = build_shapes(folder("eval"), items=num_eval, split="eval", **common)
-        if on_eval:
-            items = read_items(eval_path, n)
-            return items, items[: config.calibration_items]
-        cal_path = build_shapes(
-            folder("calibration"),
-            items=config.calibration_items,
-            split="calibration",
-            **common,
-        )
-        return read_items(eval_path, n), read_items(cal_path, n)
-    data = read_data(config) if data is None else data
-    items = _with_n(data.items, n, config.data) if data.items else read_items(config.data, n)
-    if on_eval:
-        _enough(items, config.calibration_items, config.data)
-        return items[: config.items or len(items)], items[: config.calibration_items]
-    if config.calibration_data:
-        calibration = data.calibration
-        if calibration is None:
-            calibration = read_items(config.calibration_data, n)  # refused, naming the file
-        calibration = _with_n(calibration, n, config.calibration_data)
-        _enough(calibration, config.calibration_items, config.calibration_data)
-        _same_kind(items, calibration, config)
-    elif config.calibration:
-        calibration = []
-    else:
-        # No separate calibration file: hold out a seeded choice of items from the data.
-        if len(items) <= config.calibration_items:
-            raise DataError(
-                f"{config.data}: {len(items)} items leave none for evaluation after holding out "
-                f"--calibration-items {config.calibration_items}; pass --calibration-data"
-            )
-        rng = np.random.default_rng(config.seed)
-        held = set(rng.choice(len(items), config.calibration_items, replace=False).tolist())
-        calibration = [it for i, it in enumerate(items) if i in held]
-        items = [it for i, it in enumerate(items) if i not in held]
-    calibration = calibration[: config.calibration_items]
-    overlap = {it.id for it in items} & {it.id for it in calibration}
-    if overlap:
-        raise DataError(
-            f"calibration items must be disjoint from evaluation items; shared ids: "
-            f"{sorted(overlap)[:5]}"
-        )
-    if config.items:
-        items = items[: config.items]
-    return items, calibration
-
-
-def _enough(items: Sequence[Item], wanted: int, path: object) -> None:
-    """--calibration-items is what the run calibrates on, never silently fewer."""
-    if len(items) < wanted:
-        raise DataError(
-            f"{path}: holds {len(items)} items but --calibration-items asks for {wanted}; pass "
-            f"--calibration-items {len(items)} or a file with more items"
-        )
-
-
-def _same_kind(items: Sequence[Item], calibration: Sequence[Item], config: EvalConfig) -> None:
-    """Question items are asked their own question, caption items the caption prompt: a
-    calibration of the other kind is fitted under another prompt than the one evaluated."""
-    kind = {True: "question items", False: "caption items"}
-    asked = {it.question is not None for it in items}
-    calibrated = {it.question is not None for it in calibration}
-    if len(asked) == len(calibrated) == 1 and asked != calibrated:
-        raise DataError(
-            f"--calibration-data {config.calibration_data} holds {kind[calibrated.pop()]} but "
-            f"--data {config.data} holds {kind[asked.pop()]}; calibrate with items of the same "
-            "kind, asked with the same prompt"
-        )
 
 
 # ---------------------------------------------------------------- the whole run
@@ -275,6 +115,7 @@ def _evaluate(
     eval_items, cal_items = load_items(config, run_dir, data)
     make_backend = LazyBackend(config, world.device(config.device), run_dir, backends)
     make_backend.pictures = not all(it.is_text for it in eval_items + cal_items)
+    make_backend.items = eval_items + cal_items
     clock = Clock(run_dir, world, make_backend)
 
     def stage(requests: list[Request], file: str, name: str, kind=None, desc="", acc_label=None):
@@ -292,6 +133,10 @@ def _evaluate(
         # Each shift alone is a vanilla prompt; perm-avg's own accuracy needs all N of them.
         shifts = cyclic_requests(eval_items)
         stage(shifts, "perm-avg", "perm-avg", acc_label="vanilla acc per shift")
+    if "blank" in config.methods:
+        # CapCal's extra pass: each request again, every candidate blanked (lad.data.blank).
+        blanked = _blank_requests(requests, run_dir)
+        stage(blanked, "blank", "blank", acc_label="blank-prompt acc")
     for template in ("instruction", "cot", "self-consistency"):
         if template in config.methods:
             stage(requests, template, template, Stage(template))
@@ -309,6 +154,16 @@ def _evaluate(
         write_report=report,
         check_calibration=config.calibration_check,
     )
+
+
+def _blank_requests(requests: list[Request], run_dir: Path) -> list[Request]:
+    """The blank prompts of `requests` (same keys and orders). A finished blank stage is only
+    read back, by those keys: a rescoring neither decodes a picture nor writes a grey one."""
+    run = RunDir(run_dir)
+    path = run.records_file("blank")
+    if path.is_file() and path.read_bytes().count(b"\n") >= len(requests):
+        return requests
+    return blank_requests(requests, run.blank_folder)
 
 
 def score_run(
@@ -375,6 +230,10 @@ def evaluate_mixed(
         for n, part in parts.items():
             _evaluate(part, run.part(n).path, world, backends=backends)
         return None
+    named = ("data", "calibration_data", "orders")
+    own = {k: file_digest(getattr(config, k)) for k in named if getattr(config, k)}
+    # Refused before the first write: a live run, or another run's directory.
+    run.check_begin(config.identity(), EvalConfig().identity(), own)
     existed = run_dir.exists()
     try:
         write_part_inputs(config, items, parts, data.calibration)
@@ -383,15 +242,14 @@ def evaluate_mixed(
         for n, part in parts.items():
             folder = run.part(n).path
             inputs[n] = check_inputs(part, folder, load_items(part, folder, part_data[n]))
-    except LadError:
-        if not existed:  # a refused run leaves nothing behind
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
+    except LadError as e:
+        if existed:
+            raise
+        shutil.rmtree(run_dir, ignore_errors=True)  # a refused run leaves nothing behind,
+        raise type(e)(_named_as_given(str(e), config, parts)) from None  # nor names it
     if after_checks is not None:
         after_checks()
     with RunLock(run_dir):
-        named = ("data", "calibration_data", "orders")
-        own = {k: file_digest(getattr(config, k)) for k in named if getattr(config, k)}
         run.begin(config.identity(), EvalConfig().identity(), own)
         run.write_cells(cells_json(cells, {n: RunDir.part_name(n) for n in parts}))
         for n, part in parts.items():
@@ -403,6 +261,16 @@ def evaluate_mixed(
             config.method_options,
             check_calibration=config.calibration_check,
         )
+
+
+def _named_as_given(message: str, config: EvalConfig, parts: dict[int, EvalConfig]) -> str:
+    """A refusal's message naming the user's files, not the parts' copies it removed."""
+    for n, part in parts.items():
+        for key in ("data", "calibration_data", "orders"):
+            copy = getattr(part, key)
+            if copy and getattr(config, key) and copy != getattr(config, key):
+                message = message.replace(copy, f"{getattr(config, key)} (its N = {n} items)")
+    return message
 
 
 def _score_mixed(
@@ -454,6 +322,7 @@ def run_suite(
     roots = benchmark_roots(suite, list(data_roots))
     check_data(suite, roots)
     models = suite_models(suite, model)
+    chosen = {label: compared(suite, label, compare) for label, _ in models}  # before any work
     plans = []
     for label, path in models:
         for cell in suite.cells:
@@ -463,7 +332,7 @@ def run_suite(
             n = cell.num_candidates or one_n(data["data"])
             stated = {**settings, **data, "model": path, "quiet": True}
             config = eval_config(preset, **stated, **({"num_candidates": n} if n else {}))
-            plans.append((label, cell, config, out / slug(label) / cell.slug))
+            plans.append((label, cell, config, child(child(out, slug(label)), cell.slug)))
     backends: dict = {}
     results: dict[str, dict[str, Any]] = {label: {} for label, _ in models}
     runs: dict[str, dict[str, Path]] = {label: {} for label, _ in models}
@@ -484,7 +353,6 @@ def run_suite(
             skipped.append(run_dir)
         results[label][cell.id] = cell_numbers(metrics)
         runs[label][cell.id] = run_dir
-    chosen = {label: compared(suite, label, compare) for label, _ in models}
     rows = table_rows(suite, results, chosen)
     return SuiteResult(format_suite_table(suite, rows), rows, runs, skipped)
 

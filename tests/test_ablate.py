@@ -25,7 +25,7 @@ from lad.core.metrics import compute_metrics
 from lad.core.records import write_records
 from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, DataError, LadError, RunError
-from lad.evaluate import fit_or_load_calibration, load_items
+from lad.evaluate import fit_or_load_calibration
 from lad.outputs.ablate import (
     AblateOptions,
     AnalysisError,
@@ -44,6 +44,7 @@ from lad.outputs.ablate import (
     write_ablation,
 )
 from lad.run.config import eval_config
+from lad.run.inputs import load_items
 from tests.synthetic import SyntheticModel
 
 

@@ -240,10 +240,18 @@ def test_one_parquet_under_two_names_is_read_once(tmp_path):
 
 
 def test_pictures_that_lad_does_not_read_are_refused(tmp_path, capsys):
-    """PostScript (PIL would run Ghostscript), a truncated PNG, --pictures naming a file."""
+    """PostScript (PIL would run Ghostscript), --pictures naming a file; a truncated PNG skips
+    its question alone, counted."""
     eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\nshowpage\n%%EOF\n"
     truncated = _noise_png(64)[:2000]
-    for name, data in (("eps", eps), ("truncated", truncated)):
+    row = _similar("val_1", range(3))
+    row["image_2"] = {"bytes": truncated, "path": "x.png"}
+    source = _blink_file(tmp_path / "cut" / "val.parquet", [row, _similar("val_2", range(3, 6))])
+    written = import_blink(source, tmp_path / "cut.jsonl", calibration_items=0)
+    assert written.summary["tasks"]["Visual_Similarity"] == {
+        "converted": 1, "skipped": {"picture that does not decode": 1}
+    }  # fmt: skip
+    for name, data in (("eps", eps),):
         row = _similar("val_1", range(3))
         row["image_2"] = {"bytes": data, "path": f"x.{name}"}
         source = _blink_file(tmp_path / name / "val.parquet", [row, _similar("val_2", range(3, 6))])

@@ -23,6 +23,7 @@ RUN_FILES = (
     "calibration.json",
     "records.jsonl",
     "perm_records.jsonl",
+    "blank_records.jsonl",
     "predictions.jsonl",
     "metrics.json",
 )
@@ -63,6 +64,7 @@ def test_eval_writes_every_file(full_run):
     assert set(metrics["methods"]) == {
         "vanilla",
         "pride",
+        "blank",
         "lad",
         "attn",
         "attn-purified",
@@ -73,7 +75,7 @@ def test_eval_writes_every_file(full_run):
     lines = (full_run / "records.jsonl").read_text().splitlines()
     assert len(lines) == 4 * 2
     preds = (full_run / "predictions.jsonl").read_text().splitlines()
-    assert len(preds) == 4 * 2 * 6
+    assert len(preds) == 4 * 2 * 7
     report = full_run / "report"
     assert (report / "index.html").stat().st_size > 0
     for fig in ("confusion.png", "recall.png", "divergence.png", "bias.png"):
@@ -123,7 +125,7 @@ def test_wall_time_per_stage_is_recorded_and_a_rescoring_adds_none(full_run, tin
     import shutil
 
     timing = json.loads((full_run / "run.json").read_text())["timing"]
-    assert set(timing) == {"model_load", "calibration", "evaluation", "perm-avg"}
+    assert set(timing) == {"model_load", "calibration", "evaluation", "perm-avg", "blank"}
     assert all(isinstance(s, float) and s > 0 for s in timing.values())
     metrics = json.loads((full_run / "metrics.json").read_text())
     scoring = metrics["timing"].pop("scoring")
@@ -157,8 +159,9 @@ def test_interrupted_run_resumes_to_identical_files(full_run, tiny, bench, tmp_p
     monkeypatch.setattr(ev, "_records", lambda b, r, c: (calls.append(len(r)), real(b, r, c))[1])
     evaluate(_config(tiny, bench), run)
     # calibration: 2 items × 3 shifts = 6 requests; 3 made before the interruption, of which
-    # the whole batches (2) are kept, so the resumed call makes the other 4.
-    assert calls == [6, 4, 8, 12]
+    # the whole batches (2) are kept, so the resumed call makes the other 4; then the 8
+    # evaluation requests, perm-avg's 12 shifts and blank's 8 blank prompts.
+    assert calls == [6, 4, 8, 12, 8]
     for name in RUN_FILES:
         assert comparable(run / name) == comparable(full_run / name), name
 

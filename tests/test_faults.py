@@ -202,7 +202,7 @@ def test_changed_calibration_file_is_refused(here, no_model, capsys):
     # The stored records suit a run that loads --calibration (records do not depend on it).
     fresh = here / "with-cal"
     fresh.mkdir()
-    for name in ("records.jsonl", "perm_records.jsonl"):
+    for name in ("records.jsonl", "perm_records.jsonl", "blank_records.jsonl"):
         shutil.copy2(here / "run" / name, fresh / name)
     cal = here / "cal.json"
     shutil.copy2(here / "run/calibration.json", cal)

@@ -73,6 +73,7 @@ def test_digit_labels_are_read_as_the_digits_scheme():
         st.text(alphabet="abcdefgh xyz{}()", min_size=1, max_size=12).filter(str.strip),
         min_size=2,
         max_size=6,
+        unique_by=lambda text: " ".join(text.split()),  # repeated options are refused
     ),
     st.text(alphabet="abc {}:\n", max_size=10),
 )
@@ -93,6 +94,7 @@ def test_any_listed_options_render_back_to_the_context(options, tail):
         ("Which?\n(A) red\n(B) blue\nAnswer:", [" A", " B"], "does not list option 'B'"),
         ("\nA. red\nB. blue\nAnswer:", [" A", " B"], "no question before the options"),
         ("Which?\nA. red\nB. \nAnswer:", [" A", " B"], "option 'B' is empty"),
+        ("Which?\nA. red\nB. red \nAnswer:", [" A", " B"], "are the same text"),
         ("Which?\nA. red\nAnswer:", [" A"], "at least 2"),
         ("Which?\nA. red\nB. blue\nAnswer:", ["A", "B"], "not option labels after a space"),
     ],

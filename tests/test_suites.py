@@ -255,19 +255,20 @@ def test_table5_on_the_demo_model_prints_the_papers_row_beside_lads(tmp_path, ca
     printed = capsys.readouterr().out
     assert "Table 5" in printed
     head = next(line for line in printed.splitlines() if line.startswith("cell"))
-    assert head.split()[1:] == ["Vanilla", "PurAttn", "Ours", "ΔRStd"]
+    assert head.split()[1:] == ["Vanilla", "PriDe", "Blank", "PurAttn", "Ours", "ΔRStd"]
     lines = printed.splitlines()
     for task in ("forensic forgerynet", "visual quality"):
         at = next(k for k, line in enumerate(lines) if line.startswith(task))
         assert "lad demo" in lines[at]
         lad = json.loads((out / "demo" / task.replace(" ", "-") / "metrics.json").read_text())
-        shown = [float(v) for v in lines[at].split()[-4:]]
+        shown = [float(v) for v in lines[at].split()[-6:]]
         m = lad["methods"]
-        wanted = [m["vanilla"]["acc"], m["attn-purified"]["acc"], m["lad"]["acc"]]
+        wanted = [m[k]["acc"] for k in ("vanilla", "pride", "blank", "attn-purified", "lad")]
         assert shown == pytest.approx([*wanted, m["lad"]["delta_rstd"]], abs=0.006)
         assert "paper LLaVA-OV" in lines[at + 1]
         assert "Δ demo − paper LLaVA-OV" in lines[at + 2]
-    assert "35.00       86.00       87.40      -39.70" in printed  # forgerynet's paper row
+    # forgerynet's paper row: the paper has no PriDe or blank column
+    assert "35.00           -           -       86.00       87.40      -39.70" in printed
     # rerun: every cell finished, skipped, the same table
     assert main([*args, "--out", str(out)]) == 0
     again = capsys.readouterr().out

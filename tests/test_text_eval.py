@@ -129,7 +129,7 @@ def test_mixed_kinds_are_refused_before_model_work(bench, tmp_path, capsys):
     args = ["eval", "--model", "nowhere-model", "--data", str(mixed), "-n", str(N)]
     assert main([*args, "--out", str(tmp_path / "r")]) == 1
     err = capsys.readouterr().err
-    assert "items mix text candidates" in err and "Traceback" not in err
+    assert "mixes items of text candidates" in err and "Traceback" not in err
 
 
 def _fail_on_load(monkeypatch) -> None:

@@ -18,7 +18,9 @@ from lad.backends.threads import (
     BY_NOTHING,
     BY_RESUME,
     BY_SAMPLE,
+    THREADS_PER_CPU,
     CpuTimes,
+    available_cpus,
     busy_between,
     choose_threads,
     describe_threads,
@@ -54,7 +56,10 @@ def test_lad_num_threads_values():
     assert requested_threads({}) is None
     assert requested_threads({"LAD_NUM_THREADS": " "}) is None  # empty: unset
     assert requested_threads({"LAD_NUM_THREADS": " 3 "}) == 3
-    assert requested_threads({"LAD_NUM_THREADS": "4096"}) == 4096
+    bound = THREADS_PER_CPU * available_cpus()  # a few threads per CPU, never thousands
+    assert requested_threads({"LAD_NUM_THREADS": str(bound)}) == bound
+    with pytest.raises(LadError, match=rf"LAD_NUM_THREADS={bound + 1} is more than"):
+        requested_threads({"LAD_NUM_THREADS": str(bound + 1)})
     assert requested_threads({"LAD_NUM_THREADS": "007"}) == 7
 
 

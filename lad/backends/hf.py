@@ -35,6 +35,7 @@ from lad.backends.pipeline import ProcessorPool, prefetched
 from lad.backends.prompting import (
     Replies,
     chat_text,
+    check_data_text,
     check_round_trip,
     encode,
     load_image,
@@ -284,6 +285,7 @@ class Backend:
                     f"item {item.id!r}: {self.model_id} is a text-only causal LM and cannot be "
                     "shown pictures; give the items text 'candidates' (docs/formats.md)"
                 )
+            check_data_text(processor.tokenizer, item)
             n = item.num_candidates
             text = render_item(template, item, scheme, n)
             context = len(item.context_images)

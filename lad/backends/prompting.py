@@ -4,11 +4,13 @@ tokens as the chat template writes the model's reply (docs/backends.md, "Exact l
 
 from __future__ import annotations
 
+import contextlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lad.core.prompts import Part, prompt_parts
+from lad.core.prompts import CONTEXT_PLACEHOLDER, Part, prompt_parts
 from lad.errors import BackendError
 from lad.io import limits
 from lad.io.images import open_image
@@ -89,6 +91,41 @@ def _bound_output(processor: Any) -> None:
 
     template.render = bounded
     template._lad_bounded = True
+
+
+def check_data_text(tokenizer: Any, item: Any) -> None:
+    """Refuse an item whose own text (query, question, text candidates) holds one of the
+    tokenizer's control tokens (`<|im_end|>`, `<end_of_turn>`, `<think>`: its added tokens, less
+    those of whitespace alone, as Gemma's newlines): the tokenizer would read it as that token,
+    not as text, and a candidate could end the user turn and write the reply. Text from data is
+    read as text or not at all. The context placeholder lad itself places is not the item's text."""
+    controls = _control_tokens(tokenizer)
+    if controls is None:
+        return
+    texts = [item.query, item.question or "", *item.candidates]
+    for text in texts:
+        found = controls.search(text.replace(CONTEXT_PLACEHOLDER, "\0"))
+        if found:
+            raise BackendError(
+                f"item {item.id!r}: its text holds {found.group()!r}, a control token of the "
+                "model's tokenizer, which would be read as that token rather than as text (and "
+                "could end the prompt's turn early); remove it from the item"
+            )
+
+
+def _control_tokens(tokenizer: Any) -> Any:
+    """A pattern matching any of the tokenizer's control tokens (cached on the tokenizer)."""
+    cached = getattr(tokenizer, "_lad_controls", False)
+    if cached is not False:
+        return cached
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    names = {getattr(t, "content", str(t)) for t in added.values()}
+    names |= set(getattr(tokenizer, "all_special_tokens", []))
+    names = sorted((n for n in names if n.strip()), key=len, reverse=True)
+    pattern = re.compile("|".join(map(re.escape, names))) if names else None
+    with contextlib.suppress(AttributeError):
+        tokenizer._lad_controls = pattern
+    return pattern
 
 
 def chat_text(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lad.backends.archs import ARCHS, Arch
-from lad.backends.prompting import check_round_trip, render, reply_tokens
+from lad.backends.prompting import check_data_text, check_round_trip, render, reply_tokens
 from lad.core.labels import LabelScheme
 from lad.core.prompts import PromptTemplate, TextPrompt, render_text, render_text_item
 from lad.errors import BackendError
@@ -116,6 +116,7 @@ def chat_prompt(
 ) -> tuple[str, list[tuple[int, int]]]:
     """The chat template's prompt for one text-candidate item, and each candidate's characters in
     it (position order). The user turn must appear in it once, verbatim."""
+    check_data_text(processor.tokenizer, item)
     return _locate(processor, render_text_item(template, item, order, scheme), item.id, model)
 
 
@@ -182,8 +183,11 @@ def _span(
     text: str, offsets: list[list[int]], chars: tuple[int, int], item: Item, k: int
 ) -> tuple[int, int]:
     lo, hi = chars
-    inside = [t for t, (s, e) in enumerate(offsets) if e > s and s < hi and e > lo]
     where = f"item {item.id!r}, option at position {k + 1}"
+    if lo == hi:  # an empty option (the blank prompt, lad.data.blank): no token, Eq. 6 sums 0
+        after = [t for t, (s, e) in enumerate(offsets) if e > s and s >= lo]
+        return (after[0], after[0]) if after else (len(offsets), len(offsets))
+    inside = [t for t, (s, e) in enumerate(offsets) if e > s and s < hi and e > lo]
     if not inside:
         raise BackendError(f"{where}: no token of the prompt holds the option's text")
     for t in inside:

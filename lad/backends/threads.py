@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 ENV = "LAD_NUM_THREADS"
 MAX_THREADS = 4096  # past any CPU count; torch's own limit is a C int
+THREADS_PER_CPU = 4  # LAD_NUM_THREADS' bound: a few per CPU this process may use, never more
 SAMPLE_SECONDS = 0.25  # 25 clock ticks per CPU at Linux's 100 Hz: busy CPUs to ~0.05
 
 # How a count was chosen (run.json's "threads", the wall-time line of `lad eval`).
@@ -76,6 +77,15 @@ def requested_threads(environ: Mapping[str, str]) -> int | None:
         raise LadError(
             f"{ENV} must be a whole number >= 1 (ASCII digits 0-9, at most {MAX_THREADS}). "
             f"Got {text!r}."
+        )
+    cpus = available_cpus()
+    if int(text) > THREADS_PER_CPU * cpus:
+        from lad.errors import LadError
+
+        raise LadError(
+            f"{ENV}={int(text)} is more than {THREADS_PER_CPU} threads for each of the {cpus} "
+            f"CPUs this process may use (at most {THREADS_PER_CPU * cpus}): threads past the "
+            "CPUs only wait for them"
         )
     return int(text)
 

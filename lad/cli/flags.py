@@ -283,7 +283,18 @@ def add_lad_flags(p: argparse.ArgumentParser) -> None:
         choices=CHOICES["attn_mean"],
         help="Eq. 11 mean of log attention (paper, default) or log of mean attention (official)",
     )
+    p.add_argument(
+        "--blank-alpha",
+        type=_blank_alpha,
+        default=1.0,
+        help="α of the blank method (CapCal): a number >= 0, or entropy for α = H(P(·|x)) / "
+        "log N (default: %(default)s)",
+    )
     add_obs_mean_flag(p)
+
+
+def _blank_alpha(text: str) -> float | str:
+    return "entropy" if text.strip() == "entropy" else number("--blank-alpha", 0.0)(text)
 
 
 def add_obs_mean_flag(p: argparse.ArgumentParser) -> None:
@@ -398,6 +409,8 @@ def _image_option(text: str) -> tuple[str, Any]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+    except RecursionError:
+        raise argparse.ArgumentTypeError(f"{key}: a value nested too deeply to read") from None
 
 
 def add_calibration_check_flag(p: argparse.ArgumentParser) -> None:

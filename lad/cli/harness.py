@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "output_path",
         type=InputPath,
-        help="the harness's --output_path of a run with --log_samples",
+        help="the harness's --output_path of a run with --log_samples, or Inspect's log folder",
     )
     p.add_argument("--out", type=OutputPath, help="folder to write into (default: OUTPUT_PATH)")
     p.set_defaults(implied=_audit_file)
@@ -112,8 +112,9 @@ def _audit(args: argparse.Namespace) -> int:
     """lad's metrics of any model's circular-task samples: lad_audit.json
 
     Read the samples lmms-eval or lm-eval logged (--log_samples) for lad's circular tasks
-    under OUTPUT_PATH and write lad_audit.json and one folder per (task, N) with metrics.json
-    (Acc, RStd, recall by position, Cons.; `lad report` reads them).
+    under OUTPUT_PATH, or Inspect's logs of tasks scored by lad/position, and write
+    lad_audit.json and one folder per (task, N) with metrics.json (Acc, RStd, recall by
+    position, Cons.; `lad report` reads them).
 
     Example:
         lad harness audit out/

@@ -269,7 +269,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     Run a model on a benchmark under T shuffles, calibrate on held-out items, score every
     method, and write records, metrics and a report into --out. Resumes an interrupted run.
-    Methods: vanilla, pride, lad, attn, attn-purified, perm-avg, instruction, cot,
+    Methods: vanilla, pride, blank, lad, attn, attn-purified, perm-avg, instruction, cot,
     self-consistency, sofa.
 
     Example:
@@ -277,8 +277,9 @@ def _eval(args: argparse.Namespace) -> int:
     """
     from lad.backends.checkpoint import resolve_model
     from lad.backends.threads import describe_threads
-    from lad.evaluate import evaluate, read_data, resolve_calibration_items
+    from lad.evaluate import evaluate
     from lad.run.config import FIELDS, eval_config
+    from lad.run.inputs import read_data, resolve_calibration_items
     from lad.run.preflight import model_num_layers
     from lad.run.rundir import RunDir
 

@@ -81,6 +81,11 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--perm-records", type=InputPath, help="each item under all N cyclic shifts (for perm-avg)"
     )
+    p.add_argument(
+        "--blank-records",
+        type=InputPath,
+        help="each record's prompt with its candidates blanked (for blank; blank_records.jsonl)",
+    )
     add_labels_flag(
         p, "label scheme of the records (parses replies of instruction, cot, self-consistency)"
     )
@@ -105,6 +110,7 @@ def run_score(args: argparse.Namespace) -> int:
         "--calibration-records": args.calibration_records,
         "--calibration": args.calibration,
         "--perm-records": args.perm_records,
+        "--blank-records": args.blank_records,
     }
     check_not_inputs({"--out": out, "--save-calibration": save or None}, inputs)
     check_not_inputs({"--save-calibration": save or None}, {"--out": out})
@@ -126,6 +132,7 @@ def run_score(args: argparse.Namespace) -> int:
         layers=args.layers,
         use_prior=not args.no_prior,
         labels=args.labels,
+        blank_alpha=args.blank_alpha,
         **values,
     )
     if args.save_calibration:
@@ -135,6 +142,8 @@ def run_score(args: argparse.Namespace) -> int:
     perm = read_records(args.perm_records) if args.perm_records else None
     methods = list(methods_given(args.methods))
     stages = {METHODS[m].stage: records for m in methods}  # replies are in these records
+    if args.blank_records:
+        stages["blank"] = read_records(args.blank_records)
     scored = score_records(
         records, methods, calibration, options, perm_records=perm, stages=stages, bootstrap=None
     )
@@ -201,6 +210,7 @@ def run_metrics(args: argparse.Namespace) -> int:
         lad metrics --records runs/default/records.jsonl \\
             --predictions runs/default/predictions.jsonl --json
     """
+    boot = Bootstrap(resamples=args.bootstrap, seed=args.bootstrap_seed)  # its bound first
     if args.out:
         check_output_file(args.out)
         check_not_inputs(
@@ -217,7 +227,6 @@ def run_metrics(args: argparse.Namespace) -> int:
     if args.repeat_records and not args.repeat_predictions:
         raise LadError("--repeat-records names the records of --repeat-predictions; give both")
     repeats = _repeats(args, records) if args.repeat_predictions else None
-    boot = Bootstrap(resamples=args.bootstrap, seed=args.bootstrap_seed)
     metrics = compute_metrics(records, chosen, bootstrap=boot, repeats=repeats)
     cells = cells_of_part(args.records)
     if cells:  # a part of a mixed run: its cells' metrics too
@@ -240,6 +249,8 @@ def _repeats(args: argparse.Namespace, records: RecordSet) -> dict:
             "the noise floor compares the same orderings asked twice"
         )
     predictions = read_predictions(args.repeat_predictions)
+    if not predictions:
+        raise LadError(f"{args.repeat_predictions}: holds no predictions; nothing to compare")
     return predictions_by_method(again, predictions, args.repeat_predictions)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from lad.core.records import RecordSet
 from lad.errors import LadError
+from lad.io import limits
 
 POSITION_TEST = "permutation of answer positions within questions"
 
@@ -34,6 +35,7 @@ class Bootstrap:
     def __post_init__(self) -> None:
         if not (isinstance(self.resamples, int) and self.resamples >= 1):
             raise LadError(f"bootstrap resamples must be an integer >= 1, got {self.resamples!r}")
+        limits.BOOTSTRAP.check(self.resamples, f"--bootstrap {self.resamples}")
         if not (isinstance(self.seed, int) and self.seed >= 0):
             raise LadError(f"bootstrap seed must be an integer >= 0, got {self.seed!r}")
         if not 0 < self.level < 100:

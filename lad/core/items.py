@@ -61,3 +61,16 @@ class Request(NamedTuple):
     item: Item
     ordering: int
     order: list[int]
+
+
+def repeated_option(texts: list[str]) -> tuple[int, int] | None:
+    """The first two text options that read the same once their whitespace is normalised
+    (`Paris` and `Paris `), or None: two such options are one answer under two labels, a hidden
+    tie no method can score, so every reader and converter of items refuses them."""
+    seen: dict[str, int] = {}
+    for k, text in enumerate(texts):
+        key = " ".join(text.split())
+        if key in seen:
+            return seen[key], k
+        seen[key] = k
+    return None

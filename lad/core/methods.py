@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lad.core.blank import ENTROPY, blank_scores
 from lad.core.calibrate import (
     OBS_MEANS,
     Calibration,
@@ -55,6 +56,7 @@ class MethodOptions:
     layer_range: (first, last) 0-based inclusive; top-K searches only there (official code),
                  clipped to the records' layers as the official code's hooks are.
     labels:      the label scheme the records were made with; generated replies are parsed in it.
+    blank_alpha: α of `blank` (lad.core.blank): a number >= 0, or "entropy" (from P(·|x)).
     """
 
     top_k: int = 2
@@ -66,9 +68,16 @@ class MethodOptions:
     attn_mean: str = "log"
     layer_range: tuple[int, int] | None = None
     labels: str = "digits"
+    blank_alpha: float | str = 1.0
 
     def __post_init__(self) -> None:
         get_scheme(self.labels)
+        alpha = self.blank_alpha
+        real = isinstance(alpha, numbers.Real) and not isinstance(alpha, bool)
+        if alpha != ENTROPY and not (real and 0 <= alpha < math.inf):
+            raise LadError(
+                f"The 'blank_alpha' parameter must be a number >= 0 or 'entropy'. Got {alpha!r}."
+            )
         for name, allowed in CHOICES.items():
             _choice(name, getattr(self, name), allowed)
         if isinstance(self.layers, str):
@@ -250,6 +259,10 @@ def _perm_avg(records: RecordSet, calibration, options, perm_records) -> np.ndar
     return np.take_along_axis(by_image[k], records.order, axis=1)
 
 
+def _blank(records: RecordSet, calibration, options, blank_records) -> np.ndarray:
+    return blank_scores(records, blank_records, options.blank_alpha)
+
+
 # ---------------------------------------------------------------------------------------------
 # Generation-based baselines (§5.1): replies in `extra["replies"]`, parsed by lad.core.parsing.
 
@@ -297,17 +310,20 @@ class Method:
     stage: which records it reads: "records" (the vanilla prompt's), or its own stage's records
     ("instruction", "cot", "self-consistency", "sofa"), made for the same (item, ordering) keys.
     parse: for generation methods, reply -> position (-1 unparseable); their scores are votes.
+    extra: the stage of its extra passes' records, handed to `scores` as its fourth argument in
+    place of perm_records ("blank": each query's blank prompt); None: perm_records (perm-avg).
     """
 
     name: str
     scores: Callable[..., np.ndarray]
     description: str
-    passes: str = "1"  # forward passes per prediction: "1" or "N"
+    passes: str = "1"  # forward passes per prediction: "1", "2" or "N"
     stage: str = "records"
     parse: Callable[[str, list[str]], int] | None = None
+    extra: str | None = None
 
     def forward_passes(self, num_candidates: int) -> float:
-        return float(num_candidates if self.passes == "N" else 1)
+        return float(num_candidates if self.passes == "N" else int(self.passes))
 
 
 def _votes(name: str) -> Callable[..., np.ndarray]:
@@ -326,6 +342,13 @@ METHODS: dict[str, Method] = {
         Method("attn", _attn, "raw attention readout: mean over L* of log a_k"),
         Method("attn-purified", _attn_purified, "purified attention: log π (Eq. 12)"),
         Method("perm-avg", _perm_avg, "log P averaged per image over N cyclic shifts", "N"),
+        Method(
+            "blank",
+            _blank,
+            "P(c_j|x) minus α (P(c_j|x_blank) − 1/N), candidates blanked (CapCal)",
+            "2",
+            extra="blank",
+        ),
         Method(
             "instruction",
             _votes("instruction"),
@@ -370,7 +393,9 @@ def score(
     options: MethodOptions = MethodOptions(),
     perm_records: RecordSet | None = None,
 ) -> np.ndarray:
-    """(R, N) scores of `method` for every record; higher is better. Always finite."""
+    """(R, N) scores of `method` for every record; higher is better. Always finite.
+    perm_records: the records of the method's extra passes (perm-avg: each item under all N
+    cyclic shifts; blank: each record's blank prompt, Method.extra)."""
     if method not in METHODS:
         raise LadError(f"Unknown method {method!r}. Methods computed from records: {list(METHODS)}")
     if calibration is not None:

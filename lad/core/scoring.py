@@ -40,7 +40,8 @@ def score_records(
     bootstrap: Bootstrap | None = DEFAULT_BOOTSTRAP,
 ) -> Scored:
     """Score `records` with each method, on its stage's records (`stages`: the records of the
-    generation and SoFA stages by stage name; lad.core.methods.Method.stage), and measure them.
+    generation, SoFA and blank stages by stage name; lad.core.methods.Method.stage and .extra),
+    and measure them.
 
     costs: forward passes per item by method, over each method's own (METHODS' forward_passes).
     bootstrap: the position audit's resampling (lad.core.audit; None: no audit, for sweeps).
@@ -51,9 +52,9 @@ def score_records(
     tokens = {}
     for method in methods:
         stage = stages[METHODS[method].stage]
-        out.scores[method], out.chosen[method] = choose(
-            method, stage, calibration, options, perm_records
-        )
+        extra = METHODS[method].extra
+        passes = perm_records if extra is None else stages.get(extra)
+        out.scores[method], out.chosen[method] = choose(method, stage, calibration, options, passes)
         out.predictions += predictions_for(records, method, out.scores[method], out.chosen[method])
         if METHODS[method].parse is not None:
             tokens[method] = generated_tokens_per_item(stage)

@@ -38,12 +38,13 @@ from lad.data.rules import (
     safe_name,
     text_or_none,
 )
+from lad.data.screen import ORDER_DEPENDENT, picture_question_reason
 from lad.errors import DataError
 
 PICTURE_FIELDS = ("image_1", "image_2", "image_3", "image_4")
 REASONS = (
     NO_ANSWER, ANSWER_NOT_AN_OPTION, EMPTY_QUESTION, OPTIONS_NOT_PICTURES, NOT_ONE_PER_PICTURE,
-    REFERENCE_NOT_FIRST,
+    REFERENCE_NOT_FIRST, ORDER_DEPENDENT,
 )  # fmt: skip
 
 
@@ -72,6 +73,9 @@ def choose(row: Row) -> Choice | str:
     question = text_or_none(require(row, "question"))
     if question is None:
         return first_reason(answer, EMPTY_QUESTION)
+    moved = picture_question_reason(question, len(context), len(candidates))
+    if moved is not None:
+        return first_reason(answer, moved)
     task = str(row.fields.get("sub_task") or "")
     idx = str(require(row, "idx"))
     return Choice(

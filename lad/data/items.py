@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from lad.core.items import Item
+from lad.core.items import Item, repeated_option
 from lad.core.labels import MAX_CANDIDATES
 from lad.core.prompts import CONTEXT_PLACEHOLDER
 from lad.errors import DataError, LadError, at
@@ -49,6 +49,7 @@ def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item
         raise DataError(f"{path}: no such items file")
     items: list[Item] = []
     seen: set[str] = set()
+    first: dict[bool, int] = {}  # the first line of each kind of item (text or picture)
     with path.open("rb") as f:
         check_not_binary(path, f.read(8), DataError, "items file")
         f.seek(0)
@@ -62,8 +63,14 @@ def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item
             if not line.strip():
                 continue
             items.append(_parse_item(line, path, lineno, num_candidates, seen))
+            first.setdefault(items[-1].is_text, lineno)
     if not items:
         raise DataError(f"{path}: the items file is empty")
+    if len(first) > 1:  # one prompt, one backend load and one calibration kind per file
+        raise DataError(
+            f"{path}: mixes items of text candidates (first on line {first[True]}) with items "
+            f"of picture candidates (first on line {first[False]}); give each kind its own file"
+        )
     for image in {p for it in items for p in it.images}:
         note_input(image)
     note_input(path)
@@ -104,7 +111,6 @@ def _parse_item(
     seen.add(obj["id"])
     extra = {k: v for k, v in obj.items() if k not in ITEM_KEYS}
     if kind_key == "candidates":
-        _check_texts(obj["candidates"], where)
         texts, question = obj["candidates"], obj.get("question")
         return Item(obj["id"], obj["query"], [], obj["answer"], extra, question, [], texts)
     resolved = _resolve_images(obj["images"], path, where)
@@ -135,7 +141,10 @@ def check_item(obj: dict[str, Any], where: str = "", num_candidates: int | None 
             "fewer than 2 texts" if kind_key == "candidates" else "fewer than 2 pictures",
             f"{where}{kind_key!r} must be a list of at least 2 {what}",
         )
-    for key, text in (("id", obj["id"]), ("query", obj["query"]), *((kind_key, p) for p in images)):
+    texts = [("id", obj["id"]), ("query", obj["query"]), *((kind_key, p) for p in images)]
+    if isinstance(obj.get("question"), str):
+        texts.append(("question", obj["question"]))
+    for key, text in texts:
         if not _is_text(text):
             raise ItemRuleError(
                 "not valid text",
@@ -168,6 +177,8 @@ def check_item(obj: dict[str, Any], where: str = "", num_candidates: int | None 
                 limits.QUERY.check(len(obj[key]), f"{where}{key!r}")
             except LadError as e:
                 raise ItemRuleError("question too long", str(e)) from None
+    if kind_key == "candidates":
+        _check_texts(images, where)
     _context_images(obj, where)
 
 
@@ -193,17 +204,32 @@ def _noun(kind_key: str) -> str:
 
 
 def _check_texts(texts: list[str], where: str) -> None:
-    """Each text candidate: non-blank, within the query's length limit, no picture place."""
+    """Each text candidate: non-blank, within the query's length limit, no picture place, and
+    no two of them the same text (lad.core.items.repeated_option)."""
     for k, text in enumerate(texts):
         if not text.strip():
-            raise DataError(f"{where}'candidates' {k} is blank; a text candidate needs text")
+            raise ItemRuleError(
+                "option blank", f"{where}'candidates' {k} is blank; a text candidate needs text"
+            )
         if CONTEXT_PLACEHOLDER in text:
-            raise DataError(
+            raise ItemRuleError(
+                f"option holding {CONTEXT_PLACEHOLDER}",
                 f"{where}'candidates' {k} holds {CONTEXT_PLACEHOLDER}, which marks a picture; "
-                "a text candidate is text only"
+                "a text candidate is text only",
             )
         if len(text) > limits.QUERY.value:
-            limits.QUERY.check(len(text), f"{where}'candidates' {k}")
+            try:
+                limits.QUERY.check(len(text), f"{where}'candidates' {k}")
+            except LadError as e:
+                raise ItemRuleError("option too long", str(e)) from None
+    repeated = repeated_option(texts)
+    if repeated is not None:
+        a, b = repeated
+        raise ItemRuleError(
+            "repeated option",
+            f"{where}'candidates' {a} and {b} are the same text ({texts[a]!r}, {texts[b]!r}): "
+            "one answer under two labels is a tie no method can score; give distinct options",
+        )
 
 
 def _context_images(obj: dict[str, Any], where: str) -> list[str]:

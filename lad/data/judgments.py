@@ -60,7 +60,12 @@ def convert_row(row: Row, k: int) -> Item | str:
     fields = row.fields
     winner = winner_index(fields.get("winner"))
     if "conversation_a" in fields:
-        if int(fields.get("turn") or 1) != 1:
+        turn = fields.get("turn") or 1
+        if isinstance(turn, str) and turn.strip().isdigit():
+            turn = int(turn)
+        if not isinstance(turn, int) or isinstance(turn, bool):
+            raise DataError(f"{row.where}'turn' must be a whole number (1, 2), got {turn!r:.40}")
+        if turn != 1:
             return SECOND_TURN
         a, b = fields["conversation_a"], fields.get("conversation_b")
         question = _first(a, "user", row.where)

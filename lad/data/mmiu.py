@@ -67,6 +67,7 @@ from lad.data.rules import (
     ordinal_image,
     pictures_named,
 )
+from lad.data.screen import ORDER_DEPENDENT, picture_question_reason
 from lad.errors import DataError
 
 _OPTION_LINE = re.compile(r"([A-Za-z])\s*[:.]\s*(.*\S)")
@@ -86,7 +87,7 @@ QUESTION_FIRST = frozenset((
 
 REASONS = (
     NO_ANSWER, ANSWER_NOT_AN_OPTION, EMPTY_QUESTION, OPTIONS_NOT_IMAGES, NOT_ONE_PER_IMAGE,
-    REFERENCE_NOT_FIRST, OTHER_N, MISSING_IMAGE, OUTSIDE_ROOT,
+    REFERENCE_NOT_FIRST, OTHER_N, MISSING_IMAGE, OUTSIDE_ROOT, ORDER_DEPENDENT,
 )  # fmt: skip
 
 
@@ -197,6 +198,9 @@ def choose(row: Row) -> Choice | str:
     asked = asked_text(task, fields["question"], fields["context"])
     if not asked:
         return EMPTY_QUESTION
+    moved = picture_question_reason(asked, len(context), len(candidates))
+    if moved is not None:
+        return moved
     return Choice(
         item=f"{task}-{row.index:05d}",
         task=task,

@@ -36,10 +36,12 @@ from lad.data.rules import (
     kept,
     option_letters,
 )
+from lad.data.screen import ORDER_DEPENDENT, picture_question_reason
 from lad.errors import DataError
 
 REASONS = (
     NO_ANSWER, ANSWER_NOT_AN_OPTION, EMPTY_QUESTION, OPTIONS_NOT_PICTURES, PICTURES_NOT_PLACES,
+    ORDER_DEPENDENT,
 )  # fmt: skip
 
 
@@ -66,6 +68,9 @@ def choose(row: Row) -> Choice | str:
         return first_reason(answer, EMPTY_QUESTION)
     if any(cell is None for cell in listed):
         return first_reason(answer, PICTURES_NOT_PLACES)
+    moved = picture_question_reason(question, places, len(options))
+    if moved is not None:
+        return first_reason(answer, moved)
     idx = str(require(row, "idx"))
     task = str(row.fields.get("task") or "")
     extra = {

@@ -145,11 +145,10 @@ class Questions:
                 if task is not None and column in pf.schema_arrow.names:
                     names = _read_group(pf, path, group, [column]).column(column).to_pylist()
                     keep = [k for k, name in enumerate(names) if str(name or "") == task]
-                if keep:
-                    table = _read_group(pf, path, group, None)
-                    for at in range(0, len(keep), self.BATCH_ROWS):
-                        rows = keep[at : at + self.BATCH_ROWS]
-                        for k, obj in zip(rows, table.take(rows).to_pylist(), strict=True):
+                wanted = set(keep)
+                for at, batch in _group_batches(pf, path, group, self.BATCH_ROWS) if keep else ():
+                    for k, obj in enumerate(batch.to_pylist(), at):
+                        if k in wanted:
                             yield Row(obj, f"{path}: row {start + k}: ")
                 start += size
 
@@ -174,7 +173,22 @@ def _open_parquet(path: Path) -> Any:
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(path)
+        # Read as a stream, page by page, not a whole column chunk at once (lad.data's bound).
+        return pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{path}: cannot read it as Parquet ({e})") from None
+
+
+def _group_batches(pf: Any, path: Path, group: int, rows: int) -> Iterator[tuple[int, Any]]:
+    """A row group's rows, `rows` at a time with the number of the first, read page by page
+    (a group of large pictures is never held whole)."""
+    import pyarrow as pa
+
+    at = 0
+    try:
+        for batch in pf.iter_batches(batch_size=rows, row_groups=[group], use_threads=False):
+            yield at, batch
+            at += batch.num_rows
     except (pa.ArrowException, OSError) as e:
         raise DataError(f"{path}: cannot read it as Parquet ({e})") from None
 

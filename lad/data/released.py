@@ -20,7 +20,14 @@ from lad.data.builders import calibration_path_for, seeded_rng
 from lad.data.heldout import cell_lines, cell_rows, held_out
 from lad.data.items import Item, ItemRuleError, check_item, item_object, write_items
 from lad.data.questions import Benchmark, Questions, Row, short_repr
-from lad.data.rules import DUPLICATE_ID, MISSING_IMAGE, OTHER_N, OUTSIDE_ROOT, Choice
+from lad.data.rules import (
+    DUPLICATE_ID,
+    MISSING_IMAGE,
+    OTHER_N,
+    OUTSIDE_ROOT,
+    UNDECODED,
+    Choice,
+)
 from lad.errors import DataError, LadError
 from lad.io.files import (
     check_output_dir,
@@ -31,7 +38,7 @@ from lad.io.files import (
     write_once,
     write_text,
 )
-from lad.io.images import picture_suffix
+from lad.io.images import UndecodedPicture, picture_suffix
 
 # ----------------------------------------------------------------------------- pictures
 
@@ -75,7 +82,11 @@ class _Pictures:
                 data = picture_bytes(cell, where)
                 if data is None:
                     raise DataError(f"{where}a picture the question shows is empty")
-                path = content_path(self.folder, data, picture_suffix(data, where))
+                try:
+                    suffix = picture_suffix(data, where)
+                except UndecodedPicture:
+                    return UNDECODED  # that question alone: skipped and counted
+                path = content_path(self.folder, data, suffix)
                 self.pending[path] = data
                 found.append(path)
             return found

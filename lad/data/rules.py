@@ -33,6 +33,7 @@ OPTIONS_NOT_IMAGES = "options not images"
 NOT_ONE_PER_IMAGE = "not one option per image"
 MISSING_IMAGE = "missing image"  # a picture not on disk (with --skip-missing)
 OUTSIDE_ROOT = "picture outside the dataset folder"  # an absolute path, `..`, a symlink out
+UNDECODED = "picture that does not decode"  # an embedded picture truncated or damaged
 
 _ORDINALS = (
     "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth",

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from lad.core.prompts import CONTEXT_PLACEHOLDER
-from lad.data.items import ITEM_KEYS, Item
+from lad.data.items import ITEM_KEYS, Item, ItemRuleError, check_item, item_object
 from lad.data.questions import Benchmark, Questions, Row
 from lad.data.released import Converted, Written, check_split, write_split
 from lad.data.rules import OTHER_N
+from lad.data.screen import ORDER_DEPENDENT, text_question_reason
 from lad.errors import DataError
 from lad.io import limits
 
@@ -31,8 +32,11 @@ AMBIGUOUS_ANSWER = "answer text matches several options"
 EMPTY_QUESTION = "empty question"
 TOO_FEW_OPTIONS = "fewer than 2 options"
 BAD_OPTION = "option blank, too long or holding <image>"
+# Besides these, a row whose item would break a rule of the items reader (lad.data.items.
+# check_item: more than 26 options, a repeated option, a lone surrogate, <image> in the question,
+# a question too long) is skipped under that rule's reason.
 REASONS = (NO_ANSWER, ANSWER_NOT_AN_OPTION, AMBIGUOUS_ANSWER, EMPTY_QUESTION, TOO_FEW_OPTIONS,
-           BAD_OPTION)  # fmt: skip
+           BAD_OPTION, ORDER_DEPENDENT)  # fmt: skip
 
 # A converter's rule: (row, its 0-based number in the file) -> an item, or why it is skipped.
 RowRule = Callable[[Row, int], "Item | str"]
@@ -79,8 +83,16 @@ def text_item(
     ):
         return BAD_OPTION
     options = [o.strip() for o in options]
+    moved = text_question_reason(question, options)
+    if moved is not None:
+        return moved  # docs/data.md, "Order-dependent questions"
     kept = {k: v for k, v in extra.items() if k not in ITEM_KEYS}  # never a key of the format
-    return Item(item_id, question.strip(), [], answer, kept, candidates=options)
+    item = Item(item_id, question.strip(), [], answer, kept, candidates=options)
+    try:  # what a converter writes, lad's reader reads: its rules, applied before writing
+        check_item(item_object(item, Path.cwd()), where)
+    except ItemRuleError as e:
+        return e.reason
+    return item
 
 
 # The rows of a file of text questions, as lad.data.questions reads any released file.

@@ -1,10 +1,12 @@
-"""lad inside lmms-eval and lm-evaluation-harness (docs/harness.md): `--model lad` and circular
-task variants, with lad's metrics beside the harness's results.
+"""lad inside lmms-eval, lm-evaluation-harness and Inspect (docs/harness.md): `--model lad` and
+circular task variants, with lad's metrics beside the harness's results.
 
 Nothing here imports a harness at import time: `lad.harness.model` (the lmms-eval model class)
 is imported by lmms-eval itself, through the entry point `lad` of the group `lmms_eval.models`
 (pyproject.toml), after `pip install "lad[lmms-eval]"`; `lad.harness.lm_eval` (lm-eval's) by
-`lad harness lm-eval` or a user's `import`, after `pip install "lad[lm-eval]"`.
+`lad harness lm-eval` or a user's `import`, after `pip install "lad[lm-eval]"`; lad's Inspect
+extension (`lad.harness.inspect_registry`) by Inspect, through the entry point `lad` of the group
+`inspect_ai`, after `pip install "lad[inspect]"`.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ first asking's is the method's noise floor.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -33,7 +34,8 @@ from lad.core.audit import noise_floor
 from lad.core.metrics import compute_metrics
 from lad.core.records import RecordSet
 from lad.errors import LadError
-from lad.run.audits import audit_part, write_audit
+from lad.io.files import write_text
+from lad.run.audits import ANSWERS_FILE, audit_part, check_audit_destination, write_audit
 
 ROW_KEYS = ("item", "ordering", "order", "answer", "prediction")
 _SUMMARY_KEYS = (
@@ -197,15 +199,23 @@ def pooled(rows: Sequence[dict[str, Any]], key: str) -> float:
     records-weighted mean of the per-N RStd); N groups where it is undefined are left out."""
     if not rows:
         return float("nan")
-    by_n = [m for m in rows_metrics(rows).values() if m["methods"]["model"][key] is not None]
-    if not by_n:  # e.g. a flip rate of questions asked once
-        return float("nan")
-    total = sum(m["num_records"] for m in by_n)
-    return float(sum(m["methods"]["model"][key] * m["num_records"] for m in by_n) / total)
+    value = pooled_metrics(rows_metrics(rows), key)
+    return float("nan") if value is None else value
+
+
+def pooled_metrics(by_n: dict[int, dict], key: str, method: str = "model") -> float | None:
+    """`pooled`'s number from rows_metrics' {N: metrics.json}; None where no N defines it (e.g. a
+    flip rate of questions asked once)."""
+    defined = [m for m in by_n.values() if m["methods"][method][key] is not None]
+    if not defined:
+        return None
+    total = sum(m["num_records"] for m in defined)
+    return float(sum(m["methods"][method][key] * m["num_records"] for m in defined) / total)
 
 
 def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: str) -> Path:
     """lad_audit.json and one folder (metrics.json, run.json) per (task, N) for any model."""
+    check_audit_destination(output, source)
     tasks: dict[str, dict[str, Any]] = {}
     for task, rows in sorted(rows_by_task.items()):
         tasks[task] = {}
@@ -214,5 +224,7 @@ def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: 
             arguments = {"labels": "upper", "source": source, "task": task}
             run.write_run(arguments, None, harness={"task": task, "source": source})
             run.write_metrics(metrics)  # answers only: nothing to fingerprint
+            mine = [r for r in rows if len(r["order"]) == n]  # the rows behind it (lad export)
+            write_text(run.file(ANSWERS_FILE), "".join(json.dumps(r) + "\n" for r in mine))
             tasks[task][str(n)] = _summary(metrics, folder)
     return _write_audit(output, tasks, source=source)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lad.core.items import Item
+from lad.core.items import Item, repeated_option
 from lad.core.labels import LABEL_SCHEMES, get_scheme
 from lad.core.prompts import PromptTemplate, TextPrompt, render_text_item
 from lad.errors import LadError
@@ -160,6 +160,13 @@ def parse_question(
     empty = next((labels[k] for k, text in enumerate(texts) if not text.strip()), None)
     if empty is not None:
         raise LadError(f"{where}: option {empty!r} is empty")
+    repeated = repeated_option(list(texts))
+    if repeated is not None:
+        a, b = (labels[k] for k in repeated)
+        raise LadError(
+            f"{where}: options {a!r} and {b!r} are the same text ({texts[repeated[0]]!r}): one "
+            "answer under two labels is a tie no method can score, so lad does not score it"
+        )
     if question.prompt().text != context:
         raise LadError(
             f"{where}: lad's rendering of its question and options does not give its prompt back "

@@ -119,7 +119,7 @@ def write_variant(task_yaml: str | Path, out: str | Path) -> Path:
         raise LadError(
             f"{task_yaml}: lm-eval cannot read the task ({type(e).__name__}: {detail})"
         ) from None
-    name = config.get("task")
+    name = config.get("task") if isinstance(config, dict) else None
     if not isinstance(name, str):
         raise LadError(f"{task_yaml}: names no single task (a 'task' string); give a task's YAML")
     if config.get("output_type") != "multiple_choice":
@@ -133,8 +133,8 @@ def write_variant(task_yaml: str | Path, out: str | Path) -> Path:
             "variant would replace; give a task without them"
         )
     out = Path(out)
+    path = files.child(out, f"{name}_lad_circular.yaml", LadError, f"{task_yaml}: task ")
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}_lad_circular.yaml"
     metrics = _metric("acc", "mean", True) + "".join(
         _metric(m, f"!function lad_circular.{m}", m not in ("lad_rstd", "lad_flip"))
         for m in AUDIT_METRICS

@@ -268,7 +268,7 @@ def load_calibrations(path: Path, base: Debiaser) -> dict[int, Debiaser]:
 def _is_calibration(path: Path) -> bool:
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(obj, dict) and obj.get("format") == CALIBRATION_FORMAT
 

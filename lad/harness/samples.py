@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from lad.errors import LadError, at
 from lad.harness.audit import ROW_KEYS
+from lad.harness.inspect_logs import has_logs, inspect_rows
+from lad.io.files import loads_json
 
 # lmms-eval: <date>_samples_<task>.jsonl; lm-eval: samples_<task>_<date>.jsonl
 _SAMPLES = re.compile(r"samples_(?P<task>.+?)(?:_\d{4}-\d\d-\d\dT[\d.-]+)?\.jsonl$")
@@ -38,10 +41,13 @@ def samples_rows(output_path: Path) -> dict[str, list[dict[str, Any]]]:
             )
         newest[task] = path
     rows = {task: r for task, path in sorted(newest.items()) if (r := _rows(path))}
+    if has_logs(output_path):  # Inspect's log folder (lad.harness.inspect_logs)
+        rows.update(inspect_rows(output_path))
     if not rows:
         raise LadError(
             f"{output_path}: no logged samples of a lad circular task (run lmms-eval with "
-            "--log_samples on a task of `lad harness tasks`)"
+            "--log_samples on a task of `lad harness tasks`, or Inspect with lad/circular and "
+            "lad/position)"
         )
     return rows
 
@@ -73,7 +79,7 @@ def row_problem(row: dict[str, Any]) -> str | None:
 def _sample_row(raw: bytes, path: Path, lineno: int) -> dict[str, Any] | None:
     """The audit row of one logged line; None for a line of a task without one."""
     try:
-        sample = json.loads(raw.decode("utf-8"))
+        sample = loads_json(raw.decode("utf-8"), LadError, at(path, lineno))
     except UnicodeDecodeError as e:
         raise LadError(
             f"{at(path, lineno)}not UTF-8 text (byte {e.start}); not an lmms-eval samples log"
@@ -91,41 +97,46 @@ def _sample_row(raw: bytes, path: Path, lineno: int) -> dict[str, Any] | None:
     missing = [k for k in ROW_KEYS if k not in row] if isinstance(row, dict) else list(ROW_KEYS)
     if missing:
         raise LadError(f"{at(path, lineno)}'lad_acc' is not lad's audit row (lacks {missing})")
-    problem = row_problem(row)
-    if problem:
-        raise LadError(f"{at(path, lineno)}lad audit row: {problem}")
     return row
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+    with path.open("rb") as f:
+        lines = [(lineno, raw) for lineno, raw in enumerate(f, 1) if raw.strip()]
+    found = ((at(path, n), _sample_row(raw, path, n)) for n, raw in lines)
+    return checked_rows((where, row) for where, row in found if row is not None)
+
+
+def checked_rows(rows: Iterable[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The rows of one task's log, each (where it was read, row) with its values checked
+    (`row_problem`): each (item, shift, repeat) once, a repeat asking what its first asking
+    asked, each shift of an item another order. A bad row is one error naming `where`."""
+    out: list[dict[str, Any]] = []
     first: dict[tuple[str, int], dict[str, Any]] = {}
     seen: set[tuple[str, int, int]] = set()
     shown: dict[tuple[str, tuple[int, ...]], int] = {}  # (item, order) -> its shift
-    with path.open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            row = _sample_row(raw, path, lineno)
-            if row is None:
-                continue
-            key = (row["item"], row["ordering"], row.get("repeat", 0))
-            if key in seen:
-                again = f" repeat {key[2]}" if key[2] else ""
-                raise LadError(f"{at(path, lineno)}item {key[0]!r} shift {key[1]}{again} twice")
-            seen.add(key)
-            asked = first.setdefault(key[:2], row)
-            if (asked["order"], asked["answer"]) != (row["order"], row["answer"]):
-                raise LadError(
-                    f"{at(path, lineno)}item {key[0]!r} shift {key[1]} asked again with another "
-                    f"order or answer ({row['order']}, {row['answer']} vs {asked['order']}, "
-                    f"{asked['answer']})"
-                )
-            shift = shown.setdefault((key[0], tuple(row["order"])), key[1])
-            if shift != key[1]:
-                raise LadError(
-                    f"{at(path, lineno)}item {key[0]!r}: shifts {shift} and {key[1]} show the same "
-                    f"order {row['order']}; each shift of a circular task shows another"
-                )
-            rows.append(row)
-    return rows
+    for where, row in rows:
+        missing = [k for k in ROW_KEYS if k not in row]
+        problem = f"lacks {missing}" if missing else row_problem(row)
+        if problem:
+            raise LadError(f"{where}lad audit row: {problem}")
+        key = (row["item"], row["ordering"], row.get("repeat", 0))
+        if key in seen:
+            again = f" repeat {key[2]}" if key[2] else ""
+            raise LadError(f"{where}item {key[0]!r} shift {key[1]}{again} twice")
+        seen.add(key)
+        asked = first.setdefault(key[:2], row)
+        if (asked["order"], asked["answer"]) != (row["order"], row["answer"]):
+            raise LadError(
+                f"{where}item {key[0]!r} shift {key[1]} asked again with another "
+                f"order or answer ({row['order']}, {row['answer']} vs {asked['order']}, "
+                f"{asked['answer']})"
+            )
+        shift = shown.setdefault((key[0], tuple(row["order"])), key[1])
+        if shift != key[1]:
+            raise LadError(
+                f"{where}item {key[0]!r}: shifts {shift} and {key[1]} show the same "
+                f"order {row['order']}; each shift of a circular task shows another"
+            )
+        out.append(row)
+    return out

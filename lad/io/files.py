@@ -180,6 +180,38 @@ def outside(root: PathLike, path: PathLike) -> bool:
     return bool(text.strip()) and not found.is_relative_to(base)
 
 
+def child(root: PathLike, name: str, error: type[LadError] = LadError, what: str = "") -> Path:
+    """`root / name` for a name data or config gave (a suite's model, a task), refused as `error`
+    (`what` prefixes it) unless one plain file name: not empty, `.` or `..`, no separator or
+    control character, short enough. The rule for every file lad names after data."""
+    text = str(name)
+    if (
+        text in ("", ".", "..")
+        or "/" in text
+        or "\\" in text
+        or any(ord(c) < 32 or ord(c) == 127 for c in text)
+        or len(text.encode("utf-8", "replace")) > _NAME_MAX
+    ):
+        raise error(
+            f"{what}{text!r} cannot name a file or folder: lad names files after data only by "
+            "plain names (no '/', '..' or control characters), so nothing lands outside "
+            f"{root}"
+        )
+    return Path(root) / text
+
+
+def below(root: PathLike, path: str, error: type[LadError] = LadError, what: str = "") -> Path:
+    """`root / path` for a relative path config gave (a suite's `questions`), refused as `error`
+    unless below `root` as written: not absolute, no `..` (symlinks are the user's layout)."""
+    parts = Path(path).parts
+    if Path(path).is_absolute() or ".." in parts or "\0" in str(path):
+        raise error(
+            f"{what}{path!r} is not a path below {root}: a suite names its files relative to "
+            "the benchmark's folder (no absolute path, no '..')"
+        )
+    return Path(root) / path
+
+
 def read_json(path: PathLike, error: type[LadError] = LadError, what: str = "JSON file") -> Any:
     """Parse a JSON file; a missing file, a folder, non-UTF-8 bytes or bad JSON is `error`
     naming the file (and the line)."""

@@ -73,12 +73,23 @@ def picture_suffix(data: bytes, where: str) -> str:
     try:
         with _open_unchecked(io.BytesIO(data)) as im:
             _check_size(f"{where}a picture", *im.size)
-            _decode(im)
-            return FORMATS[im.format]
+            suffix = FORMATS[im.format]
+            try:
+                _decode(im)
+            except (OSError, ValueError, SyntaxError) as e:
+                raise UndecodedPicture(
+                    f"{where}a picture's pixels do not decode ({_why(e)}): truncated or damaged"
+                ) from None
+            return suffix
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise DataError(
             f"{where}a picture's bytes are not an image lad reads ({_why(e)})"
         ) from None
+
+
+class UndecodedPicture(DataError):
+    """A picture of a format lad reads whose pixels do not decode (a truncated download): its
+    question is skipped, not the whole conversion refused."""
 
 
 def format_suffix(data: bytes) -> str | None:

@@ -52,6 +52,9 @@ QUERY = Limit("a query or question", "LAD_MAX_QUERY", 16 * 1024, "characters")
 # PIL's DecompressionBombError threshold: a picture's pixels (lad.io.images).
 IMAGE_PIXELS = Limit("a picture", "LAD_MAX_IMAGE_PIXELS", 2 * 89_478_485, "pixels", DataError)
 CHAT_TEXT = Limit("a rendered chat prompt", "LAD_MAX_CHAT_TEXT", 1024 * 1024, "characters")
+# Bootstrap intervals and the position test draw (resamples x questions) at once: lad's default
+# is 1,000 resamples; 100,000 of 24 questions is 2.4M draws (about 60 MB at peak).
+BOOTSTRAP = Limit("a bootstrap", "LAD_MAX_BOOTSTRAP", 100_000, "resamples")
 
 
 def check_image_flags(image_size: int | None, image_options: dict | None) -> None:

@@ -355,7 +355,9 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
         return f'<p><img src="{name}" alt="{html.escape(alt)}"></p>'
 
     parts += [_cells_html(Path(given)) for given in run_dirs]
-    table5 = _table5_html(runs)
+    # A mixed run's parts are in its table of cells, each N once (its group row): not again here.
+    mixed = {str(p) for given in run_dirs if RunDir(given).is_mixed for p in audit_folders(given)}
+    table5 = _table5_html([run for run in runs if str(run["dir"]) not in mixed])
     if table5:
         parts.append(
             "<h2>Vanilla, PurAttn and LAD</h2><p>Accuracy (%) per run in the paper's Table 5 "

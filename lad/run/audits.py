@@ -8,18 +8,21 @@ from pathlib import Path
 from typing import Any
 
 from lad.errors import RunError
-from lad.io.files import read_json, write_text
+from lad.io.files import child, read_json, write_text
 from lad.run.rundir import CELLS_FILE, METRICS_FILE, RunDir, json_text, run_folders
 
 AUDIT_FORMAT = "lad-harness-audit/1"
 AUDIT_FILE = "lad_audit.json"
+ANSWERS_FILE = "answers.jsonl"  # a harness audit folder's rows, for lad export
 
 
 def audit_part(root: Path, task: str, n: int, *, under: str = "") -> tuple[RunDir, str]:
     """A harness audit's run folder of one (task, N) and its name as lad_audit.json lists it
     (relative to `root`); `under`: a subfolder of `root` holding them all."""
+    base = Path(root) / under if under else Path(root)
+    folder = child(base, task, RunError, "a task named ") / RunDir.part_name(n)
     name = "/".join(filter(None, (under, task, RunDir.part_name(n))))
-    return RunDir(Path(root) / name), name
+    return RunDir(folder), name
 
 
 def write_audit(root: Path, audit: Mapping[str, Any]) -> Path:
@@ -57,3 +60,19 @@ def audit_folders(path: Path) -> list[Path]:
                 f"{path}; an audit lists only folders inside it"
             )
     return [path / name for name in listed]
+
+
+def check_audit_destination(output: Path, source: str) -> None:
+    """Refuse, before anything is written, an audit of logged samples into a folder whose
+    lad_audit.json is `--model lad`'s own (or not an audit): it would be replaced."""
+    path = output / AUDIT_FILE
+    if not path.exists():
+        return
+    stored = read_json(path, RunError)
+    if not isinstance(stored, dict) or stored.get("format") != AUDIT_FORMAT:
+        raise RunError(f"{path}: not a lad harness audit, and lad never replaces it; use --out")
+    if (stored.get("source") == "--model lad") != (source == "--model lad"):
+        raise RunError(
+            f"{path}: holds the audit of {stored.get('source')!r}, which this audit of {source!r} "
+            "would replace; write it elsewhere with --out"
+        )

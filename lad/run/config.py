@@ -13,7 +13,7 @@ from lad.errors import RunError
 from lad.run.presets import with_preset
 from lad.run.spec import RecordSpec
 
-DEFAULT_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified", "perm-avg")
+DEFAULT_METHODS = ("vanilla", "pride", "blank", "lad", "attn", "attn-purified", "perm-avg")
 # Where the calibration items come from: held out from the evaluation items (the paper, §4.2),
 # or the first |D_cal| evaluation items, scored too (the official code).
 CALIBRATE_ON = ("held-out", "evaluation")

@@ -99,5 +99,5 @@ def _holder_text(data: bytes) -> str:
     try:
         who = json.loads(data)
         return f"pid {who['pid']} on host {who['host']}, since {who['since']}"
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return "a process that has not written its pid yet"

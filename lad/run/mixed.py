@@ -28,13 +28,14 @@ def scoring_inputs(
     options = dataclasses.replace(options, labels=run.arguments["labels"])
     stages = {}
     for method in methods:
-        stage = METHODS[method].stage
-        if stage != "records" and stage not in stages:
+        for stage in (METHODS[method].stage, METHODS[method].extra):
+            if stage is None or stage == "records" or stage in stages:
+                continue
             stages[stage] = run.stage_records(stage)
             if stages[stage] is None:
                 raise RunError(
                     f"{run.file(STAGE_FILES[stage])}: missing; rerun lad eval with --methods "
-                    f"including {stage}"
+                    f"including {method}"
                 )
     perm = run.perm_records() if "perm-avg" in methods else None
     return Part(records, calibration, options, stages, perm)
@@ -125,7 +126,7 @@ def _orders_of(path: Path, n: int) -> list[str]:
     for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
         try:
             order = json.loads(line).get("order")
-        except (json.JSONDecodeError, AttributeError):
+        except (json.JSONDecodeError, AttributeError, RecursionError):
             order = None
         if not isinstance(order, list) or len(order) == n:
             lines.append(line if line.endswith("\n") else line + "\n")

@@ -19,7 +19,7 @@ from lad.errors import CalibrationError, RunError
 from lad.io.files import check_not_inputs, check_output_dir, read_json
 from lad.io.images import check_image
 from lad.run.config import EvalConfig
-from lad.run.rundir import RUN_OUTPUTS
+from lad.run.rundir import RUN_OUTPUTS, RunDir
 from lad.run.runjson import file_digest
 
 
@@ -59,6 +59,14 @@ def check_inputs(
             inputs[name] = file_digest(getattr(config, name))
     outputs = {f"--out {run_dir}/{name}": run_dir / name for name in RUN_OUTPUTS}
     check_not_inputs(outputs, {"--" + k.replace("_", "-"): v for k, v in files.items()})
+    run = RunDir(run_dir)
+    pictures = [p for it in (items[0] + items[1] if items else []) for p in it.pictures]
+    for path in [*(v for v in files.values() if v), *pictures]:
+        if run.writes(path):
+            raise RunError(
+                f"{path}: is a file lad eval writes in its run directory {run_dir} (its records, "
+                "metrics or report), so it cannot be one of the run's inputs; move it elsewhere"
+            )
     return inputs
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -24,14 +25,11 @@ from lad.core.fingerprint import located
 from lad.core.records import RecordSet, read_records, write_records
 from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import read_json, write_text
-from lad.run.runjson import RUN_FORMAT, check_same, read_run_json
+from lad.run.runjson import RECORDS_VERSION as RECORDS_VERSION
+from lad.run.runjson import RUN_FORMAT, RunJson, check_same, json_text
 
 RUN_FILE, CALIBRATION_FILE, METRICS_FILE = "run.json", "calibration.json", "metrics.json"
 CELLS_FILE = "cells.json"  # a mixed run's (task, N) cells; one part run directory n{N}/ per N
-# How records are made from the same arguments; bumped when lad would now make other records, so a
-# run begun by an older lad is never extended with records that do not match its own (1: labels
-# tokenised glued to the prompt; 2: labels as the chat template writes the reply).
-RECORDS_VERSION = 2
 # The records file each method stage reads (lad.core.methods.Method.stage).
 STAGE_FILES = {
     "records": "records.jsonl",
@@ -39,6 +37,7 @@ STAGE_FILES = {
     "cot": "cot_records.jsonl",
     "self-consistency": "sc_records.jsonl",
     "sofa": "sofa_records.jsonl",
+    "blank": "blank_records.jsonl",  # blank's extra pass (lad.core.methods.Method.extra)
 }
 # Every records file of a run, by the stage that makes it.
 RECORDS_FILES = {"calibration": "calibration.jsonl", "perm-avg": "perm_records.jsonl"}
@@ -51,11 +50,7 @@ RUN_OUTPUTS = (RUN_FILE, CALIBRATION_FILE, "predictions.jsonl", METRICS_FILE, "s
                CELLS_FILE, *RECORDS_FILES.values())  # fmt: skip
 
 
-def json_text(obj: Any, indent: int = 2) -> str:
-    return json.dumps(obj, indent=indent) + "\n"
-
-
-class RunDir:
+class RunDir(RunJson):
     """A run directory: `lad eval`'s, or a harness audit's folder for one (task, N).
 
     Reading never writes; each file is read and checked once per RunDir.
@@ -93,6 +88,11 @@ class RunDir:
         return self.file("report")
 
     @property
+    def blank_folder(self) -> Path:
+        """Where the blank stage's grey pictures are written (lad.data.blank)."""
+        return self.file("blank")
+
+    @property
     def run_file(self) -> Path:
         return self.file(RUN_FILE)
 
@@ -104,18 +104,11 @@ class RunDir:
     def metrics_file(self) -> Path:
         return self.file(METRICS_FILE)
 
+    @property
+    def predictions_file(self) -> Path:
+        return self.file("predictions.jsonl")
+
     # -- writes --------------------------------------------------------------------------------
-
-    def _write_run_json(self, run_json: Mapping[str, Any]) -> None:
-        write_text(self.file("run.json"), json_text(dict(run_json)))
-        self.__dict__.pop("run_json", None)
-
-    def _update_run_json(self, key: str, change: Any) -> None:
-        """run.json with `change(stored[key])` as its `key`, beside "arguments" (a rerun's check
-        never compares it): the one way a begun run's run.json is updated."""
-        stored = read_run_json(self.file("run.json"))
-        stored[key] = change(stored.get(key))
-        self._write_run_json(stored)
 
     def write_calibration(self, calibration: Calibration) -> None:
         calibration.save(self.file("calibration.json"))
@@ -131,87 +124,18 @@ class RunDir:
     def write_metrics(self, metrics: Mapping[str, Any]) -> None:
         write_text(self.file("metrics.json"), json_text(dict(metrics)))
 
+    def writes(self, path: str | Path) -> bool:
+        """Whether `lad eval` writes `path` in this run (RUN_OUTPUTS, report/, the lock, SoFA's
+        grid; in a part n{N}/ alike): never an input (RUN/report/x.png would be overwritten)."""
+        try:
+            parts = Path(path).resolve().relative_to(self.path.resolve()).parts
+        except ValueError:
+            return False
+        if len(parts) > 1 and re.fullmatch(r"n\d+", parts[0]):
+            parts = parts[1:]  # a mixed run's part
+        return bool(parts) and parts[0] in (*RUN_OUTPUTS, "report", "run.lock", "sofa_grid")
+
     # -- run.json ------------------------------------------------------------------------------
-
-    def begin(
-        self,
-        arguments: Mapping[str, Any],
-        defaults: Mapping[str, Any],
-        inputs: Mapping[str, dict[str, Any]] | None = None,
-    ) -> None:
-        """Create run.json holding the record-defining `arguments` and the `inputs`'
-        fingerprints, or check that an existing one was made with the same arguments from the
-        same inputs.
-
-        An argument missing from an older run.json was made with its value in `defaults`. A
-        run.json under which no record was made yet (a run that failed at its start) does not
-        bind: it is replaced.
-        """
-        self.path.mkdir(parents=True, exist_ok=True)
-        path = self.file("run.json")
-        wanted = {"format": RUN_FORMAT, "arguments": json.loads(json.dumps(dict(arguments)))}
-        wanted["inputs"] = dict(inputs or {})
-        wanted["records_version"] = RECORDS_VERSION
-        if path.exists():
-            stored = read_run_json(path)
-            try:
-                check_same(self.path, stored, wanted, json.loads(json.dumps(dict(defaults))))
-                return
-            except RunError:
-                if self.made_records():
-                    raise
-        self._write_run_json(wanted)
-
-    def check_records_version(self) -> None:
-        """Refuse to add records to a run whose records an older lad made another way (the two
-        would mix in one run); its finished records can still be rescored without the model."""
-        made = read_run_json(self.file("run.json")).get("records_version", 1)
-        if made != RECORDS_VERSION and self.made_records():
-            raise RunError(
-                f"{self.path} holds records made by an older lad (records version {made}; this "
-                f"lad makes version {RECORDS_VERSION}, whose label probabilities differ for "
-                "models whose chat template writes a space before the reply): it can be "
-                "rescored, not extended. Finish it with the lad that began it, or use another "
-                "--out."
-            )
-
-    def check_is_run(self) -> None:
-        """Refuse a path that is not a run directory, naming what it lacks."""
-        if not self.path.is_dir():
-            raise RunError(
-                f"{self.path}: not a directory; pass run directories made by lad eval --out DIR"
-            )
-        if not self.file("run.json").is_file():
-            raise RunError(
-                f"{self.path}: not a lad run directory (no run.json); make one with lad eval"
-            )
-
-    @cached_property
-    def run_json(self) -> dict[str, Any]:
-        if not self.file("run.json").is_file() and self.file("metrics.json").is_file():
-            return {"format": RUN_FORMAT, "arguments": {}}  # lad score's and metrics' output
-        self.check_is_run()
-        return read_run_json(self.file("run.json"), older=True)
-
-    @property
-    def arguments(self) -> dict[str, Any]:
-        """run.json's arguments, those an older run.json lacks at their default."""
-        from lad.run.config import EvalConfig
-
-        stored = self.run_json["arguments"]
-        if self.is_harness:
-            return dict(stored)
-        made = EvalConfig().identity()  # what an older run.json leaves out was made by default
-        return {name: stored.get(name, value) for name, value in made.items()}
-
-    @property
-    def inputs(self) -> dict[str, Any]:
-        return self.run_json.get("inputs", {})
-
-    @property
-    def is_harness(self) -> bool:
-        """A harness audit's folder (lad.harness.runner): made without `lad eval`."""
-        return "harness" in self.run_json
 
     @property
     def spec(self) -> Any:
@@ -220,34 +144,11 @@ class RunDir:
 
         return RecordSpec.from_mapping(self.arguments)
 
-    def timing(self) -> dict[str, float]:
-        """run.json's "timing" (empty for a run made before lad recorded it)."""
-        return dict(self.run_json.get("timing", {}))
-
-    def add_times(self, seconds: Mapping[str, float]) -> None:
-        """Add wall times (seconds per stage) to run.json's "timing", the sum over every session
-        that worked on a stage."""
-
-        def added(timing: dict[str, float] | None) -> dict[str, float]:
-            timing = dict(timing or {})
-            for stage, s in seconds.items():
-                timing[stage] = round(timing.get(stage, 0.0) + s, 3)
-            return timing
-
-        self._update_run_json("timing", added)
-
-    def threads(self) -> Any:
-        """run.json's "threads": the CPU threads its records were made with (None on an
-        accelerator, or for a run from before lad recorded them)."""
-        return self.run_json.get("threads")
-
-    def set_threads(self, threads: Mapping[str, Any]) -> None:
-        """Write run.json's "threads" (lad.backends.threads.record_choice), beside "arguments"."""
-        self._update_run_json("threads", lambda _: dict(threads))
-
     def made_records(self) -> bool:
         """Whether any records file in the run directory holds a record."""
         files = [*self.path.glob("*.jsonl"), *self.path.glob("sofa_grid/*.jsonl")]
+        if self.is_mixed:  # a mixed run's records are its parts'
+            files += [p for part in self.path.glob("n*/") for p in part.glob("*.jsonl")]
         return any(p.is_file() and p.stat().st_size > 0 for p in files)
 
     # -- a mixed run's cells and parts ---------------------------------------------------------
@@ -266,7 +167,15 @@ class RunDir:
     def parts(self) -> dict[int, RunDir]:
         """The run directory of each N of a mixed run (n{N}/), by N."""
         ns = {c.num_candidates for c in self.cells()}
-        return {n: self.part(n) for n in sorted(ns)}
+        parts = {n: self.part(n) for n in sorted(ns)}
+        root = self.path.resolve()
+        for part in parts.values():  # a run reads its own parts, never a folder elsewhere
+            if part.path.is_symlink() or not part.path.resolve().is_relative_to(root):
+                raise RunError(
+                    f"{part.path}: a symlink or a folder outside the run {self.path}; a mixed "
+                    "run's parts are folders inside it"
+                )
+        return parts
 
     def part(self, n: int) -> RunDir:
         """The part run directory of a mixed run's items of N candidates."""
@@ -388,14 +297,17 @@ class RunDir:
         if not isinstance(metrics, dict):
             raise RunError(f"{path}: damaged (not a JSON object); rerun `lad eval` to rewrite it")
         source = metrics.get("source")
-        if not self.file("records.jsonl").is_file():  # a model's answers only: nothing to match
-            return metrics
+        if self.is_mixed and not isinstance(source, dict):
+            raise RunError(f'{path}: no "source" (what it was computed from); rerun lad eval')
+        if not self.is_mixed and not self.file("records.jsonl").is_file():
+            return metrics  # a model's answers only: nothing to match
         if isinstance(source, dict):  # written since lad kept it: both must match
             if source != self.source():
                 raise RunError(
                     f"{path}: was computed from other records or arguments than this run's "
-                    "records.jsonl and run.json (a file was replaced or edited since); rerun "
-                    "`lad eval` on the run to rescore it"
+                    f"{'cells.json and parts' if self.is_mixed else 'records.jsonl and run.json'}"
+                    " (a file was replaced or edited since); rerun `lad eval` on the run to "
+                    "rescore it"
                 )
         elif metrics.get("num_records", len(self.records)) != len(self.records):
             raise RunError(
@@ -477,7 +389,7 @@ def _check_complete(records: RecordSet, path: Path) -> None:
     short = np.flatnonzero(counts != counts.max())
     if short.size:
         raise RunError(
-            f"{path}: item {names[short[0]]!r} has {counts[short[0]]} of the {counts.max()} "
+            f"{path}: item {str(names[short[0]])!r} has {counts[short[0]]} of the {counts.max()} "
             "orderings the other items have; the file was cut or edited. Rerun the run's lad "
             "eval to remake it."
         )

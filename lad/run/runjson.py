@@ -4,15 +4,21 @@ input files, and the check that a rerun has the same arguments and inputs (lad.r
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from lad.errors import RunError
-from lad.io.files import read_json
+from lad.io.files import read_json, write_text
 
 RUN_FORMAT = "lad-run/1"
+# How records are made from the same arguments; bumped when lad would now make other records, so a
+# run begun by an older lad is never extended with records that do not match its own (1: labels
+# tokenised glued to the prompt; 2: labels as the chat template writes the reply).
+RECORDS_VERSION = 2
 
 
 # Arguments that name a file or folder: `./data/x.jsonl` and `data/x.jsonl` are the same one.
@@ -93,3 +99,160 @@ def check_same(
 
 def _same_path(a: Any, b: Any) -> bool:
     return isinstance(a, str) and isinstance(b, str) and os.path.normpath(a) == os.path.normpath(b)
+
+
+def json_text(obj: Any, indent: int = 2) -> str:
+    return json.dumps(obj, indent=indent) + "\n"
+
+
+class RunJson:
+    """run.json of a run directory (lad.run.rundir.RunDir's part): created or checked by
+    `begin`, read once (`run_json`, `arguments`, `inputs`), updated beside its arguments by
+    `_update_run_json` alone (`add_times`, `set_threads`)."""
+
+    path: Path
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def made_records(self) -> bool:
+        raise NotImplementedError
+
+    def _write_run_json(self, run_json: Mapping[str, Any]) -> None:
+        write_text(self.file("run.json"), json_text(dict(run_json)))
+        self.__dict__.pop("run_json", None)
+
+    def _update_run_json(self, key: str, change: Any) -> None:
+        """run.json with `change(stored[key])` as its `key`, beside "arguments" (a rerun's check
+        never compares it): the one way a begun run's run.json is updated."""
+        stored = read_run_json(self.file("run.json"))
+        stored[key] = change(stored.get(key))
+        self._write_run_json(stored)
+
+    def begin(
+        self,
+        arguments: Mapping[str, Any],
+        defaults: Mapping[str, Any],
+        inputs: Mapping[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Create run.json holding the record-defining `arguments` and the `inputs`'
+        fingerprints, or check that an existing one was made with the same arguments from the
+        same inputs.
+
+        An argument missing from an older run.json was made with its value in `defaults`. A
+        run.json under which no record was made yet (a run that failed at its start) does not
+        bind: it is replaced.
+        """
+        wanted = self.check_begin(arguments, defaults, inputs, live=False)  # we hold the lock
+        if wanted is None:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._write_run_json(wanted)
+
+    def check_begin(
+        self,
+        arguments: Mapping[str, Any],
+        defaults: Mapping[str, Any],
+        inputs: Mapping[str, dict[str, Any]] | None = None,
+        live: bool = True,
+    ) -> dict[str, Any] | None:
+        """What `begin` checks, writing nothing (a refusal before the first write): a live `lad
+        eval` here, or a run.json of other arguments or inputs with records made (a mixed run's:
+        in its parts). Returns the run.json to write, None where the one there says so."""
+        from lad.run.lock import running_holder
+
+        holder = running_holder(self.path) if live else None
+        if holder is not None:
+            raise RunError(
+                f"{self.path} is in use by another lad eval ({holder}); wait for it to finish, "
+                "or use another --out"
+            )
+        path = self.file("run.json")
+        wanted = {"format": RUN_FORMAT, "arguments": json.loads(json.dumps(dict(arguments)))}
+        wanted["inputs"] = dict(inputs or {})
+        wanted["records_version"] = RECORDS_VERSION
+        if path.exists():
+            stored = read_run_json(path)
+            try:
+                check_same(self.path, stored, wanted, json.loads(json.dumps(dict(defaults))))
+                return None
+            except RunError:
+                if self.made_records():
+                    raise
+        return wanted
+
+    def check_records_version(self) -> None:
+        """Refuse to add records to a run whose records an older lad made another way (the two
+        would mix in one run); its finished records can still be rescored without the model."""
+        made = read_run_json(self.file("run.json")).get("records_version", 1)
+        if made != RECORDS_VERSION and self.made_records():
+            raise RunError(
+                f"{self.path} holds records made by an older lad (records version {made}; this "
+                f"lad makes version {RECORDS_VERSION}, whose label probabilities differ for "
+                "models whose chat template writes a space before the reply): it can be "
+                "rescored, not extended. Finish it with the lad that began it, or use another "
+                "--out."
+            )
+
+    def check_is_run(self) -> None:
+        """Refuse a path that is not a run directory, naming what it lacks."""
+        if not self.path.is_dir():
+            raise RunError(
+                f"{self.path}: not a directory; pass run directories made by lad eval --out DIR"
+            )
+        if not self.file("run.json").is_file():
+            raise RunError(
+                f"{self.path}: not a lad run directory (no run.json); make one with lad eval"
+            )
+
+    @cached_property
+    def run_json(self) -> dict[str, Any]:
+        if not self.file("run.json").is_file() and self.file("metrics.json").is_file():
+            return {"format": RUN_FORMAT, "arguments": {}}  # lad score's and metrics' output
+        self.check_is_run()
+        return read_run_json(self.file("run.json"), older=True)
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """run.json's arguments, those an older run.json lacks at their default."""
+        from lad.run.config import EvalConfig
+
+        stored = self.run_json["arguments"]
+        if self.is_harness:
+            return dict(stored)
+        made = EvalConfig().identity()  # what an older run.json leaves out was made by default
+        return {name: stored.get(name, value) for name, value in made.items()}
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        return self.run_json.get("inputs", {})
+
+    @property
+    def is_harness(self) -> bool:
+        """A harness audit's folder (lad.harness.runner): made without `lad eval`."""
+        return "harness" in self.run_json
+
+    def timing(self) -> dict[str, float]:
+        """run.json's "timing" (empty for a run made before lad recorded it)."""
+        return dict(self.run_json.get("timing", {}))
+
+    def add_times(self, seconds: Mapping[str, float]) -> None:
+        """Add wall times (seconds per stage) to run.json's "timing", the sum over every session
+        that worked on a stage."""
+
+        def added(timing: dict[str, float] | None) -> dict[str, float]:
+            timing = dict(timing or {})
+            for stage, s in seconds.items():
+                timing[stage] = round(timing.get(stage, 0.0) + s, 3)
+            return timing
+
+        self._update_run_json("timing", added)
+
+    def threads(self) -> Any:
+        """run.json's "threads": the CPU threads its records were made with (None on an
+        accelerator, or for a run from before lad recorded them)."""
+        return self.run_json.get("threads")
+
+    def set_threads(self, threads: Mapping[str, Any]) -> None:
+        """Write run.json's "threads" (lad.backends.threads.record_choice), beside "arguments"."""
+        self._update_run_json("threads", lambda _: dict(threads))

@@ -149,9 +149,11 @@ class LazyBackend:
         self.recorded = None  # run.json's "threads" when the model loaded, None before records
         self.shared = {} if shared is None else shared
         self.pictures = True  # False: text options only (lad.backends.load_backend)
+        self.items: Sequence[Any] = ()  # the run's items: their text checked once the model loads
 
     def __call__(self) -> Any:
         if self.backend is None:
+            from lad.backends.prompting import check_data_text
             from lad.backends.threads import resumed_threads
 
             run = RunDir(self.run_dir)
@@ -170,8 +172,12 @@ class LazyBackend:
                     pictures=self.pictures,
                 )
             self.backend = self.shared[key]
-            # Before any record: a layer range past the model's layers would fail only at scoring.
+            # Before any record: a layer range past the model's layers would fail only at scoring,
+            # a control token in an item's text at its batch (check_data_text).
             check_layer_range(self.config.layer_range, self.backend.num_layers)
+            tokenizer = getattr(getattr(self.backend, "processor", None), "tokenizer", None)
+            for item in self.items if tokenizer is not None else ():
+                check_data_text(tokenizer, item)
             self.load_seconds = time.perf_counter() - start
         return self.backend
 

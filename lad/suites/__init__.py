@@ -13,6 +13,9 @@ run directory is then exactly a `lad eval` run, resumed, skipped when finished, 
 from __future__ import annotations
 
 import re
+import sys
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,8 @@ from typing import Any
 import tomllib
 
 from lad.errors import DataError
-from lad.run.config import FIELDS
+from lad.io.files import below, child, read_text
+from lad.run.config import FIELDS, EvalConfig
 
 BUILT_IN = Path(__file__).resolve().parent
 # Where a benchmark's data sit, per kind: the keys a [benchmarks.NAME] table may set, each a path
@@ -121,10 +125,16 @@ def load_suite(name_or_path: str | Path) -> Suite:
                 f"({', '.join(built_in_names())})"
             )
         path = BUILT_IN / f"{name_or_path}.toml"
+    text = read_text(path, DataError, "suite file")
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
         raise DataError(f"{path}: not a TOML file ({e})") from None
+    except RecursionError:
+        raise DataError(
+            f"{path}: TOML nested too deeply to read (more than {sys.getrecursionlimit()} levels "
+            "of arrays or tables); no suite nests so"
+        ) from None
     return _suite(raw, path)
 
 
@@ -141,21 +151,22 @@ def _suite(raw: dict[str, Any], path: Path) -> Suite:
     if "methods" in settings:
         settings["methods"] = tuple(settings["methods"])
     cells = [
-        _cell(c, benchmarks, f"{where}cells[{i}]: ") for i, c in enumerate(raw.get("cells", []))
+        _cell(c, benchmarks, f"{where}cells[{i}]: ")
+        for i, c in enumerate(_list(raw, "cells", where))
     ]
     if not cells:
         raise DataError(f"{where}names no [[cells]]")
     ids = [c.id for c in cells]
     if len(set(map(slug, ids))) != len(ids):
         raise DataError(f"{where}two cells share an id: {ids}")
-    models = [_model(m, f"{where}models[{i}]: ") for i, m in enumerate(raw.get("models", []))]
+    models = [_model(m, f"{where}models[{i}]: ") for i, m in enumerate(_list(raw, "models", where))]
     table = _table(raw, "table", where, {})
     _known(table, ("layout", "columns"), f"{where}[table] ")
     layout = table.get("layout", "methods")
     if layout not in LAYOUTS:
         raise DataError(f"{where}[table] layout must be one of {LAYOUTS}. Got {layout!r}.")
     columns = [_column(c, layout, f"{where}[table] columns[{i}]: ")
-               for i, c in enumerate(table.get("columns", []))]  # fmt: skip
+               for i, c in enumerate(_list(table, "columns", f"{where}[table] "))]  # fmt: skip
     columns = columns or [Column("Acc", "acc"), Column("RStd", "rstd"), Column("Cons.", "cons")]
     paper = _paper(_table(raw, "paper", where, {}), ids, where)
     return Suite(
@@ -185,6 +196,13 @@ def _table(raw: dict[str, Any], key: str, where: str, default: Any = None) -> di
     return value
 
 
+def _list(raw: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = raw.get(key, [])
+    if not isinstance(value, list):
+        raise DataError(f"{where}{key} must be an array of tables ([[{key}]]), got {value!r:.60}")
+    return value
+
+
 def _benchmark(name: str, spec: Any, where: str, base: Path) -> Benchmark:
     if not isinstance(spec, dict) or spec.get("kind") not in KINDS:
         raise DataError(f"{where}needs kind = one of {', '.join(KINDS)}")
@@ -192,18 +210,56 @@ def _benchmark(name: str, spec: Any, where: str, base: Path) -> Benchmark:
     defaults = KINDS[kind]
     _known(spec, ("kind", "folder", "root", "clip", *defaults), where)
     paths = {k: str(spec.get(k, v)) for k, v in defaults.items()}
+    for key, path in paths.items():  # each below the benchmark's folder, never elsewhere
+        below("DIR", path, DataError, f"{where}{key} = ")
+    folder = str(spec.get("folder", name))
+    child("--data-root", folder, DataError, f"{where}folder = ")
     options = {k: spec[k] for k in ("clip",) if k in spec}
     root = None if "root" not in spec else base / str(spec["root"])  # relative: to the file
-    return Benchmark(name, kind, str(spec.get("folder", name)), paths, root=root, options=options)
+    return Benchmark(name, kind, folder, paths, root=root, options=options)
 
 
 def _settings(settings: dict[str, Any], where: str) -> None:
-    for key in settings:
+    """Each key one of lad eval's options a suite may set, its value of that option's type."""
+    hints = typing.get_type_hints(EvalConfig)
+    for key, value in settings.items():
         if (key not in FIELDS or key in PER_CELL) and key != "preset":
             raise DataError(
                 f"{where}{key!r} is not a run setting a suite sets (lad eval's options, less "
                 f"{', '.join(PER_CELL)}, which each cell sets)"
             )
+        wanted = hints.get(key, str)
+        if not _of_type(value, wanted):
+            raise DataError(f"{where}{key} must be {_type_name(wanted)}, got {value!r:.60}")
+
+
+def _of_type(value: Any, hint: Any) -> bool:
+    """`value` (parsed TOML) is of the type `hint` (an EvalConfig field's): a bool is no number,
+    an integer is a float, an array is a tuple."""
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_of_type(value, a) for a in args)
+    if hint is type(None):
+        return False  # TOML has no null: leave the setting out for its default
+    if hint is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return hint is Any
+    if hint is float:
+        return isinstance(value, int | float)
+    if origin is tuple:
+        return isinstance(value, list | tuple) and all(_of_type(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    return hint is Any or isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    names = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
+    parts = [a for a in typing.get_args(hint) or (hint,) if a is not type(None)]
+    return " or ".join(names.get(a, "an array" if typing.get_origin(a) is tuple else "a table")
+                       for a in parts)  # fmt: skip
 
 
 def _cell(raw: Any, benchmarks: dict[str, Benchmark], where: str) -> SuiteCell:
@@ -216,11 +272,15 @@ def _cell(raw: Any, benchmarks: dict[str, Benchmark], where: str) -> SuiteCell:
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 2):
         raise DataError(f"{where}num_candidates must be a whole number >= 2. Got {n!r}.")
     task = raw.get("task")
+    if task is not None and not isinstance(task, str):
+        raise DataError(f"{where}task must be a string, got {task!r:.60}")
     settings = {k: v for k, v in raw.items() if k not in CELL_KEYS}
     _settings(settings, where)
     default_id = " ".join(str(p) for p in (task or name, raw.get("setting"), n and f"N={n}") if p)
+    cell_id = str(raw.get("id", default_id))
+    child("--out", slug(cell_id), DataError, f"{where}id {cell_id!r} gives ")  # a folder's name
     return SuiteCell(
-        id=str(raw.get("id", default_id)),
+        id=cell_id,
         benchmark=name,
         task=None if task is None else str(task),
         num_candidates=n,
@@ -233,6 +293,7 @@ def _model(raw: Any, where: str) -> Model:
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
         raise DataError(f"{where}needs name = the paper's name for the model")
     _known(raw, ("name", "path"), where)
+    child("--out", slug(raw["name"]), DataError, f"{where}name {raw['name']!r} gives ")
     return Model(raw["name"], str(raw.get("path", raw["name"])))
 
 
@@ -248,10 +309,13 @@ def _column(raw: Any, layout: str, where: str) -> Column:
 def _paper(raw: dict[str, Any], ids: list[str], where: str) -> dict[str, Any]:
     """[paper.MODEL."cell id".METHOD] metric = value: every cell id one of the suite's."""
     for model, by_cell in raw.items():
+        _paper_table(by_cell, f"{where}[paper.{model!r}]")
         for cell, by_method in by_cell.items():
             if cell not in ids:
                 raise DataError(f"{where}[paper.{model!r}] names cell {cell!r}, not a cell id")
+            _paper_table(by_method, f"{where}[paper.{model!r}.{cell!r}]")
             for method, values in by_method.items():
+                _paper_table(values, f"{where}[paper.{model!r}.{cell!r}.{method!r}]")
                 for metric, value in values.items():
                     if metric not in METRICS or not isinstance(value, (int, float)):
                         raise DataError(
@@ -259,3 +323,11 @@ def _paper(raw: dict[str, Any], ids: list[str], where: str) -> dict[str, Any]:
                             f"is not a number of one of {', '.join(METRICS)}"
                         )
     return raw
+
+
+def _paper_table(value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise DataError(
+            f'{where} must be a table ([paper.MODEL."cell id".METHOD] metric = value), got '
+            f"{value!r:.60}"
+        )

@@ -9,6 +9,7 @@ from typing import Any
 
 from lad.data.builders import calibration_path_for
 from lad.errors import DataError
+from lad.io.files import below, child
 from lad.suites import Benchmark, Suite, SuiteCell
 
 
@@ -33,7 +34,7 @@ def benchmark_roots(suite: Suite, given: list[str]) -> dict[str, Path]:
             common = Path(text)
     for bench in used:
         if bench.name not in roots and common is not None:
-            roots[bench.name] = common if len(folders) == 1 else common / bench.folder
+            roots[bench.name] = common if len(folders) == 1 else child(common, bench.folder)
         elif bench.name not in roots and bench.root is not None:
             roots[bench.name] = bench.root
     missing = [b.name for b in used if b.name not in roots]
@@ -58,7 +59,7 @@ def check_data(suite: Suite, roots: dict[str, Path]) -> None:
                 c.benchmark == bench.name and c.setting == "adversarial" for c in suite.cells
             ):
                 continue
-            if not (root / sub).exists():
+            if not below(root, sub, DataError).exists():
                 raise DataError(f"{root / sub}: not found ({bench.name}'s {key}, below {root})")
     for cell in suite.cells:
         kind = suite.benchmarks[cell.benchmark].kind
@@ -74,11 +75,19 @@ def cell_data(
     bench = suite.benchmarks[cell.benchmark]
     if bench.kind == "shapes":
         return {"data": "shapes", "setting": cell.setting}
-    items = out / "data" / f"{cell.slug}.jsonl"
+    items = child(out / "data", f"{cell.slug}.jsonl", DataError)
     calibration = calibration_path_for(items)
     if not (items.is_file() and calibration.is_file()):
         items.parent.mkdir(parents=True, exist_ok=True)
-        _convert(bench, cell, roots[bench.name], items, settings)
+        try:
+            _convert(bench, cell, roots[bench.name], items, settings)
+        except DataError as e:  # the converter's advice is for `lad data`'s flags
+            text = str(e)
+            if "choose one with --num-candidates" in text:
+                text = text[: text.index("choose one with")] + (
+                    f"give cell {cell.id!r} of {suite.source} its num_candidates"
+                )
+            raise DataError(text) from None
     return {"data": str(items), "calibration_data": str(calibration)}
 
 
@@ -90,7 +99,7 @@ def _convert(
         "calibration_items": settings.get("calibration_items") or 5,
         "seed": settings.get("seed", 0),
     }
-    paths = {k: root / v for k, v in bench.paths.items()}
+    paths = {k: below(root, v, DataError) for k, v in bench.paths.items()}
     n = cell.num_candidates
     if bench.kind == "mmiu":
         from lad.data.mmiu import import_mmiu
@@ -102,10 +111,12 @@ def _convert(
         from lad.data.muirbench import import_muirbench
 
         convert = import_muirbench if bench.kind == "muirbench" else import_blink
-        source = paths["questions"]
-        if cell.task and (source / cell.task).is_dir():  # BLINK: a folder per subtask
-            source = source / cell.task
-        convert(source, out, task=cell.task, num_candidates=n, **split)
+        source, task = paths["questions"], cell.task
+        if task and child(source, task, DataError, "task ").is_dir():
+            # BLINK's folder per subtask (Forensic_Detection/) holds that subtask alone, whose
+            # rows' `sub_task` spells it otherwise ("Forensic Detection"): all its rows
+            source, task = source / task, None
+        convert(source, out, task=task, num_candidates=n, **split)
     else:
         from lad.data.builders import DEFAULT_CLIP, BuildOptions, build_benchmark
 

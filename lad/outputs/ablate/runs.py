@@ -196,7 +196,9 @@ class Run:
         out = list(RECORD_METHODS)
         if self.perm_records is not None:
             out.append("perm-avg")
-        return out + [m for m in METHODS if METHODS[m].stage in self.stages]
+        return out + [
+            m for m in METHODS if METHODS[m].stage in self.stages or METHODS[m].extra in self.stages
+        ]
 
     def methods_fix(self, method: str) -> str:
         """What makes `method`'s records: rerunning the run's lad eval with it added."""
@@ -271,19 +273,22 @@ class Run:
         lad.core.metrics)."""
         if method == "perm-avg" and self.perm_records is None:
             raise AnalysisError(f"{self.name} has no perm_records.jsonl", self.methods_fix(method))
-        stage = METHODS[method].stage
-        records = self.records if stage == "records" else self.stages.get(stage)
-        if records is None:
-            raise AnalysisError(
-                f"{self.name} has no {STAGE_FILES[stage]}", self.methods_fix(method)
-            )
+        stages = {}
+        for stage in (METHODS[method].stage, METHODS[method].extra):
+            if stage is None:
+                continue
+            stages[stage] = self.records if stage == "records" else self.stages.get(stage)
+            if stages[stage] is None:
+                raise AnalysisError(
+                    f"{self.name} has no {STAGE_FILES[stage]}", self.methods_fix(method)
+                )
         scored = score_records(
             self.records,
             [method],
             calibration or self.calibration,
             options or self.options(),
             perm_records=self.perm_records,
-            stages={stage: records},
+            stages=stages,
             bootstrap=None,  # sweeps: no audit (bootstrap, permutation test) per configuration
         )
         return scored.metrics["methods"][method]

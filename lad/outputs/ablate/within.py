@@ -259,8 +259,8 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
         if len(absent) == 2:
             continue
         opts = run.options(options)
-        for method in ("vanilla", "sofa", "perm-avg", "lad"):
-            if method in absent:
+        for method in ("vanilla", "sofa", "perm-avg", "blank", "lad"):
+            if method in absent or method not in run.methods():
                 continue
             m = run.metrics(method, opts)
             once = _calibration_passes(run, method)

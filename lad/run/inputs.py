@@ -1,0 +1,178 @@
+"""A run's inputs, read and checked once and handed down: the items of --data and
+--calibration-data (`read_data`: each file parsed once), the settings decided from them (|D_cal|,
+the vanilla prompt, the repetition penalty: `resolved`), the evaluation and calibration items
+(`load_items`) and the requests (`run_requests`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lad.data.items import Item, read_items
+from lad.data.orders import Request, given_requests, shuffled_requests
+from lad.errors import DataError
+from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig
+from lad.run.rundir import RunDir
+
+
+@dataclass(frozen=True)
+class RunData:
+    """A run's input items, each file parsed and checked once (lad.data.items.read_items), then
+    handed down: --data's (None: generated shapes) and --calibration-data's (None: none given,
+    or a path that is no file, which `load_items` names)."""
+
+    items: list[Item] | None = None
+    calibration: list[Item] | None = None
+
+
+def read_data(config: EvalConfig) -> RunData:
+    """The items of --data and --calibration-data, each file read once."""
+    items = None if config.data == "shapes" else read_items(config.data)
+    source = config.calibration_data
+    return RunData(items, read_items(source) if source and Path(source).is_file() else None)
+
+
+def _with_n(items: list[Item], n: int, path: str) -> list[Item]:
+    """`items`, each of N candidates; else the file is read again to name the line that is not."""
+    return items if all(it.num_candidates == n for it in items) else read_items(path, n)
+
+
+# ---------------------------------------------------------------- requests
+
+
+def run_requests(config: EvalConfig, items: Sequence[Item]) -> list[Request]:
+    """The evaluation requests of a run: each item under the orders of `config.orders` when
+    given (lad.data.orders), else under T seeded shuffles."""
+    if config.orders is None:
+        return shuffled_requests(items, config.num_shuffles, config.seed)
+    return given_requests(items, config.orders, config.num_candidates)
+
+
+def resolve_prompt(config: EvalConfig, data: RunData) -> EvalConfig:
+    """The run with its vanilla template fixed for its evaluation items (RecordSpec.for_items)."""
+    if config.prompt_template is not None or data.items is None:
+        return config
+    items = _with_n(data.items, config.num_candidates, config.data)
+    return config.replace(prompt_template=config.spec.for_items(items).prompt_template)
+
+
+def resolve_penalty(config: EvalConfig) -> EvalConfig:
+    """The run with its repetition penalty as a number (or None): "model" (--preset official)
+    becomes the model's generation_config's, stored in run.json so records, calibration and
+    every rescoring agree (RecordSpec.penalty)."""
+    return config.replace(repetition_penalty=config.spec.penalty())
+
+
+def resolve_calibration_items(config: EvalConfig, data: RunData) -> tuple[EvalConfig, str | None]:
+    """The run with |D_cal| decided: as given (a file holding fewer is then refused), else 5, or
+    all the items of a smaller calibration file, which the note returned says."""
+    if config.calibration_items is not None:
+        return config, None
+    resolved = config.replace(calibration_items=DEFAULT_CALIBRATION_ITEMS)
+    on_eval = config.calibrate_on == "evaluation"
+    source = config.data if on_eval else config.calibration_data
+    items = data.items if on_eval else data.calibration
+    if items is None:  # 'shapes', or a file load_items refuses
+        return resolved, None
+    held = min(Counter(it.num_candidates for it in items).values())  # of each N
+    if held >= DEFAULT_CALIBRATION_ITEMS:
+        return resolved, None
+    note = f"Note: {source} holds {held} calibration items: calibrating on {held}"
+    return config.replace(calibration_items=held), note
+
+
+def resolved(config: EvalConfig, data: RunData) -> EvalConfig:
+    """The run of one N with |D_cal|, its prompt and its repetition penalty decided."""
+    return resolve_penalty(resolve_prompt(resolve_calibration_items(config, data)[0], data))
+
+
+# ---------------------------------------------------------------- data
+
+
+def load_items(
+    config: EvalConfig, run_dir: Path, data: RunData | None = None
+) -> tuple[list[Item], list[Item]]:
+    """(evaluation items, calibration items). Held out (the default), the two never share an item
+    id; with `calibrate_on` "evaluation" the calibration items are the first |D_cal| items of the
+    data, which are evaluated too (the official code's choice)."""
+    n = config.num_candidates
+    on_eval = config.calibrate_on == "evaluation"
+    if config.data == "shapes":
+        from lad.data.shapes import build_shapes
+
+        num_eval = config.items or 100
+        common = {"num_candidates": n, "setting": config.setting, "seed": config.seed}
+        folder = RunDir(run_dir).data_folder
+        eval_path = build_shapes(folder("eval"), items=num_eval, split="eval", **common)
+        if on_eval:
+            items = read_items(eval_path, n)
+            return items, items[: config.calibration_items]
+        cal_path = build_shapes(
+            folder("calibration"),
+            items=config.calibration_items,
+            split="calibration",
+            **common,
+        )
+        return read_items(eval_path, n), read_items(cal_path, n)
+    data = read_data(config) if data is None else data
+    items = _with_n(data.items, n, config.data) if data.items else read_items(config.data, n)
+    if on_eval:
+        _enough(items, config.calibration_items, config.data)
+        return items[: config.items or len(items)], items[: config.calibration_items]
+    if config.calibration_data:
+        calibration = data.calibration
+        if calibration is None:
+            calibration = read_items(config.calibration_data, n)  # refused, naming the file
+        calibration = _with_n(calibration, n, config.calibration_data)
+        _enough(calibration, config.calibration_items, config.calibration_data)
+        _same_kind(items, calibration, config)
+    elif config.calibration:
+        calibration = []
+    else:
+        # No separate calibration file: hold out a seeded choice of items from the data.
+        if len(items) <= config.calibration_items:
+            raise DataError(
+                f"{config.data}: {len(items)} items leave none for evaluation after holding out "
+                f"--calibration-items {config.calibration_items}; pass --calibration-data"
+            )
+        rng = np.random.default_rng(config.seed)
+        held = set(rng.choice(len(items), config.calibration_items, replace=False).tolist())
+        calibration = [it for i, it in enumerate(items) if i in held]
+        items = [it for i, it in enumerate(items) if i not in held]
+    calibration = calibration[: config.calibration_items]
+    overlap = {it.id for it in items} & {it.id for it in calibration}
+    if overlap:
+        raise DataError(
+            f"calibration items must be disjoint from evaluation items; shared ids: "
+            f"{sorted(overlap)[:5]}"
+        )
+    if config.items:
+        items = items[: config.items]
+    return items, calibration
+
+
+def _enough(items: Sequence[Item], wanted: int, path: object) -> None:
+    """--calibration-items is what the run calibrates on, never silently fewer."""
+    if len(items) < wanted:
+        raise DataError(
+            f"{path}: holds {len(items)} items but --calibration-items asks for {wanted}; pass "
+            f"--calibration-items {len(items)} or a file with more items"
+        )
+
+
+def _same_kind(items: Sequence[Item], calibration: Sequence[Item], config: EvalConfig) -> None:
+    """Question items are asked their own question, caption items the caption prompt: a
+    calibration of the other kind is fitted under another prompt than the one evaluated."""
+    kind = {True: "question items", False: "caption items"}
+    asked = {it.question is not None for it in items}
+    calibrated = {it.question is not None for it in calibration}
+    if len(asked) == len(calibrated) == 1 and asked != calibrated:
+        raise DataError(
+            f"--calibration-data {config.calibration_data} holds {kind[calibrated.pop()]} but "
+            f"--data {config.data} holds {kind[asked.pop()]}; calibrate with items of the same "
+            "kind, asked with the same prompt"
+        )

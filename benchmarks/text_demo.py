@@ -51,6 +51,7 @@ import json
 import math
 import random
 import re
+import shutil
 import time
 import zlib
 from pathlib import Path
@@ -222,6 +223,12 @@ def main() -> None:
     parser.add_argument(
         "--attend", type=float, default=0.0, help="weight of the attention loss (stages 1-2)"
     )
+    parser.add_argument(
+        "--ship",
+        action="store_true",
+        help="then replace the model shipped with lad (--model text-demo) by this one, with "
+        "its held-out items and this log",
+    )
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM
 
@@ -292,6 +299,23 @@ def main() -> None:
     log["wall_s"] = round(time.time() - start)
     (args.out / "text_demo.json").write_text(json.dumps(log, indent=1) + "\n")
     print(f"wall time {log['wall_s']} s")
+    if args.ship:
+        ship(args.out)
+
+
+def ship(out: Path) -> None:
+    """Replace lad's shipped text demo (lad/demo/text_model: what `--model text-demo` loads and
+    `lad data text-demo` writes out) by the model, items and log under `out`."""
+    from lad.backends.checkpoint import DEMO_DIR, SHIPPED_MODELS
+
+    target = DEMO_DIR / SHIPPED_MODELS["text-demo"][0]
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(out / "model", target, copy_function=shutil.copyfile)  # files 644, not 600
+    shutil.copyfile(out / "mcq.jsonl", target / "items.jsonl")
+    shutil.copyfile(out / "mcq.calibration.jsonl", target / "items.calibration.jsonl")
+    shutil.copyfile(out / "text_demo.json", target / "text_demo.json")
+    print(f"shipped: {target}")
 
 
 if __name__ == "__main__":

@@ -149,3 +149,22 @@ def test_harness_model_args_read_check_calibration():
         model_arg_bool("check_calibration", "maybe")
     scorer = PictureScorer(HarnessOptions(method="vanilla", check_calibration=False))
     assert scorer.base.check_calibration is False  # every calibration it loads is a clone
+
+
+def test_the_readme_text_table_is_what_its_commands_print(tmp_path, monkeypatch, capsys):
+    """The README's "LAD on text options (demo)" commands, run as written, print its table."""
+    import re
+
+    from tests.test_benchmarks_end_to_end import documented_commands
+
+    heading = "## LAD on text options (demo)"
+    commands = documented_commands(heading=heading)
+    assert [c[:2] for c in commands] == [["data", "text-demo"], ["eval", "--model"]]
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split(heading)[1]
+    table = re.search(r"```text\n(.*?)```", section, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    for argv in commands:
+        assert main(argv) == 0
+    printed = capsys.readouterr().out
+    start = printed.index("N = 4, 100 items")
+    assert printed[start : start + len(table)] == table

@@ -98,10 +98,11 @@ class Debiaser:
     `fit` runs the symmetrised calibration set (§4.2) on a few items; `predict` costs one forward
     pass per query. Fitted attributes end in `_`.
 
-    model: a hub id, a local checkpoint, "demo", or a whole `RecordSpec` (lad.run.spec): the
-        model, label scheme, prompt, chat template, picture preparation and repetition penalty
-        the records are made with. Its fields may also be given by name (`labels=`,
-        `prompt_template=` a PromptTemplate or its text, `image_size=`, ...).
+    model: a hub id, a local checkpoint, a shipped model ("demo", "text-demo"), or a whole
+        `RecordSpec` (lad.run.spec): the model, label scheme, prompt, chat template, picture
+        preparation and repetition penalty the records are made with. Its fields may also be
+        given by name (`labels=`, `prompt_template=` a PromptTemplate or its text,
+        `image_size=`, ...).
     options: how records are scored (lad.core.methods.MethodOptions), or its fields by name
         (`top_k=`, `tau=`, `obs_mean=`, ...). obs_mean: how `fit` averages Eq. 1 ("prob" unless
         stated); a loaded calibration keeps its own, and stating another is an error.

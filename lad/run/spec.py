@@ -31,7 +31,7 @@ from lad.io.limits import check_image_flags
 class RecordSpec:
     """What defines a record (docs/formats.md, calibration.json's fingerprint).
 
-    model: a hub id, a local checkpoint folder, or "demo".
+    model: a hub id, a local checkpoint folder, or a shipped model ("demo", "text-demo").
     labels: the label scheme (lad.core.labels).
     prompt_template: the vanilla prompt's text (lad.core.prompts); None: the paper's caption
         prompt, or its question variant for items that ask a question (`Debiaser`).

@@ -46,6 +46,12 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = "demo") -> No
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument(
+        "--engine",
+        default="hf",
+        choices=["hf", "vllm"],
+        help="what makes the records: hf (transformers) or vllm (docs/backends.md)",
+    )
+    p.add_argument(
         "--dtype",
         default="auto",
         choices=["auto", "bfloat16", "float16", "float32"],
@@ -400,7 +406,7 @@ def _debiaser(args: argparse.Namespace, **more: Any) -> Any:
     """The Debiaser of a command's model, spec and --preset flags (stated flags win)."""
     from lad.run.debiaser import Debiaser
 
-    names = ("labels", "device", "dtype", "quiet", "chat_template", "image_size")
+    names = ("labels", "device", "dtype", "quiet", "chat_template", "image_size", "engine")
     return Debiaser(
         args.model,
         preset=args.preset,

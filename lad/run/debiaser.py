@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from lad.backends.engines import check_engine
 from lad.core.calibrate import Calibration
 from lad.core.labels import get_scheme
 from lad.core.methods import MethodOptions, lad_posterior, score, selected_layers
@@ -114,6 +115,7 @@ class Debiaser:
         are checked). quiet: hide transformers' progress bars while the model loads.
     pictures: False when only text options will be asked (lad.backends.load_backend: the chat
         template is then checked on a text prompt alone).
+    engine: what makes the records: "hf" (transformers) or "vllm" (lad.backends.engines).
     """
 
     def __init__(
@@ -128,6 +130,7 @@ class Debiaser:
         quiet: bool = True,
         check_calibration: bool = True,
         pictures: bool = True,
+        engine: str = "hf",
         backend: Any = None,
         **settings: Any,
     ) -> None:
@@ -159,6 +162,7 @@ class Debiaser:
             "quiet": quiet,
             "check_calibration": check_calibration,
             "pictures": pictures,
+            "engine": check_engine(engine),
         }
         self.batch_size, self.device, self.dtype, self.quiet = batch_size, device, dtype, quiet
         self.check_calibration = check_calibration
@@ -193,6 +197,7 @@ class Debiaser:
                 dtype=self.dtype,
                 quiet=self.quiet,
                 pictures=self._session["pictures"],
+                engine=self._session["engine"],
             )
         return self._backend
 

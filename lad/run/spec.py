@@ -132,12 +132,15 @@ class RecordSpec:
         quiet: bool = False,
         threads: int | None = None,
         pictures: bool = True,
+        engine: str = "hf",
     ) -> Any:
         """The model, loaded to make records of this spec (lad.backends.load_backend; `threads`:
-        a resumed run's CPU thread count; `pictures` False: text options only)."""
-        from lad.backends import load_backend
+        a resumed run's CPU thread count; `pictures` False: text options only; `engine`: what
+        makes the records, lad.backends.engines)."""
+        from lad.backends.engines import load_engine
 
-        return load_backend(
+        return load_engine(
+            engine,
             resolve_model(self.model),
             device=device,
             dtype=dtype,

@@ -54,6 +54,7 @@ class _State:
         self.runner = runner
         self.requests: dict[str, _Request] = {}
         self.errors: list[str] = []
+        self.heads = 0  # query heads of this worker's decoder layers (its tensor-parallel share)
         self._step: tuple[Any, list[_Slot]] | None = None
 
     def slots(self, metadata: Any) -> list[_Slot]:
@@ -171,6 +172,7 @@ class CaptureWorker:
             if getattr(module, "use_mm_prefix", False):
                 problems.append(f"layer {module.layer_name} attends bidirectionally on images")
             layer = int(found.group(1))
+            state.heads = int(module.num_heads)
             module.register_forward_pre_hook(_pre_hook(state, layer), with_kwargs=True)
             layers.append(layer)
         state.installed = {"layers": sorted(layers), "problem": "; ".join(problems) or None}
@@ -191,7 +193,7 @@ class CaptureWorker:
             "rows": rows,
             "errors": errors,
             "common": list(state.errors),
-            "heads": _local_heads(state),
+            "heads": state.heads,
         }
 
     def lad_drop(self, tags: list[str]) -> None:
@@ -199,16 +201,6 @@ class CaptureWorker:
         state: _State = self._lad_state  # type: ignore[attr-defined]
         for tag in tags:
             state.requests.pop(tag, None)
-
-
-def _local_heads(state: _State) -> int:
-    """Query heads of this worker's decoder layers (its tensor-parallel share)."""
-    from vllm.model_executor.layers.attention import Attention
-
-    for module in state.runner.get_model().modules():
-        if isinstance(module, Attention):
-            return int(module.num_heads)
-    return 0
 
 
 def _pre_hook(state: _State, layer: int) -> Any:

@@ -136,10 +136,43 @@ def load_vllm_backend(
 ) -> VllmBackend:
     """`load_backend`'s arguments, the records made by a `vllm.LLM` (engine_args: more of its
     arguments, checked by `check_engine_args`). `threads` does not apply: vLLM binds its own."""
+    del threads, quiet
+    ckpt, args = engine_setup(
+        model,
+        device=device,
+        dtype=dtype,
+        trust_remote_code=trust_remote_code,
+        image_options=image_options,
+        image_size=image_size,
+        chat_template=chat_template,
+        repetition_penalty=repetition_penalty,
+        pictures=pictures,
+        engine_args=engine_args,
+    )
+    llm = _vllm().LLM(**args)
+    backend = VllmBackend(ckpt, llm, image_size)
+    backend.check_installed(llm.collective_rpc("lad_install"))
+    return backend
+
+
+def engine_setup(
+    model: str,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    image_options: dict[str, Any] | None = None,
+    image_size: int | None = None,
+    chat_template: str | Path | None = None,
+    repetition_penalty: float | None = None,
+    pictures: bool = True,
+    engine_args: Mapping[str, Any] | None = None,
+) -> tuple[Checkpoint, dict[str, Any]]:
+    """The checked checkpoint and the arguments of its vLLM engine (sync or async), every
+    refusal made: nothing has started yet."""
     from lad.backends.load import open_checkpoint
 
-    del threads, quiet
-    vllm = _vllm()
+    _vllm()
     extra = check_engine_args(engine_args or {})
     if repetition_penalty not in (None, 1, 1.0):
         raise BackendError(
@@ -177,8 +210,7 @@ def load_vllm_backend(
     if not ckpt.text_only:
         args["limit_mm_per_prompt"] = {"image": MAX_IMAGES}
     args.update(extra)
-    llm = vllm.LLM(**args)
-    return VllmBackend(ckpt, llm, image_size)
+    return ckpt, args
 
 
 def _host(ckpt: Checkpoint, image_size: int | None) -> Backend:
@@ -345,7 +377,10 @@ class VllmBackend:
         self.text_only = self.host.text_only
         self.threads = None  # vLLM binds its own CPU threads
         self.engine = "vllm"
-        installed = llm.collective_rpc("lad_install")
+
+    def check_installed(self, installed: list[dict[str, Any]]) -> None:
+        """Refuse an engine whose workers' hooks would miss or misread a layer (`lad_install`'s
+        answers, one per worker)."""
         problems = {rank["problem"] for rank in installed if rank["problem"]}
         if problems:
             raise BackendError(f"{self.model_id}: --engine vllm cannot capture: {problems.pop()}")

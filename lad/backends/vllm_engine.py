@@ -405,10 +405,15 @@ class VllmBackend:
         return self.host.end_of_answer_id()
 
     def prepare(
-        self, batch: list[Request], template: str | PromptTemplate, scheme: LabelScheme
+        self,
+        batch: list[Request],
+        template: str | PromptTemplate,
+        scheme: LabelScheme,
+        pooled: bool = False,
     ) -> Plan:
-        """A batch's engine requests (host work only: processor, spans, label trie)."""
-        encoded = self.host.prepare(batch, template, scheme)
+        """A batch's engine requests (host work only: processor, spans, label trie). pooled:
+        with a processor copy of this thread's own (Backend.prepare), for several threads."""
+        encoded = self.host.prepare(batch, template, scheme, pooled=pooled)
         return plan(encoded, self.host.image_options, self.host.image_token)
 
     def records(

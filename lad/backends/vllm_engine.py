@@ -372,6 +372,7 @@ class VllmBackend:
         self.host = _host(ckpt, image_size)
         self.llm = llm
         self.model_id = self.host.model_id
+        self.processor = self.host.processor  # lad's own (the run checks items' text with it)
         self.num_layers = self.host.num_layers
         self.max_context = self.host.max_context
         self.text_only = self.host.text_only

@@ -1,8 +1,8 @@
 """`lad eval --engine vllm` end to end on a tiny Qwen2.5-VL (the real 3B processor files) gives the
 records and predictions of `lad eval --engine hf` (run in lad's own environment, LAD_HF_PYTHON):
-calibration, evaluation and perm-avg records within 1e-4 / 5e-5, every method's prediction the
-same. The vLLM run is a user's: `python -m lad` in a process of its own, vLLM's workers in
-processes of their own."""
+calibration, evaluation, perm-avg and blank records within 1e-4 / 5e-5, every method's
+prediction the same. The vLLM run is a user's: `python -m lad` in a process of its own,
+vLLM's workers in processes of their own."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from tests.vllm_fixtures import (
 )
 
 pytestmark = [needs_vllm, needs_hf]
-FILES = ("calibration.jsonl", "records.jsonl", "perm_records.jsonl")
+FILES = ("calibration.jsonl", "records.jsonl", "perm_records.jsonl", "blank_records.jsonl")
 RUNS = ("vllm", "hf")
 
 

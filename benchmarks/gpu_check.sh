@@ -12,6 +12,8 @@
 #   256m       bench_throughput --shape 256m                      -> throughput_256m.json
 #   capture    bench_backend (24-layer tiny LLaVA, batch 1), the small-model capture cost
 #              measured in issue 15 (lad/plain 1.43 / 1.20 / 1.39)  -> bench_backend.json
+#   vllm       bench_vllm: the vLLM engine beside HF on the same records, only where
+#              LAD_VLLM_PYTHON names a python with vLLM (pip install vllm) -> bench_vllm.json
 # plus gpu_check.log (everything printed). Wheels missing on the machine (transformers 5.24.0,
 # orjson, num2words) are installed from .whl/ when it is there (../shared/notes/gpu.md).
 #
@@ -61,5 +63,11 @@ step() {  # step NAME SECONDS COMMAND...: run it under a time limit, say how it 
         --modes plain record lad prep --json "$OUT/throughput_256m.json"
     step capture 30 python3 benchmarks/bench_backend.py "${DEVICE[@]}" "${SMALL[@]}" --no-memory \
         --out "$OUT/bench_backend.json"
+    # The vLLM engine beside the HF backend (docs/backends.md, "The vLLM engine"), where a python
+    # with vLLM is given (LAD_VLLM_PYTHON; the HF half runs in python3): bench_vllm.json.
+    if [ -n "${LAD_VLLM_PYTHON:-}" ]; then
+        step vllm 120 env LAD_HF_PYTHON=python3 "$LAD_VLLM_PYTHON" benchmarks/bench_vllm.py \
+            "${DEVICE[@]}" --items 32 --batch-size 16 --json "$OUT/bench_vllm.json"
+    fi
     date -u
 } 2>&1 | tee "$OUT/gpu_check.log"

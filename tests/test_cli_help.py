@@ -28,3 +28,30 @@ def test_command_has_help_with_an_example(name):
     text = COMMANDS[name].format_help()
     assert COMMANDS[name].description, f"{name} has no description"
     assert "example" in text.lower(), f"{name}'s help shows no example"
+
+
+def _group_help(parser: argparse.ArgumentParser, group: str) -> str:
+    """The one-line help `lad --help` gives a command group."""
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return next(c.help for c in action._choices_actions if c.dest == group)
+
+
+def test_lad_help_names_every_data_command():
+    parser = build_parser()
+    line = _group_help(parser, "data")
+    names = {name.split()[2] for name in COMMANDS if name.startswith("lad data ")}
+    assert {"mmlu", "judgments", "text", "text-demo", "shapes", "blink"} <= names
+    listed = {word.strip(" ,") for word in line.split(":", 1)[1].split(",")}
+    assert listed == names
+
+
+def test_eval_help_says_candidates_and_every_prompt_placeholder():
+    from lad.core.prompts import PLACEHOLDERS, QUERY_PLACEHOLDERS
+
+    text = " ".join(COMMANDS["lad eval"].format_help().split())
+    assert "N images per query" not in text
+    assert "N candidates per query (images or text options)" in text
+    shown = [p for p in PLACEHOLDERS if p not in QUERY_PLACEHOLDERS[1:]]  # aliases of {query}
+    assert "{options}" in text
+    for placeholder in shown:
+        assert "{" + placeholder + "}" in text, placeholder

@@ -25,8 +25,8 @@ def test_demo_model_path_is_the_shipped_folder():
 
 
 def test_missing_weights_are_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setattr("lad.backends.checkpoint.MODEL_DIR", tmp_path / "model")
-    with pytest.raises(BackendError, match=r"demo model's weights are missing .*lad demo train"):
+    monkeypatch.setattr("lad.backends.checkpoint.DEMO_DIR", tmp_path)
+    with pytest.raises(BackendError, match=r"demo model.s files are missing .*lad demo train"):
         demo_model_path()
 
 

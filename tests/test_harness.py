@@ -223,8 +223,15 @@ def test_calibration_of_another_prompt_is_refused(run: dict[str, Path]) -> None:
     scorer = PictureScorer(HarnessOptions(calibration=str(calibration), labels="digits"))
     from lad.errors import CalibrationError
 
-    with pytest.raises(CalibrationError, match="label"):
+    with pytest.raises(CalibrationError, match=r"label.*check_calibration=False"):
         scorer.calibrated(CIRCULAR, N, [])
+    # The switch the refusal names is one of --model lad's model_args (lmms-eval hands it over
+    # as text): the same file is then used, checked for N and the layer count only.
+    from lad.harness.model import LadModel
+
+    lenient = LadModel(calibration=str(calibration), labels="digits", check_calibration="False")
+    debiaser, source = lenient.scorer.calibrated(CIRCULAR, N, [])
+    assert debiaser is not None and source.kind == "file"
 
 
 def test_calibration_docs_excluded_with_offset(run: dict[str, Path]) -> None:

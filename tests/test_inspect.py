@@ -327,7 +327,12 @@ def test_a_turn_lad_cannot_read_is_refused_with_the_reason(turn, message):
 def test_the_provider_refuses_unknown_args_and_lad_without_a_calibration(tmp_path):
     from lad.harness.inspect_model import LadModelAPI
 
-    for args, message in (({"soup": 1}, "unknown -M ['soup']"), ({}, "needs a calibration")):
+    refusals = (
+        ({"soup": 1}, "unknown -M ['soup']"),
+        ({}, "needs a calibration"),
+        ({"method": "vanilla", "check_calibration": "no?"}, "must be True or False"),
+    )
+    for args, message in refusals:
         with pytest.raises(Exception) as refused:  # before any model loads
             LadModelAPI("some/model", **args)
         assert message in refused.value.message and refused.value.message.startswith("Error: ")
@@ -335,6 +340,9 @@ def test_the_provider_refuses_unknown_args_and_lad_without_a_calibration(tmp_pat
     args = ["-T", f"data={tmp_path / 'pairs.jsonl'}", "--model", "lad/some/model"]
     output = _inspect("eval", f"{TASK}@lad_circular", *args, cwd=tmp_path, code=1)
     assert "Error: method=lad needs a calibration" in output and "Traceback" not in output
+    # check_calibration (the switch a calibration refusal names) is one of its -M args
+    lenient = LadModelAPI("some/model", method="vanilla", check_calibration="False")
+    assert lenient.options.check_calibration is False
 
 
 # ------------------------------------------------ the solver and the metrics, in process

@@ -252,5 +252,8 @@ def test_a_calibration_file_is_checked_and_gives_the_fitted_choices(setup, tmp_p
         assert np.argmax(_scores(b)) == np.argmax(_scores(a))
     from lad.errors import CalibrationError
 
-    with pytest.raises(CalibrationError, match="prompt"):
+    with pytest.raises(CalibrationError, match=r"prompt.*check_calibration=False"):
         _evaluate("lad", f"pretrained={model},calibration={other}", setup, "lad_mcq", task)
+    # The switch the refusal names is a model_arg: the same file, checked for N and layers only.
+    unchecked = f"pretrained={model},calibration={other},check_calibration=False"
+    assert len(_evaluate("lad", unchecked, setup, "lad_mcq", task)) == len(loaded)

@@ -31,12 +31,14 @@ class Prefill:
 class Encoded:
     """One batch ready for the model: the processor's outputs on the host (pinned when the model
     is on CUDA, so the copy to the GPU does not block), each prompt's image spans (Eq. 6's R_k)
-    and the labels' trie."""
+    and the labels' trie; `images`: each prompt's pictures as the processor got them (None for
+    text candidates), which an engine that runs its own processor is given again."""
 
     batch: list[Request]
     inputs: dict[str, Any]
     spans: list[list[tuple[int, int]]]
     trie: LabelTrie
+    images: list[list[Any]] | None = None
 
 
 @dataclass

@@ -58,28 +58,45 @@ def model_repetition_penalty(model: str) -> float | None:
 
 
 def resolve_model(model: str) -> str:
-    """`demo` is the model shipped inside the package (docs/demo-model.md)."""
-    if model == "demo":
-        return str(demo_model_path())
+    """A shipped model's name (SHIPPED_MODELS: `demo`, `text-demo`) is its folder inside the
+    package (docs/demo-model.md); anything else is a hub id or a local folder, as given."""
+    if model in SHIPPED_MODELS:
+        return str(shipped_model_path(model))
     return model
 
 
-# The shipped demo model (docs/demo-model.md), inside the package.
-MODEL_DIR = Path(__file__).resolve().parent.parent / "demo" / "model"
+# The models shipped inside the package (docs/demo-model.md): name -> its folder under lad/demo/
+# (a save_pretrained output, and whatever else it ships), the files it must hold beyond the
+# weights, and how to remake it.
+DEMO_DIR = Path(__file__).resolve().parent.parent / "demo"
+SHIPPED_MODELS = {
+    "demo": ("model", (), "lad demo train --out {dir} --replace-shipped-model"),
+    "text-demo": (
+        "text_model",
+        ("items.jsonl", "items.calibration.jsonl"),  # its held-out items (lad data text-demo)
+        "python benchmarks/text_demo.py --out runs/text-demo --ship",
+    ),
+}
+MODEL_DIR = DEMO_DIR / SHIPPED_MODELS["demo"][0]
 _NEEDED = ("config.json", "model.safetensors", "tokenizer.json")
 
 
-def demo_model_path() -> Path:
-    """The folder of the shipped demo model (save_pretrained output), checked to be complete."""
-    missing = [name for name in _NEEDED if not (MODEL_DIR / name).is_file()]
+def shipped_model_path(name: str) -> Path:
+    """The folder of a shipped model (SHIPPED_MODELS), checked to hold every file it ships."""
+    folder, extra, remake = SHIPPED_MODELS[name]
+    path = DEMO_DIR / folder
+    missing = [file for file in (*_NEEDED, *extra) if not (path / file).is_file()]
     if missing:
         raise BackendError(
-            f"the demo model's weights are missing from {MODEL_DIR} (no {', '.join(missing)}). "
-            "Reinstall lad, or retrain them with: lad demo train --out "
-            + str(MODEL_DIR)
-            + " --replace-shipped-model"
+            f"the {name} model's files are missing from {path} (no {', '.join(missing)}). "
+            f"Reinstall lad, or retrain it with: {remake.format(dir=path)}"
         )
-    return MODEL_DIR
+    return path
+
+
+def demo_model_path() -> Path:
+    """The folder of the shipped demo model (`demo`)."""
+    return shipped_model_path("demo")
 
 
 def load_error(model: str, e: Exception, weights: bool = False) -> BackendError:

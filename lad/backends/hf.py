@@ -203,6 +203,7 @@ class Backend:
         with self._processors.lock:  # the original processor's tokenizer
             self.check_tokenizer(template, scheme, n, text=is_text)  # before the labels' tokens
             trie = self.label_trie(scheme, n)
+        images = None
         with self._processors.borrowed() if pooled else nullcontext(self.processor) as proc:
             if is_text:
                 inputs, spans = text_lm.encode_text(
@@ -213,7 +214,7 @@ class Backend:
                 inputs, spans = self._encode_host(batch, texts, images, proc)
         if self.device.type == "cuda":
             inputs = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in inputs.items()}
-        return Encoded(batch, inputs, spans, trie)
+        return Encoded(batch, inputs, spans, trie, images)
 
     def build_prompts(
         self, batch: list[Request], template: str | PromptTemplate, scheme: LabelScheme

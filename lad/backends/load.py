@@ -7,6 +7,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import torch
 from lad.backends import capture as cap
 from lad.backends import text as text_lm
 from lad.backends import vision
-from lad.backends.archs import arch_for
+from lad.backends.archs import Arch, arch_for
 from lad.backends.checkpoint import (
     _read_chat_template,
     check_model_path,
@@ -81,46 +82,23 @@ def load_backend(
     template is checked on a text prompt alone, so a multimodal model may take one that writes
     no pictures (lad's plain template, as lm-eval prompts).
     """
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        AutoModelForImageTextToText,
-        AutoProcessor,
-    )
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    model = resolve_model(model)
-    check_model_path(model)
+    check_model_path(resolve_model(model))
     requested_threads(os.environ)  # a bad LAD_NUM_THREADS is refused before the weights load
-    template = _read_chat_template(chat_template)
+    _read_chat_template(chat_template)
     cap.register()
     dev = _resolve_device(device)
     torch_dtype = _resolve_dtype(dtype, dev)
-    try:
-        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
-        text_only = text_lm.is_text_model(config)  # docs/backends.md, "Text candidates"
-        if text_only:
-            arch = text_lm.TEXT_ARCH
-            processor = text_lm.load_text_processor(model, trust_remote_code)
-        else:
-            arch = arch_for(config)
-            processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
-    except BackendError:
-        raise
-    except Exception as e:  # a damaged or foreign file: whatever its reader raises
-        raise load_error(model, e) from None
-    options = arch.processor_options(image_options)  # refuses bad options before the weights load
-    if template is not None:
-        processor.chat_template = template
-    processor.tokenizer.padding_side = "left"
-    # A template that cannot write the prompt or a reply fails here, before the weights load.
-    owner = template_owner(str(model), chat_template)
-    if text_only:
-        text_lm.check_text_options(image_options, image_size)
-    if text_only or not pictures:
-        text_lm.probe(processor, owner)
-    else:
-        chat_text(processor, "Which image?", 2, owner)
-        reply_tokens(processor, "Which image?", 2, ["1", "2"], owner)
+    ckpt = open_checkpoint(
+        model,
+        trust_remote_code=trust_remote_code,
+        image_options=image_options,
+        image_size=image_size,
+        chat_template=chat_template,
+        pictures=pictures,
+    )
+    model, text_only, arch = ckpt.model, ckpt.text_only, ckpt.arch
     impl: Any = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
     if text_only:
         impl = cap.CAPTURE_IMPL
@@ -147,19 +125,83 @@ def load_backend(
     if arch.packed_vision:
         vision.use_packed_vision(net)
     net = (net if spread else net.to(dev)).eval()
-    backend = Backend(
-        str(model),
-        net,
-        processor,
-        arch,
-        options,
-        image_size=image_size,
-        repetition_penalty=repetition_penalty,
-        template_owner=owner,
-    )
+    backend = ckpt.backend(net, image_size, repetition_penalty)
     if dev.type == "cpu":
         backend.threads = set_cpu_threads(threads)  # the cores free now, not all of them
     return backend
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint's files read and checked, before any weight: what a `Backend` is made of
+    besides the model (lad.backends.vllm_engine builds its records from the same)."""
+
+    model: str | Path  # the resolved folder or hub id
+    config: Any
+    processor: Any
+    arch: Arch
+    options: dict[str, Any]  # the processor options in force (Arch.processor_options)
+    owner: str  # what chat-template errors name
+    text_only: bool
+
+    def backend(
+        self, net: Any, image_size: int | None, repetition_penalty: float | None
+    ) -> Backend:
+        return Backend(
+            str(self.model),
+            net,
+            self.processor,
+            self.arch,
+            self.options,
+            image_size=image_size,
+            repetition_penalty=repetition_penalty,
+            template_owner=self.owner,
+        )
+
+
+def open_checkpoint(
+    model: str,
+    *,
+    trust_remote_code: bool = False,
+    image_options: dict[str, Any] | None = None,
+    image_size: int | None = None,
+    chat_template: str | Path | None = None,
+    pictures: bool = True,
+) -> Checkpoint:
+    """The checkpoint's config and processor, its chat template tried on a prompt and a reply
+    (load_backend's arguments of the same names); a bad one is an error before any weight."""
+    from transformers import AutoConfig, AutoProcessor
+
+    model = resolve_model(model)
+    check_model_path(model)
+    template = _read_chat_template(chat_template)
+    try:
+        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+        text_only = text_lm.is_text_model(config)  # docs/backends.md, "Text candidates"
+        if text_only:
+            arch = text_lm.TEXT_ARCH
+            processor = text_lm.load_text_processor(model, trust_remote_code)
+        else:
+            arch = arch_for(config)
+            processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except BackendError:
+        raise
+    except Exception as e:  # a damaged or foreign file: whatever its reader raises
+        raise load_error(model, e) from None
+    options = arch.processor_options(image_options)  # refuses bad options before the weights load
+    if template is not None:
+        processor.chat_template = template
+    processor.tokenizer.padding_side = "left"
+    # A template that cannot write the prompt or a reply fails here, before the weights load.
+    owner = template_owner(str(model), chat_template)
+    if text_only:
+        text_lm.check_text_options(image_options, image_size)
+    if text_only or not pictures:
+        text_lm.probe(processor, owner)
+    else:
+        chat_text(processor, "Which image?", 2, owner)
+        reply_tokens(processor, "Which image?", 2, ["1", "2"], owner)
+    return Checkpoint(model, config, processor, arch, options, owner, text_only)
 
 
 @contextmanager

@@ -15,7 +15,17 @@ from lad.core.fingerprint import CalibrationMismatch
 from lad.errors import LadError, os_error_message
 from lad.io.files import guarding
 
-COMMAND_MODULES = ("run", "score", "ablate", "data", "demo", "harness", "suite", "export")
+COMMAND_MODULES = (
+    "run",
+    "score",
+    "ablate",
+    "data",
+    "demo",
+    "harness",
+    "suite",
+    "export",
+    "serve",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

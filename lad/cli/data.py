@@ -1,11 +1,12 @@
-"""`lad data shapes|coco|flickr8k|import|mmiu|muirbench|blink`: build benchmark items files."""
+"""`lad data shapes|coco|flickr8k|import|mmiu|muirbench|blink|mmlu|judgments|text|text-demo`:
+build benchmark items files (the text ones in lad.cli.data_text)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from lad.cli.data_text import register_text
+from lad.cli.data_text import TEXT_COMMANDS, register_text
 from lad.cli.flags import (
     HelpFormat,
     InputPath,
@@ -23,10 +24,12 @@ from lad.io.files import check_not_inputs, check_output_dir, check_output_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from lad.data.benchmarks import BENCHMARKS
+
+    names = ("shapes", "coco", "flickr8k", "import", *BENCHMARKS, *TEXT_COMMANDS)
     parser = subparsers.add_parser(
         "data",
-        help="build benchmark items: shapes, MS-COCO, Flickr8k, official files, MMIU, MuirBench, "
-        "BLINK",
+        help="build benchmark items: " + ", ".join(names),
         description="Build benchmark items files (the items format: docs/formats.md).",
         epilog="example:\n  lad data shapes --num-candidates 4 --items 100 --out data/shapes",
         formatter_class=HelpFormat,
@@ -36,11 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_real(commands, "coco")
     _register_real(commands, "flickr8k")
     _register_import(commands)
-    from lad.data.benchmarks import BENCHMARKS
-
     for benchmark in BENCHMARKS.values():
         _register_released(commands, benchmark)
-    register_text(commands)  # mmlu, judgments, text (lad.cli.data_text)
+    register_text(commands)  # mmlu, judgments, text, text-demo (lad.cli.data_text)
 
 
 def _add(commands: argparse._SubParsersAction, name: str, help_text: str, example: str):

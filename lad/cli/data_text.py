@@ -1,8 +1,10 @@
-"""`lad data mmlu|judgments|text`: items of text candidates from the files people have."""
+"""`lad data mmlu|judgments|text`: items of text candidates from the files people have;
+`lad data text-demo`: the shipped text demo's held-out items."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from lad.cli.flags import InputPath, OutputPath, command
 from lad.errors import DataError
@@ -29,8 +31,11 @@ _TEXT = {
 }
 
 
+TEXT_COMMANDS = (*_TEXT, "text-demo")
+
+
 def register_text(commands: argparse._SubParsersAction) -> None:
-    """Add the text converters to `lad data` (lad.cli.data)."""
+    """Add the text converters and `text-demo` to `lad data` (lad.cli.data)."""
     for name, (description, example) in _TEXT.items():
         p = command(commands, name, description.split(" (")[0], description, example)
         p.add_argument(
@@ -56,16 +61,42 @@ def register_text(commands: argparse._SubParsersAction) -> None:
         p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
         p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
         p.set_defaults(func=_run_text, converter=name, implied=_outputs)
+    p = command(
+        commands,
+        "text-demo",
+        "Write the held-out items of the shipped text demo model",
+        "Write the held-out items of the text demo model shipped with lad (--model text-demo: "
+        "100 questions 'Which option is a fruit?' of 4 word options, drawn when it was trained) "
+        "to OUT, and its 5 calibration items to OUT's .calibration.jsonl sibling "
+        "(docs/demo-model.md, 'The text demo').",
+        "lad data text-demo --out data/text-demo.jsonl",
+    )
+    p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
+    p.set_defaults(func=_run_text_demo, implied=_demo_outputs)
 
 
 def _outputs(args: argparse.Namespace) -> tuple[dict, dict]:
-    from pathlib import Path
-
     from lad.data.builders import calibration_path_for
 
     out = Path(args.out)
     summary = out.with_name(out.stem + ".summary.json")
     return {}, {"its calibration file": calibration_path_for(out), "its summary": summary}
+
+
+def _demo_outputs(args: argparse.Namespace) -> tuple[dict, dict]:
+    from lad.data.builders import calibration_path_for
+
+    return {}, {"its calibration file": calibration_path_for(Path(args.out))}
+
+
+def _run_text_demo(args: argparse.Namespace) -> int:
+    from lad.demo.text import write_text_demo_items
+
+    if not str(args.out).endswith(".jsonl"):
+        raise DataError(f"--out must be a .jsonl file. Got {str(args.out)!r}.")
+    for path, count in write_text_demo_items(args.out).items():
+        print(f"written: {path} ({count} items)")
+    return 0
 
 
 def _run_text(args: argparse.Namespace) -> int:

@@ -43,9 +43,16 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = DEFAULTS.mode
         type=model_path,
         default=default,
         required=default is None,
-        help="hub id or local path of a supported model, or 'demo' (lad's embedded demo model)",
+        help="hub id or local path of a supported model, or a model shipped with lad: 'demo' "
+        "(pictures), 'text-demo' (text options; docs/demo-model.md)",
     )
     p.add_argument("--device", default=DEFAULTS.device, help="auto, cpu, cuda or cuda:N")
+    p.add_argument(
+        "--engine",
+        default="hf",
+        choices=["hf", "vllm"],
+        help="what makes the records: hf (transformers) or vllm (docs/backends.md)",
+    )
     p.add_argument(
         "--dtype",
         default=DEFAULTS.dtype,
@@ -59,8 +66,10 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = DEFAULTS.mode
         type=InputPath,
         metavar="FILE",
         help="your own prompt text with placeholders {query} (the question or caption), {n}, "
-        "{labels}, {first}, {last}, {noun} (lad.core.prompts); default: the paper's template, "
-        "or its question variant for items with a 'question'",
+        "{labels}, {first}, {last}, {noun}, {single}, and {options} where text candidates are "
+        "listed (required for them, refused for pictures; lad.core.prompts); default: the "
+        "paper's template, its question variant for items with a 'question', or the text "
+        "template for items of text candidates",
     )
     p.add_argument(
         "--chat-template",
@@ -131,7 +140,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--data", type=items_or_shapes, default=DEFAULTS.data, help="items .jsonl file, or 'shapes'"
     )
-    _setting(p, "--num-candidates", "-n", minimum=2, help="N images per query")
+    _setting(
+        p,
+        "--num-candidates",
+        "-n",
+        minimum=2,
+        help="N candidates per query (images or text options)",
+    )
     p.add_argument(
         "--setting",
         default=DEFAULTS.setting,
@@ -203,15 +218,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command(
         subparsers,
         "predict",
-        "debias one multi-image choice",
-        "Ask the model which image matches a query (or answers a question of your own), and "
-        "debias the answer with a calibration fitted under the same prompt. Positions are "
-        "1-based in the text output, 0-based with --json.",
+        "debias one choice among N images or text options",
+        "Ask the model which image (or, with --text-options, which text option) matches a query "
+        "or answers a question of your own, and debias the answer with a calibration fitted "
+        "under the same prompt (for text options: one fitted on items of text candidates). "
+        "Positions are 1-based in the text output, 0-based with --json.",
         "lad predict --calibration runs/default/calibration.json --query 'a red circle' "
         "a.png b.png c.png d.png",
         "lad predict --model llava-hf/llava-onevision-qwen2-7b-ov-hf --calibration mmiu-cal.json "
         "--labels image-ordinals --question 'Which image is most likely to be a fake "
         "photograph?' a.jpg b.jpg c.jpg d.jpg",
+        "lad predict --model text-demo --calibration runs/text-demo/calibration.json "
+        "--question 'Which option is a fruit?' --text-options tiger paris apple copper",
     )
     _model_flags(p)
     p.add_argument(
@@ -222,9 +240,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     asked = p.add_mutually_exclusive_group(required=True)
     asked.add_argument("--query", help="the caption to match")
-    asked.add_argument("--question", help="a question of your own that one of the images answers")
+    asked.add_argument(
+        "--question", help="a question of your own that one of the candidates answers"
+    )
     p.add_argument(
-        "images", type=InputPath, nargs="+", help="the candidate images, in the order shown"
+        "images", type=InputPath, nargs="*", help="the candidate images, in the order shown"
+    )
+    p.add_argument(
+        "--text-options",
+        nargs="+",
+        metavar="TEXT",
+        help="text candidates instead of images, in the order shown (listed under their "
+        "labels by the text prompt, lad.core.prompts)",
     )
     add_lad_flags(p)
     add_calibration_check_flag(p)
@@ -343,7 +370,11 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-
+    if bool(args.images) == (args.text_options is not None):
+        raise LadError(
+            "lad predict takes the candidate images or --text-options TEXT ..., "
+            + ("not both" if args.images else "and got neither")
+        )
     debiaser = _debiaser(
         args,
         top_k=args.top_k,
@@ -357,11 +388,16 @@ def _predict(args: argparse.Namespace) -> int:
     layers = debiaser.calibration_.num_layers  # the model's, as far as can be known before it loads
     check_top_k(args.top_k, layers, f"the calibration {args.calibration}")
     check_layer_range_flag(debiaser.options.layer_range, layers, args)
-    choice = debiaser.predict(args.query, args.images, question=args.question)
+    choice = debiaser.predict(
+        args.query, args.images, question=args.question, texts=args.text_options
+    )
     if args.json:
         print(json.dumps(choice.to_dict(), indent=2))
         return 0
-    print(choice.summary(args.images))
+    if args.text_options is not None:
+        print(choice.summary(args.text_options, "option"))
+    else:
+        print(choice.summary(args.images))
     return 0
 
 
@@ -369,7 +405,7 @@ def _debiaser(args: argparse.Namespace, **more: Any) -> Any:
     """The Debiaser of a command's model, spec and --preset flags (stated flags win)."""
     from lad.run.debiaser import Debiaser
 
-    names = ("labels", "device", "dtype", "quiet", "chat_template", "image_size")
+    names = ("labels", "device", "dtype", "quiet", "chat_template", "image_size", "engine")
     return Debiaser(
         args.model,
         preset=args.preset,

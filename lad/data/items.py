@@ -178,7 +178,7 @@ def check_item(obj: dict[str, Any], where: str = "", num_candidates: int | None 
             except LadError as e:
                 raise ItemRuleError("question too long", str(e)) from None
     if kind_key == "candidates":
-        _check_texts(images, where)
+        check_texts(images, where)
     _context_images(obj, where)
 
 
@@ -203,23 +203,24 @@ def _noun(kind_key: str) -> str:
     return "texts" if kind_key == "candidates" else "images"
 
 
-def _check_texts(texts: list[str], where: str) -> None:
+def check_texts(texts: list[str], where: str, name: str = "'candidates'") -> None:
     """Each text candidate: non-blank, within the query's length limit, no picture place, and
-    no two of them the same text (lad.core.items.repeated_option)."""
+    no two of them the same text (lad.core.items.repeated_option); `name` k is how an error
+    names the k-th (0-based)."""
     for k, text in enumerate(texts):
         if not text.strip():
             raise ItemRuleError(
-                "option blank", f"{where}'candidates' {k} is blank; a text candidate needs text"
+                "option blank", f"{where}{name} {k} is blank; a text candidate needs text"
             )
         if CONTEXT_PLACEHOLDER in text:
             raise ItemRuleError(
                 f"option holding {CONTEXT_PLACEHOLDER}",
-                f"{where}'candidates' {k} holds {CONTEXT_PLACEHOLDER}, which marks a picture; "
+                f"{where}{name} {k} holds {CONTEXT_PLACEHOLDER}, which marks a picture; "
                 "a text candidate is text only",
             )
         if len(text) > limits.QUERY.value:
             try:
-                limits.QUERY.check(len(text), f"{where}'candidates' {k}")
+                limits.QUERY.check(len(text), f"{where}{name} {k}")
             except LadError as e:
                 raise ItemRuleError("option too long", str(e)) from None
     repeated = repeated_option(texts)
@@ -227,7 +228,7 @@ def _check_texts(texts: list[str], where: str) -> None:
         a, b = repeated
         raise ItemRuleError(
             "repeated option",
-            f"{where}'candidates' {a} and {b} are the same text ({texts[a]!r}, {texts[b]!r}): "
+            f"{where}{name} {a} and {b} are the same text ({texts[a]!r}, {texts[b]!r}): "
             "one answer under two labels is a tie no method can score; give distinct options",
         )
 

@@ -28,6 +28,7 @@ from inspect_ai.tool import ToolChoice, ToolInfo
 
 from lad.errors import LadError
 from lad.harness.contexts import ContextQuestion
+from lad.harness.runner import model_arg_bool
 from lad.harness.text_scorer import ChoiceOptions, ContextScorer
 
 TASK = "inspect"  # the calibration key's task: one calibration per N for the whole run
@@ -40,7 +41,7 @@ _INSTRUCTION = re.compile(
 )
 _MULTIPLE = "multiple answers may be correct"
 ARGS = ("method", "calibration", "calibration_items", "device", "dtype", "batch_size", "top_k",
-        "tau")  # fmt: skip
+        "tau", "check_calibration")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,8 @@ class LadModelAPI(ModelAPI):
             unknown = sorted(set(model_args) - set(ARGS))
             if unknown:
                 raise LadError(f"--model lad/...: unknown -M {unknown}; it takes {list(ARGS)}")
-            kinds = {"batch_size": int, "top_k": int, "tau": float}
+            kinds: dict[str, Any] = {"batch_size": int, "top_k": int, "tau": float}
+            kinds["check_calibration"] = lambda v: model_arg_bool("check_calibration", v)
             given = {k: kinds.get(k, str)(v) for k, v in model_args.items() if v is not None}
             self.options = ChoiceOptions(model=model_name, **given)
             self.scorer = ContextScorer(self.options)

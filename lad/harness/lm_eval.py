@@ -27,6 +27,7 @@ from lm_eval.api.registry import register_model
 
 from lad.errors import LadError
 from lad.harness.contexts import questions
+from lad.harness.runner import model_arg_bool
 from lad.harness.text_scorer import ChoiceOptions, ContextScorer
 
 ONLY_MULTIPLE_CHOICE = (
@@ -54,6 +55,7 @@ class LadLM(LM):
         batch_size: int | str | None = 1,
         top_k: int | str = ChoiceOptions.top_k,
         tau: float | str = ChoiceOptions.tau,
+        check_calibration: bool | str = True,
         **unused: Any,
     ) -> None:
         super().__init__()
@@ -62,7 +64,7 @@ class LadLM(LM):
             raise LadError(
                 f"--model lad got model_args it does not take: {sorted(unused)}; it takes "
                 "pretrained, method, calibration, calibration_items, device, dtype, batch_size, "
-                "top_k, tau"
+                "top_k, tau, check_calibration"
             )
         batch = str(batch_size or 1)
         if not batch.isdigit():  # lm-eval's "auto" / "auto:4"
@@ -77,6 +79,7 @@ class LadLM(LM):
             batch_size=int(batch),
             top_k=int(top_k),
             tau=float(tau),
+            check_calibration=model_arg_bool("check_calibration", check_calibration),
         )
         self.scorer = ContextScorer(self.options)
 

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from lad.errors import LadError
 from lad.harness.adapters import PictureChoice, picture_choice
 from lad.harness.audit import write_model_audit
-from lad.harness.runner import HarnessOptions, PictureScorer
+from lad.harness.runner import HarnessOptions, PictureScorer, model_arg_bool
 
 DEFAULT_MAX_NEW_TOKENS = 64
 
@@ -56,6 +56,7 @@ class LadModel(lmms):
         output: str = "lad-harness",
         image_size: int | str | None = None,
         adapter: str | None = None,
+        check_calibration: bool | str = True,
         **unused: Any,
     ) -> None:
         super().__init__()
@@ -76,6 +77,7 @@ class LadModel(lmms):
             tau=float(tau),
             output=str(output),
             image_size=_parse(image_size, int),
+            check_calibration=model_arg_bool("check_calibration", check_calibration),
         )
         self.adapter = _parse(adapter, str)
         self.scorer = PictureScorer(self.options)

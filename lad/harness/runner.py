@@ -56,6 +56,7 @@ class HarnessOptions:
     tau: float = MethodOptions.tau
     output: str = "lad-harness"  # audit folders and the pictures' files
     image_size: int | None = None
+    check_calibration: bool = True  # False: a calibration file is checked for N and layers only
 
     def __post_init__(self) -> None:
         get_scheme(self.labels)
@@ -94,6 +95,19 @@ def check_model_args(
         raise LadError(f"batch_size must be >= 1. Got {batch_size}.")
     if calibration is not None and not Path(calibration).exists():
         raise LadError(f"calibration={calibration}: no such file or folder")
+
+
+def model_arg_bool(name: str, value: Any) -> bool:
+    """A true/false model_arg as a harness hands it over: a bool, or its text (True, false, 1,
+    0, …)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise LadError(f"The {name!r} model_arg must be True or False. Got {value!r}.")
 
 
 @dataclass
@@ -144,6 +158,7 @@ class PictureScorer:
             device=options.device,
             dtype=options.dtype,
             backend=backend,
+            check_calibration=options.check_calibration,
         )  # fmt: skip
         self.files = PictureFiles(Path(options.output) / "pictures")
         self._loaded: dict[int, Debiaser] = {}

@@ -54,6 +54,7 @@ class ChoiceOptions:
     batch_size: int = 1
     top_k: int = MethodOptions.top_k
     tau: float = MethodOptions.tau
+    check_calibration: bool = True  # False: a calibration file is checked for N and layers only
 
     def __post_init__(self) -> None:
         items = ("calibration_items", self.calibration_items, "<items file of text questions>")
@@ -76,6 +77,7 @@ class ContextScorer:
             dtype=options.dtype,
             backend=backend,
             pictures=False,  # text options only: a multimodal model takes plain.jinja
+            check_calibration=options.check_calibration,
         )
         self._files: dict[int, Path] = {}
         if options.calibration:  # every file read and checked before the model loads

@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from lad.backends.engines import check_engine
 from lad.core.calibrate import Calibration
 from lad.core.fingerprint import located
 from lad.core.methods import MethodOptions, lad_posterior, score, selected_layers
 from lad.core.prompts import PromptTemplate, vanilla_template
 from lad.core.records import RecordSet, RecordWriter
-from lad.data.items import Item
+from lad.data.items import Item, check_texts
 from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, DataError, LadError
 from lad.io import limits
@@ -52,14 +53,15 @@ class Choice:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def summary(self, images: Sequence[str | Path]) -> str:
-        """A table for a person: positions 1-based, as the prompt counts them."""
+    def summary(self, images: Sequence[str | Path], noun: str = "image") -> str:
+        """A table for a person: positions 1-based, as the prompt counts them; `noun` heads the
+        candidates' column ("option" for text options)."""
         names = [_shortened(str(image), 40) for image in images]
         lw = max(len("label"), *(len(label) for label in self.labels))
-        iw = max(len("image"), *(len(name) for name in names))
+        iw = max(len(noun), *(len(name) for name in names))
         lines = [
             f"{'question' if self.question else 'query'}: {self.query}",
-            f"{'':2} {'pos':>3}  {'label':<{lw}}  {'image':<{iw}}  {'P before':>8}  "
+            f"{'':2} {'pos':>3}  {'label':<{lw}}  {noun:<{iw}}  {'P before':>8}  "
             f"{'P after':>8}  {'π':>5}",
         ]
         for p, name in enumerate(names):
@@ -97,10 +99,11 @@ class Debiaser:
     `fit` runs the symmetrised calibration set (§4.2) on a few items; `predict` costs one forward
     pass per query. Fitted attributes end in `_`.
 
-    model: a hub id, a local checkpoint, "demo", or a whole `RecordSpec` (lad.run.spec): the
-        model, label scheme, prompt, chat template, picture preparation and repetition penalty
-        the records are made with. Its fields may also be given by name (`labels=`,
-        `prompt_template=` a PromptTemplate or its text, `image_size=`, ...).
+    model: a hub id, a local checkpoint, a shipped model ("demo", "text-demo"), or a whole
+        `RecordSpec` (lad.run.spec): the model, label scheme, prompt, chat template, picture
+        preparation and repetition penalty the records are made with. Its fields may also be
+        given by name (`labels=`, `prompt_template=` a PromptTemplate or its text,
+        `image_size=`, ...).
     options: how records are scored (lad.core.methods.MethodOptions), or its fields by name
         (`top_k=`, `tau=`, `obs_mean=`, ...). obs_mean: how `fit` averages Eq. 1 ("prob" unless
         stated); a loaded calibration keeps its own, and stating another is an error.
@@ -112,6 +115,7 @@ class Debiaser:
         are checked). quiet: hide transformers' progress bars while the model loads.
     pictures: False when only text options will be asked (lad.backends.load_backend: the chat
         template is then checked on a text prompt alone).
+    engine: what makes the records: "hf" (transformers) or "vllm" (lad.backends.engines).
     """
 
     def __init__(
@@ -126,6 +130,7 @@ class Debiaser:
         quiet: bool = True,
         check_calibration: bool = True,
         pictures: bool = True,
+        engine: str = "hf",
         backend: Any = None,
         **settings: Any,
     ) -> None:
@@ -151,6 +156,7 @@ class Debiaser:
             "quiet": quiet,
             "check_calibration": check_calibration,
             "pictures": pictures,
+            "engine": check_engine(engine),
         }
         self.batch_size, self.device, self.dtype, self.quiet = batch_size, device, dtype, quiet
         self.check_calibration = check_calibration
@@ -185,6 +191,7 @@ class Debiaser:
                 dtype=self.dtype,
                 quiet=self.quiet,
                 pictures=self._session["pictures"],
+                engine=self._session["engine"],
             )
         return self._backend
 
@@ -277,25 +284,34 @@ class Debiaser:
         images: Sequence[str | Path] = (),
         *,
         question: str | None = None,
+        texts: Sequence[str] | None = None,
     ) -> Choice:
-        """Which of `images` (in the order shown) matches `query`, or answers `question`, before
-        and after debiasing. A question is asked with the question template (lad.core.prompts)."""
+        """Which of `images` (in the order shown), or of the text options `texts`, matches
+        `query`, or answers `question`, before and after debiasing. A question is asked with the
+        question template (lad.core.prompts); text options with the text template, listed
+        under their labels."""
         if (query is None) == (question is None):
             got = "both" if question is not None else "neither"
             raise LadError(
                 f"predict needs exactly one of query (a caption) and question; got {got}"
             )
+        if texts is not None and len(images):
+            raise LadError("predict takes images or text options (texts), not both")
         text = query if question is None else question
-        return self.predict_many([(text, images)], questions=question is not None)[0]
+        candidates = images if texts is None else texts
+        asked = question is not None
+        return self.predict_many([(text, candidates)], questions=asked, texts=texts is not None)[0]
 
     def predict_many(
         self,
-        queries: Sequence[tuple[str, Sequence[str | Path]]],
+        queries: Sequence[tuple[str, Sequence[Any]]],
         *,
         questions: bool = False,
+        texts: bool = False,
     ) -> list[Choice]:
         """Debias a batch of (query, images) choices; one forward pass each. With `questions`,
-        each text is a question of its own (as an item's `question`)."""
+        each text is a question of its own (as an item's `question`); with `texts`, each pair's
+        candidates are text options, not picture paths (as an item's `candidates`)."""
         self._check_fitted()
         if not queries:
             raise LadError("predict_many needs at least one (query, images) pair")
@@ -305,19 +321,29 @@ class Debiaser:
                 f"top_k {options.top_k} is more than the {self.calibration_.num_layers} layers "
                 f"of the calibration {getattr(self, '_source', '')}".rstrip()
             )
+        noun = "text options" if texts else "images"
         items = []
-        for i, (text, images) in enumerate(queries):
+        for i, (text, candidates) in enumerate(queries):
             if not isinstance(text, str) or not text.strip():
                 raise LadError(f"query {i + 1}: the text to ask is empty")
             limits.QUERY.check(len(text), "--question" if questions else "--query")
-            if len(images) < 2:
-                raise DataError(f"query {i + 1}: needs at least 2 images, got {len(images)}")
-            for image in images:
-                check_image(image)
-            # The true answer is unknown here; the record's answer field is not used.
-            paths = [Path(p) for p in images]
+            if isinstance(candidates, (str, Path)) or len(candidates) < 2:
+                got = 1 if isinstance(candidates, (str, Path)) else len(candidates)
+                raise DataError(f"query {i + 1}: needs at least 2 {noun}, got {got}")
             question = text if questions else None
-            items.append(Item(f"query-{i}", text, paths, 0, question=question))
+            # The true answer is unknown here; the record's answer field is not used.
+            if texts:
+                if not all(isinstance(t, str) for t in candidates):
+                    raise DataError(f"query {i + 1}: text options must be strings")
+                check_texts(list(candidates), f"query {i + 1}: ", "text option")
+                item = Item(f"query-{i}", text, [], 0, question=question)
+                item.candidates = list(candidates)
+            else:
+                for image in candidates:
+                    check_image(image)
+                paths = [Path(p) for p in candidates]
+                item = Item(f"query-{i}", text, paths, 0, question=question)
+            items.append(item)
         sizes = {it.num_candidates for it in items}
         if len(sizes) > 1:
             raise DataError(f"predict_many needs the same N for every query; got {sorted(sizes)}")

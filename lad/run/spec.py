@@ -38,7 +38,7 @@ from lad.io.limits import check_image_flags
 class RecordSpec:
     """What defines a record (docs/formats.md, calibration.json's fingerprint).
 
-    model: a hub id, a local checkpoint folder, or "demo".
+    model: a hub id, a local checkpoint folder, or a shipped model ("demo", "text-demo").
     labels: the label scheme (lad.core.labels).
     prompt_template: the vanilla prompt's text (lad.core.prompts); None: the paper's caption
         prompt, or its question variant for items that ask a question (`Debiaser`).
@@ -153,12 +153,15 @@ class RecordSpec:
         quiet: bool = False,
         threads: int | None = None,
         pictures: bool = True,
+        engine: str = "hf",
     ) -> Any:
         """The model, loaded to make records of this spec (lad.backends.load_backend; `threads`:
-        a resumed run's CPU thread count; `pictures` False: text options only)."""
-        from lad.backends import load_backend
+        a resumed run's CPU thread count; `pictures` False: text options only; `engine`: what
+        makes the records, lad.backends.engines)."""
+        from lad.backends.engines import load_engine
 
-        return load_backend(
+        return load_engine(
+            engine,
             resolve_model(self.model),
             device=device,
             dtype=dtype,

@@ -162,7 +162,7 @@ class LazyBackend:
             if run.made_records():  # a resumed run keeps its thread count
                 self.recorded = run.threads()
             spec = dataclasses.replace(self.config.spec, labels="digits", prompt_template=None)
-            key = (repr(spec), self.device, self.config.dtype, self.pictures)
+            key = (repr(spec), self.device, self.config.dtype, self.pictures, self.config.engine)
             if key not in self.shared:
                 self.shared[key] = spec.load_backend(
                     device=self.device,
@@ -170,6 +170,7 @@ class LazyBackend:
                     quiet=self.config.quiet,
                     threads=resumed_threads(self.recorded, run.run_file),
                     pictures=self.pictures,
+                    engine=self.config.engine,
                 )
             self.backend = self.shared[key]
             # Before any record: a layer range past the model's layers would fail only at scoring,

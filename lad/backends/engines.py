@@ -1,0 +1,26 @@
+"""The engines that make records, by name (`--engine`, `Debiaser(engine=)`): each a function
+with `load_backend`'s arguments returning an object with `Backend.records` (docs/backends.md)."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from lad.errors import BackendError
+
+ENGINES = {
+    "hf": "lad.backends:load_backend",
+    "vllm": "lad.backends.vllm_engine:load_vllm_backend",
+}
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise BackendError(f"--engine must be one of {', '.join(ENGINES)}. Got {engine!r}.")
+    return engine
+
+
+def load_engine(engine: str, model: str, **kwargs: Any) -> Any:
+    """The model loaded by `engine` (hf: lad.backends.load.load_backend)."""
+    module, name = ENGINES[check_engine(engine)].split(":")
+    return getattr(import_module(module), name)(model, **kwargs)

@@ -1,0 +1,53 @@
+"""`lad serve`: debiased choices over HTTP on vLLM's async engine (lad.run.serve)."""
+
+from __future__ import annotations
+
+import argparse
+
+from lad.cli.flags import (
+    InputPath,
+    add_image_flags,
+    add_labels_flag,
+    add_lad_flags,
+    add_whole,
+    command,
+    model_path,
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = command(
+        subparsers,
+        "serve",
+        "serve debiased N-way choices over HTTP (vLLM)",
+        'Load the model in vLLM\'s async engine and answer POST /choose with JSON {"query" or '
+        '"question", "images" (paths on this machine) or "texts"}: lad predict --json\'s '
+        "answer. Concurrent requests are batched by the engine; past --max-queue in flight the "
+        "answer is 503. docs/backends.md, 'Serving'.",
+        "lad serve --model Qwen/Qwen2.5-VL-3B-Instruct --calibration cal.json --port 8000",
+        'curl -s localhost:8000/choose -d \'{"query": "a red circle", "images": '
+        '["a.png", "b.png", "c.png", "d.png"]}\'',
+    )
+    p.add_argument("--model", type=model_path, default="demo", help="hub id, local path or 'demo'")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
+    add_labels_flag(p)
+    for flag, what in (("--prompt-template", "prompt text"), ("--chat-template", "Jinja file")):
+        p.add_argument(flag, type=InputPath, metavar="FILE", help=f"as lad predict's ({what})")
+    add_image_flags(p)
+    p.add_argument(
+        "--calibration", type=InputPath, required=True, help="calibration.json (lad calibrate)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    add_whole(p, "--port", minimum=1, default=8000, help="port to listen on")
+    add_whole(p, "--max-queue", minimum=1, default=64, help="requests in flight before 503")
+    add_lad_flags(p)
+    p.set_defaults(func=_serve, engine="vllm", device="auto", quiet=True, repetition_penalty=None)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from lad.cli.run import _debiaser
+    from lad.run.serve import serve
+
+    debiaser = _debiaser(args, top_k=args.top_k, tau=args.tau).load(args.calibration)
+    serve(debiaser, host=args.host, port=args.port, max_queue=args.max_queue)
+    return 0

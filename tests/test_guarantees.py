@@ -64,7 +64,7 @@ COMMANDS = dict(_commands(build_parser()))
 # Flags whose help speaks of files but that take none (a count, a method name).
 NOT_FILES = {
     "calibration_items", "items", "json", "labels", "method", "num_candidates", "task",
-    "sc_samples", "question",
+    "sc_samples", "question", "text_options",
 }  # fmt: skip
 FILE_WORDS = ("file", "folder", "director", ".json", "path", "checkpoint", "png", "images")
 

@@ -29,7 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         '["a.png", "b.png", "c.png", "d.png"]}\'',
     )
     p.add_argument("--model", type=model_path, default="demo", help="hub id, local path or 'demo'")
-    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "bfloat16", "float16", "float32"],
+        help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
+    )
     add_labels_flag(p)
     for flag, what in (("--prompt-template", "prompt text"), ("--chat-template", "Jinja file")):
         p.add_argument(flag, type=InputPath, metavar="FILE", help=f"as lad predict's ({what})")

@@ -105,7 +105,7 @@ def test_a_long_caption_is_blamed_not_the_images(
 def test_attention_that_bypasses_capture(backend: Backend, item: Item) -> None:
     backend.model.set_attn_implementation({"text_config": "sdpa"})
     try:
-        with pytest.raises(BackendError, match="bypasses lad's capture"):
+        with pytest.raises(BackendError, match="model_type 'qwen2_vl': lad cannot capture its"):
             _run(backend, item)
     finally:
         backend.model.set_attn_implementation({"text_config": "lad_capture"})
@@ -161,3 +161,12 @@ def test_image_span_not_found_names_model_placeholder_token_and_fix(
     assert backend.model_id in message and "<|image_pad|>" in message
     assert "(id 7, the config's image_token_id)" in message and "--chat-template" in message
     assert "image 1's placeholder" in message
+
+
+def test_remote_code_is_refused_without_trust_remote_code(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(
+        '{"model_type": "made_up_vlm", "auto_map": {"AutoConfig": "configuration_x.XConfig"}}'
+    )
+    with pytest.raises(BackendError, match=r"model_type 'made_up_vlm' .*--trust-remote-code") as e:
+        load_backend(str(tmp_path), device="cpu")
+    assert "\n" not in str(e.value)

@@ -16,6 +16,7 @@ templates.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -125,6 +126,23 @@ PINNED = {
         "",
         "<|im_end|>",
     ),
+    # Qwen3-VL: no default system prompt; 32 px per token, at least 65,536 pixels (64 tokens).
+    "Qwen3-VL-4B-Instruct": Pinned(
+        _IM, _QWEN_IMAGE, _QWEN_SPAN, _QWEN_SPAN, "<|image_pad|>", None, False, "", "<|im_end|>"
+    ),
+    # The generation prompt ends "<think>\n"; the template writes a reply as
+    # "<think>\n\n</think>\n\n1": the model reads the empty think block, then the label.
+    "Qwen3.5-0.8B": Pinned(
+        _IM + "<think>\n\n</think>\n\n",
+        _QWEN_IMAGE,
+        _QWEN_SPAN,
+        _QWEN_SPAN,
+        "<|image_pad|>",
+        None,
+        False,
+        "",
+        "<|im_end|>",
+    ),
     # One 448 px tile (lad turns crop_to_patches off): 256 tokens inside <img>...</img>.
     "InternVL3-1B-hf": Pinned(
         _IM,
@@ -190,6 +208,11 @@ def _shrink(config: Any) -> Any:
     if getattr(text, "layer_types", None):  # keep one layer of each kind (sliding / full)
         kinds = list(dict.fromkeys(text.layer_types))
         text.layer_types = (kinds * 2)[:2]
+        if "linear_attention" in kinds:  # a hybrid: two softmax layers, neither at index 0 or 1
+            text.num_hidden_layers = 4
+            text.layer_types = ["linear_attention", "full_attention"] * 2
+            text.linear_num_key_heads = text.linear_num_value_heads = 2
+            text.linear_key_head_dim = text.linear_value_head_dim = 32
     vision = config.vision_config
     for name, value in (
         ("num_hidden_layers", 2),
@@ -205,6 +228,8 @@ def _shrink(config: Any) -> Any:
         vision.out_hidden_size = text.hidden_size
     if getattr(vision, "fullatt_block_indexes", None):
         vision.fullatt_block_indexes = [1]
+    if getattr(vision, "deepstack_visual_indexes", None):  # Qwen3-VL: both blocks feed DeepStack
+        vision.deepstack_visual_indexes = [0, 1]
     return config
 
 
@@ -227,6 +252,11 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
     name = request.param
     source = _source(name)
+    if "auto_map" in json.loads((source / "config.json").read_text()):
+        pytest.skip(
+            f"{name}: remote code, tested in a transformers environment of its own by "
+            "tests/test_remote_code.py"
+        )
     out = tmp_path_factory.mktemp("real") / name
     return _load_both(name, _save_shrunk(source, _shrink(AutoConfig.from_pretrained(source)), out))
 
@@ -439,6 +469,11 @@ def _replies(
     tail = tok(after, add_special_tokens=False)["input_ids"]
     end = next((t for t in tail if t in special), tok.eos_token_id)
     head = tok(prompt, add_special_tokens=False)["input_ids"]
+    if tok(prompt + lead, add_special_tokens=False)["input_ids"][: len(head)] != head:
+        # The turn's text merges into the generation prompt's last token (Qwen3.5's "<think>\n"
+        # and "\n</think>\n\n"): the model reads the turn as it is written, up to the label.
+        prompt, lead = before, ""
+        head = tok(prompt, add_special_tokens=False)["input_ids"]
     seqs = []
     for label in labels:
         assert turn(label) == before + label + after  # the label is written verbatim
@@ -725,3 +760,79 @@ def test_context_picture_tokens_are_in_no_span(real: Real, images: list[Path], i
     shown = [k for k in range(4) if k != context]
     for (s, e), k in zip(spans[0], shown, strict=True):
         assert ids[s:e].count(image_id) == own(k)
+
+
+# ------------------------------------------------------- left-padded batches against references
+
+
+@pytest.mark.parametrize("n", [2, 4, 12])
+@torch.no_grad()
+def test_left_padded_batch_equals_references(real: Real, images: list[Path], n: int) -> None:
+    """Two prompts of different lengths in one left-padded batch: each one's label
+    log-probabilities equal the brute-force reference, and each layer's span attention equals
+    the reference model's eager `output_attentions` on the prompt alone (the last prompt token's
+    row, head-averaged), summed over the spans written out by hand, to 1e-5. A hybrid model's
+    rows are its softmax-attention layers, in order, and its records name them."""
+    from PIL import Image
+
+    if real.pinned is None or n > real.max_n:
+        pytest.skip(f"{real.name}: not pinned, or N = {n} exceeds its context")
+    backend = real.backend
+    reqs = [_request(images, n, k) for k in (1, 2)]
+    records = list(backend.records(reqs, scheme=DIGITS, batch_size=2))
+    assert records[0].extra["prompt_tokens"] != records[1].extra["prompt_tokens"]  # padded
+    text_config = real.reference.config.get_text_config()
+    kinds = getattr(text_config, "layer_types", None) or []
+    softmax = [i for i, kind in enumerate(kinds) if kind != "linear_attention"]
+    for req, record in zip(reqs, records, strict=True):
+        reference, _, _ = _brute_force(real, req, "digits", n)
+        np.testing.assert_allclose(record.logprobs, reference, atol=1e-5, rtol=0)
+
+        item, _, order = req
+        text = render_prompt("vanilla", item.query, DIGITS, n)
+        prompt, _, _ = _replies(backend.processor, text, n, DIGITS.labels(n))
+        pictures = [Image.open(item.images[i]).convert("RGB") for i in order]
+        bos = backend.processor.tokenizer.bos_token
+        inputs = backend.processor(
+            text=[prompt],
+            images=[pictures],
+            return_tensors="pt",
+            add_special_tokens=not (bos and prompt.startswith(bos)),
+            **backend.image_options,
+        )
+        counts = [_image_tokens(real, picture) for picture in pictures]
+        ids, spans = _expected_tokens(real, text, counts)
+        assert inputs["input_ids"][0].tolist() == ids
+        out = real.reference(**inputs, output_attentions=True, use_cache=False, logits_to_keep=1)
+        rows = [a[0, :, -1].double().mean(0) for a in out.attentions]  # per softmax layer
+        expected = [[float(row[s:e].sum()) for s, e in spans] for row in rows]
+        assert len(rows) == backend.num_layers
+        np.testing.assert_allclose(record.attention, expected, atol=1e-5, rtol=0)
+        if len(softmax) < len(kinds):  # a hybrid
+            assert len(rows) == len(softmax) == len(record.attention)
+            assert record.extra["attention_layers"] == softmax == backend.attention_layers
+        else:
+            assert "attention_layers" not in record.extra
+
+
+def test_qwen3_picture_costs(real: Real) -> None:
+    """Qwen3-VL / Qwen3.5 at lad's defaults: 32 px per token, a picture upscaled to the model's
+    65,536-pixel minimum (64 tokens) and kept within 256 tokens (docs/backends.md's table)."""
+    from PIL import Image
+
+    if real.backend.arch.name not in ("Qwen3-VL", "Qwen3.5"):
+        pytest.skip("Qwen3-VL / Qwen3.5 only")
+    processor = real.backend.processor
+    for size, tokens in (((32, 32), 64), ((224, 224), 64), ((336, 336), 100), ((640, 480), 234)):
+        out = processor(
+            text=[processor.image_token],
+            images=[[Image.new("RGB", size)]],
+            **real.backend.image_options,
+        )
+        assert list(out["input_ids"][0]).count(real.backend.image_token) == tokens, size
+    big = processor(
+        text=[processor.image_token],
+        images=[[Image.new("RGB", (4000, 3000))]],
+        **real.backend.image_options,
+    )
+    assert list(big["input_ids"][0]).count(real.backend.image_token) <= 256

@@ -70,7 +70,7 @@ def test_checkpoint_loads_back_through_auto_classes(tmp_path: Path) -> None:
 def test_unknown_architecture(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="'arch' parameter must be one of"):
         build_tiny_model("gpt2", tmp_path)
-    assert len(ARCHITECTURES) == 7
+    assert len(ARCHITECTURES) == 9
 
 
 def test_one_builder_per_supported_architecture_with_its_markers() -> None:

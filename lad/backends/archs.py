@@ -10,6 +10,7 @@ own chat template (lad.backends.prompting.reply_tokens). See docs/backends.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from lad.errors import BackendError
@@ -66,6 +67,9 @@ class Arch:
 _QWEN_MARKERS = ("<|vision_start|>", "<|vision_end|>")
 # 256 merged tokens (28x28 px each) per image at most: a 4-image prompt stays near 1,100 tokens.
 _QWEN_PIXELS = {"size": {"shortest_edge": 56 * 56, "longest_edge": 256 * 28 * 28}}
+# Qwen3-VL / Qwen3.5 merge 32 px per token and upscale a picture to 65,536 pixels at least (64
+# tokens, the model's own minimum); 256 tokens at most, as for Qwen2.5-VL.
+_QWEN3_PIXELS = {"size": {"shortest_edge": 256 * 256, "longest_edge": 256 * 32 * 32}}
 
 ARCHS: tuple[Arch, ...] = (
     Arch("LLaVA-1.5", ("llava",)),
@@ -87,6 +91,22 @@ ARCHS: tuple[Arch, ...] = (
         pixel_budget=True,
         packed_vision=True,
     ),
+    Arch(
+        "Qwen3-VL",
+        ("qwen3_vl",),
+        _QWEN_MARKERS,
+        _QWEN3_PIXELS,
+        mrope=True,
+        pixel_budget=True,
+    ),
+    Arch(
+        "Qwen3.5",
+        ("qwen3_5",),
+        _QWEN_MARKERS,
+        _QWEN3_PIXELS,
+        mrope=True,
+        pixel_budget=True,
+    ),
     Arch("LLaVA-OneVision", ("llava_onevision",)),
     Arch("InternVL", ("internvl",), ("<img>", "</img>"), {"crop_to_patches": False}),
     Arch("Idefics3/SmolVLM", ("idefics3", "smolvlm"), image_options={"do_image_splitting": False}),
@@ -94,16 +114,64 @@ ARCHS: tuple[Arch, ...] = (
 )
 
 
+# Kinds of decoder layer (a text config's `layer_types`) that have no softmax attention: Gated
+# DeltaNet (Qwen3.5, Qwen3-Next), short convolutions (LFM2), Mamba blocks. They give no
+# attention evidence; every other kind (full, sliding, chunked) does.
+NO_SOFTMAX = ("linear_attention", "conv", "mamba")
+
+
+def attention_layers(text_config: Any) -> list[int]:
+    """The decoder layers with softmax attention, by index: all of them but in a hybrid model.
+
+    text_config: a language model's config, or its dict as config.json holds it. A record has
+    one attention row per such layer, in this order (docs/backends.md, "Hybrid models").
+    """
+    get = text_config.get if isinstance(text_config, dict) else partial(getattr, text_config)
+    count = get("num_hidden_layers", None)
+    kinds = get("layer_types", None) or [None] * (count or 0)
+    return [i for i, kind in enumerate(kinds[:count]) if kind not in NO_SOFTMAX]
+
+
 def arch_for(config: Any) -> Arch:
-    """The table row for a loaded model's config; an unknown architecture is a BackendError."""
+    """The table row for a loaded model's config; without one, a row of defaults where lad can
+    tell that nothing about it needs one (`rowless`); otherwise a BackendError in one line."""
     model_type = getattr(config, "model_type", None)
     for arch in ARCHS:
         if model_type in arch.model_types:
             return arch
+    return rowless(config)
+
+
+def rowless(config: Any) -> Arch:
+    """A row of defaults (no markers, the processor's own image options, 1-D positions) for an
+    image-text-to-text model that has no row, where its config shows nothing lad would need one
+    for: transformers loads it with AutoModelForImageTextToText, it names an image token, and
+    it has no M-RoPE (whose decode-step position ids need `mrope`). Whether its decoder's
+    attention goes through transformers' AttentionInterface shows in the first forward (the
+    capture then refuses, naming the model type). docs/backends.md, "Adding an architecture"."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    model_type = getattr(config, "model_type", None)
     names = getattr(config, "architectures", None) or [type(config).__name__]
+    why = None
+    if model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        why = "transformers has no image-text-to-text model of that type"
+    elif not isinstance(getattr(config, "image_token_id", None), int):
+        why = "its config names no image_token_id"
+    elif "mrope_section" in str(_rope(config)):
+        why = "it uses M-RoPE, whose position ids on decoding steps need a row (mrope=True)"
+    if why is None:
+        return Arch(f"{model_type} (no row)", (model_type,))
     supported = ", ".join(a.name for a in ARCHS)
     raise BackendError(
-        f"Unsupported model architecture {names[0]} (model_type {model_type!r}). "
-        f"lad supports: {supported}, and text-only causal LMs (AutoModelForCausalLM). See "
+        f"Unsupported model architecture {names[0]} (model_type {model_type!r}): {why}. lad "
+        f"supports: {supported}, text-only causal LMs (AutoModelForCausalLM), and image-text "
+        "models without M-RoPE whose decoder uses transformers' attention interface. See "
         "docs/backends.md to add one."
     )
+
+
+def _rope(config: Any) -> Any:
+    """The language model's rope settings (transformers 5: rope_parameters)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None)

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from lad.errors import BackendError
+
 CAPTURE_IMPL = "lad_capture"
 
 
@@ -145,6 +147,38 @@ def register() -> None:
 
     AttentionInterface.register(CAPTURE_IMPL, lad_capture_attention)
     AttentionMaskInterface.register(CAPTURE_IMPL, sdpa_mask)
+
+
+def stack_rows(
+    rows: dict[int, torch.Tensor], layers: list[int], device: torch.device, config: Any
+) -> torch.Tensor:
+    """A forward's captured rows of the decoder layers `layers` (those with softmax attention),
+    stacked (B, L, T) on `device`; a layer missing (or one more) is a BackendError naming the
+    model type of `config` (the loaded model's)."""
+    if sorted(rows) != layers:
+        impl = config.get_text_config()._attn_implementation
+        raise BackendError(
+            f"model_type {config.model_type!r}: lad cannot capture its attention: the capture "
+            f"saw decoder layers {sorted(rows)} of its softmax-attention layers {layers}, so "
+            f"its decoder's attention (implementation {impl!r}) does not go through "
+            f"transformers' AttentionInterface as text_config={CAPTURE_IMPL!r}"
+        )
+    # Layers may sit on several GPUs (device_map): gather the rows on the input device.
+    return torch.stack([rows[i].to(device) for i in layers], dim=1)
+
+
+def eager_rows(attentions: Any, layers: list[int], offset: int = 0) -> torch.Tensor:
+    """The reference capture: the last prompt query's row, head-averaged, from eager
+    `output_attentions` (one map per softmax-attention layer, in order: a hybrid model's tuple
+    index is not its layer index), `offset` appended tokens left out: (B, L, T)."""
+    if attentions is None or len(attentions) != len(layers) or None in attentions:
+        got = "none" if attentions is None else f"{len(attentions)} maps"
+        raise BackendError(
+            f"eager output_attentions gave {got} for the {len(layers)} softmax attention "
+            "layers; use capture='fast', which does not depend on it"
+        )
+    t = attentions[0].shape[-1] - offset
+    return torch.stack([a[:, :, t - 1, :t].float().mean(1) for a in attentions], 1)
 
 
 def evidence(rows: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:

@@ -113,6 +113,24 @@ def load_error(model: str, e: Exception, weights: bool = False) -> BackendError:
 _WEIGHT_SUFFIXES = (".bin", ".safetensors", ".pt", ".pth")
 
 
+def check_remote_code(model: str, trust_remote_code: bool) -> None:
+    """A local checkpoint whose model type transformers does not know runs code of its own
+    folder (its config's auto_map): refused in one line unless `trust_remote_code`."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    path = Path(model) / "config.json"
+    if trust_remote_code or not path.is_file():
+        return
+    config = read_json(path, BackendError, "model config")
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if isinstance(config, dict) and "auto_map" in config and model_type not in CONFIG_MAPPING_NAMES:
+        raise BackendError(
+            f"--model {model}: model_type {model_type!r} is not one transformers knows; its "
+            "folder's own code would run (config.json auto_map): pass --trust-remote-code "
+            "(trust_remote_code=True) if you trust that code"
+        )
+
+
 def template_owner(model: str, chat_template: str | Path | None) -> str:
     """Who a chat template's failure is blamed on: the --chat-template file, else the model."""
     return model if chat_template is None else f"--chat-template {chat_template}"

@@ -19,7 +19,7 @@ import torch
 
 from lad.backends import capture as cap
 from lad.backends import text as text_lm
-from lad.backends.archs import Arch
+from lad.backends.archs import Arch, attention_layers
 from lad.backends.batches import (
     Encoded,
     Prefill,
@@ -90,7 +90,12 @@ class Backend:
         # (lad.backends.scoring.RepetitionPenalty); None or 1: not at all.
         self.repetition_penalty = repetition_penalty
         text = model.config.get_text_config()
-        self.num_layers: int = text.num_hidden_layers
+        # The decoder layers with softmax attention (all but in a hybrid): a record row each.
+        self.attention_layers: list[int] = attention_layers(text)
+        self.num_layers: int = len(self.attention_layers)
+        # A hybrid model's records say which decoder layers their attention rows are.
+        hybrid = self.num_layers != text.num_hidden_layers
+        self.layers_extra = {"attention_layers": self.attention_layers} if hybrid else {}
         self.max_context: int = getattr(text, "max_position_embeddings", 1 << 30)
         # The token an image's placeholder expands to (the processor's image_token_id is wrong
         # for Gemma3; the config's is right for every supported architecture).
@@ -342,12 +347,13 @@ class Backend:
         if capture == "eager":
             with self._eager_text_attention():
                 out = self.model(**kwargs, output_attentions=True)
-            t = out.attentions[0].shape[-1] - d
-            rows = torch.stack([a[:, :, t - 1, :t].float().mean(1) for a in out.attentions], 1)
+            rows = cap.eager_rows(out.attentions, self.attention_layers, d)
         else:
             with cap.capturing(offset=d) as captured:
                 out = self.model(**kwargs)
-            rows = self._stack_rows(captured.rows)
+            rows = cap.stack_rows(
+                captured.rows, self.attention_layers, self.device, self.model.config
+            )
         logits = out.logits.float()  # (B, D + 1, V)
         paths = logits[:, None, 1:] if d else None  # (B, 1, D, V)
         return Prefill(logits[:, 0], out.cache, rows, paths)
@@ -364,7 +370,9 @@ class Backend:
             step_mask[j::m, : len(path)] = 1
         cache = pre.cache
         if m > 1:
-            cache.batch_repeat_interleave(m)  # (B*M, ...) in-place; the cache is not reused after
+            # (B*M, ...) in place (the cache is not reused after); reorder_cache also repeats a
+            # hybrid model's recurrent states, which have no batch_repeat_interleave
+            cache.reorder_cache(torch.arange(b, device=mask.device).repeat_interleave(m))
         full_mask = torch.cat([mask.repeat_interleave(m, dim=0), step_mask], dim=1)
         pos = _positions(full_mask)[:, -d:]
         if self.arch.mrope:
@@ -424,6 +432,7 @@ class Backend:
                 extra={
                     "prompt_tokens": int(lengths[b]),
                     _span_key(item): [e - s for s, e in spans[b]],
+                    **self.layers_extra,
                 },
             )
             for b, (item, ordering, order) in enumerate(batch)
@@ -465,17 +474,6 @@ class Backend:
             return None
         seen = seen_tokens(inputs["input_ids"], inputs["attention_mask"], logits.shape[-1])
         return RepetitionPenalty(float(p), seen)
-
-    def _stack_rows(self, rows: dict[int, torch.Tensor]) -> torch.Tensor:
-        if len(rows) != self.num_layers:
-            impl = self.model.config.get_text_config()._attn_implementation
-            raise BackendError(
-                f"attention capture saw {len(rows)} of {self.num_layers} decoder layers: the "
-                f"language model's attention implementation {impl!r} bypasses lad's capture "
-                f"function; load it with attn_implementation text_config={cap.CAPTURE_IMPL!r}"
-            )
-        # Layers may sit on several GPUs (device_map): gather the rows on the input device.
-        return torch.stack([rows[i].to(self.device) for i in range(self.num_layers)], dim=1)
 
     def set_text_attention(self, impl: str) -> None:
         """The language model's attention implementation (a text-only model has no text_config:

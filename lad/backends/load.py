@@ -20,6 +20,7 @@ from lad.backends.archs import Arch, arch_for
 from lad.backends.checkpoint import (
     _read_chat_template,
     check_model_path,
+    check_remote_code,
     load_error,
     resolve_model,
     template_owner,
@@ -85,6 +86,7 @@ def load_backend(
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     check_model_path(resolve_model(model))
+    check_remote_code(resolve_model(model), trust_remote_code)
     requested_threads(os.environ)  # a bad LAD_NUM_THREADS is refused before the weights load
     _read_chat_template(chat_template)
     cap.register()

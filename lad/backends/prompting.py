@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,59 @@ def _content(part: Part) -> dict[str, Any]:
 def render(
     processor: Any, messages: list[dict[str, Any]], generation_prompt: bool, model: str
 ) -> str:
-    """The chat template applied to `messages`. A chat template is code its author wrote: any
-    failure while it renders, or a prompt longer than lad.io.limits.CHAT_TEXT, is a BackendError
-    naming `model` (the model, or the --chat-template file)."""
+    """The chat template applied to `messages`; with `generation_prompt`, followed by its
+    `answer_head`. A chat template is code its author wrote: any failure while it renders, or a
+    prompt longer than lad.io.limits.CHAT_TEXT, is a BackendError naming `model` (the model, or
+    the --chat-template file)."""
+    text = _render(processor, messages, generation_prompt, model)
+    return text + answer_head(processor, model) if generation_prompt else text
+
+
+# tokenizer -> {chat template text: its answer head}
+_HEADS: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def answer_head(processor: Any, model: str) -> str:
+    r"""What the chat template writes at the start of every assistant turn after its generation
+        prompt, where the tokenizer would merge it with the generation prompt's last token; else "".
+
+        Qwen3.5 prompts with "...assistant
+    <think>
+    " and writes a turn as
+        "...assistant
+    <think>
+
+    </think>
+
+    1": the reply's "
+    " merges with the prompt's into one
+        "
+
+    " token, so the turn's tokens do not start with the prompt's. The prompt then runs
+        through that text, as the template writes the turn (Qwen3.5's enable_thinking=False prompt),
+        and the reply is the label. Read once per tokenizer and template from a probe conversation.
+    """
+    tok = processor.tokenizer
+    template = str(getattr(processor, "chat_template", None))
+    known = _HEADS.setdefault(tok, {})
+    if template not in known:
+        user = [{"role": "user", "content": [{"type": "text", "text": "Which one?"}]}]
+        prompt = _render(processor, user, True, model)
+        fulls = [_render(processor, [*user, _assistant(c)], False, model) for c in ("1", "2")]
+        head = ""
+        if all(f.startswith(prompt) for f in fulls):
+            lead = _lead([f[len(prompt) :] for f in fulls], ["1", "2"]) or ""
+            ids = tok(prompt, add_special_tokens=False)["input_ids"]
+            joint = tok(prompt + lead, add_special_tokens=False)["input_ids"]
+            head = lead if joint[: len(ids)] != ids else ""
+        known[template] = head
+    return known[template]
+
+
+def _render(
+    processor: Any, messages: list[dict[str, Any]], generation_prompt: bool, model: str
+) -> str:
+    """The chat template itself applied to `messages` (`render`, without the answer head)."""
     _bound_output(processor)
     try:
         return processor.apply_chat_template(
@@ -214,7 +265,13 @@ def encode(
     )
     inputs = dict(enc)
     offsets = inputs.pop("offset_mapping").numpy()  # (B, T, 2) character span of each token
-    replacements = inputs.pop("text_replacement_offsets")
+    replacements = inputs.pop("text_replacement_offsets", None)
+    if replacements is None:  # a processor that cannot say where each placeholder expanded
+        raise BackendError(
+            f"{model}: its processor {type(processor).__name__} does not report where each "
+            "image placeholder expanded (return_text_replacement_offsets), so lad cannot find "
+            "the images' token spans (Eq. 6)"
+        )
     placeholder = getattr(processor, "image_token", None) or "the image placeholder"
     spans = []
     for b in range(len(texts)):

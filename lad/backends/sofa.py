@@ -51,13 +51,14 @@ class SofaOptions:
             raise BackendError(f"The 'sofa_sigma' parameter must be in [0, 1]. Got {self.sigma!r}.")
 
 
-def sofa_layers(num_layers: int) -> list[int]:
-    """The decoder layers SoFA changes: every second one, 0-based 0, 2, 4, …
+def sofa_layers(layers: list[int]) -> list[int]:
+    """The decoder layers SoFA changes: every second one of `layers` (those with softmax
+    attention; all of them but in a hybrid model), the first, third, … (0, 2, 4, …).
 
     Starting at the first layer: a change in the last layer could not reach the answer, since
     the last token reads that layer's keys and values, computed before its attention.
     """
-    return list(range(0, num_layers, 2))
+    return layers[::2]
 
 
 @dataclass
@@ -66,6 +67,7 @@ class _Scope:
 
     image_ids: torch.Tensor
     options: SofaOptions
+    soft: set[int]  # the decoder layers SoFA changes (sofa_layers)
     applied: set[int] = field(default_factory=set)
     masks: int = 0
 
@@ -162,8 +164,8 @@ def sofa_attention(
             "SoFA mask (this architecture builds its attention mask outside transformers' "
             "AttentionMaskInterface)"
         )
-    soft = module.layer_idx % 2 == 0
-    if soft and _active:
+    soft = bool(_active) and module.layer_idx in _active[-1].soft
+    if soft:
         _active[-1].applied.add(module.layer_idx)
     mask = attention_mask[:, 1:2] if soft else attention_mask[:, 0:1]  # (B, 1, Q, KV)
     return cap.lad_capture_attention(module, query, key, value, mask, **kwargs)
@@ -182,7 +184,8 @@ def register() -> None:
 def _scope(
     backend: Any, options: SofaOptions, inputs: dict[str, Any], spans: Any
 ) -> Iterator[None]:
-    scope = _Scope(image_ids(spans, inputs["attention_mask"].shape[1]), options)
+    soft = set(sofa_layers(backend.attention_layers))
+    scope = _Scope(image_ids(spans, inputs["attention_mask"].shape[1]), options, soft)
     _active.append(scope)
     try:
         yield
@@ -190,7 +193,7 @@ def _scope(
         _active.remove(scope)
     if scope.masks == 0:
         raise BackendError("SoFA cannot be applied: the model never built its mask through lad")
-    expected = set(sofa_layers(backend.num_layers))
+    expected = scope.soft
     if scope.applied != expected:
         raise BackendError(
             f"SoFA reached decoder layers {sorted(scope.applied)} of {sorted(expected)}; "

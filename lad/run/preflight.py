@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lad.backends.archs import attention_layers
 from lad.backends.checkpoint import resolve_model
 from lad.backends.threads import requested_threads
 from lad.core.calibrate import Calibration
@@ -121,7 +122,8 @@ def check_top_k(top_k: int, num_layers: int | None, what: object) -> None:
 
 
 def model_num_layers(model: str) -> int | None:
-    """The language decoder's layer count from a local checkpoint's config.json (None for a hub
+    """The language decoder's layer count (of layers with softmax attention, a record's rows:
+    lad.backends.archs.attention_layers) from a local checkpoint's config.json (None for a hub
     id: it is then checked when the records exist)."""
     path = Path(model) / "config.json"
     if not path.is_file():
@@ -129,7 +131,7 @@ def model_num_layers(model: str) -> int | None:
     config = read_json(path, RunError, "model config")
     text = config.get("text_config") or config if isinstance(config, dict) else {}
     layers = text.get("num_hidden_layers") if isinstance(text, dict) else None
-    return layers if isinstance(layers, int) else None
+    return len(attention_layers(text)) if isinstance(layers, int) else None
 
 
 def check_given_calibration(config: EvalConfig) -> Calibration:

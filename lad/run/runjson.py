@@ -256,3 +256,9 @@ class RunJson:
     def set_threads(self, threads: Mapping[str, Any]) -> None:
         """Write run.json's "threads" (lad.backends.threads.record_choice), beside "arguments"."""
         self._update_run_json("threads", lambda _: dict(threads))
+
+    def set_attention_layers(self, layers: list[int] | None) -> None:
+        """Write run.json's "attention_layers": the decoder layers of the records' attention rows,
+        in order (all but in a hybrid model; lad.backends.archs.attention_layers)."""
+        if layers is not None:
+            self._update_run_json("attention_layers", lambda _: list(layers))

@@ -207,6 +207,8 @@ class Clock:
             times = {"model_load": load} if load else {}
             run = RunDir(self.run_dir)
             run.add_times({**times, name: time.perf_counter() - start - load})
+            if load:  # which decoder layers the records' attention rows are
+                run.set_attention_layers(getattr(self.backend.backend, "attention_layers", None))
             choice = getattr(self.backend.backend, "threads", None)  # None on an accelerator
             if load and choice is not None:
                 from lad.backends.threads import record_choice

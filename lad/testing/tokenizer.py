@@ -88,3 +88,40 @@ def build_tokenizer(
         **named,
         **(attrs or {}),
     )
+
+
+def build_byte_level_tokenizer(
+    special_tokens: dict[str, str], extra_special: Iterable[str] = (), words: Iterable[str] = ()
+) -> Any:
+    """A byte-level BPE tokenizer (GPT-2 / Qwen style) over the same words, for architectures
+    whose tokenizer transformers rebuilds from a vocabulary and merges whatever the file says
+    (Qwen3.5: Qwen3_5Tokenizer, its own pre-tokenizer). Every byte is a token; each word
+    (and " word") is one, reached by merging its characters left to right."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = list(dict.fromkeys([*special_tokens.values(), *extra_special]))
+    vocab: dict[str, int] = {tok: i for i, tok in enumerate(specials)}
+    for symbol in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab.setdefault(symbol, len(vocab))
+    to_bytes = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    merges: dict[tuple[str, str], None] = {}
+    all_words = _default_words() | {w for w in words if w}
+    for word in sorted(w for w in all_words if re.fullmatch(r"[A-Za-z]+", w)):
+        for text in (word, " " + word):
+            ((symbols, _),) = to_bytes.pre_tokenize_str(text)
+            for k in range(2, len(symbols) + 1):
+                merges.setdefault((symbols[: k - 1], symbols[k - 1]), None)
+                vocab.setdefault(symbols[:k], len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(merges), ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    roles = ("bos_token", "eos_token", "pad_token", "unk_token")
+    named = {k: v for k, v in special_tokens.items() if k in roles}
+    extra = [t for t in specials if t not in named.values()]
+    return PreTrainedTokenizerFast(tokenizer_object=tok, additional_special_tokens=extra, **named)

@@ -67,7 +67,7 @@ class _Scope:
 
     image_ids: torch.Tensor
     options: SofaOptions
-    soft: set[int]  # the decoder layers SoFA changes (sofa_layers)
+    soft: set[int] = field(default_factory=set)  # the decoder layers SoFA changes (sofa_layers)
     applied: set[int] = field(default_factory=set)
     masks: int = 0
 

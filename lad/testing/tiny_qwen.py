@@ -152,11 +152,12 @@ def _qwen3vl_config(tok: Any, s: TinySize) -> Any:
 def _qwen3_5_config(tok: Any, s: TinySize) -> Any:
     from transformers import Qwen3_5Config
 
-    # Hybrid: Gated DeltaNet layers, softmax attention every second layer (the real one: 4th).
-    kinds = ["linear_attention", "full_attention"] * s.text_layers
+    # Hybrid: a Gated DeltaNet layer before each of `text_layers` softmax attention layers (the
+    # real model: three before each), so L counts softmax layers as in every other builder.
     text = {
         **_qwen3_text(tok, s, rotary=0.5),
-        "layer_types": kinds[: s.text_layers],
+        "num_hidden_layers": 2 * s.text_layers,
+        "layer_types": ["linear_attention", "full_attention"] * s.text_layers,
         "linear_num_key_heads": s.kv_heads,
         "linear_num_value_heads": s.heads,
         "linear_key_head_dim": s.hidden // s.heads,

@@ -175,7 +175,7 @@ def test_preset_official_on_the_demo_model_is_refused_before_model_work(no_model
     assert main(["eval", "--preset", "official", "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert err == (
-        "Error: --preset official: Eq. 9 would search decoder layers 21..35, but demo has 4 "
+        "Error: --preset official: Eq. 9 would search attention layers 21..35, but demo has 4 "
         "(0..3); pass --layer-range FIRST,LAST within them, e.g. --layer-range 0,3\n"
     )
     assert not out.exists()

@@ -197,7 +197,7 @@ def test_a_layer_range_past_the_model_is_refused_before_any_record(qwen, data, t
     out = tmp_path / "run"
     assert _eval(qwen, data, out, "--preset", "official") == 1
     assert capsys.readouterr().err.startswith(
-        "Error: --preset official: Eq. 9 would search decoder layers 21..35, but "
+        "Error: --preset official: Eq. 9 would search attention layers 21..35, but "
     )
     assert not (out / "calibration.jsonl").exists()
 

@@ -270,8 +270,9 @@ def add_lad_flags(p: argparse.ArgumentParser) -> None:
         "--layer-range",
         type=_layer_range,
         metavar="FIRST,LAST",
-        help="0-based decoder layers Eq. 9 searches; an end past the model's last layer is cut "
-        "to it, a start past it is refused before model work (default: all; official: 21,35)",
+        help="0-based layers Eq. 9 searches (those with softmax attention: all but on a hybrid "
+        "model such as Qwen3.5); an end past the model's last is cut to it, a start past it is "
+        "refused before model work (default: all; official: 21,35)",
     )
     p.add_argument(
         "--mixture",
@@ -436,7 +437,7 @@ def check_layer_range_flag(
     first, last = layer_range
     given = "--layer-range" if args.layer_range is not None else f"--preset {args.preset}"
     raise LadError(
-        f"{given}: Eq. 9 would search decoder layers {first}..{last}, but {args.model} has "
+        f"{given}: Eq. 9 would search attention layers {first}..{last}, but {args.model} has "
         f"{num_layers} (0..{num_layers - 1}); pass --layer-range FIRST,LAST within them, e.g. "
         f"--layer-range 0,{num_layers - 1}"
     )

@@ -140,7 +140,7 @@ def check_layer_range(layer_range: tuple[int, int] | None, num_layers: int) -> N
     if layer_range is not None and layer_range[0] >= num_layers:
         raise LadError(
             f"layer_range {tuple(layer_range)} starts past the last layer: the model has "
-            f"L = {num_layers} decoder layers (0..{num_layers - 1}); pass --layer-range "
+            f"L = {num_layers} attention layers (0..{num_layers - 1}); pass --layer-range "
             "FIRST,LAST within them"
         )
 

@@ -254,8 +254,8 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     source = _source(name)
     if "auto_map" in json.loads((source / "config.json").read_text()):
         pytest.skip(
-            f"{name}: remote code, tested in a transformers environment of its own by "
-            "tests/test_remote_code.py"
+            f"{name}: remote code (config.json auto_map), which lad does not run yet "
+            "(docs/backends.md, 'Without a row')"
         )
     out = tmp_path_factory.mktemp("real") / name
     return _load_both(name, _save_shrunk(source, _shrink(AutoConfig.from_pretrained(source)), out))
@@ -765,6 +765,11 @@ def test_context_picture_tokens_are_in_no_span(real: Real, images: list[Path], i
 # ------------------------------------------------------- left-padded batches against references
 
 
+# Checkpoints whose left-padded batch is also checked at N = 12 (the others' 12-picture prompts,
+# up to 8,828 tokens, are checked one at a time above; a batch of two there costs minutes).
+BATCHED_AT_12 = ("Qwen3-VL-4B-Instruct", "Qwen3.5-0.8B")
+
+
 @pytest.mark.parametrize("n", [2, 4, 12])
 @torch.no_grad()
 def test_left_padded_batch_equals_references(real: Real, images: list[Path], n: int) -> None:
@@ -777,6 +782,8 @@ def test_left_padded_batch_equals_references(real: Real, images: list[Path], n: 
 
     if real.pinned is None or n > real.max_n:
         pytest.skip(f"{real.name}: not pinned, or N = {n} exceeds its context")
+    if n == 12 and real.name not in BATCHED_AT_12:
+        pytest.skip(f"{real.name}: N = 12 one prompt at a time in the tests above (CI time)")
     backend = real.backend
     reqs = [_request(images, n, k) for k in (1, 2)]
     records = list(backend.records(reqs, scheme=DIGITS, batch_size=2))

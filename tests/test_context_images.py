@@ -92,6 +92,8 @@ def backend(arch: str, tmp_path_factory: pytest.TempPathFactory) -> Backend:
 
 
 def test_records_without_context_pictures_are_unchanged(arch, backend, pictures, reference):
+    if arch not in reference:
+        pytest.skip(f"{arch} came after e54eb37: there are no records from before context pictures")
     want = reference[arch]
     reqs = [(it, k, list(o)) for it in _plain_items(pictures) for k, o in enumerate(ORDERS)]
     recs, prompts = [], []

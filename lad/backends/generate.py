@@ -132,7 +132,9 @@ def decode(
     s = options.samples
     cache, logits = pre.cache, pre.logits
     if s > 1:
-        cache.batch_repeat_interleave(s)  # (B*S, ...) in place
+        # (B*S, ...) in place; reorder_cache also repeats a hybrid model's recurrent states,
+        # which have no batch_repeat_interleave
+        cache.reorder_cache(torch.arange(logits.shape[0], device=mask.device).repeat_interleave(s))
         logits, mask = logits.repeat_interleave(s, dim=0), mask.repeat_interleave(s, dim=0)
     deltas = backend.model.model.rope_deltas.repeat_interleave(s, 0) if backend.arch.mrope else None
     stops = torch.tensor(sorted(stop_tokens(backend)), device=mask.device)

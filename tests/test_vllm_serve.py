@@ -81,7 +81,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
         expected.append(json.loads(done.stdout))
     port = _port()
     command = [sys.executable, "-m", "lad", "serve", "--calibration", str(calibration)]
-    command += ["--port", str(port), "--max-queue", str(QUEUE)]
+    command += ["--port", str(port), "--max-queue", str(QUEUE), "--image-root", str(folder)]
     log = (folder / "server.log").open("w")
     proc = subprocess.Popen(command, env=engine_env(), stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -121,7 +121,8 @@ def _same(got: dict[str, Any], want: dict[str, Any]) -> None:
         (b"{not json", 400, "not JSON"),
         ({"images": ["a.png", "b.png"]}, 400, "exactly one of 'query'"),
         ({"query": "x", "images": ["a.png"]}, 400, "at least 2"),
-        ({"query": "x", "images": ["/no/such.png", "/no/b.png"]}, 400, "/no/such.png"),
+        ({"query": "x", "images": ["no-such.png", "b.png"]}, 400, "no-such.png"),
+        ({"query": "x", "images": ["/etc/hostname", "b.png"]}, 400, "outside"),
         ({"query": "x", "texts": ["a", "b"], "images": ["c"]}, 400, "exactly one of 'images'"),
         ({"query": "x", "colour": 1}, 400, "unknown field 'colour'"),
     ],

@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "serve",
         "serve debiased N-way choices over HTTP (vLLM)",
         'Load the model in vLLM\'s async engine and answer POST /choose with JSON {"query" or '
-        '"question", "images" (paths on this machine) or "texts"}: lad predict --json\'s '
+        '"question", "images" (paths inside --image-root) or "texts"}: lad predict --json\'s '
         "answer. Concurrent requests are batched by the engine; past --max-queue in flight the "
         "answer is 503. docs/backends.md, 'Serving'.",
         "lad serve --model Qwen/Qwen2.5-VL-3B-Instruct --calibration cal.json --port 8000",
@@ -42,6 +42,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--calibration", type=InputPath, required=True, help="calibration.json (lad calibrate)"
     )
+    p.add_argument(
+        "--image-root",
+        type=InputPath,
+        default=".",
+        metavar="DIR",
+        help="the one folder requests' picture paths may name, symlinks resolved (default: .)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     add_whole(p, "--port", minimum=1, default=8000, help="port to listen on")
     add_whole(p, "--max-queue", minimum=1, default=64, help="requests in flight before 503")
@@ -54,5 +61,11 @@ def _serve(args: argparse.Namespace) -> int:
     from lad.run.serve import serve
 
     debiaser = _debiaser(args, top_k=args.top_k, tau=args.tau).load(args.calibration)
-    serve(debiaser, host=args.host, port=args.port, max_queue=args.max_queue)
+    serve(
+        debiaser,
+        host=args.host,
+        port=args.port,
+        max_queue=args.max_queue,
+        image_root=args.image_root,
+    )
     return 0

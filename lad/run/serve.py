@@ -1,13 +1,14 @@
 """`lad serve`: debiased N-way choices over HTTP on vLLM's async engine (docs/backends.md,
 "Serving").
 
-POST /choose with JSON {"query": caption} or {"question": text}, and {"images": [paths on the
-server]} or {"texts": [candidates]}: the answer is `lad predict --json`'s (lad.run.debiaser.Choice:
-vanilla and LAD choices, P before and after, the posterior π, the layers L*). Each HTTP request
-is its own item, its engine requests carry their own capture tags, and they go to the engine at
-once: the engine batches concurrent requests itself (continuous batching). At most `max_queue`
-requests are in flight; past that the answer is 503 at once. Bad input is a 4xx with one line,
-{"error": ...}, before any model work. GET /health says whether the engine is up.
+POST /choose with JSON {"query": caption} or {"question": text}, and {"images": [paths inside the
+server's image root, relative to it or absolute]} or {"texts": [candidates]}: the answer is `lad
+predict --json`'s (lad.run.debiaser.Choice: vanilla and LAD choices, P before and after, the
+posterior π, the layers L*). Each HTTP request is its own item, its engine requests carry their own
+capture tags, and they go to the engine at once: the engine batches concurrent requests itself
+(continuous batching). At most `max_queue` requests are in flight; past that the answer is 503 at
+once. Bad input is a 4xx with one line, {"error": ...}, before any model work. GET /health says
+whether the engine is up.
 Served by uvicorn (an ASGI server) on a starlette app, both vLLM dependencies.
 """
 
@@ -32,6 +33,7 @@ class Service:
     debiaser: Any  # lad.run.debiaser.Debiaser, fitted (its backend: a VllmBackend without LLM)
     engine: Any  # vllm AsyncLLM
     max_queue: int
+    image_root: Path = Path(".")  # the only folder request paths may name (lad.io.files.within)
     in_flight: int = 0
     served: int = 0
     _ids: Any = field(default_factory=itertools.count)
@@ -42,7 +44,7 @@ class Service:
         from lad.core.labels import get_scheme
         from lad.core.records import RecordSet
 
-        item = await asyncio.to_thread(_item, body, next(self._ids))
+        item = await asyncio.to_thread(_item, body, next(self._ids), self.image_root)
         deb = self.debiaser
         template = deb._template([item])
         labels = deb.check_calibration_for(item.num_candidates, template)
@@ -80,10 +82,12 @@ def _tags(planned: Any) -> list[str]:
     return [planned.tags[b] for b, _ in planned.asks]
 
 
-def _item(body: Any, number: int) -> Any:
-    """The HTTP body as an Item, or a LadError naming what is wrong (lad predict's checks)."""
+def _item(body: Any, number: int, image_root: Path) -> Any:
+    """The HTTP body as an Item, or a LadError naming what is wrong (lad predict's checks); its
+    pictures are paths inside `image_root`, symlinks resolved."""
     from lad.data.items import Item
     from lad.io import limits
+    from lad.io.files import within
     from lad.io.images import check_image
 
     if not isinstance(body, dict):
@@ -109,9 +113,10 @@ def _item(body: Any, number: int) -> Any:
         if not all(t.strip() for t in given):
             raise LadError("'texts' holds an empty candidate")
         return Item(f"request-{number}", text, [], 0, question=question, candidates=list(given))
-    for image in given:
-        check_image(image)
-    return Item(f"request-{number}", text, [Path(p) for p in given], 0, question=question)
+    paths = [within(image_root, p, what=f"'images'[{k}]: ") for k, p in enumerate(given)]
+    for path in paths:
+        check_image(path)
+    return Item(f"request-{number}", text, paths, 0, question=question)
 
 
 def app(service_factory: Any) -> Any:
@@ -176,6 +181,7 @@ def serve(
     host: str = HOST,
     port: int = 8000,
     max_queue: int = 64,
+    image_root: str | Path = ".",
     engine_args: dict[str, Any] | None = None,
 ) -> None:
     """Run the service until interrupted. `debiaser`: fitted (a loaded calibration), unloaded."""
@@ -185,6 +191,9 @@ def serve(
 
     if max_queue < 1:
         raise LadError(f"--max-queue must be >= 1. Got {max_queue}.")
+    image_root = Path(image_root).resolve()
+    if not image_root.is_dir():
+        raise LadError(f"--image-root {image_root}: no such folder")
     spec = debiaser.spec
     ckpt, args = engine_setup(
         str(spec.model),
@@ -205,7 +214,7 @@ def serve(
         backend.check_installed(await engine.collective_rpc("lad_install"))
         debiaser._backend = backend
         print(f"lad serve: listening on http://{host}:{port} (POST /choose)", flush=True)
-        return Service(debiaser, engine, max_queue)
+        return Service(debiaser, engine, max_queue, image_root)
 
     config = uvicorn.Config(app(factory), host=host, port=port, log_level="warning")
     uvicorn.Server(config).run()

@@ -484,10 +484,11 @@ def _replies(
     return prompt, lead, seqs
 
 
-def _no_cache_logits(model: Any, inputs: dict[str, Any], prefix: list[int]) -> torch.Tensor:
-    """Next-token logits (V,) after the prompt and `prefix`: one full forward, no cache."""
-    out = model(**extend_inputs(inputs, prefix), use_cache=False, logits_to_keep=1)
-    return out.logits[0, -1]
+def _teacher_forced(model: Any, inputs: dict[str, Any], seq: list[int]) -> list[torch.Tensor]:
+    """Next-token logits after the prompt and each `seq[:i]`, i < len(seq): one full forward of
+    the prompt and `seq[:-1]`, no cache (the causal mask makes each position its own prefix's)."""
+    out = model(**extend_inputs(inputs, seq[:-1]), use_cache=False, logits_to_keep=len(seq))
+    return list(out.logits[0])
 
 
 @torch.no_grad()
@@ -496,11 +497,12 @@ def _brute_force(
     req: tuple[Item, int, list[int]],
     scheme_name: str,
     n: int,
-    next_logits: Callable[[Any, dict[str, Any], list[int]], torch.Tensor] = _no_cache_logits,
+    next_logits: Callable[[Any, dict[str, Any], list[int]], torch.Tensor] | None = None,
 ):
     """log P(c_k|x): a softmax over the valid next tokens at every branching prefix of the
     template-rendered replies, each prefix's logits from `next_logits` on the reference model
-    (transformers' own eager attention and masks; by default one full forward without a cache)."""
+    (transformers' own eager attention and masks; by default one full forward without a cache per
+    reply, read at every prefix of it)."""
     from PIL import Image
 
     item, _, order = req
@@ -528,7 +530,10 @@ def _brute_force(
             valid = sorted({s[i] for s in seqs if len(s) > i and tuple(s[:i]) == prefix})
             if len(valid) == 1:
                 continue
-            if prefix not in logits:
+            if prefix not in logits and next_logits is None:
+                for j, row in enumerate(_teacher_forced(real.reference, inputs, seq)):
+                    logits.setdefault(tuple(seq[:j]), row.double())
+            elif prefix not in logits:
                 logits[prefix] = next_logits(real.reference, inputs, list(prefix)).double()
             total[k] += float(logits[prefix][valid].log_softmax(-1)[valid.index(token)])
     return total, lead, seqs

@@ -169,7 +169,49 @@ def decoder_attention(model: Any) -> list[torch.nn.Module]:
 
 def install(model: Any) -> None:
     """Capture the decoder's attention through SDPA, wrapped while each of its attention
-    modules runs (the wrapper is removed when it returns or raises)."""
+    modules runs (the wrapper is removed when it returns or raises); each prompt's pictures
+    through the vision tower on their own (`_PerPrompt`)."""
     for module in decoder_attention(model):
         module.register_forward_pre_hook(_enter)
         module.register_forward_hook(_leave, always_call=True)
+    visual = getattr(model, "visual", None)
+    if isinstance(visual, torch.nn.Module):
+        _PerPrompt(model, visual)
+
+
+class _PerPrompt:
+    """The vision tower called once per prompt of a batch, on that prompt's pictures only, as
+    the prompt alone would call it. LLaVA-OneVision-1.5's RICE-ViT puts a class token before
+    each picture and, taking them out again, offsets every picture by one token only, so a
+    picture's features shift with the pictures before it in the call (checked on the published
+    code): one call per prompt keeps a batch's records those of each prompt alone. The prompts'
+    picture counts come from their image tokens (a forward pre-hook on the model)."""
+
+    def __init__(self, model: Any, visual: torch.nn.Module) -> None:
+        self.forward, self.merge = visual.forward, visual.spatial_merge_size
+        self.image_token = model.config.image_token_id
+        self.tokens: list[int] = []  # image tokens per prompt of the running forward
+        model.register_forward_pre_hook(self.prompts, with_kwargs=True)
+        visual.forward = self.per_prompt
+
+    def prompts(self, _model: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self.tokens = [] if ids is None else (ids == self.image_token).sum(-1).tolist()
+
+    def per_prompt(self, pixels: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any) -> Any:
+        sizes = grid_thw.prod(-1).tolist()  # patches per picture
+        groups, taken, exact = [], 0, True  # each prompt's pictures: [first, last)
+        for tokens in (t for t in self.tokens if t):
+            first = taken
+            while tokens > 0 and taken < len(sizes):
+                tokens -= sizes[taken] // self.merge**2
+                taken += 1
+            groups.append((first, taken))
+            exact = exact and tokens == 0
+        if len(groups) < 2 or taken != len(sizes) or not exact:  # one prompt, or not known
+            return self.forward(pixels, grid_thw=grid_thw, **kwargs)
+        starts = [0, *torch.tensor(sizes).cumsum(0).tolist()]
+        return torch.cat([
+            self.forward(pixels[starts[a] : starts[b]], grid_thw=grid_thw[a:b], **kwargs)
+            for a, b in groups
+        ])  # fmt: skip

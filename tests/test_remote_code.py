@@ -194,39 +194,46 @@ def test_debiaser_and_the_cli(
 
 
 def test_table1_runs_the_papers_model_beside_its_row(
-    folders: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    folders: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """`lad suite run table1 --model <folder> --trust-remote-code` on the fixture COCO: the
-    folder (named as the hub id) is the paper's LLaVA-OneVision-8B, whose row is printed beside
-    lad's, and each cell is a `lad eval` run directory."""
-    from lad.cli import main
+    """table1 with the folder (named as the hub id) as its model and trust_remote_code (what
+    `lad suite run table1 --model <folder> --trust-remote-code` runs) on the fixture COCO: the
+    folder is the paper's LLaVA-OneVision-8B, whose row is laid beside lad's, and the cell is a
+    `lad eval` run directory made with trust_remote_code."""
+    import dataclasses
+
+    from lad.evaluate import run_suite
     from lad.suites import load_suite
     from tests.data_fixtures import write_coco
 
-    write_coco(tmp_path / "COCO", count=12)
+    write_coco(tmp_path / "COCO")
     suite = load_suite("table1")
+    coco = dataclasses.replace(
+        suite.benchmarks["coco"],
+        paths={"images": "images", "captions": "captions.json", "instances": "instances.json"},
+    )
     cell = "coco random N=4"
-    text = (Path(__file__).parent.parent / "lad" / "suites" / "table1.toml").read_text()
-    cells = text[: text.index("[[cells]]")] + f'[[cells]]\nid = "{cell}"\nbenchmark = "coco"\n'
-    cells += 'setting = "random"\nnum_candidates = 4\n'
-    body = text[text.index("[paper.") :]
-    mine = tmp_path / "table1.toml"
-    mine.write_text(
-        cells.replace("items = 1000", "items = 3").replace("num_shuffles = 5", "num_shuffles = 1")
-        .replace('methods = ["vanilla", "instruction", "cot", "pride", "blank", '
-                 '"self-consistency", "lad"]', 'methods = ["vanilla", "pride", "lad"]')
-        .replace('images = "val2014"', 'images = "images"')
-        .replace('"annotations/captions_val2014.json"', '"captions.json"')
-        .replace('"annotations/instances_val2014.json"', '"instances.json"')
-        + body
-    )  # fmt: skip
-    args = ["suite", "run", str(mine), "--model", str(folders[0]), "--trust-remote-code"]
-    args += ["--data-root", str(tmp_path), "--out", str(tmp_path / "out")]
-    assert main(args) == 0
-    printed = capsys.readouterr().out
-    assert "paper LLaVA-OneVision-8B" in printed and "Qwen2.5-VL-3B" not in printed.split("\n")[-3]
-    (run,) = [p.parent for p in (tmp_path / "out").glob("*/*/run.json")]
+    settings = {"methods": ("vanilla", "pride", "lad"), "items": 3, "num_shuffles": 1}
+    suite = dataclasses.replace(
+        suite,
+        benchmarks={**suite.benchmarks, "coco": coco},
+        cells=[c for c in suite.cells if c.id == cell],
+        settings={**settings, "device": "cpu"},
+    )
+    said: list[str] = []
+    result = run_suite(suite, tmp_path / "out", data_roots=[str(tmp_path)],
+                       model=str(folders[0]), trust_remote_code=True, say=said.append)  # fmt: skip
+    assert said == [f"[1/1] LLaVA-OneVision-8B · {cell}: running"]
+    run = result.runs["LLaVA-OneVision-8B"][cell]
     arguments = json.loads((run / "run.json").read_text())["arguments"]
     assert arguments["trust_remote_code"] is True and arguments["model"] == str(folders[0])
+    lad = json.loads((run / "metrics.json").read_text())["methods"]["lad"]
+    rows = {r.source: r.values for r in result.rows if (r.cell, r.method) == (cell, "lad")}
+    assert rows["lad LLaVA-OneVision-8B"] == pytest.approx(
+        [lad[k] for k in ("acc", "acc_std", "rstd", "cons")]
+    )
     paper = suite.paper["LLaVA-OneVision-8B"][cell]["lad"]
-    assert paper["acc"] > 0
+    assert rows["paper LLaVA-OneVision-8B"] == [
+        paper[k] for k in ("acc", "acc_std", "rstd", "cons")
+    ]
+    assert f"{cell}" in result.table and "LLaVA-OneVision-8B" in result.table

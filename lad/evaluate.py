@@ -310,11 +310,13 @@ def run_suite(
     model: str | None = None,
     compare: str | None = None,
     say: Callable[[str], None] = print,
+    trust_remote_code: bool = False,
 ) -> SuiteResult:
     """Run every cell of `suite` (lad.suites.Suite) for its models, or for `model` alone, into
     out/<model>/<cell>/ (one `lad eval` run directory each; a finished one is skipped), and lay
     the numbers out beside the paper's. Every benchmark folder is checked first, and every
-    cell's data converted, before any model work."""
+    cell's data converted, before any model work. trust_remote_code: the models' own code may
+    run (RecordSpec.trust_remote_code)."""
     from lad.suites.data import benchmark_roots, cell_data, check_data
     from lad.suites.table import format_suite_table, table_rows
 
@@ -331,6 +333,7 @@ def run_suite(
             data = cell_data(suite, cell, roots, out, settings)
             n = cell.num_candidates or one_n(data["data"])
             stated = {**settings, **data, "model": path, "quiet": True}
+            stated["trust_remote_code"] = trust_remote_code or None
             config = eval_config(preset, **stated, **({"num_candidates": n} if n else {}))
             plans.append((label, cell, config, child(child(out, slug(label)), cell.slug)))
     backends: dict = {}

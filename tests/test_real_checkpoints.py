@@ -254,8 +254,8 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     source = _source(name)
     if "auto_map" in json.loads((source / "config.json").read_text()):
         pytest.skip(
-            f"{name}: remote code (config.json auto_map), which lad does not run yet "
-            "(docs/backends.md, 'Without a row')"
+            f"{name}: remote code (config.json auto_map), run under the transformers its code "
+            "needs by tests/test_remote_code.py (docs/backends.md, 'Remote code')"
         )
     out = tmp_path_factory.mktemp("real") / name
     return _load_both(name, _save_shrunk(source, _shrink(AutoConfig.from_pretrained(source)), out))

@@ -22,7 +22,7 @@ FIXTURE_RUN = Path(__file__).parent / "data" / "run-d76e89a" / "partial" / "run.
 def test_record_fields_are_the_arguments_run_json_has_always_held():
     stored = json.loads(FIXTURE_RUN.read_text())["arguments"]
     # Added since d76e89a: a run.json without them reads them as their defaults (check_same).
-    added = {"engine": "hf"}
+    added = {"engine": "hf", "trust_remote_code": False}
     assert set(RECORD_FIELDS) == set(stored) | set(added)
     assert eval_config().identity() == {**stored, **added, "items": None, "num_shuffles": 5,
                                        "calibration_items": None, "batch_size": 4}  # fmt: skip

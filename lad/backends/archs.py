@@ -27,6 +27,10 @@ class Arch:
                   size["shortest_edge"]..size["longest_edge"] (lad's min_pixels / max_pixels).
     packed_vision: the vision tower runs through lad.backends.vision (all images and windows of
         a batch in one attention call per layer).
+    remote_code: the transformers release the model's own code (shipped with the checkpoint,
+        config.json auto_map) is written for; loaded with trust_remote_code in an environment
+        that has it, captured by lad.backends.remote, each image's span read from the token ids
+        (its markers around the image tokens). None: transformers' own model.
     """
 
     name: str
@@ -36,6 +40,7 @@ class Arch:
     mrope: bool = False
     pixel_budget: bool = False
     packed_vision: bool = False
+    remote_code: str | None = None
 
     def processor_options(self, options: dict[str, Any] | None) -> dict[str, Any]:
         """The processor call's keyword arguments: this architecture's defaults, updated by the
@@ -108,6 +113,15 @@ ARCHS: tuple[Arch, ...] = (
         pixel_budget=True,
     ),
     Arch("LLaVA-OneVision", ("llava_onevision",)),
+    # RICE-ViT + Qwen3, 28 px per token as Qwen2.5-VL, 1-D RoPE; its code pins transformers 4.53.1.
+    Arch(
+        "LLaVA-OneVision-1.5",
+        ("llavaonevision1_5",),
+        _QWEN_MARKERS,
+        _QWEN_PIXELS,
+        pixel_budget=True,
+        remote_code="4.53.1",
+    ),
     Arch("InternVL", ("internvl",), ("<img>", "</img>"), {"crop_to_patches": False}),
     Arch("Idefics3/SmolVLM", ("idefics3", "smolvlm"), image_options={"do_image_splitting": False}),
     Arch("Gemma3", ("gemma3",), ("<start_of_image>", "<end_of_image>")),

@@ -99,15 +99,34 @@ def demo_model_path() -> Path:
     return shipped_model_path("demo")
 
 
-def load_error(model: str, e: Exception, weights: bool = False) -> BackendError:
-    """One line for a model that fails to load, naming its weight files when those failed."""
+def load_error(model: str, e: Exception, weights: bool = False, note: str = "") -> BackendError:
+    """One line for a model that fails to load, naming its weight files when those failed;
+    `note` (remote_code_note) follows it."""
     what = repr(model)
     if weights and Path(model).is_dir():
         files = sorted(p.name for p in Path(model).iterdir() if p.suffix in _WEIGHT_SUFFIXES)
         what = f"{model!r} (its weights: {', '.join(files) or 'none found'})"
     detail = " ".join(str(e).split())
     detail = detail if len(detail) <= 300 else detail[:300] + " …"
-    return BackendError(f"cannot load model {what}: {type(e).__name__}: {detail}")
+    return BackendError(f"cannot load model {what}: {type(e).__name__}: {detail}{note}")
+
+
+def remote_code_note(model: str) -> str:
+    """For a local checkpoint of a remote-code row (Arch.remote_code): which transformers its
+    code is written for, and how to get it; else ""."""
+    from lad.backends.archs import ARCHS
+
+    path = Path(model) / "config.json"
+    config = read_json(path, BackendError, "model config") if path.is_file() else None
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    for arch in ARCHS:
+        if arch.remote_code and kind in arch.model_types:
+            version = arch.remote_code
+            return (
+                f" ({arch.name}'s own code is written for transformers {version}: run lad in an "
+                f"environment with transformers=={version}, docs/backends.md, 'Remote code')"
+            )
+    return ""
 
 
 _WEIGHT_SUFFIXES = (".bin", ".safetensors", ".pt", ".pth")

@@ -152,9 +152,8 @@ def decode(
         if deltas is not None:
             pos = (pos + deltas).unsqueeze(0).expand(3, -1, -1)  # (3, R, 1)
         ids = token[:, None]  # (R, 1)
-        out = backend.model(
-            input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True
-        )
+        step = dict(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        out = backend.model(**step, **backend.forward.cache(cache))
         logits = out.logits[:, -1].float()
     table = torch.stack(steps, dim=1).tolist()  # (R, steps)
     return [[t for t in row if t >= 0] for row in table]

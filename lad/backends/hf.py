@@ -41,6 +41,7 @@ from lad.backends.prompting import (
     load_image,
     reply_tokens,
 )
+from lad.backends.remote import Forward
 from lad.backends.scoring import (
     LabelTrie,
     Prefix,
@@ -102,6 +103,7 @@ class Backend:
         self.image_token: int | None = getattr(model.config, "image_token_id", None)
         self.text_only = arch is text_lm.TEXT_ARCH  # a causal LM of text alone (no pictures)
         self.device = next(model.parameters()).device
+        self.forward = Forward.of(model)  # its cache argument's name, logits_to_keep or not
         self._tries: dict[tuple[str, int], LabelTrie] = {}
         self._round_tripped: set[tuple[str, str, int]] = set()  # (template, scheme, N) checked
         self._end_of_answer: int | None = None
@@ -341,22 +343,23 @@ class Backend:
         masking leaves the prompt's computation as it was, and no cache has to be kept.
         """
         d = len(append)
-        kwargs = dict(_extend(inputs, append), use_cache=keep_cache, logits_to_keep=d + 1)
+        kwargs = dict(_extend(inputs, append), use_cache=keep_cache)
         if not self.arch.mrope:
             kwargs["position_ids"] = _positions(kwargs["attention_mask"])
+        last = self.forward.last_logits(self.model, kwargs, d + 1)  # logits of d + 1 steps only
         if capture == "eager":
-            with self._eager_text_attention():
+            with self._eager_text_attention(), last:
                 out = self.model(**kwargs, output_attentions=True)
             rows = cap.eager_rows(out.attentions, self.attention_layers, d)
         else:
-            with cap.capturing(offset=d) as captured:
+            with cap.capturing(offset=d) as captured, last:
                 out = self.model(**kwargs)
             rows = cap.stack_rows(
                 captured.rows, self.attention_layers, self.device, self.model.config
             )
         logits = out.logits.float()  # (B, D + 1, V)
         paths = logits[:, None, 1:] if d else None  # (B, 1, D, V)
-        return Prefill(logits[:, 0], out.cache, rows, paths)
+        return Prefill(logits[:, 0], self.forward.cache_of(out), rows, paths)
 
     @torch.no_grad()
     def decode_paths(self, trie: LabelTrie, pre: Prefill, mask: torch.Tensor) -> torch.Tensor:
@@ -378,9 +381,8 @@ class Backend:
         if self.arch.mrope:
             deltas = self.model.model.rope_deltas.repeat_interleave(m, dim=0)
             pos = (pos + deltas).unsqueeze(0).expand(3, -1, -1)  # (3, B*M, D)
-        out = self.model(
-            input_ids=ids, attention_mask=full_mask, position_ids=pos, cache=cache, use_cache=True
-        )
+        steps = dict(input_ids=ids, attention_mask=full_mask, position_ids=pos, use_cache=True)
+        out = self.model(**steps, **self.forward.cache(cache))
         return out.logits.float().reshape(b, m, d, -1)
 
     # ----------------------------------------------------------------- internals
@@ -476,12 +478,14 @@ class Backend:
         return RepetitionPenalty(float(p), seen)
 
     def set_text_attention(self, impl: str) -> None:
-        """The language model's attention implementation (a text-only model has no text_config:
-        a dict naming one would be ignored without a word)."""
+        """The language model's attention (a text-only model has no text_config to name)."""
         self.model.set_attn_implementation(impl if self.text_only else {"text_config": impl})
 
     @contextmanager
     def _eager_text_attention(self) -> Iterator[None]:
+        if self.arch.remote_code:
+            why = f"lad does not switch {self.arch.name}'s own code to eager attention"
+            raise BackendError(f"{self.model_id}: {why}; use capture='fast'")
         before = self.model.config.get_text_config()._attn_implementation
         self.set_text_attention("eager")
         try:

@@ -14,14 +14,15 @@ from typing import Any
 import torch
 
 from lad.backends import capture as cap
+from lad.backends import remote, vision
 from lad.backends import text as text_lm
-from lad.backends import vision
 from lad.backends.archs import Arch, arch_for
 from lad.backends.checkpoint import (
     _read_chat_template,
     check_model_path,
     check_remote_code,
     load_error,
+    remote_code_note,
     resolve_model,
     template_owner,
 )
@@ -89,7 +90,6 @@ def load_backend(
     check_remote_code(resolve_model(model), trust_remote_code)
     requested_threads(os.environ)  # a bad LAD_NUM_THREADS is refused before the weights load
     _read_chat_template(chat_template)
-    cap.register()
     dev = _resolve_device(device)
     torch_dtype = _resolve_dtype(dtype, dev)
     ckpt = open_checkpoint(
@@ -104,6 +104,10 @@ def load_backend(
     impl: Any = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
     if text_only:
         impl = cap.CAPTURE_IMPL
+    if arch.remote_code:  # its own SDPA attention, captured by lad.backends.remote's hooks
+        impl = "sdpa"
+    else:
+        cap.register()
     if arch.packed_vision:
         vision.register()
         impl["vision_config"] = vision.VISION_IMPL
@@ -114,10 +118,12 @@ def load_backend(
         with _progress_bars(not quiet), warnings.catch_warnings():
             # torch warns of a pickle's protocol before refusing it: the refusal is the one line
             warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
-            auto = AutoModelForCausalLM if text_only else AutoModelForImageTextToText
+            # remote code names its model class for AutoModelForCausalLM (config.json auto_map)
+            causal = text_only or arch.remote_code
+            auto = AutoModelForCausalLM if causal else AutoModelForImageTextToText
             net = auto.from_pretrained(
                 model,
-                dtype=torch_dtype,
+                **remote.dtype_argument(torch_dtype),
                 attn_implementation=impl,
                 trust_remote_code=trust_remote_code,
                 device_map="auto" if spread else None,
@@ -126,6 +132,8 @@ def load_backend(
         raise load_error(model, e, weights=True) from None
     if arch.packed_vision:
         vision.use_packed_vision(net)
+    if arch.remote_code:
+        remote.install(net)
     net = (net if spread else net.to(dev)).eval()
     backend = ckpt.backend(net, image_size, repetition_penalty)
     if dev.type == "cpu":
@@ -189,7 +197,8 @@ def open_checkpoint(
     except BackendError:
         raise
     except Exception as e:  # a damaged or foreign file: whatever its reader raises
-        raise load_error(model, e) from None
+        raise load_error(model, e, note=remote_code_note(model)) from None
+    remote.check_transformers(arch, str(model))
     options = arch.processor_options(image_options)  # refuses bad options before the weights load
     if template is not None:
         processor.chat_template = template

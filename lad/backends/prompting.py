@@ -13,12 +13,12 @@ from typing import Any
 
 # The tokenizer round-trip check lives in its own module; callers import it from here too.
 from lad.backends.roundtrip import check_round_trip as check_round_trip
+from lad.backends.spans import FIX as _FIX
+from lad.backends.spans import OffsetSpans, marked_spans
 from lad.core.prompts import CONTEXT_PLACEHOLDER, Part, prompt_parts
 from lad.errors import BackendError
 from lad.io import limits
 from lad.io.images import open_image
-
-_FIX = "pass a chat template that does with --chat-template FILE (chat_template= in Python)"
 
 
 def load_image(path: str | Path) -> Any:
@@ -254,20 +254,27 @@ def encode(
     """
     # A template that writes the BOS itself (Gemma3) must not get a second one from the tokenizer,
     # as transformers' own apply_chat_template(tokenize=True) does.
+    from lad.backends.remote import transformers_major
+
     bos = processor.tokenizer.bos_token
+    # transformers 4's processors (remote code's) cannot say where a placeholder expanded
+    where = {"return_text_replacement_offsets": True} if transformers_major() >= 5 else {}
     enc = processor(
         text=texts,
         images=images,
         add_special_tokens=not (bos and all(t.startswith(bos) for t in texts)),
         padding=True,
         return_tensors="pt",
-        return_text_replacement_offsets=True,
         return_offsets_mapping=True,
+        **where,
         **options,
     )
     inputs = dict(enc)
     offsets = inputs.pop("offset_mapping").numpy()  # (B, T, 2) character span of each token
     replacements = inputs.pop("text_replacement_offsets", None)
+    if replacements is None and len(markers) == 2:  # each image's tokens between its markers
+        ids = inputs["input_ids"].tolist()
+        return inputs, [marked_spans(row, image_token, markers, model) for row in ids]
     if replacements is None:  # a processor that cannot say where each placeholder expanded
         raise BackendError(
             f"{model}: its processor {type(processor).__name__} does not report where each "
@@ -279,48 +286,9 @@ def encode(
     for b in range(len(texts)):
         ids = inputs["input_ids"][b].tolist()
         chars = [r["new_span"] for r in replacements[b] if r.get("type") == "image"]
-        found = _Spans(processor.tokenizer, ids, offsets[b], image_token, markers)
+        found = OffsetSpans(processor.tokenizer, ids, offsets[b], image_token, markers)
         spans.append([found.span(k, c, placeholder, model) for k, c in enumerate(chars)])
     return inputs, spans
-
-
-@dataclass(frozen=True)
-class _Spans:
-    """One tokenised prompt, in which image spans are looked up by (expanded) character range."""
-
-    tokenizer: Any
-    ids: list[int]
-    offsets: Any  # (T, 2) numpy array
-    image_token: int
-    markers: list[int]
-
-    def span(self, k: int, chars: tuple[int, int], placeholder: str, model: str) -> tuple[int, int]:
-        start, end = self.offsets[:, 0], self.offsets[:, 1]
-        within = (start >= chars[0]) & (end <= chars[1]) & (end > start)
-        inside = within.nonzero()[0].tolist()
-        while inside and self._blank(inside[0]):
-            inside.pop(0)
-        while inside and self._blank(inside[-1]):
-            inside.pop()
-        if not any(self.ids[i] == self.image_token for i in inside):
-            raise BackendError(
-                f"{model}: image {k + 1}'s placeholder {placeholder!r} expanded to characters "
-                f"{chars[0]}..{chars[1]} of the prompt, but no image token (id {self.image_token}, "
-                f"the config's image_token_id) was found there, so lad cannot tell which tokens "
-                f"are the image (Eq. 6); {_FIX}"
-            )
-        lo, hi = inside[0], inside[-1] + 1
-        if lo > 0 and self.ids[lo - 1] in self.markers:
-            lo -= 1
-        if hi < len(self.ids) and self.ids[hi] in self.markers:
-            hi += 1
-        return lo, hi
-
-    def _blank(self, i: int) -> bool:
-        """Plain whitespace (Gemma3's processor wraps each picture in blank lines)."""
-        if self.ids[i] == self.image_token:
-            return False
-        return not self.tokenizer.decode([self.ids[i]], skip_special_tokens=False).strip()
 
 
 @dataclass(frozen=True)

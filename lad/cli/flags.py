@@ -339,6 +339,18 @@ def add_image_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_trust_remote_code_flag(p: Any) -> None:
+    """--trust-remote-code: run a checkpoint's own code (config.json auto_map); unstated: None."""
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        default=None,
+        help="run the modeling code a checkpoint ships (config.json auto_map), e.g. "
+        "LLaVA-OneVision-1.5's, in an environment with the transformers it needs "
+        "(docs/backends.md, 'Remote code'); off by default",
+    )
+
+
 def add_repetition_penalty_flag(p: argparse.ArgumentParser) -> None:
     """--repetition-penalty: defines the records (run.json, calibration.json)."""
     p.add_argument(

@@ -22,6 +22,7 @@ from lad.cli.flags import (
     add_preset_flag,
     add_quiet_flag,
     add_repetition_penalty_flag,
+    add_trust_remote_code_flag,
     add_whole,
     check_layer_range_flag,
     command,
@@ -47,6 +48,7 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = DEFAULTS.mode
         "(pictures), 'text-demo' (text options; docs/demo-model.md)",
     )
     p.add_argument("--device", default=DEFAULTS.device, help="auto, cpu, cuda or cuda:N")
+    add_trust_remote_code_flag(p)
     p.add_argument(
         "--engine",
         default="hf",
@@ -406,6 +408,7 @@ def _debiaser(args: argparse.Namespace, **more: Any) -> Any:
     from lad.run.debiaser import Debiaser
 
     names = ("labels", "device", "dtype", "quiet", "chat_template", "image_size", "engine")
+    names += ("trust_remote_code",)
     return Debiaser(
         args.model,
         preset=args.preset,

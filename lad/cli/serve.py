@@ -9,6 +9,7 @@ from lad.cli.flags import (
     add_image_flags,
     add_labels_flag,
     add_lad_flags,
+    add_trust_remote_code_flag,
     add_whole,
     command,
     model_path,
@@ -29,6 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         '["a.png", "b.png", "c.png", "d.png"]}\'',
     )
     p.add_argument("--model", type=model_path, default="demo", help="hub id, local path or 'demo'")
+    add_trust_remote_code_flag(p)
     p.add_argument(
         "--dtype",
         default="auto",

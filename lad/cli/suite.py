@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from lad.cli.flags import InputPath, OutputPath, command, model_path
+from lad.cli.flags import InputPath, OutputPath, add_trust_remote_code_flag, command, model_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=model_path,
         help="run this model alone (default: the suite's models); a suite model's name works",
     )
+    add_trust_remote_code_flag(run)
     run.add_argument(
         "--compare", metavar="NAME", help="the paper's model the difference line is against"
     )
@@ -61,7 +62,12 @@ def _run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite)
     check_output_dir(args.out)
     result = run_suite(
-        suite, args.out, data_roots=args.data_root, model=args.model, compare=args.compare
+        suite,
+        args.out,
+        data_roots=args.data_root,
+        model=args.model,
+        compare=args.compare,
+        trust_remote_code=bool(args.trust_remote_code),
     )
     print(result.table)
     print(f"\nrun directories: {args.out}/<model>/<cell>/")

@@ -56,6 +56,7 @@ class LadLM(LM):
         top_k: int | str = ChoiceOptions.top_k,
         tau: float | str = ChoiceOptions.tau,
         check_calibration: bool | str = True,
+        trust_remote_code: bool | str = False,
         **unused: Any,
     ) -> None:
         super().__init__()
@@ -64,7 +65,7 @@ class LadLM(LM):
             raise LadError(
                 f"--model lad got model_args it does not take: {sorted(unused)}; it takes "
                 "pretrained, method, calibration, calibration_items, device, dtype, batch_size, "
-                "top_k, tau, check_calibration"
+                "top_k, tau, check_calibration, trust_remote_code"
             )
         batch = str(batch_size or 1)
         if not batch.isdigit():  # lm-eval's "auto" / "auto:4"
@@ -80,6 +81,7 @@ class LadLM(LM):
             top_k=int(top_k),
             tau=float(tau),
             check_calibration=model_arg_bool("check_calibration", check_calibration),
+            trust_remote_code=model_arg_bool("trust_remote_code", trust_remote_code),
         )
         self.scorer = ContextScorer(self.options)
 

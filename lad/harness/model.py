@@ -57,6 +57,7 @@ class LadModel(lmms):
         image_size: int | str | None = None,
         adapter: str | None = None,
         check_calibration: bool | str = True,
+        trust_remote_code: bool | str = False,
         **unused: Any,
     ) -> None:
         super().__init__()
@@ -78,6 +79,7 @@ class LadModel(lmms):
             output=str(output),
             image_size=_parse(image_size, int),
             check_calibration=model_arg_bool("check_calibration", check_calibration),
+            trust_remote_code=model_arg_bool("trust_remote_code", trust_remote_code),
         )
         self.adapter = _parse(adapter, str)
         self.scorer = PictureScorer(self.options)

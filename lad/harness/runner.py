@@ -57,6 +57,7 @@ class HarnessOptions:
     output: str = "lad-harness"  # audit folders and the pictures' files
     image_size: int | None = None
     check_calibration: bool = True  # False: a calibration file is checked for N and layers only
+    trust_remote_code: bool = False  # run the checkpoint's own code (RecordSpec)
 
     def __post_init__(self) -> None:
         get_scheme(self.labels)
@@ -152,7 +153,7 @@ class PictureScorer:
         )
         self.base = Debiaser(
             RecordSpec(options.model, options.labels, template and template.text, None,
-                       options.image_size),
+                       options.image_size, trust_remote_code=options.trust_remote_code),
             MethodOptions(top_k=options.top_k, tau=options.tau, labels=options.labels),
             batch_size=options.batch_size,
             device=options.device,

@@ -55,6 +55,7 @@ class ChoiceOptions:
     top_k: int = MethodOptions.top_k
     tau: float = MethodOptions.tau
     check_calibration: bool = True  # False: a calibration file is checked for N and layers only
+    trust_remote_code: bool = False  # run the checkpoint's own code (RecordSpec)
 
     def __post_init__(self) -> None:
         items = ("calibration_items", self.calibration_items, "<items file of text questions>")
@@ -68,7 +69,11 @@ class ContextScorer:
 
     def __init__(self, options: ChoiceOptions, backend: Any = None) -> None:
         self.options = options
-        spec = RecordSpec(options.model, chat_template=str(PLAIN_CHAT_TEMPLATE))
+        spec = RecordSpec(
+            options.model,
+            chat_template=str(PLAIN_CHAT_TEMPLATE),
+            trust_remote_code=options.trust_remote_code,
+        )
         self.base = Debiaser(
             spec,
             MethodOptions(top_k=options.top_k, tau=options.tau),

@@ -202,6 +202,7 @@ def serve(
         image_size=spec.image_size,
         chat_template=spec.chat_template,
         repetition_penalty=spec.penalty(),
+        trust_remote_code=spec.trust_remote_code,
         engine_args=engine_args,
     )
 

@@ -47,6 +47,8 @@ class RecordSpec:
     image_options: processor options over the architecture's defaults (max_pixels, ...).
     repetition_penalty: the label steps' logits penalised as `generate` does; "model": the
         model's generation_config's; None: none.
+    trust_remote_code: run the code a checkpoint ships (config.json auto_map), as
+        LLaVA-OneVision-1.5's; off by default (lad.backends.load_backend).
     """
 
     model: str = "demo"
@@ -56,6 +58,7 @@ class RecordSpec:
     image_size: int | None = None
     image_options: Mapping[str, Any] = field(default_factory=dict)
     repetition_penalty: float | str | None = None
+    trust_remote_code: bool = False
 
     def check(self) -> RecordSpec:
         """Refuse a value out of range, before any model work; returns self."""
@@ -169,6 +172,7 @@ class RecordSpec:
             image_size=self.image_size,
             chat_template=self.chat_template,
             repetition_penalty=self.penalty(),
+            trust_remote_code=self.trust_remote_code,
             quiet=quiet,
             threads=threads,
             pictures=pictures,

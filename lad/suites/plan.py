@@ -24,7 +24,8 @@ class SuiteResult:
 
 def suite_models(suite: Suite, model: str | None) -> list[tuple[str, str]]:
     """(label, path) of each model to run: `model` (labelled by the suite's name for it, when it
-    is one of the suite's), else the suite's."""
+    is one of the suite's: its name, its hub id, or a local folder named as the hub id's last
+    part, the copy `hf download` makes), else the suite's."""
     if model is None:
         if not suite.models:
             raise LadError(f"suite {suite.name} names no model; pass --model")
@@ -32,6 +33,10 @@ def suite_models(suite: Suite, model: str | None) -> list[tuple[str, str]]:
     for m in suite.models:
         if model in (m.name, m.path):
             return [(m.name, m.path)]
+    folder = Path(model)
+    for m in suite.models:
+        if folder.is_dir() and folder.name == m.path.rsplit("/", 1)[-1]:
+            return [(m.name, model)]
     return [(model, model)]
 
 

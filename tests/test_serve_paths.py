@@ -1,4 +1,4 @@
-"""`lad serve` reads only pictures inside its image root (lad.io.files.within): a client names no
+"""`lad serve` reads only pictures inside its image root (lad.io.files.inside): a client names no
 other file of the server's, by `..`, an absolute path or a symlink. No engine is needed."""
 
 from __future__ import annotations
@@ -36,3 +36,8 @@ def test_a_path_that_lands_outside_the_root_is_refused_in_one_line(root: Path, e
     with pytest.raises(LadError, match=r"'images'\[1\]: .* is outside") as e:
         _item({"query": "x", "images": ["a.png", path]}, 0, root)
     assert "\n" not in str(e.value)
+
+
+def test_a_missing_picture_is_named(root: Path) -> None:
+    with pytest.raises(LadError, match=r"'images'\[1\]: 'gone.png' is no file in"):
+        _item({"query": "x", "images": ["a.png", "gone.png"]}, 0, root)

@@ -212,16 +212,6 @@ def below(root: PathLike, path: str, error: type[LadError] = LadError, what: str
     return Path(root) / path
 
 
-def within(root: PathLike, path: str, error: type[LadError] = LadError, what: str = "") -> Path:
-    """`path` (relative to `root`, or absolute) resolved, symlinks too, and refused as `error`
-    unless it lies inside `root`: the rule for paths a client names on a server's disk."""
-    base = Path(root).resolve()
-    resolved = (base / path).resolve()
-    if "\0" in str(path) or not resolved.is_relative_to(base):
-        raise error(f"{what}{path!r} is outside {base}, the folder this server reads from")
-    return resolved
-
-
 def read_json(path: PathLike, error: type[LadError] = LadError, what: str = "JSON file") -> Any:
     """Parse a JSON file; a missing file, a folder, non-UTF-8 bytes or bad JSON is `error`
     naming the file (and the line)."""

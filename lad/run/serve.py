@@ -33,7 +33,7 @@ class Service:
     debiaser: Any  # lad.run.debiaser.Debiaser, fitted (its backend: a VllmBackend without LLM)
     engine: Any  # vllm AsyncLLM
     max_queue: int
-    image_root: Path = Path(".")  # the only folder request paths may name (lad.io.files.within)
+    image_root: Path = Path(".")  # the only folder request paths may name (lad.io.files.inside)
     in_flight: int = 0
     served: int = 0
     _ids: Any = field(default_factory=itertools.count)
@@ -87,7 +87,7 @@ def _item(body: Any, number: int, image_root: Path) -> Any:
     pictures are paths inside `image_root`, symlinks resolved."""
     from lad.data.items import Item
     from lad.io import limits
-    from lad.io.files import within
+    from lad.io.files import inside, outside
     from lad.io.images import check_image
 
     if not isinstance(body, dict):
@@ -113,8 +113,11 @@ def _item(body: Any, number: int, image_root: Path) -> Any:
         if not all(t.strip() for t in given):
             raise LadError("'texts' holds an empty candidate")
         return Item(f"request-{number}", text, [], 0, question=question, candidates=list(given))
-    paths = [within(image_root, p, what=f"'images'[{k}]: ") for k, p in enumerate(given)]
-    for path in paths:
+    paths = [inside(image_root, p) for p in given]
+    for k, (path, named) in enumerate(zip(paths, given, strict=True)):
+        if path is None:
+            where = "is outside" if outside(image_root, named) else "is no file in"
+            raise LadError(f"'images'[{k}]: {named!r} {where} {image_root}, the server's pictures")
         check_image(path)
     return Item(f"request-{number}", text, paths, 0, question=question)
 

@@ -13,7 +13,6 @@ from lad.core.methods import (
     log_mixture_prior,
     predict,
     score,
-    score_methods,
     selected_layers,
 )
 from lad.core.metrics import compute_metrics
@@ -226,8 +225,6 @@ def test_errors_are_clear():
     records = one_record()
     with pytest.raises(LadError, match="Unknown method 'ours'"):
         score("ours", records)
-    with pytest.raises(LadError, match="Unknown method 'ours'"):
-        score_methods(["vanilla", "ours"], records)
     with pytest.raises(CalibrationError, match="comes from a calibration"):
         score("lad", records)
     with pytest.raises(

@@ -76,42 +76,26 @@ _QWEN_PIXELS = {"size": {"shortest_edge": 56 * 56, "longest_edge": 256 * 28 * 28
 # tokens, the model's own minimum); 256 tokens at most, as for Qwen2.5-VL.
 _QWEN3_PIXELS = {"size": {"shortest_edge": 256 * 256, "longest_edge": 256 * 32 * 32}}
 
+
+def _qwen(name: str, model_type: str, pixels: dict[str, Any], packed_vision: bool) -> Arch:
+    """A Qwen row: its vision markers, a pixel budget, M-RoPE."""
+    return Arch(
+        name,
+        (model_type,),
+        _QWEN_MARKERS,
+        pixels,
+        mrope=True,
+        pixel_budget=True,
+        packed_vision=packed_vision,
+    )
+
+
 ARCHS: tuple[Arch, ...] = (
     Arch("LLaVA-1.5", ("llava",)),
-    Arch(
-        "Qwen2-VL",
-        ("qwen2_vl",),
-        _QWEN_MARKERS,
-        _QWEN_PIXELS,
-        mrope=True,
-        pixel_budget=True,
-        packed_vision=True,
-    ),
-    Arch(
-        "Qwen2.5-VL",
-        ("qwen2_5_vl",),
-        _QWEN_MARKERS,
-        _QWEN_PIXELS,
-        mrope=True,
-        pixel_budget=True,
-        packed_vision=True,
-    ),
-    Arch(
-        "Qwen3-VL",
-        ("qwen3_vl",),
-        _QWEN_MARKERS,
-        _QWEN3_PIXELS,
-        mrope=True,
-        pixel_budget=True,
-    ),
-    Arch(
-        "Qwen3.5",
-        ("qwen3_5",),
-        _QWEN_MARKERS,
-        _QWEN3_PIXELS,
-        mrope=True,
-        pixel_budget=True,
-    ),
+    _qwen("Qwen2-VL", "qwen2_vl", _QWEN_PIXELS, packed_vision=True),
+    _qwen("Qwen2.5-VL", "qwen2_5_vl", _QWEN_PIXELS, packed_vision=True),
+    _qwen("Qwen3-VL", "qwen3_vl", _QWEN3_PIXELS, packed_vision=False),
+    _qwen("Qwen3.5", "qwen3_5", _QWEN3_PIXELS, packed_vision=False),
     Arch("LLaVA-OneVision", ("llava_onevision",)),
     # RICE-ViT + Qwen3, 28 px per token as Qwen2.5-VL, 1-D RoPE; its code pins transformers 4.53.1.
     Arch(

@@ -259,7 +259,7 @@ def _run_import(args: argparse.Namespace) -> int:
 
 def _register_released(commands: argparse._SubParsersAction, benchmark: Benchmark) -> None:
     """`lad data <benchmark>` for a released benchmark (lad.data.benchmarks)."""
-    p = _add(commands, benchmark.name, benchmark.help, benchmark.example)
+    p = _add(commands, benchmark.name, benchmark.description, benchmark.example)
     title = benchmark.title
     if benchmark.embedded:
         p.add_argument(

@@ -437,16 +437,3 @@ def choose(
         return scores, _generated_choice(method, records, options)[1]
     return scores, scores.argmax(axis=1)
 
-
-def score_methods(
-    methods: list[str],
-    records: RecordSet,
-    calibration: Calibration | None = None,
-    options: MethodOptions = MethodOptions(),
-    perm_records: RecordSet | None = None,
-) -> dict[str, np.ndarray]:
-    """{method: (R, N) scores} for several methods (unknown names fail before any work)."""
-    for method in methods:
-        if method not in METHODS:
-            score(method, records)  # raises the unknown-method error
-    return {m: score(m, records, calibration, options, perm_records) for m in methods}

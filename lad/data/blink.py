@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lad.data.questions import HUB_HELP, Benchmark, Row, require, strings
+from lad.data.questions import Benchmark, Row, require, strings
 from lad.data.released import Options, Written, convert
 from lad.data.rules import (
     ANSWER_NOT_AN_OPTION,
@@ -32,6 +32,7 @@ from lad.data.rules import (
     Choice,
     answer_position,
     first_reason,
+    named_choice,
     option_letters,
     ordinal_image,
     pictures_named,
@@ -78,15 +79,15 @@ def choose(row: Row) -> Choice | str:
         return first_reason(answer, moved)
     task = str(row.fields.get("sub_task") or "")
     idx = str(require(row, "idx"))
-    return Choice(
+    return named_choice(
+        cells,
+        placed,
+        shown,
+        letters,
+        answer,
         item=f"blink-{safe_name(idx)}",
         task=task,
         question=question,
-        candidates=[cells[k] for k in candidates],
-        context=[cells[k] for k in context],
-        answer=candidates.index(shown[answer]) if isinstance(answer, int) else None,
-        unanswered=answer if isinstance(answer, str) else None,
-        replies=[letters[shown.index(k)] for k in candidates],
         extra={"source": "blink", "task": task, "blink_idx": idx},
     )
 
@@ -99,7 +100,6 @@ BENCHMARK = Benchmark(
     embedded=True,
     hub="BLINK-Benchmark/BLINK",
     example="lad data blink BLINK/Visual_Similarity --out blink-similarity.jsonl",
-    help=HUB_HELP.format(title="BLINK", hub="BLINK-Benchmark/BLINK"),
     harness_keys=("idx", "question", "choices", "answer", "image_1"),
 )
 

@@ -64,6 +64,7 @@ from lad.data.rules import (
     REFERENCE_NOT_FIRST,
     Choice,
     answer_position,
+    named_choice,
     ordinal_image,
     pictures_named,
 )
@@ -201,15 +202,15 @@ def choose(row: Row) -> Choice | str:
     moved = picture_question_reason(asked, len(context), len(candidates))
     if moved is not None:
         return moved
-    return Choice(
+    return named_choice(
+        paths,
+        placed,
+        shown,
+        letters,
+        answer,
         item=f"{task}-{row.index:05d}",
         task=task,
         question=asked,
-        candidates=[paths[k] for k in candidates],
-        context=[paths[k] for k in context],
-        answer=candidates.index(shown[answer]),
-        unanswered=None,
-        replies=[letters[shown.index(k)] for k in candidates],
         extra={"source": "mmiu", "task": task, "mmiu_index": row.index},
     )
 

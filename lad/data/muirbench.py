@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.data.items import CONTEXT_PLACEHOLDER
-from lad.data.questions import HUB_HELP, Benchmark, Row, require, strings
+from lad.data.questions import Benchmark, Row, require, strings
 from lad.data.released import Options, Written, convert
 from lad.data.rules import (
     ANSWER_NOT_AN_OPTION,
@@ -103,7 +103,6 @@ BENCHMARK = Benchmark(
     hub="MUIRBENCH/MUIRBENCH",
     example="lad data muirbench MUIRBENCH/data --task 'Image-Text Matching' -n 4 "
     "--out muirbench-itm.jsonl",
-    help=HUB_HELP.format(title="MuirBench", hub="MUIRBENCH/MUIRBENCH"),
     harness_keys=("idx", "question", "options", "answer", "image_list"),
 )
 

@@ -44,7 +44,7 @@ class Benchmark:
     harness_keys: the keys an lmms-eval document of its task has (lad.harness.adapters; empty:
                 no adapter).
     task_of:    a row's task from its fields (default: the task_field's value).
-    help:       the command's description (--help).
+    help:       the command's description (--help; default: HUB_HELP's, for a hub dataset).
     files:      the question files it reads, for --help (rows that name picture files).
     """
 
@@ -60,6 +60,10 @@ class Benchmark:
     task_of: Callable[[dict[str, Any]], str] | None = None
     help: str = ""
     files: str = ""
+
+    @property
+    def description(self) -> str:
+        return self.help or HUB_HELP.format(title=self.title, hub=self.hub)
 
     def task(self, fields: dict[str, Any]) -> str:
         if self.task_of is not None:

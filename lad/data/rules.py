@@ -131,6 +131,28 @@ def pictures_named(
     return sorted(named), context
 
 
+def named_choice(
+    pictures: Sequence[Any],
+    placed: tuple[list[int], list[int]],
+    shown: list[int],
+    letters: Sequence[str],
+    answer: int | str,
+    **asked: Any,
+) -> Choice:
+    """The Choice of a question whose option k names picture `shown[k]` of its `pictures`:
+    `placed` is pictures_named's (candidates, context), `answer` the right option or why there
+    is none, `asked` the Choice's item, task, question and extra."""
+    candidates, context = placed
+    return Choice(
+        candidates=[pictures[k] for k in candidates],
+        context=[pictures[k] for k in context],
+        answer=candidates.index(shown[answer]) if isinstance(answer, int) else None,
+        unanswered=answer if isinstance(answer, str) else None,
+        replies=[letters[shown.index(k)] for k in candidates],
+        **asked,
+    )
+
+
 def first_reason(answer: int | str, reason: str) -> str:
     """The reason a row is skipped: a fault of its answer first, as the converters always have."""
     return answer if isinstance(answer, str) else reason

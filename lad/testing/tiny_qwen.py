@@ -46,17 +46,8 @@ def _qwen_config(v25: bool) -> Callable[[Any, TinySize], Any]:
                 "mrope_section": section,
             },
         }
-        ids = {
-            name: tok.convert_tokens_to_ids(token)
-            for name, token in (
-                ("image_token_id", "<|image_pad|>"),
-                ("video_token_id", "<|video_pad|>"),
-                ("vision_start_token_id", "<|vision_start|>"),
-                ("vision_end_token_id", "<|vision_end|>"),
-            )
-        }
         cls = Qwen2_5_VLConfig if v25 else Qwen2VLConfig
-        return cls(text_config=text, vision_config=_qwen_vision(s, v25), **ids)
+        return cls(text_config=text, vision_config=_qwen_vision(s, v25), **_ids(tok))
 
     return build
 

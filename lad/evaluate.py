@@ -152,7 +152,7 @@ def _evaluate(
         config.methods,
         config.method_options,
         write_report=report,
-        check_calibration=config.calibration_check,
+        check_calibration=config.check_calibration,
     )
 
 
@@ -259,7 +259,7 @@ def evaluate_mixed(
             run_dir,
             config.methods,
             config.method_options,
-            check_calibration=config.calibration_check,
+            check_calibration=config.check_calibration,
         )
 
 

@@ -371,7 +371,7 @@ def test_missing_prerequisites_are_listed_not_raised():
 
 
 def test_tau_infinity_everywhere_writes_valid_json(run4, tmp_path):
-    result = ablate([run4], AblateOptions(tau=math.inf, sizes=(2,), subsets=2))
+    result = ablate([run4], AblateOptions(MethodOptions(tau=math.inf), sizes=(2,), subsets=2))
     write_ablation(result, tmp_path)
     table4 = json.loads((tmp_path / "table4_ablation.json").read_text())
     assert {r["options"]["tau"] for r in table4["data"]["rows"]} == {"inf"}
@@ -406,9 +406,11 @@ def test_bad_inputs(tmp_path, run4, capsys):
         load_run(run)
     with pytest.raises(RunError, match="given twice"):
         load_runs([tmp_path / "r", tmp_path / "r"])
-    for bad in ({"subsets": 0}, {"sizes": (0,)}, {"taus": (-1.0,)}, {"ks": ()}, {"top_k": 0}):
+    for bad in ({"subsets": 0}, {"sizes": (0,)}, {"taus": (-1.0,)}, {"ks": ()}):
         with pytest.raises(LadError, match="parameter must"):
             AblateOptions(**bad)
+    with pytest.raises(LadError, match="labels and obs_mean are each run's own"):
+        AblateOptions(MethodOptions(obs_mean="logit"))
     with pytest.raises(LadError, match="Unknown analyses"):
         ablate([run4], only=["table9"])
     with pytest.raises(LadError, match="no runs given"):
@@ -429,7 +431,9 @@ def test_bad_inputs(tmp_path, run4, capsys):
 
 
 def test_variants_of_the_official_code(run4):
-    options = AblateOptions(obs_mean="logit", mixture="log", attn_mean="raw", layer_range=(3, 11))
+    options = AblateOptions(
+        MethodOptions(mixture="log", attn_mean="raw", layer_range=(3, 11)), obs_mean="logit"
+    )
     table = ablate([run4], options, only=["table4"]).tables[0]
     logit = Calibration(obs_mean="logit").fit(run4.calibration_records)
     rows = rows_by(table, "strategy", "prior", "k")
@@ -638,7 +642,7 @@ def test_no_calibration_check_is_honoured_for_transfer(tmp_path, capsys):
     runs = load_runs([native, at336])
     with pytest.raises(AnalysisError, match="--no-calibration-check"):
         transfer_table(runs)
-    table = transfer_table(runs, AblateOptions(calibration_check=False))
+    table = transfer_table(runs, AblateOptions(check_calibration=False))
     pairs = {(p["calibration"], p["records"], p["method"]): p for p in table.data["pairs"]}
     assert len(pairs) == 6 and not table.missing
     moved = pairs["native", "at336", "lad"]["transferred"]["acc"]
@@ -646,7 +650,7 @@ def test_no_calibration_check_is_honoured_for_transfer(tmp_path, capsys):
     assert "without checking" in table.caption and "--no-calibration-check" in table.caption
     # N and the layer count are still checked.
     r8 = load_run(_cli_run(tmp_path, "r8", n=8))
-    unchecked = transfer_table([*runs, r8], AblateOptions(calibration_check=False))
+    unchecked = transfer_table([*runs, r8], AblateOptions(check_calibration=False))
     assert len(unchecked.missing) == 4 and all("same N" in m.reason for m in unchecked.missing)
 
     out = tmp_path / "out"
@@ -673,7 +677,7 @@ def test_a_missing_calibration_jsonl_is_named(tmp_path, capsys):
 def test_top_k_above_the_layer_count_is_clamped_everywhere(run4, tmp_path, monkeypatch):
     import lad.outputs.ablate.report as report
 
-    options = AblateOptions(top_k=20, ks=(1, 20), sizes=(3,), subsets=2)
+    options = AblateOptions(MethodOptions(top_k=20), ks=(1, 20), sizes=(3,), subsets=2)
     result = ablate([run4], options, only=["table4", "fig6a", "fig6b", "table7", "table8"])
     assert not result.missing or all(m.analysis == "table8" for m in result.missing)
     tables = {t.key: t for t in result.tables}

@@ -320,7 +320,7 @@ def test_a_calibration_from_another_template_is_refused(qwen, tmp_path, capsys, 
         evaluate(eval_config(**given), tmp_path / "mine")
     assert not (tmp_path / "mine" / "records.jsonl").exists()  # refused before any model work
     assert asked == []
-    result = evaluate(eval_config(**given, calibration_check=False), tmp_path / "mine")
+    result = evaluate(eval_config(**given, check_calibration=False), tmp_path / "mine")
     assert result is not None and "lad" in result.metrics["methods"]
     queries = [it.query for it in read_items(data)]
     assert sorted(asked) == sorted(

@@ -119,6 +119,7 @@ def _ablate(args: argparse.Namespace) -> int:
         lad eval -n 8 --out runs/n8
         lad ablate runs/n4 runs/n8 --out runs/ablate
     """
+    from lad.core.methods import MethodOptions
     from lad.outputs.ablate import AblateOptions, ablate, load_runs, write_ablation
     from lad.outputs.ablate.report import FILES, missing_text
 
@@ -126,8 +127,10 @@ def _ablate(args: argparse.Namespace) -> int:
         raise LadError("--out is needed with several runs")
     out = Path(args.out) if args.out else Path(args.runs[0]) / "ablate"
     variants = resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range"))
-    options = options_from(AblateOptions, args, **variants)
-    runs = load_runs(args.runs, check_calibration=args.calibration_check)
+    refit = variants.pop("obs_mean", None)  # each run's own Eq. 1 average unless stated
+    method = options_from(MethodOptions, args, obs_mean=MethodOptions.obs_mean, **variants)
+    options = options_from(AblateOptions, args, options=method, obs_mean=refit)
+    runs = load_runs(args.runs, check_calibration=args.check_calibration)
     result = ablate(runs, options, args.only)
     if not result.tables:
         reasons = "".join(f"\n  {missing_text(m)}" for m in result.missing)

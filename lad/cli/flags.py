@@ -287,7 +287,7 @@ def add_lad_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--blank-alpha",
         type=_blank_alpha,
-        default=1.0,
+        default=DEFAULTS.blank_alpha,
         help="α of the blank method (CapCal): a number >= 0, or entropy for α = H(P(·|x)) / "
         "log N (default: %(default)s)",
     )
@@ -431,7 +431,7 @@ def add_calibration_check_flag(p: argparse.ArgumentParser) -> None:
     that does not say which."""
     p.add_argument(
         "--no-calibration-check",
-        dest="calibration_check",
+        dest="check_calibration",
         action="store_false",
         help="use a calibration made with another model, label scheme or prompt template, or "
         "one that does not say which (N and the layer count are still checked)",

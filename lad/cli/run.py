@@ -381,7 +381,7 @@ def _predict(args: argparse.Namespace) -> int:
         args,
         top_k=args.top_k,
         tau=args.tau,
-        check_calibration=args.calibration_check,
+        check_calibration=args.check_calibration,
         **{name: getattr(args, name) for name in ("obs_mean", "mixture", "attn_mean")},
         layer_range=args.layer_range,
     ).load(args.calibration)

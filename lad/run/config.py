@@ -67,7 +67,7 @@ class EvalConfig:
     options: MethodOptions = field(default_factory=MethodOptions, metadata=SCORING)
     methods: tuple[str, ...] = scoring(DEFAULT_METHODS)
     quiet: bool = scoring(False)
-    calibration_check: bool = scoring(True)  # refuse a calibration of another model, scheme, prompt
+    check_calibration: bool = scoring(True)  # refuse a calibration of another model, scheme, prompt
 
     def __getattr__(self, name: str) -> Any:
         """A field of the spec or of the options, as the config's own."""

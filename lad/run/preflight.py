@@ -144,7 +144,7 @@ def check_given_calibration(config: EvalConfig) -> Calibration:
         calibration.check_compatible(
             fingerprint=config.spec.fingerprint(config.num_candidates),
             obs_mean=config.obs_mean,
-            strict=config.calibration_check,
+            strict=config.check_calibration,
             require_fingerprint=True,
         )
     except CalibrationError as e:

@@ -114,7 +114,7 @@ def transfer_table(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Ta
         for target in runs:
             if source is target:
                 continue
-            reason = _transfer_refusal(source, target, options.calibration_check)
+            reason = _transfer_refusal(source, target, options.check_calibration)
             if reason:
                 missing.append(Missing("table3", reason))
                 continue
@@ -147,7 +147,7 @@ def transfer_table(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Ta
         "A → B applies run A's calibration (fitted on A's calibration records) to run B's "
         "records; the last three columns are B with its own calibration. Vanilla uses no "
         f"calibration. {settings_note(options, runs=runs)}. "
-        + ("" if options.calibration_check else UNCHECKED)
+        + ("" if options.check_calibration else UNCHECKED)
         + calibration_note(runs),
         ["A → B", "Method", "Acc", "RStd", "Cons.", "Acc (own)", "RStd (own)", "Cons. (own)"],
         rows,

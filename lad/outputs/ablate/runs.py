@@ -53,7 +53,9 @@ class AnalysisError(LadError):
 class AblateOptions:
     """The settings the analyses sweep (defaults: the paper's).
 
-    top_k, tau:  K and τ wherever they are not the swept quantity (paper: 2 and 5).
+    options:     lad.core.methods.MethodOptions wherever they are not the swept quantity (K, τ,
+                 the official-code variants mixture, attn_mean, layer_range; docs/methods.md);
+                 its labels and obs_mean are each run's own.
     ks:          K of Table 4's "Dynamic ✓" rows.
     sizes:       |D_cal| of Figure 6(a).
     taus:        τ of Figure 6(b); 0 and math.inf are the limits (uniform, one-hot π).
@@ -62,16 +64,14 @@ class AblateOptions:
     calibration_items: refit each run's calibration on a seeded random subset of this many of
                  its calibration items for every analysis but Figure 6(a) (e.g. 5, the paper's
                  |D_cal|, from a run made with --calibration-items 100); None: calibration.json.
-    obs_mean, mixture, attn_mean, layer_range: MethodOptions' official-code variants for every
-                 analysis (docs/methods.md). obs_mean None: each run's calibration.json's own;
-                 another refits the calibration from the run's calibration records.
-    calibration_check: Table 3 refuses to apply a calibration to records of another model, label
+    obs_mean:    None: each run's calibration.json's Eq. 1 average; another refits the
+                 calibration from the run's calibration records under it.
+    check_calibration: Table 3 refuses to apply a calibration to records of another model, label
                  scheme, prompt, chat template or picture preparation; False accepts them (N and
                  the layer count must still match), as lad ablate --no-calibration-check.
     """
 
-    top_k: int = MethodOptions.top_k
-    tau: float = MethodOptions.tau
+    options: MethodOptions = field(default_factory=MethodOptions)
     ks: tuple[int, ...] = (1, 2, 4, 8)
     sizes: tuple[int, ...] = (1, 5, 10, 20, 50, 100)
     taus: tuple[float, ...] = (0.0, 1.0, 3.0, 5.0, 7.0, 9.0, math.inf)
@@ -79,13 +79,17 @@ class AblateOptions:
     seed: int = 0
     calibration_items: int | None = None
     obs_mean: str | None = None
-    mixture: str = MethodOptions.mixture
-    attn_mean: str = MethodOptions.attn_mean
-    layer_range: tuple[int, int] | None = None
-    calibration_check: bool = True
+    check_calibration: bool = True
 
     def __post_init__(self) -> None:
-        self.method_options()  # validates K, τ and the variants
+        own = MethodOptions()
+        if (self.options.labels, self.options.obs_mean) != (own.labels, own.obs_mean):
+            raise LadError(
+                "The 'options' parameter's labels and obs_mean are each run's own; refit "
+                "calibrations under another Eq. 1 average with AblateOptions(obs_mean=...)"
+            )
+        if self.obs_mean is not None:
+            MethodOptions(obs_mean=self.obs_mean)
         for tau in self.taus:
             MethodOptions(tau=tau)
         for name in ("ks", "sizes"):
@@ -101,18 +105,6 @@ class AblateOptions:
             )
         if self.subsets < 1:
             raise LadError(f"The 'subsets' parameter must be >= 1. Got {self.subsets!r}.")
-
-    def method_options(self, **changes: Any) -> MethodOptions:
-        """MethodOptions with these K, τ and variants, then `changes`."""
-        values = {
-            "top_k": self.top_k,
-            "tau": self.tau,
-            "obs_mean": self.obs_mean or "prob",
-            "mixture": self.mixture,
-            "attn_mean": self.attn_mean,
-            "layer_range": None if self.layer_range is None else tuple(self.layer_range),
-        }
-        return MethodOptions(**{**values, **changes})
 
 
 DEFAULTS = AblateOptions()
@@ -171,8 +163,11 @@ class Run:
         and its calibration's Eq. 1 average (`obs_mean`), then `changes`. A K above the layers
         Eq. 9 searches is clamped to them ("K (= all L)", `searched_layers`)."""
         labels = self.arguments.get("labels", "digits")
-        opts = (ablation or DEFAULTS).method_options(
-            labels=labels, obs_mean=self.calibration.obs_mean, **changes
+        opts = dataclasses.replace(
+            (ablation or DEFAULTS).options,
+            labels=labels,
+            obs_mean=self.calibration.obs_mean,
+            **changes,
         )
         searched = self.searched_layers(opts.layer_range)
         if 0 < searched < opts.top_k:  # asked for explicitly, as lad.core.methods wants
@@ -425,22 +420,23 @@ def summary(m: dict[str, Any]) -> dict[str, Any]:
 def settings_note(options: AblateOptions, tau: bool = True, runs: Sequence[Run] = ()) -> str:
     """K, τ and any official-code variant, for a caption; K says where `runs` have fewer layers
     than K to choose from ("K = 8 (= all 4 for r4)")."""
-    parts = [f"K = {k_note(options, runs)}"] + ([f"τ = {tau_label(options.tau)}"] if tau else [])
-    defaults = {"mixture": "prob", "attn_mean": "log", "layer_range": None}
+    chosen, paper = options.options, MethodOptions()
+    parts = [f"K = {k_note(options, runs)}"] + ([f"τ = {tau_label(chosen.tau)}"] if tau else [])
     parts += [
-        f"{name} = {getattr(options, name)}"
-        for name, default in defaults.items()
-        if getattr(options, name) != default
+        f"{name} = {getattr(chosen, name)}"
+        for name in ("mixture", "attn_mean", "layer_range")
+        if getattr(chosen, name) != getattr(paper, name)
     ]
     return ", ".join(parts)
 
 
 def k_note(options: AblateOptions, runs: Sequence[Run] = (), k: int | None = None) -> str:
-    """K (default options.top_k) with "(= all L for RUN, ...)" where runs clamp it; "" else."""
-    k = options.top_k if k is None else k
+    """K (default options.options.top_k) with "(= all L for RUN, ...)" where runs clamp it; ""
+    else."""
+    k = options.options.top_k if k is None else k
     clamped: dict[str, list[str]] = {}
     for run in runs:
-        shown = run.k_text(k, options.layer_range)
+        shown = run.k_text(k, options.options.layer_range)
         if shown != str(k):
             clamped.setdefault(shown.partition(" ")[2], []).append(run.name)
     if not clamped:

@@ -42,7 +42,7 @@ from lad.run.stages import SOFA_GRID
 
 def ablation_rows(options: AblateOptions) -> list[tuple[str, bool, int | None, str, dict]]:
     """(strategy, prior, K, method, MethodOptions changes) of each Table 4 row."""
-    k = options.top_k
+    k = options.options.top_k
     rows = [
         ("Attn Readout", False, k, "attn", {}),
         ("Attn Readout", True, k, "attn-purified", {}),
@@ -62,7 +62,7 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
         for strategy, prior, k, method, changes in ablation_rows(options):
             opts = run.options(options, **changes)  # K above the layers searched: clamped
             m = run.metrics(method, opts)
-            shown_k = "–" if k is None else run.k_text(k, options.layer_range)
+            shown_k = "–" if k is None else run.k_text(k, options.options.layer_range)
             rows.append([run.name, strategy, "✓" if prior else "–", shown_k, *score_cells(m)])
             data.append(
                 {

@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lad.backends.hf import _batches, evidence
+from lad.backends.batches import batched
+from lad.backends.hf import evidence
 from lad.backends.scoring import LabelTrie, label_logprobs
 from lad.errors import BackendError
 
@@ -84,9 +85,9 @@ def test_batches_split_on_size_and_on_candidate_count() -> None:
             self.is_text = False  # picture candidates (Item.is_text)
 
     reqs = [(It(n), 0, []) for n in (4, 4, 4, 8, 8, 4)]
-    sizes = [[r[0].num_candidates for r in b] for b in _batches(reqs, 2)]
+    sizes = [[r[0].num_candidates for r in b] for b in batched(reqs, 2)]
     assert sizes == [[4, 4], [4], [8, 8], [4]]
     texts = [It(4) for _ in range(3)]
     texts[1].is_text = True  # one kind of candidate per batch, too
-    kinds = [[r[0].is_text for r in b] for b in _batches([(t, 0, []) for t in texts], 4)]
+    kinds = [[r[0].is_text for r in b] for b in batched([(t, 0, []) for t in texts], 4)]
     assert kinds == [[False], [True], [False]]

@@ -42,7 +42,7 @@ class Encoded:
 
 
 @dataclass
-class _Queued:
+class Queued:
     """A batch whose forward and scoring are queued on the device, results not read yet."""
 
     encoded: Encoded
@@ -51,7 +51,7 @@ class _Queued:
     logprobs: torch.Tensor
 
 
-def _check_finite(
+def check_finite(
     batch: list[Request], logprobs: torch.Tensor, evidences: list[torch.Tensor]
 ) -> None:
     """Refuse NaN/inf (e.g. a float16 overflow) before any record of the batch is written."""
@@ -63,7 +63,7 @@ def _check_finite(
             )
 
 
-def _extend(inputs: dict[str, Any], tokens: Prefix) -> dict[str, Any]:
+def extend_inputs(inputs: dict[str, Any], tokens: Prefix) -> dict[str, Any]:
     """The prompts' inputs with the same `tokens` appended to every row (rows end aligned)."""
     if not tokens:
         return dict(inputs)
@@ -77,12 +77,12 @@ def _extend(inputs: dict[str, Any], tokens: Prefix) -> dict[str, Any]:
     return out
 
 
-def _positions(mask: torch.Tensor) -> torch.Tensor:
+def positions(mask: torch.Tensor) -> torch.Tensor:
     """Position ids that skip left padding: (B, T)."""
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def _check_order(item: Item, order: list[int]) -> None:
+def check_order(item: Item, order: list[int]) -> None:
     if sorted(order) != list(range(item.num_candidates)):
         raise BackendError(
             f"item {item.id!r}: order {order} is not a permutation of its "
@@ -90,7 +90,7 @@ def _check_order(item: Item, order: list[int]) -> None:
         )
 
 
-def _batches(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
+def batched(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
     """Consecutive requests, at most `size` per batch, one N per batch (the trie depends on N) and
     one kind of candidate (pictures or texts)."""
     batch: list[Request] = []

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from lad.backends.hf import Backend, Prefill, _batches, _positions
+from lad.backends.batches import Prefill, batched, positions
+from lad.backends.hf import Backend
 from lad.core.labels import LabelScheme
 from lad.core.records import Record
 
@@ -65,8 +66,10 @@ def generation_records(
     batch_size: int = 1,
 ) -> Iterator[Record]:
     """One record per request, its replies in `extra`, yielded as each batch finishes."""
-    for batch in _batches(requests, batch_size):
-        records, pre, inputs = backend.prompt_pass(batch, template, scheme, keep_cache=True)
+    for batch in batched(requests, batch_size):
+        records, pre, inputs = backend.score_prepared(
+            backend.prepare(batch, template, scheme), keep_cache=True
+        )
         generators = [_generator(options.seed, it.id, t, backend.device) for it, t, _ in batch]
         paths = decode(backend, pre, inputs["attention_mask"], generators, options)
         tok = backend.processor.tokenizer
@@ -148,7 +151,7 @@ def decode(
         if bool(done.all()) or step == options.max_new_tokens - 1:
             break
         mask = torch.cat([mask, mask.new_ones((rows, 1))], dim=1)
-        pos = _positions(mask)[:, -1:]  # (R, 1)
+        pos = positions(mask)[:, -1:]  # (R, 1)
         if deltas is not None:
             pos = (pos + deltas).unsqueeze(0).expand(3, -1, -1)  # (3, R, 1)
         ids = token[:, None]  # (R, 1)

@@ -23,12 +23,12 @@ from lad.backends.archs import Arch, attention_layers
 from lad.backends.batches import (
     Encoded,
     Prefill,
-    _batches,
-    _check_finite,
-    _check_order,
-    _extend,
-    _positions,
-    _Queued,
+    Queued,
+    batched,
+    check_finite,
+    check_order,
+    extend_inputs,
+    positions,
 )
 from lad.backends.capture import evidence
 from lad.backends.pipeline import ProcessorPool, prefetched
@@ -150,14 +150,14 @@ class Backend:
         if prefetch < 0:
             raise BackendError(f"The 'prefetch' parameter must be >= 0. Got {prefetch}.")
         prepare = partial(self.prepare, template=template, scheme=scheme, pooled=prefetch > 0)
-        batches = prefetched(_batches(requests, batch_size), prepare, ahead=prefetch)
+        batches = prefetched(batched(requests, batch_size), prepare, ahead=prefetch)
         if not self.overlap:
             for encoded in batches:
                 yield from self.score_prepared(encoded, capture)[0]
             return
         # On a GPU, batch b+1's forward is queued before batch b's results are read back, so the
         # device is not idle while the host turns b into records. Errors keep batch order.
-        queued: _Queued | None = None
+        queued: Queued | None = None
         while True:
             try:
                 encoded = next(batches, None)
@@ -208,7 +208,7 @@ class Backend:
         """
         n, is_text = batch[0][0].num_candidates, batch[0][0].is_text
         with self._processors.lock:  # the original processor's tokenizer
-            self.check_tokenizer(template, scheme, n, text=is_text)  # before the labels' tokens
+            self._check_tokenizer(template, scheme, n, text=is_text)  # before the labels' tokens
             trie = self.label_trie(scheme, n)
         images = None
         with self._processors.borrowed() if pooled else nullcontext(self.processor) as proc:
@@ -228,10 +228,10 @@ class Backend:
     ) -> tuple[list[str], list[list[Any]]]:
         """Chat-template texts and the images in presentation order, one per request."""
         texts, images = self._build_prompts(batch, template, scheme, self.processor)
-        self.check_tokenizer(template, scheme, batch[0][0].num_candidates)
+        self._check_tokenizer(template, scheme, batch[0][0].num_candidates)
         return texts, images
 
-    def check_tokenizer(
+    def _check_tokenizer(
         self,
         template: str | PromptTemplate,
         scheme: LabelScheme,
@@ -287,7 +287,7 @@ class Backend:
     ) -> tuple[list[str], list[list[Any]]]:
         texts, images = [], []
         for item, _, order in batch:
-            _check_order(item, order)
+            check_order(item, order)
             if self.text_only:
                 raise BackendError(
                     f"item {item.id!r}: {self.model_id} is a text-only causal LM and cannot be "
@@ -343,9 +343,9 @@ class Backend:
         masking leaves the prompt's computation as it was, and no cache has to be kept.
         """
         d = len(append)
-        kwargs = dict(_extend(inputs, append), use_cache=keep_cache)
+        kwargs = dict(extend_inputs(inputs, append), use_cache=keep_cache)
         if not self.arch.mrope:
-            kwargs["position_ids"] = _positions(kwargs["attention_mask"])
+            kwargs["position_ids"] = positions(kwargs["attention_mask"])
         last = self.forward.last_logits(self.model, kwargs, d + 1)  # logits of d + 1 steps only
         if capture == "eager":
             with self._eager_text_attention(), last:
@@ -362,7 +362,7 @@ class Backend:
         return Prefill(logits[:, 0], self.forward.cache_of(out), rows, paths)
 
     @torch.no_grad()
-    def decode_paths(self, trie: LabelTrie, pre: Prefill, mask: torch.Tensor) -> torch.Tensor:
+    def _decode_paths(self, trie: LabelTrie, pre: Prefill, mask: torch.Tensor) -> torch.Tensor:
         """Logits after each token of each trie path, reusing the prompt's cache: (B, M, D, V)."""
         b, m = mask.shape[0], len(trie.paths)
         d = max(len(p) for p in trie.paths)
@@ -377,7 +377,7 @@ class Backend:
             # hybrid model's recurrent states, which have no batch_repeat_interleave
             cache.reorder_cache(torch.arange(b, device=mask.device).repeat_interleave(m))
         full_mask = torch.cat([mask.repeat_interleave(m, dim=0), step_mask], dim=1)
-        pos = _positions(full_mask)[:, -d:]
+        pos = positions(full_mask)[:, -d:]
         if self.arch.mrope:
             deltas = self.model.model.rope_deltas.repeat_interleave(m, dim=0)
             pos = (pos + deltas).unsqueeze(0).expand(3, -1, -1)  # (3, B*M, D)
@@ -387,41 +387,28 @@ class Backend:
 
     # ----------------------------------------------------------------- internals
 
-    def prompt_pass(
-        self,
-        batch: list[Request],
-        template: str | PromptTemplate,
-        scheme: LabelScheme,
-        capture: str = "fast",
-        keep_cache: bool = False,
-    ) -> tuple[list[Record], Prefill, dict[str, Any]]:
-        """Records of one batch from one prompt forward; also that forward and its inputs.
-
-        keep_cache: the returned Prefill's cache still holds exactly the prompt (label decoding
-        runs on a copy), so generation can continue from the same pass.
-        """
-        return self.score_prepared(self.prepare(batch, template, scheme), capture, keep_cache)
-
     def score_prepared(
         self, encoded: Encoded, capture: str = "fast", keep_cache: bool = False
     ) -> tuple[list[Record], Prefill, dict[str, Any]]:
-        """`prompt_pass` of a batch already prepared (`prepare`): the model's part."""
+        """Records of one batch prepared by `prepare`, from one prompt forward; also that
+        forward and its inputs. keep_cache: the returned Prefill's cache still holds exactly the
+        prompt (label decoding runs on a copy), so generation can continue from the same pass."""
         return self._read(self._queue(encoded, capture, keep_cache))
 
-    def _queue(self, encoded: Encoded, capture: str, keep_cache: bool = False) -> _Queued:
+    def _queue(self, encoded: Encoded, capture: str, keep_cache: bool = False) -> Queued:
         """The batch's forward and scoring, queued on the device (on a CPU: done)."""
         inputs = self.to_device(encoded.inputs)
         pre, logprobs = self.score_encoded(inputs, encoded.spans, encoded.trie, capture, keep_cache)
-        return _Queued(encoded, inputs, pre, logprobs)
+        return Queued(encoded, inputs, pre, logprobs)
 
-    def _read(self, queued: _Queued) -> tuple[list[Record], Prefill, dict[str, Any]]:
+    def _read(self, queued: Queued) -> tuple[list[Record], Prefill, dict[str, Any]]:
         """Records of a queued batch: its results read back once, Eq. 6 summed on the host."""
         encoded, pre, inputs = queued.encoded, queued.prefill, queued.inputs
         batch, spans = encoded.batch, encoded.spans
         rows = pre.rows.cpu()  # (B, L, T)
         logprobs = queued.logprobs.cpu()
         evidences = [evidence(rows[b], spans[b]) for b in range(len(batch))]
-        _check_finite(batch, logprobs, evidences)
+        check_finite(batch, logprobs, evidences)
         lengths = encoded.inputs["attention_mask"].sum(-1).tolist()
         records = [
             Record(
@@ -465,7 +452,7 @@ class Backend:
                 kept = copy.deepcopy(pre.cache) if trie.paths and keep_cache else pre.cache
                 paths = None
                 if trie.paths:
-                    paths = self.decode_paths(trie, pre, inputs["attention_mask"])
+                    paths = self._decode_paths(trie, pre, inputs["attention_mask"])
                 pre = Prefill(pre.logits, kept, pre.rows)
         return pre, label_logprobs(trie, pre.logits, paths, self._penalty(inputs, pre.logits))
 

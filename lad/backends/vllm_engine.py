@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lad.backends.batches import Encoded, _batches, _check_finite
+from lad.backends.batches import Encoded, batched, check_finite
 from lad.backends.capture import evidence
 from lad.backends.hf import _span_key
 from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
@@ -325,7 +325,7 @@ def assemble(
     for b, (item, ordering, order) in enumerate(batch):
         rows = _merged_rows(planned.tags[b], taken, num_layers, item.id, ordering)
         attention = evidence(rows, planned.spans[b])
-        _check_finite([batch[b]], scores[b : b + 1], [attention])
+        check_finite([batch[b]], scores[b : b + 1], [attention])
         records.append(
             Record(
                 item=item.id,
@@ -438,7 +438,7 @@ class VllmBackend:
             )
         if batch_size < 1:
             raise BackendError(f"The 'batch_size' parameter must be >= 1. Got {batch_size}.")
-        for batch in _batches(requests, max(batch_size, WINDOW)):
+        for batch in batched(requests, max(batch_size, WINDOW)):
             planned = self.prepare(batch, template, scheme)
             try:
                 outputs = self.llm.generate(planned.prompts, planned.params, use_tqdm=False)

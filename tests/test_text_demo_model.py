@@ -140,7 +140,8 @@ def test_the_calibration_switch_a_harness_refusal_names_is_a_model_arg(run):
 
 
 def test_harness_model_args_read_check_calibration():
-    from lad.harness.runner import HarnessOptions, PictureScorer, model_arg_bool
+    from lad.harness.args import model_arg_bool
+    from lad.harness.runner import HarnessOptions, PictureScorer
 
     assert [model_arg_bool("x", v) for v in ("False", "true", "0", "1", False, True)] == [
         False, True, False, True, False, True,

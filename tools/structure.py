@@ -13,6 +13,13 @@ Two figures check "one concept, one place" (docs/architecture.md):
   name and write of a run directory goes through lad.run.rundir.RunDir.
 - input reads: the calls that parse an input or decide from one (`read_items`, `get_scheme`,
   `vanilla_template`), counted by function outside the module that defines each, with the files.
+
+And three of size and surface:
+- lines per capability: lad/'s lines split into the features lad had at commit 696e84e and
+  each capability added since (CAPABILITIES: its modules), so a round's growth is measured
+  apart from the old features' size.
+- Backend's public methods (lad.backends.hf.Backend: those without a leading underscore).
+- private names imported from another module of lad (`from lad.x import _name`), with where.
 """
 
 from __future__ import annotations
@@ -30,6 +37,18 @@ INPUT_READS = {  # function: the module defining it
     "get_scheme": "lad/core/labels.py",
     "vanilla_template": "lad/core/prompts.py",
 }
+# The capabilities added since commit 696e84e, each with its modules (paths below lad/, globs).
+CAPABILITIES = {
+    "vLLM engine": ("backends/vllm_engine.py", "backends/vllm_capture.py", "backends/engines.py"),
+    "lad serve": ("run/serve.py", "cli/serve.py"),
+    "blank method": ("core/blank.py", "data/blank.py"),
+    "Facet-Probe export": ("outputs/export.py", "cli/export.py"),
+    "order screen": ("data/screen.py",),
+    "Inspect harness": ("harness/inspect_*.py",),
+    "Qwen3 tiny builders": ("testing/tiny_qwen.py",),
+    "text demo": ("demo/text.py",),
+}
+BACKEND = ROOT / "backends" / "hf.py"
 
 
 def module_name(path: Path) -> str:
@@ -174,6 +193,39 @@ def input_reads(files: list[Path]) -> dict[str, list[str]]:
     return out
 
 
+def capability_lines(lines: dict[str, int]) -> dict[str, int]:
+    """Lines of each capability's modules, and "old features": the rest of lad/."""
+    sizes = {}
+    for name, globs in CAPABILITIES.items():
+        paths = {str(p.relative_to(ROOT.parent)) for g in globs for p in ROOT.glob(g)}
+        sizes[name] = sum(lines[p] for p in paths)
+    return {"old features": sum(lines.values()) - sum(sizes.values()), **sizes}
+
+
+def backend_public_methods() -> list[str]:
+    tree = ast.parse(BACKEND.read_text(encoding="utf-8"))
+    (backend,) = (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Backend")
+    return [
+        n.name
+        for n in backend.body
+        if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")
+    ]
+
+
+def private_imports(files: list[Path]) -> list[str]:
+    """`from lad.x import _name` statements (outside the package's own __init__), as
+    "file:line name"."""
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lad"):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        where = path.relative_to(ROOT.parent)
+                        found.append(f"{where}:{node.lineno} {alias.name}")
+    return found
+
+
 def measure() -> dict:
     files = sorted(p for p in ROOT.rglob("*.py"))
     lines = {
@@ -215,6 +267,9 @@ def measure() -> dict:
         "modules": len(files),
         "run_names_outside_rundir": run_names_outside(files),
         "input_reads": input_reads(files),
+        "lines_per_capability": capability_lines(lines),
+        "backend_public_methods": backend_public_methods(),
+        "private_imports": private_imports(files),
     }
 
 
@@ -244,6 +299,14 @@ def main() -> None:
     for name, calls in m["input_reads"].items():
         where = sorted({c.rpartition(":")[0] for c in calls})
         print(f"  {name}: {len(calls)} calls in {len(where)} files: {', '.join(where)}")
+    print("lines per capability (old features: lad/ at 696e84e's features; the rest added since):")
+    for name, count in m["lines_per_capability"].items():
+        print(f"  {count:6,}  {name}")
+    public = m["backend_public_methods"]
+    print(f"Backend's public methods: {len(public)}: {', '.join(public)}")
+    print(f"private names imported from another lad module: {len(m['private_imports'])}")
+    for where in m["private_imports"]:
+        print(f"  {where}")
 
 
 if __name__ == "__main__":

@@ -436,4 +436,3 @@ def choose(
     if METHODS[method].parse is not None and len(records):
         return scores, _generated_choice(method, records, options)[1]
     return scores, scores.argmax(axis=1)
-

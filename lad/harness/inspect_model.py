@@ -27,8 +27,8 @@ from inspect_ai.model import ChatMessage, ChatMessageUser, GenerateConfig, Model
 from inspect_ai.tool import ToolChoice, ToolInfo
 
 from lad.errors import LadError
+from lad.harness.args import model_arg_names, read_model_args, unknown_model_args
 from lad.harness.contexts import ContextQuestion
-from lad.harness.runner import model_arg_bool
 from lad.harness.text_scorer import ChoiceOptions, ContextScorer
 
 TASK = "inspect"  # the calibration key's task: one calibration per N for the whole run
@@ -40,8 +40,6 @@ _INSTRUCTION = re.compile(
     r"\.[^\n]*\n\n"
 )
 _MULTIPLE = "multiple answers may be correct"
-ARGS = ("method", "calibration", "calibration_items", "device", "dtype", "batch_size", "top_k",
-        "tau", "check_calibration")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -141,13 +139,11 @@ class LadModelAPI(ModelAPI):
     ) -> None:
         super().__init__(model_name, base_url, api_key, [], config)
         try:
-            unknown = sorted(set(model_args) - set(ARGS))
+            unknown = sorted(unknown_model_args(ChoiceOptions, model_args, "model"))
             if unknown:
-                raise LadError(f"--model lad/...: unknown -M {unknown}; it takes {list(ARGS)}")
-            kinds: dict[str, Any] = {"batch_size": int, "top_k": int, "tau": float}
-            kinds["check_calibration"] = lambda v: model_arg_bool("check_calibration", v)
-            given = {k: kinds.get(k, str)(v) for k, v in model_args.items() if v is not None}
-            self.options = ChoiceOptions(model=model_name, **given)
+                takes = model_arg_names(ChoiceOptions)[1:]
+                raise LadError(f"--model lad/...: unknown -M {unknown}; it takes {takes}")
+            self.options = read_model_args(ChoiceOptions, model_args, model=model_name)
             self.scorer = ContextScorer(self.options)
         except (LadError, ValueError) as e:
             raise refusal(e) from None

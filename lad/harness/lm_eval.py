@@ -26,8 +26,8 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from lad.errors import LadError
+from lad.harness.args import model_arg_names, read_model_args, unknown_model_args
 from lad.harness.contexts import questions
-from lad.harness.runner import model_arg_bool
 from lad.harness.text_scorer import ChoiceOptions, ContextScorer
 
 ONLY_MULTIPLE_CHOICE = (
@@ -36,53 +36,24 @@ ONLY_MULTIPLE_CHOICE = (
 )
 
 
-def _parse(value: Any, kind: type) -> Any:
-    return None if value in (None, "", "None", "none") else kind(value)
-
-
 @register_model("lad")
 class LadLM(LM):
     """lad's debiased N-way choice inside lm-eval (docs/harness.md)."""
 
-    def __init__(
-        self,
-        pretrained: str = ChoiceOptions.model,
-        method: str = "lad",
-        calibration: str | None = None,
-        calibration_items: str | None = None,
-        device: str | None = "auto",
-        dtype: str = "auto",
-        batch_size: int | str | None = 1,
-        top_k: int | str = ChoiceOptions.top_k,
-        tau: float | str = ChoiceOptions.tau,
-        check_calibration: bool | str = True,
-        trust_remote_code: bool | str = False,
-        **unused: Any,
-    ) -> None:
+    def __init__(self, pretrained: str = ChoiceOptions.model, **model_args: Any) -> None:
         super().__init__()
+        unused = unknown_model_args(ChoiceOptions, model_args, "model")
         unused = {k: v for k, v in unused.items() if v is not None and k != "max_batch_size"}
         if unused:
+            names = ["pretrained", *model_arg_names(ChoiceOptions)[1:]]
             raise LadError(
                 f"--model lad got model_args it does not take: {sorted(unused)}; it takes "
-                "pretrained, method, calibration, calibration_items, device, dtype, batch_size, "
-                "top_k, tau, check_calibration, trust_remote_code"
+                + ", ".join(names)
             )
-        batch = str(batch_size or 1)
+        batch = str(model_args.get("batch_size") or 1)
         if not batch.isdigit():  # lm-eval's "auto" / "auto:4"
             raise LadError(f"--batch_size {batch}: --model lad takes a whole number")
-        self.options = ChoiceOptions(
-            model=str(pretrained),
-            method=str(method),
-            calibration=_parse(calibration, str),
-            calibration_items=_parse(calibration_items, str),
-            device=str(device or "auto"),
-            dtype=str(dtype),
-            batch_size=int(batch),
-            top_k=int(top_k),
-            tau=float(tau),
-            check_calibration=model_arg_bool("check_calibration", check_calibration),
-            trust_remote_code=model_arg_bool("trust_remote_code", trust_remote_code),
-        )
+        self.options = read_model_args(ChoiceOptions, model_args, model=str(pretrained))
         self.scorer = ContextScorer(self.options)
 
     def loglikelihood(

@@ -25,14 +25,11 @@ from tqdm import tqdm
 
 from lad.errors import LadError
 from lad.harness.adapters import PictureChoice, picture_choice
+from lad.harness.args import read_model_args, unknown_model_args
 from lad.harness.audit import write_model_audit
-from lad.harness.runner import HarnessOptions, PictureScorer, model_arg_bool
+from lad.harness.runner import HarnessOptions, PictureScorer
 
 DEFAULT_MAX_NEW_TOKENS = 64
-
-
-def _parse(value: str | None, kind: type) -> Any:
-    return None if value in (None, "", "None", "none") else kind(value)
 
 
 class LadModel(lmms):
@@ -40,48 +37,14 @@ class LadModel(lmms):
 
     is_simple = True
 
-    def __init__(
-        self,
-        model: str = HarnessOptions.model,
-        method: str = "lad",
-        calibration: str | None = None,
-        calibration_docs: int | str | None = None,
-        labels: str = "upper",
-        prompt_template: str | None = None,
-        device: str | None = "auto",
-        dtype: str = "auto",
-        batch_size: int | str | None = 1,
-        top_k: int | str = HarnessOptions.top_k,
-        tau: float | str = HarnessOptions.tau,
-        output: str = "lad-harness",
-        image_size: int | str | None = None,
-        adapter: str | None = None,
-        check_calibration: bool | str = True,
-        trust_remote_code: bool | str = False,
-        **unused: Any,
-    ) -> None:
+    def __init__(self, adapter: str | None = None, **model_args: Any) -> None:
         super().__init__()
+        unused = unknown_model_args(HarnessOptions, model_args)
         unused = {k: v for k, v in unused.items() if v is not None}
         if unused:
             logger.warning(f"lad: model_args not used: {sorted(unused)}")
-        self.options = HarnessOptions(
-            model=str(model),
-            method=str(method),
-            calibration=_parse(calibration, str),
-            calibration_docs=_parse(calibration_docs, int),
-            labels=str(labels),
-            prompt_template=_parse(prompt_template, str),
-            device=str(device or "auto"),
-            dtype=str(dtype),
-            batch_size=_parse(batch_size, int) or 1,
-            top_k=int(top_k),
-            tau=float(tau),
-            output=str(output),
-            image_size=_parse(image_size, int),
-            check_calibration=model_arg_bool("check_calibration", check_calibration),
-            trust_remote_code=model_arg_bool("trust_remote_code", trust_remote_code),
-        )
-        self.adapter = _parse(adapter, str)
+        self.options = read_model_args(HarnessOptions, model_args)
+        self.adapter = None if adapter in ("", "None", "none") else str(adapter)
         self.scorer = PictureScorer(self.options)
         self._undecoded: dict[tuple[str, str], Any] = {}
 

@@ -21,7 +21,6 @@ import numpy as np
 from lad.core.calibrate import FORMAT as CALIBRATION_FORMAT
 from lad.core.calibrate import Calibration
 from lad.core.labels import get_scheme
-from lad.core.methods import MethodOptions
 from lad.core.prompts import PromptTemplate, vanilla_template
 from lad.core.records import RecordSet
 from lad.core.scoring import Scored, score_records
@@ -29,86 +28,29 @@ from lad.data.items import Item
 from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, LadError
 from lad.harness.adapters import PictureChoice
+from lad.harness.args import ModelArgs, check_model_args
 from lad.harness.pictures import PictureFiles
 from lad.run.debiaser import Debiaser
 from lad.run.rundir import RunDir
 from lad.run.spec import RecordSpec
 
-# The methods `--model lad` answers with: one pass per question, perm-avg N.
-HARNESS_METHODS = ("vanilla", "pride", "lad", "attn-purified", "perm-avg")
-NEEDS_CALIBRATION = ("pride", "lad", "attn-purified")
-
 
 @dataclass(frozen=True)
-class HarnessOptions:
-    """`--model_args` of `--model lad` (docs/harness.md)."""
+class HarnessOptions(ModelArgs):
+    """`--model_args` of lmms-eval's `--model lad` (docs/harness.md): ModelArgs and these."""
 
-    model: str = RecordSpec.model
-    method: str = "lad"
-    calibration: str | None = None  # a calibration.json, or a folder of them (one per N)
     calibration_docs: int | None = None  # fit on the first K picture questions of each task
     labels: str = "upper"  # the tasks' option letters
     prompt_template: str | None = None  # a file (lad.core.prompts); None: lad's question template
-    device: str = "auto"
-    dtype: str = "auto"
-    batch_size: int = 1
-    top_k: int = MethodOptions.top_k
-    tau: float = MethodOptions.tau
     output: str = "lad-harness"  # audit folders and the pictures' files
     image_size: int | None = None
-    check_calibration: bool = True  # False: a calibration file is checked for N and layers only
-    trust_remote_code: bool = False  # run the checkpoint's own code (RecordSpec)
 
     def __post_init__(self) -> None:
         get_scheme(self.labels)
         if self.calibration_docs is not None and self.calibration_docs < 1:
             raise LadError(f"calibration_docs must be >= 1. Got {self.calibration_docs}.")
-        check_model_args(
-            self.method,
-            self.batch_size,
-            self.calibration,
-            ("calibration_docs", self.calibration_docs, "K (fit on K documents of each task)"),
-        )
-
-
-def check_model_args(
-    method: str, batch_size: int, calibration: str | None, other: tuple[str, Any, str]
-) -> None:
-    """What both harnesses' `--model lad` check before the model loads: the method, a
-    calibration where it needs one (calibration=, or the other way `other` = (name, value,
-    what it takes) names), not both, the batch size, a calibration file that exists."""
-    name, value, takes = other
-    if method not in HARNESS_METHODS:
-        raise LadError(
-            f"The 'method' model_arg must be one of {list(HARNESS_METHODS)}. "
-            f"Got {method!r} instead."
-        )
-    if calibration is not None and value is not None:
-        raise LadError(
-            f"give calibration=<calibration.json> or {name}={takes.split()[0]}, not both"
-        )
-    if method in NEEDS_CALIBRATION and not (calibration or value):
-        raise LadError(
-            f"method={method} needs a calibration: calibration=<calibration.json from lad "
-            f"calibrate> or {name}={takes}"
-        )
-    if batch_size < 1:
-        raise LadError(f"batch_size must be >= 1. Got {batch_size}.")
-    if calibration is not None and not Path(calibration).exists():
-        raise LadError(f"calibration={calibration}: no such file or folder")
-
-
-def model_arg_bool(name: str, value: Any) -> bool:
-    """A true/false model_arg as a harness hands it over: a bool, or its text (True, false, 1,
-    0, …)."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise LadError(f"The {name!r} model_arg must be True or False. Got {value!r}.")
+        docs = ("calibration_docs", self.calibration_docs, "K (fit on K documents of each task)")
+        check_model_args(self, docs)
 
 
 @dataclass
@@ -151,16 +93,15 @@ class PictureScorer:
         template = (
             PromptTemplate.from_file(options.prompt_template) if options.prompt_template else None
         )
-        self.base = Debiaser(
-            RecordSpec(options.model, options.labels, template and template.text, None,
-                       options.image_size, trust_remote_code=options.trust_remote_code),
-            MethodOptions(top_k=options.top_k, tau=options.tau, labels=options.labels),
-            batch_size=options.batch_size,
-            device=options.device,
-            dtype=options.dtype,
-            backend=backend,
-            check_calibration=options.check_calibration,
-        )  # fmt: skip
+        spec = RecordSpec(
+            options.model,
+            options.labels,
+            template and template.text,
+            None,
+            options.image_size,
+            trust_remote_code=options.trust_remote_code,
+        )
+        self.base = options.debiaser(spec, backend)
         self.files = PictureFiles(Path(options.output) / "pictures")
         self._loaded: dict[int, Debiaser] = {}
         if options.calibration:

@@ -25,14 +25,14 @@ from typing import Any
 import numpy as np
 
 from lad.core.labels import get_scheme
-from lad.core.methods import MethodOptions
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
 from lad.data.items import Item, read_items
 from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, LadError
+from lad.harness.args import ModelArgs, check_model_args
 from lad.harness.contexts import ContextQuestion
-from lad.harness.runner import check_model_args, load_calibrations
+from lad.harness.runner import load_calibrations
 from lad.run.debiaser import Debiaser
 from lad.run.spec import RecordSpec
 
@@ -42,24 +42,14 @@ MMLU_PROMPT = FILES / "mmlu.txt"  # lm-eval's MMLU prompt as a lad prompt templa
 
 
 @dataclass(frozen=True)
-class ChoiceOptions:
-    """`--model_args` of lm-eval's `--model lad` (docs/harness.md)."""
+class ChoiceOptions(ModelArgs):
+    """`--model_args` of lm-eval's `--model lad` and Inspect's `-M` (docs/harness.md)."""
 
-    model: str = RecordSpec.model
-    method: str = "lad"
-    calibration: str | None = None  # a calibration.json, or a folder of them (one per N)
     calibration_items: str | None = None  # an items file of text questions to fit on
-    device: str = "auto"
-    dtype: str = "auto"
-    batch_size: int = 1
-    top_k: int = MethodOptions.top_k
-    tau: float = MethodOptions.tau
-    check_calibration: bool = True  # False: a calibration file is checked for N and layers only
-    trust_remote_code: bool = False  # run the checkpoint's own code (RecordSpec)
 
     def __post_init__(self) -> None:
         items = ("calibration_items", self.calibration_items, "<items file of text questions>")
-        check_model_args(self.method, self.batch_size, self.calibration, items)
+        check_model_args(self, items)
         if self.calibration_items is not None and not Path(self.calibration_items).exists():
             raise LadError(f"calibration_items={self.calibration_items}: no such file")
 
@@ -74,16 +64,8 @@ class ContextScorer:
             chat_template=str(PLAIN_CHAT_TEMPLATE),
             trust_remote_code=options.trust_remote_code,
         )
-        self.base = Debiaser(
-            spec,
-            MethodOptions(top_k=options.top_k, tau=options.tau),
-            batch_size=options.batch_size,
-            device=options.device,
-            dtype=options.dtype,
-            backend=backend,
-            pictures=False,  # text options only: a multimodal model takes plain.jinja
-            check_calibration=options.check_calibration,
-        )
+        # text options only: a multimodal model takes plain.jinja
+        self.base = options.debiaser(spec, backend, pictures=False)
         self._files: dict[int, Path] = {}
         if options.calibration:  # every file read and checked before the model loads
             loaded = load_calibrations(Path(options.calibration), self.base)

@@ -1,0 +1,134 @@
+"""What `--model lad` takes in every harness (lmms-eval, lm-eval, Inspect): `ModelArgs`, the
+arguments they share (a RecordSpec's model, a MethodOptions' K and τ), and `read_model_args`,
+the one reading of a harness's model_args text (docs/harness.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import NoneType, UnionType
+from typing import Any
+
+from lad.core.methods import MethodOptions
+from lad.errors import LadError
+from lad.run.debiaser import Debiaser
+from lad.run.spec import RecordSpec
+
+# The methods `--model lad` answers with: one pass per question, perm-avg N.
+HARNESS_METHODS = ("vanilla", "pride", "lad", "attn-purified", "perm-avg")
+NEEDS_CALIBRATION = ("pride", "lad", "attn-purified")
+# The fields of MethodOptions a harness's model_args set, by their own names.
+METHOD_ARGS = ("top_k", "tau")
+_NONE = (None, "", "None", "none")
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """The model_args of `--model lad` in every harness; each harness's class adds its own."""
+
+    model: str = RecordSpec.model
+    method: str = "lad"
+    calibration: str | None = None  # a calibration.json, or a folder of them (one per N)
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: int = 1
+    options: MethodOptions = field(default_factory=MethodOptions)  # model_args METHOD_ARGS
+    check_calibration: bool = True  # False: a calibration file is checked for N and layers only
+    trust_remote_code: bool = False  # run the checkpoint's own code (RecordSpec)
+
+    def debiaser(self, spec: RecordSpec, backend: Any = None, **more: Any) -> Debiaser:
+        """The Debiaser of these args for records of `spec` (its labels also the options')."""
+        return Debiaser(
+            spec,
+            dataclasses.replace(self.options, labels=spec.labels),
+            batch_size=self.batch_size,
+            device=self.device,
+            dtype=self.dtype,
+            backend=backend,
+            check_calibration=self.check_calibration,
+            **more,
+        )
+
+
+def model_arg_names(cls: type[ModelArgs]) -> list[str]:
+    """The model_args `cls` takes, in its fields' order (METHOD_ARGS in place of `options`)."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    at = names.index("options")
+    return [*names[:at], *METHOD_ARGS, *names[at + 1 :]]
+
+
+def unknown_model_args(
+    cls: type[ModelArgs], given: Mapping[str, Any], *apart: str
+) -> dict[str, Any]:
+    """The model_args of `given` that `cls` does not take (`apart`: fields the harness gives
+    otherwise, as Inspect its model name)."""
+    takes = set(model_arg_names(cls)) - set(apart)
+    return {k: v for k, v in given.items() if k not in takes}
+
+
+def read_model_args(cls: type[ModelArgs], given: Mapping[str, Any], **apart: Any) -> Any:
+    """`cls` of the model_args `given` (those it does not take aside: `unknown_model_args`)
+    and the fields `apart`. Each value is read as its field's type (a harness hands over
+    text: "4", "False"); a null or "", "None", "none" leaves a field at its default."""
+    hints = typing.get_type_hints(cls) | typing.get_type_hints(MethodOptions)
+    takes = set(model_arg_names(cls)) - set(apart)
+    values = {k: _read(k, v, hints[k]) for k, v in given.items() if k in takes and v not in _NONE}
+    options = MethodOptions(**{k: values.pop(k) for k in METHOD_ARGS if k in values})
+    return cls(**values, **apart, options=options)
+
+
+def _read(key: str, value: Any, kind: Any) -> Any:
+    if isinstance(kind, UnionType):  # X | None
+        (kind,) = (k for k in typing.get_args(kind) if k is not NoneType)
+    if kind is bool:
+        return model_arg_bool(key, value)
+    if kind in (int, float) and not isinstance(value, bool):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+        what = "a whole number" if kind is int else "a number"
+        raise LadError(f"The {key!r} model_arg must be {what}. Got {value!r}.")
+    return str(value)
+
+
+def model_arg_bool(name: str, value: Any) -> bool:
+    """A true/false model_arg as a harness hands it over: a bool, or its text (True, false, 1,
+    0, …)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise LadError(f"The {name!r} model_arg must be True or False. Got {value!r}.")
+
+
+def check_model_args(args: ModelArgs, other: tuple[str, Any, str]) -> None:
+    """What every harness's `--model lad` checks before the model loads: the method, a
+    calibration where it needs one (calibration=, or the other way `other` = (name, value,
+    what it takes) names), not both, the batch size, a calibration file that exists."""
+    name, value, takes = other
+    method, calibration = args.method, args.calibration
+    if method not in HARNESS_METHODS:
+        raise LadError(
+            f"The 'method' model_arg must be one of {list(HARNESS_METHODS)}. "
+            f"Got {method!r} instead."
+        )
+    if calibration is not None and value is not None:
+        raise LadError(
+            f"give calibration=<calibration.json> or {name}={takes.split()[0]}, not both"
+        )
+    if method in NEEDS_CALIBRATION and not (calibration or value):
+        raise LadError(
+            f"method={method} needs a calibration: calibration=<calibration.json from lad "
+            f"calibrate> or {name}={takes}"
+        )
+    if args.batch_size < 1:
+        raise LadError(f"batch_size must be >= 1. Got {args.batch_size}.")
+    if calibration is not None and not Path(calibration).exists():
+        raise LadError(f"calibration={calibration}: no such file or folder")

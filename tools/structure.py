@@ -47,6 +47,11 @@ CAPABILITIES = {
     "Inspect harness": ("harness/inspect_*.py",),
     "Qwen3 tiny builders": ("testing/tiny_qwen.py",),
     "text demo": ("demo/text.py",),
+    "LLaVA-OneVision-1.5 (remote code)": (
+        "backends/remote.py",
+        "backends/spans.py",
+        "testing/remote.py",
+    ),
 }
 BACKEND = ROOT / "backends" / "hf.py"
 

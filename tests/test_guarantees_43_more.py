@@ -47,6 +47,9 @@ def test_generated_benchmarks_are_bounded(tmp_path, capsys):
               "--items 1000000000: a generated benchmark of 1,000,000,000 items is above "
               "lad's limit of 100,000; set LAD_MAX_GENERATED_ITEMS")  # fmt: skip
     assert not (tmp_path / "s").exists()
+    # lad eval draws them into its run: refused before the run is begun.
+    one_error(capsys, ["eval", "--items", 10**9, "--out", tmp_path / "run"], "--items 1000000000")
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_runs_own_files_are_no_other_commands_output(tmp_path, capsys):

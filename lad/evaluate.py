@@ -90,6 +90,8 @@ def evaluate(
     if not world.is_main:
         return _evaluate(config, run_dir, world, backends=backends, data=data)
     items = None if config.data == "shapes" else load_items(config, run_dir, data)
+    if items is not None:
+        run_requests(config, items[0])  # a bad --orders file is refused before the first write
     inputs = check_inputs(config, run_dir, items)
     if after_checks is not None:
         after_checks()

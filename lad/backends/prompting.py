@@ -147,23 +147,29 @@ def _bound_output(processor: Any) -> None:
 
 
 def check_data_text(tokenizer: Any, item: Any) -> None:
-    """Refuse an item whose own text (query, question, text candidates) holds one of the
-    tokenizer's control tokens (`<|im_end|>`, `<end_of_turn>`, `<think>`: its added tokens, less
-    those of whitespace alone, as Gemma's newlines): the tokenizer would read it as that token,
-    not as text, and a candidate could end the user turn and write the reply. Text from data is
-    read as text or not at all. The context placeholder lad itself places is not the item's text."""
+    """Refuse an item whose own text holds one of the tokenizer's control tokens (`control_in`)
+    where lad cannot tokenise it as text: a picture prompt, which the model's processor tokenises
+    whole as it expands the pictures (text-only models read it as text: lad.backends.text)."""
+    found = control_in(tokenizer, item)
+    if found:
+        raise BackendError(
+            f"item {item.id!r}: its text holds {found!r}, a control token of the model's "
+            "tokenizer, which its processor would read as that token rather than as text (and "
+            "could end the prompt's turn early); remove it from the item"
+        )
+
+
+def control_in(tokenizer: Any, item: Any) -> str | None:
+    """The first of the tokenizer's control tokens (`<|im_end|>`, `<end_of_turn>`, `<think>`: its
+    added tokens, less those of whitespace alone, as Gemma's newlines) in an item's own text
+    (query, question, text candidates), or None. The context placeholder lad itself places is
+    not the item's text."""
     controls = _control_tokens(tokenizer)
-    if controls is None:
-        return
-    texts = [item.query, item.question or "", *item.candidates]
-    for text in texts:
+    for text in [item.query, item.question or "", *item.candidates] if controls else ():
         found = controls.search(text.replace(CONTEXT_PLACEHOLDER, "\0"))
         if found:
-            raise BackendError(
-                f"item {item.id!r}: its text holds {found.group()!r}, a control token of the "
-                "model's tokenizer, which would be read as that token rather than as text (and "
-                "could end the prompt's turn early); remove it from the item"
-            )
+            return found.group()
+    return None
 
 
 def _control_tokens(tokenizer: Any) -> Any:

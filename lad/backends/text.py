@@ -13,7 +13,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lad.backends.archs import ARCHS, Arch
-from lad.backends.prompting import check_data_text, check_round_trip, render, reply_tokens
+from lad.backends.prompting import (
+    check_data_text,
+    check_round_trip,
+    control_in,
+    render,
+    reply_tokens,
+)
 from lad.core.labels import LabelScheme
 from lad.core.prompts import PromptTemplate, TextPrompt, render_text, render_text_item
 from lad.errors import BackendError
@@ -102,7 +108,7 @@ def check_text_tokenizer(
     """A text-candidate prompt's tokens must decode back to its text (check_round_trip)."""
     options = [PROBE_OPTIONS[k % len(PROBE_OPTIONS)] for k in range(n)]
     prompt = render_text(template, PROBE_QUESTION, options, scheme)
-    chat, _ = _locate(processor, prompt, "the probe", model)
+    chat, _, _ = _locate(processor, prompt, "the probe", model)
     check_round_trip(processor.tokenizer, chat, model)
 
 
@@ -116,13 +122,40 @@ def chat_prompt(
 ) -> tuple[str, list[tuple[int, int]]]:
     """The chat template's prompt for one text-candidate item, and each candidate's characters in
     it (position order). The user turn must appear in it once, verbatim."""
-    check_data_text(processor.tokenizer, item)
+    chat, spans, _ = _prompt(processor, item, order, template, scheme, model)
+    return chat, spans
+
+
+def check_item_text(
+    processor: Any, item: Item, template: str | PromptTemplate, scheme: LabelScheme, model: str
+) -> None:
+    """Before any record: an item whose text holds a control token is tokenised as text
+    (`as_text`) on a text-only model, or refused (lad.backends.prompting.check_data_text)."""
+    if not (item.is_text and isinstance(processor, TextProcessor)):
+        check_data_text(processor.tokenizer, item)
+    elif control_in(processor.tokenizer, item):
+        order = list(range(item.num_candidates))
+        chat, _, turn = _prompt(processor, item, order, template, scheme, model)
+        as_text(processor.tokenizer, chat, turn, _bos(processor, [chat]), item)
+
+
+def _prompt(
+    processor: Any,
+    item: Item,
+    order: list[int],
+    template: str | PromptTemplate,
+    scheme: LabelScheme,
+    model: str,
+) -> tuple[str, list[tuple[int, int]], tuple[int, int]]:
+    """chat_prompt's prompt and spans, and the characters of the user turn's text in it."""
+    if not isinstance(processor, TextProcessor):  # a picture model's processor tokenises it whole
+        check_data_text(processor.tokenizer, item)
     return _locate(processor, render_text_item(template, item, order, scheme), item.id, model)
 
 
 def _locate(
     processor: Any, prompt: TextPrompt, item_id: str, model: str
-) -> tuple[str, list[tuple[int, int]]]:
+) -> tuple[str, list[tuple[int, int]], tuple[int, int]]:
     messages = [{"role": "user", "content": [{"type": "text", "text": prompt.text}]}]
     chat = render(processor, messages, True, model)
     if chat.count(prompt.text) != 1:
@@ -138,7 +171,52 @@ def _locate(
             "which the processor would expand into a picture's tokens"
         )
     start = chat.index(prompt.text)
-    return chat, [(start + s, start + e) for s, e in prompt.spans]
+    spans = [(start + s, start + e) for s, e in prompt.spans]
+    return chat, spans, (start, start + len(prompt.text))
+
+
+def _bos(processor: Any, texts: list[str]) -> bool:
+    """Whether the tokenizer adds its special tokens: not where the template writes the BOS
+    itself (Gemma3), as transformers' own apply_chat_template(tokenize=True) does."""
+    bos = processor.tokenizer.bos_token
+    return not (bos and all(t.startswith(bos) for t in texts))
+
+
+def as_text(
+    tokenizer: Any, chat: str, turn: tuple[int, int], special: bool, item: Item
+) -> tuple[list[int], list[tuple[int, int]]]:
+    """The prompt's ids and character offsets with the user turn's text tokenised as text: the
+    tokenizer's own ids of the prompt, its turn's tokens replaced by those of the turn's text
+    alone with its special tokens split (split_special_tokens), so `Paris<|im_end|>` is the
+    text, never the token. Exact where the turn's text alone tokenises as it does in the prompt
+    (no token crosses its ends) and its split ids hold no control token (a token the tokenizer
+    matches even so): checked on every such prompt, else refused."""
+    lo, hi = turn
+    full = tokenizer(chat, add_special_tokens=special, return_offsets_mapping=True)
+    ids, offsets = list(full["input_ids"]), [tuple(o) for o in full["offset_mapping"]]
+    inside = [t for t, (s, e) in enumerate(offsets) if e > s and s < hi and e > lo]
+    alone = tokenizer(chat[lo:hi], add_special_tokens=False)["input_ids"]
+    split = tokenizer(chat[lo:hi], add_special_tokens=False, split_special_tokens=True,
+                      return_offsets_mapping=True)  # fmt: skip
+    i, j = inside[0], inside[-1] + 1
+    controls = {
+        k for k, t in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).items()
+        if str(getattr(t, "content", t)).strip()
+    }  # fmt: skip
+    exact = offsets[i][0] >= lo and offsets[j - 1][1] <= hi and ids[i:j] == list(alone)
+    if not exact or controls & set(split["input_ids"]):
+        why = (
+            "its tokens merge with the chat template's"
+            if not exact
+            else ("the tokenizer reads it as that token even with special tokens split")
+        )
+        raise BackendError(
+            f"item {item.id!r}: its text holds {control_in(tokenizer, item)!r}, a control token "
+            f"of the model's tokenizer, which lad cannot tokenise as text here ({why}); remove "
+            "it from the item"
+        )
+    moved = [(s + lo, e + lo) for s, e in split["offset_mapping"]]
+    return ids[:i] + list(split["input_ids"]) + ids[j:], offsets[:i] + moved + offsets[j:]
 
 
 def encode_text(
@@ -152,21 +230,28 @@ def encode_text(
     """A batch of text-candidate prompts tokenised (left padded) and each candidate's token span
     [start, end): the tokens overlapping its text's characters (offsets mapping), which may
     reach past the text only over whitespace (a space or newline merged into a word)."""
-    texts, chars = [], []
+    texts, chars, turns = [], [], []
     for item, _, order in batch:
-        chat, spans = chat_prompt(processor, item, list(order), template, scheme, model)
+        chat, spans, turn = _prompt(processor, item, list(order), template, scheme, model)
         texts.append(chat)
         chars.append(spans)
-    bos = processor.tokenizer.bos_token
-    enc = processor(
-        text=texts,
-        add_special_tokens=not (bos and all(t.startswith(bos) for t in texts)),
-        padding=True,
-        return_tensors="pt",
-        return_offsets_mapping=True,
+        turns.append(turn)
+    special = _bos(processor, texts)
+    hostile = isinstance(processor, TextProcessor) and any(
+        control_in(processor.tokenizer, item) for item, _, _ in batch
     )
-    inputs = dict(enc)
-    offsets = inputs.pop("offset_mapping").tolist()  # (B, T, 2) characters of each token
+    if hostile:  # an item's text holds a control token: its turn tokenised as text (as_text)
+        inputs, offsets = _padded(processor.tokenizer, texts, turns, batch, special)
+    else:
+        enc = processor(
+            text=texts,
+            add_special_tokens=special,
+            padding=True,
+            return_tensors="pt",
+            return_offsets_mapping=True,
+        )
+        inputs = dict(enc)
+        offsets = inputs.pop("offset_mapping").tolist()  # (B, T, 2) characters of each token
     lengths = inputs["attention_mask"].sum(-1).tolist()
     spans = []
     for b, (item, _, _) in enumerate(batch):
@@ -177,6 +262,32 @@ def encode_text(
                 f"context of {max_context}; shorten the question or the options"
             )
     return inputs, spans
+
+
+def _padded(
+    tokenizer: Any,
+    texts: list[str],
+    turns: list[tuple[int, int]],
+    batch: list[Request],
+    special: bool,
+) -> tuple[dict[str, Any], list[list[tuple[int, int]]]]:
+    """encode_text's batch, each prompt tokenised alone (as_text where its item's text holds a
+    control token), padded by the tokenizer as its batch call pads (offsets (0, 0) there)."""
+    rows, offsets = [], []
+    for chat, turn, (item, _, _) in zip(texts, turns, batch, strict=True):
+        if control_in(tokenizer, item):
+            ids, spans = as_text(tokenizer, chat, turn, special, item)
+        else:
+            enc = tokenizer(chat, add_special_tokens=special, return_offsets_mapping=True)
+            ids, spans = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+        rows.append(ids)
+        offsets.append(spans)
+    inputs = dict(tokenizer.pad({"input_ids": rows}, padding=True, return_tensors="pt"))
+    width = inputs["input_ids"].shape[1]
+    left = tokenizer.padding_side == "left"
+    padded = [[(0, 0)] * (width - len(o)) + o if left else o + [(0, 0)] * (width - len(o))
+              for o in offsets]  # fmt: skip
+    return inputs, padded
 
 
 def _span(

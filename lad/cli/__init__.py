@@ -74,18 +74,28 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         args = parse(parser, argv)
         inputs, outputs = declared_files(_command_parser(parser, args), args)
+        if outputs:
+            from lad.run.rundir import check_not_run_files
+
+            check_not_run_files(outputs)  # a finished run's own files are its lad eval's
         with guarding(inputs, outputs):
             return int(args.func(args) or 0)
     except LadError as e:
         if isinstance(e, CalibrationMismatch):  # skipped on purpose by this flag
             e.skip = "--no-calibration-check"
-        print(f"Error: {e}", file=sys.stderr)
+        print(f"Error: {_one_line(str(e))}", file=sys.stderr)
     except KeyboardInterrupt:
         print("Interrupted; what was written so far is kept.", file=sys.stderr)
         return 130
     except OSError as e:
-        print(f"Error: {os_error_message(e)}", file=sys.stderr)
+        print(f"Error: {_one_line(os_error_message(e))}", file=sys.stderr)
     return 1
+
+
+def _one_line(message: str) -> str:
+    """An error as one line: a library's message quoted in it (pyarrow's, a template's) may hold
+    line breaks."""
+    return " ".join(message.splitlines()) if "\n" in message or "\r" in message else message
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from PIL import Image, ImageDraw
 from lad.data.builders import balanced_positions, check_setting, place_answer, seeded_rng
 from lad.data.items import Item, write_items
 from lad.errors import DataError
+from lad.io import limits
 from lad.io.files import replacing
 
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -116,6 +117,7 @@ def _check_args(
         raise DataError(f"--num-candidates must be between 2 and 26. Got {num_candidates}.")
     if items < 1:
         raise DataError(f"--items must be at least 1. Got {items}.")
+    limits.GENERATED_ITEMS.check(items, f"--items {items}")
     if not 16 <= image_size <= MAX_IMAGE_SIZE:
         raise DataError(
             f"--image-size must be between 16 and {MAX_IMAGE_SIZE} pixels. Got {image_size}."

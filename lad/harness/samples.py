@@ -33,6 +33,8 @@ def samples_rows(output_path: Path) -> dict[str, list[dict[str, Any]]]:
         match = _SAMPLES.search(path.name)
         if match is None:
             continue
+        if not path.is_file():  # a pipe or device would be read forever
+            raise LadError(f"{path}: not a regular file; lad reads samples files only")
         task = match.group("task")
         if task in newest and newest[task].parent != path.parent:
             raise LadError(

@@ -55,6 +55,15 @@ CHAT_TEXT = Limit("a rendered chat prompt", "LAD_MAX_CHAT_TEXT", 1024 * 1024, "c
 # Bootstrap intervals and the position test draw (resamples x questions) at once: lad's default
 # is 1,000 resamples; 100,000 of 24 questions is 2.4M draws (about 60 MB at peak).
 BOOTSTRAP = Limit("a bootstrap", "LAD_MAX_BOOTSTRAP", 100_000, "resamples")
+# The settings that size a run's model work, past which it would run for days or allocate
+# beyond any machine (--sc-samples 10^9 asks torch for 32 GB at once): the paper uses 5 orderings,
+# 10 self-consistency paths and replies of a few tokens.
+SHUFFLES = Limit("a shuffle count", "LAD_MAX_SHUFFLES", 1000, "orderings per item")
+SC_SAMPLES = Limit("a self-consistency count", "LAD_MAX_SC_SAMPLES", 1000, "paths per prompt")
+NEW_TOKENS = Limit("a reply", "LAD_MAX_NEW_TOKENS", 32_768, "tokens")
+BATCH = Limit("a batch", "LAD_MAX_BATCH", 4096, "prompts")
+# A generated benchmark (lad data shapes): its pictures are drawn and written one by one.
+GENERATED_ITEMS = Limit("a generated benchmark", "LAD_MAX_GENERATED_ITEMS", 100_000, "items")
 
 
 def check_image_flags(image_size: int | None, image_options: dict | None) -> None:

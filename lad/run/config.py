@@ -10,6 +10,7 @@ from typing import Any
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.prompts import PromptTemplate
 from lad.errors import RunError
+from lad.io import limits
 from lad.run.presets import with_preset
 from lad.run.spec import RecordSpec
 
@@ -97,6 +98,15 @@ class EvalConfig:
             raise RunError("--num-shuffles, --calibration-items and --batch-size must be >= 1")
         if self.max_new_tokens < 1 or self.sc_samples < 1 or self.sc_top_k < 0:
             raise RunError("--max-new-tokens and --sc-samples must be >= 1, --sc-top-k >= 0")
+        for limit, flag, value in (
+            (limits.SHUFFLES, "--num-shuffles", self.num_shuffles),
+            (limits.SC_SAMPLES, "--sc-samples", self.sc_samples),
+            (limits.NEW_TOKENS, "--max-new-tokens", self.max_new_tokens),
+            (limits.BATCH, "--batch-size", self.batch_size),
+        ):  # the settings that size the model work (lad.io.limits)
+            limit.check(value, f"{flag} {value}")
+        if self.data == "shapes" and self.items is not None:  # drawn into the run, after begin
+            limits.GENERATED_ITEMS.check(self.items, f"--items {self.items}")
         if not self.sc_temperature > 0:
             raise RunError(f"--sc-temperature must be > 0. Got {self.sc_temperature}.")
         sigma = self.sofa_sigma

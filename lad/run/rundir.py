@@ -135,6 +135,19 @@ class RunDir(RunJson):
             parts = parts[1:]  # a mixed run's part
         return bool(parts) and parts[0] in (*RUN_OUTPUTS, "report", "run.lock", "sofa_grid")
 
+    def check_not_own(self, flag: str, path: Path, outputs: list[Path]) -> None:
+        """Refuse a command other than this run's lad eval (not writing the run itself, one of
+        `outputs`) an output `path` that is one of the files lad eval writes here (`writes`;
+        its report/ aside): records, calibration, predictions and metrics vouch for each other."""
+        if any(_same_folder(self.path, out) for out in outputs) or not self.run_file.is_file():
+            return
+        inside = Path(path).resolve().relative_to(self.path.resolve()).parts
+        if self.writes(path) and "report" not in inside[:2]:
+            raise RunError(
+                f"{flag} {path}: a file lad eval writes in the run {self.path}, which holds "
+                "what its other files were computed from; choose another output"
+            )
+
     # -- run.json ------------------------------------------------------------------------------
 
     @property
@@ -407,3 +420,19 @@ def cells_of_part(records_path: str | Path) -> list[Any]:
     else []: what `lad score` and `lad metrics` show per cell."""
     run = RunDir(Path(records_path).resolve().parent.parent)
     return run.cells() if run.is_mixed else []
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def check_not_run_files(outputs: dict[str, Path]) -> None:
+    """No command's output is a file a finished run's lad eval wrote (RunDir.check_not_own): the
+    nearest folder above it holding run.json, or a mixed run's above its part."""
+    given = [Path(p) for p in outputs.values() if p is not None]
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        for folder in Path(path).resolve().parents[:3]:
+            if (folder / RUN_FILE).is_file():
+                RunDir(folder).check_not_own(flag, Path(path), given)

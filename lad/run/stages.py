@@ -153,7 +153,7 @@ class LazyBackend:
 
     def __call__(self) -> Any:
         if self.backend is None:
-            from lad.backends.prompting import check_data_text
+            from lad.backends.text import check_item_text
             from lad.backends.threads import resumed_threads
 
             run = RunDir(self.run_dir)
@@ -174,11 +174,13 @@ class LazyBackend:
                 )
             self.backend = self.shared[key]
             # Before any record: a layer range past the model's layers would fail only at scoring,
-            # a control token in an item's text at its batch (check_data_text).
+            # a control token in an item's text at its batch (check_item_text).
             check_layer_range(self.config.layer_range, self.backend.num_layers)
-            tokenizer = getattr(getattr(self.backend, "processor", None), "tokenizer", None)
-            for item in self.items if tokenizer is not None else ():
-                check_data_text(tokenizer, item)
+            processor = getattr(self.backend, "processor", None)
+            spec = self.config.spec.for_items(self.items)
+            owner = getattr(self.backend, "template_owner", self.config.model)
+            for item in self.items if hasattr(processor, "tokenizer") else ():
+                check_item_text(processor, item, spec.template, spec.scheme, owner)
             self.load_seconds = time.perf_counter() - start
         return self.backend
 

@@ -277,14 +277,14 @@ def _cell(raw: Any, benchmarks: dict[str, Benchmark], where: str) -> SuiteCell:
     settings = {k: v for k, v in raw.items() if k not in CELL_KEYS}
     _settings(settings, where)
     default_id = " ".join(str(p) for p in (task or name, raw.get("setting"), n and f"N={n}") if p)
-    cell_id = str(raw.get("id", default_id))
+    cell_id = _text(raw, "id", default_id, where)
     child("--out", slug(cell_id), DataError, f"{where}id {cell_id!r} gives ")  # a folder's name
     return SuiteCell(
         id=cell_id,
         benchmark=name,
         task=None if task is None else str(task),
         num_candidates=n,
-        setting=str(raw.get("setting", "random")),
+        setting=_text(raw, "setting", "random", where),
         settings=settings,
     )
 
@@ -294,7 +294,15 @@ def _model(raw: Any, where: str) -> Model:
         raise DataError(f"{where}needs name = the paper's name for the model")
     _known(raw, ("name", "path"), where)
     child("--out", slug(raw["name"]), DataError, f"{where}name {raw['name']!r} gives ")
-    return Model(raw["name"], str(raw.get("path", raw["name"])))
+    return Model(raw["name"], _text(raw, "path", raw["name"], where))
+
+
+def _text(raw: dict, key: str, default: str, where: str) -> str:
+    """A suite's text value: a TOML string, never a number read as a name or a path."""
+    value = raw.get(key, default)
+    if not isinstance(value, str):
+        raise DataError(f"{where}{key} must be a string, got {value!r:.60}")
+    return value
 
 
 def _column(raw: Any, layout: str, where: str) -> Column:

@@ -78,10 +78,13 @@ def cell_data(
     items = child(out / "data", f"{cell.slug}.jsonl", DataError)
     calibration = calibration_path_for(items)
     if not (items.is_file() and calibration.is_file()):
+        made = not items.parent.exists()
         items.parent.mkdir(parents=True, exist_ok=True)
         try:
             _convert(bench, cell, roots[bench.name], items, settings)
         except DataError as e:  # the converter's advice is for `lad data`'s flags
+            if made and not any(items.parent.iterdir()):
+                items.parent.rmdir()  # a refusal leaves no trace
             text = str(e)
             if "choose one with --num-candidates" in text:
                 text = text[: text.index("choose one with")] + (

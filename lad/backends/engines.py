@@ -1,12 +1,16 @@
 """The engines that make records, by name (`--engine`, `Debiaser(engine=)`): each a function
-with `load_backend`'s arguments returning an object with `Backend.records` (docs/backends.md)."""
+of a `LoadSettings` (lad.backends.settings) and `load_backend`'s `quiet` and `threads`, returning
+an object with `Backend.records` (docs/backends.md)."""
 
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lad.errors import BackendError
+
+if TYPE_CHECKING:
+    from lad.backends.settings import LoadSettings
 
 ENGINES = {
     "hf": "lad.backends:load_backend",
@@ -20,7 +24,9 @@ def check_engine(engine: str) -> str:
     return engine
 
 
-def load_engine(engine: str, model: str, **kwargs: Any) -> Any:
-    """The model loaded by `engine` (hf: lad.backends.load.load_backend)."""
+def load_engine(
+    engine: str, settings: LoadSettings, *, quiet: bool = False, threads: int | None = None
+) -> Any:
+    """The model of `settings` loaded by `engine` (hf: lad.backends.load.load_backend)."""
     module, name = ENGINES[check_engine(engine)].split(":")
-    return getattr(import_module(module), name)(model, **kwargs)
+    return getattr(import_module(module), name)(settings, quiet=quiet, threads=threads)

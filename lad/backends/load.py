@@ -28,6 +28,7 @@ from lad.backends.checkpoint import (
 )
 from lad.backends.hf import Backend
 from lad.backends.prompting import chat_text, reply_tokens
+from lad.backends.settings import LoadSettings
 from lad.backends.threads import requested_threads, set_cpu_threads
 from lad.errors import BackendError
 
@@ -55,52 +56,32 @@ def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def load_backend(
-    model: str,
+    model: str | LoadSettings,
     *,
-    device: str = "auto",
-    dtype: str = "auto",
-    trust_remote_code: bool = False,
-    image_options: dict[str, Any] | None = None,
-    image_size: int | None = None,
-    chat_template: str | Path | None = None,
-    repetition_penalty: float | None = None,
     quiet: bool = False,
     threads: int | None = None,
-    pictures: bool = True,
+    **settings: Any,
 ) -> Backend:
     """Load a hub id or local checkpoint, or "demo" (lad's embedded demo model, as everywhere
     else); its language decoder runs through the capture function.
 
-    image_options: processor options over the architecture's defaults (Arch.processor_options);
-    image_size: resize every picture to this square (bicubic) before the processor.
-    chat_template: a Jinja file used instead of the checkpoint's own chat template (e.g. for a base
-    checkpoint whose template ignores images). The template is checked before the weights load.
-    repetition_penalty: applied to the label steps' logits as `generate` would (Backend).
+    model: a LoadSettings (lad.backends.settings: device, dtype, trust_remote_code,
+    image_options, image_size, chat_template, repetition_penalty, pictures), or its model,
+    with `settings` (those fields by name) over the defaults. The chat template is checked
+    before the weights load.
     quiet: no transformers progress bars ("Loading weights") while the weights load.
     threads: on a CPU, torch's thread count to keep (a resumed run's first one) unless
     LAD_NUM_THREADS is set; None: the cores free when the model has loaded (lad.backends.threads).
     The count in use and how it was chosen are the backend's `threads`.
-    pictures: whether picture candidates will be asked; False (text options only): the chat
-    template is checked on a text prompt alone, so a multimodal model may take one that writes
-    no pictures (lad's plain template, as lm-eval prompts).
     """
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    check_model_path(resolve_model(model))
-    check_remote_code(resolve_model(model), trust_remote_code)
+    load = LoadSettings.of(model, **settings)
     requested_threads(os.environ)  # a bad LAD_NUM_THREADS is refused before the weights load
-    _read_chat_template(chat_template)
-    dev = _resolve_device(device)
-    torch_dtype = _resolve_dtype(dtype, dev)
-    ckpt = open_checkpoint(
-        model,
-        trust_remote_code=trust_remote_code,
-        image_options=image_options,
-        image_size=image_size,
-        chat_template=chat_template,
-        pictures=pictures,
-    )
-    model, text_only, arch = ckpt.model, ckpt.text_only, ckpt.arch
+    dev = _resolve_device(load.device)
+    torch_dtype = _resolve_dtype(load.dtype, dev)
+    ckpt = open_checkpoint(load)
+    text_only, arch = ckpt.text_only, ckpt.arch
     impl: Any = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
     if text_only:
         impl = cap.CAPTURE_IMPL
@@ -113,7 +94,8 @@ def load_backend(
         impl["vision_config"] = vision.VISION_IMPL
     # One process with several GPUs and --device auto: spread a model too large for one GPU
     # over all of them (device_map). Under a launcher each process keeps its own GPU instead.
-    spread = device == "auto" and torch.cuda.device_count() > 1 and "WORLD_SIZE" not in os.environ
+    spread = load.device == "auto" and torch.cuda.device_count() > 1
+    spread = spread and "WORLD_SIZE" not in os.environ
     try:
         with _progress_bars(not quiet), warnings.catch_warnings():
             # torch warns of a pickle's protocol before refusing it: the refusal is the one line
@@ -122,20 +104,20 @@ def load_backend(
             causal = text_only or arch.remote_code
             auto = AutoModelForCausalLM if causal else AutoModelForImageTextToText
             net = auto.from_pretrained(
-                model,
+                ckpt.model,
                 **remote.dtype_argument(torch_dtype),
                 attn_implementation=impl,
-                trust_remote_code=trust_remote_code,
+                trust_remote_code=load.trust_remote_code,
                 device_map="auto" if spread else None,
             )
     except Exception as e:  # e.g. a pickle torch's weights-only loader refuses (UnpicklingError)
-        raise load_error(model, e, weights=True) from None
+        raise load_error(str(ckpt.model), e, weights=True) from None
     if arch.packed_vision:
         vision.use_packed_vision(net)
     if arch.remote_code:
         remote.install(net)
     net = (net if spread else net.to(dev)).eval()
-    backend = ckpt.backend(net, image_size, repetition_penalty)
+    backend = ckpt.backend(net)
     if dev.type == "cpu":
         backend.threads = set_cpu_threads(threads)  # the cores free now, not all of them
     return backend
@@ -147,6 +129,7 @@ class Checkpoint:
     besides the model (lad.backends.vllm_engine builds its records from the same)."""
 
     model: str | Path  # the resolved folder or hub id
+    settings: LoadSettings  # what it was opened with
     config: Any
     processor: Any
     arch: Arch
@@ -154,36 +137,29 @@ class Checkpoint:
     owner: str  # what chat-template errors name
     text_only: bool
 
-    def backend(
-        self, net: Any, image_size: int | None, repetition_penalty: float | None
-    ) -> Backend:
+    def backend(self, net: Any) -> Backend:
         return Backend(
             str(self.model),
             net,
             self.processor,
             self.arch,
             self.options,
-            image_size=image_size,
-            repetition_penalty=repetition_penalty,
+            image_size=self.settings.image_size,
+            repetition_penalty=self.settings.repetition_penalty,
             template_owner=self.owner,
         )
 
 
-def open_checkpoint(
-    model: str,
-    *,
-    trust_remote_code: bool = False,
-    image_options: dict[str, Any] | None = None,
-    image_size: int | None = None,
-    chat_template: str | Path | None = None,
-    pictures: bool = True,
-) -> Checkpoint:
+def open_checkpoint(settings: LoadSettings) -> Checkpoint:
     """The checkpoint's config and processor, its chat template tried on a prompt and a reply
-    (load_backend's arguments of the same names); a bad one is an error before any weight."""
+    (LoadSettings' fields of the same names); a bad one, or remote code not trusted, is an
+    error before any weight."""
     from transformers import AutoConfig, AutoProcessor
 
-    model = resolve_model(model)
+    model, trust_remote_code = resolve_model(settings.model), settings.trust_remote_code
+    chat_template, image_options = settings.chat_template, settings.image_options
     check_model_path(model)
+    check_remote_code(model, trust_remote_code)
     template = _read_chat_template(chat_template)
     try:
         config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
@@ -206,13 +182,13 @@ def open_checkpoint(
     # A template that cannot write the prompt or a reply fails here, before the weights load.
     owner = template_owner(str(model), chat_template)
     if text_only:
-        text_lm.check_text_options(image_options, image_size)
-    if text_only or not pictures:
+        text_lm.check_text_options(image_options, settings.image_size)
+    if text_only or not settings.pictures:
         text_lm.probe(processor, owner)
     else:
         chat_text(processor, "Which image?", 2, owner)
         reply_tokens(processor, "Which image?", 2, ["1", "2"], owner)
-    return Checkpoint(model, config, processor, arch, options, owner, text_only)
+    return Checkpoint(model, settings, config, processor, arch, options, owner, text_only)
 
 
 @contextmanager

@@ -25,7 +25,6 @@ import itertools
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -34,6 +33,7 @@ from lad.backends.batches import Encoded, batched, check_finite
 from lad.backends.capture import evidence
 from lad.backends.hf import _span_key
 from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
+from lad.backends.settings import LoadSettings
 from lad.backends.vllm_capture import ROW, TAG
 from lad.core.records import Record
 from lad.errors import BackendError
@@ -120,53 +120,25 @@ def check_architecture(ckpt: Checkpoint) -> None:
 
 
 def load_vllm_backend(
-    model: str,
+    model: str | LoadSettings,
     *,
-    device: str = "auto",
-    dtype: str = "auto",
-    trust_remote_code: bool = False,
-    image_options: dict[str, Any] | None = None,
-    image_size: int | None = None,
-    chat_template: str | Path | None = None,
-    repetition_penalty: float | None = None,
     quiet: bool = False,
     threads: int | None = None,
-    pictures: bool = True,
     engine_args: Mapping[str, Any] | None = None,
+    **settings: Any,
 ) -> VllmBackend:
     """`load_backend`'s arguments, the records made by a `vllm.LLM` (engine_args: more of its
     arguments, checked by `check_engine_args`). `threads` does not apply: vLLM binds its own."""
     del threads, quiet
-    ckpt, args = engine_setup(
-        model,
-        device=device,
-        dtype=dtype,
-        trust_remote_code=trust_remote_code,
-        image_options=image_options,
-        image_size=image_size,
-        chat_template=chat_template,
-        repetition_penalty=repetition_penalty,
-        pictures=pictures,
-        engine_args=engine_args,
-    )
+    ckpt, args = engine_setup(LoadSettings.of(model, **settings), engine_args)
     llm = _vllm().LLM(**args)
-    backend = VllmBackend(ckpt, llm, image_size)
+    backend = VllmBackend(ckpt, llm)
     backend.check_installed(llm.collective_rpc("lad_install"))
     return backend
 
 
 def engine_setup(
-    model: str,
-    *,
-    device: str = "auto",
-    dtype: str = "auto",
-    trust_remote_code: bool = False,
-    image_options: dict[str, Any] | None = None,
-    image_size: int | None = None,
-    chat_template: str | Path | None = None,
-    repetition_penalty: float | None = None,
-    pictures: bool = True,
-    engine_args: Mapping[str, Any] | None = None,
+    load: LoadSettings, engine_args: Mapping[str, Any] | None = None
 ) -> tuple[Checkpoint, dict[str, Any]]:
     """The checked checkpoint and the arguments of its vLLM engine (sync or async), every
     refusal made: nothing has started yet."""
@@ -174,35 +146,30 @@ def engine_setup(
 
     _vllm()
     extra = check_engine_args(engine_args or {})
-    if repetition_penalty not in (None, 1, 1.0):
+    if load.repetition_penalty not in (None, 1, 1.0):
         raise BackendError(
             "--engine vllm gives label log-probabilities, not logits, so a repetition penalty "
             "cannot be applied as generate does; use --engine hf"
         )
-    if dtype not in DTYPES:
-        raise BackendError(f"The 'dtype' parameter must be one of {list(DTYPES)}. Got {dtype!r}.")
-    ckpt = open_checkpoint(
-        model,
-        trust_remote_code=trust_remote_code,
-        image_options=image_options,
-        image_size=image_size,
-        chat_template=chat_template,
-        pictures=pictures,
-    )
+    if load.dtype not in DTYPES:
+        raise BackendError(
+            f"The 'dtype' parameter must be one of {list(DTYPES)}. Got {load.dtype!r}."
+        )
+    ckpt = open_checkpoint(load)
     check_architecture(ckpt)
     from vllm.platforms import current_platform
 
     gpu = not current_platform.is_cpu()
-    if device not in ("auto", "cuda" if gpu else "cpu"):
+    if load.device not in ("auto", "cuda" if gpu else "cpu"):
         raise BackendError(
-            f"--device {device}: vLLM runs on this machine's {current_platform.device_name} "
+            f"--device {load.device}: vLLM runs on this machine's {current_platform.device_name} "
             "platform; give --device auto"
         )
     args: dict[str, Any] = {
         "model": str(ckpt.model),
-        "dtype": ("bfloat16" if gpu else "float32") if dtype == "auto" else dtype,
+        "dtype": ("bfloat16" if gpu else "float32") if load.dtype == "auto" else load.dtype,
         "seed": 0,
-        "trust_remote_code": trust_remote_code,
+        "trust_remote_code": load.trust_remote_code,
         "worker_extension_cls": WORKER_EXTENSION,
         "disable_log_stats": True,
         **FORCED,
@@ -213,7 +180,7 @@ def engine_setup(
     return ckpt, args
 
 
-def _host(ckpt: Checkpoint, image_size: int | None) -> Backend:
+def _host(ckpt: Checkpoint) -> Backend:
     """The HF backend's host side (prompts, processor, spans, label trie) on a model with no
     weights (the meta device), so both engines prepare a batch with the same code."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
@@ -221,7 +188,7 @@ def _host(ckpt: Checkpoint, image_size: int | None) -> Backend:
     auto = AutoModelForCausalLM if ckpt.text_only else AutoModelForImageTextToText
     with torch.device("meta"):
         net = auto.from_config(ckpt.config)
-    return ckpt.backend(net, image_size, None)
+    return ckpt.backend(net)
 
 
 @dataclass
@@ -368,8 +335,8 @@ def _merged_rows(
 class VllmBackend:
     """Records of (item, ordering, order) requests from a vLLM engine, as `Backend.records`."""
 
-    def __init__(self, ckpt: Checkpoint, llm: Any, image_size: int | None) -> None:
-        self.host = _host(ckpt, image_size)
+    def __init__(self, ckpt: Checkpoint, llm: Any) -> None:
+        self.host = _host(ckpt)
         self.llm = llm
         self.model_id = self.host.model_id
         self.processor = self.host.processor  # lad's own (the run checks items' text with it)

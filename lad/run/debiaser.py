@@ -113,8 +113,8 @@ class Debiaser:
     check_calibration: refuse a calibration fitted with another model, label scheme, prompt
         template, chat template, image_size or image_options (False: only N and the layer count
         are checked). quiet: hide transformers' progress bars while the model loads.
-    pictures: False when only text options will be asked (lad.backends.load_backend: the chat
-        template is then checked on a text prompt alone).
+    pictures: False when only text options will be asked (lad.backends.settings.LoadSettings:
+        the chat template is then checked on a text prompt alone).
     engine: what makes the records: "hf" (transformers) or "vllm" (lad.backends.engines).
     """
 

@@ -198,23 +198,14 @@ def serve(
     if not image_root.is_dir():
         raise LadError(f"--image-root {image_root}: no such folder")
     spec = debiaser.spec
-    ckpt, args = engine_setup(
-        str(spec.model),
-        dtype=debiaser.dtype,
-        image_options=dict(spec.image_options) or None,
-        image_size=spec.image_size,
-        chat_template=spec.chat_template,
-        repetition_penalty=spec.penalty(),
-        trust_remote_code=spec.trust_remote_code,
-        engine_args=engine_args,
-    )
+    ckpt, args = engine_setup(spec.load_settings(dtype=debiaser.dtype), engine_args)
 
     async def factory() -> Service:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
-        backend = VllmBackend(ckpt, None, spec.image_size)
+        backend = VllmBackend(ckpt, None)
         backend.check_installed(await engine.collective_rpc("lad_install"))
         debiaser._backend = backend
         print(f"lad serve: listening on http://{host}:{port} (POST /choose)", flush=True)

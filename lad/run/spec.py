@@ -22,6 +22,7 @@ from lad.backends.checkpoint import (
     resolve_model,
     resolve_repetition_penalty,
 )
+from lad.backends.settings import LoadSettings
 from lad.core.fingerprint import Fingerprint
 from lad.core.labels import LabelScheme, get_scheme
 from lad.core.prompts import (
@@ -48,7 +49,7 @@ class RecordSpec:
     repetition_penalty: the label steps' logits penalised as `generate` does; "model": the
         model's generation_config's; None: none.
     trust_remote_code: run the code a checkpoint ships (config.json auto_map), as
-        LLaVA-OneVision-1.5's; off by default (lad.backends.load_backend).
+        LLaVA-OneVision-1.5's; off by default (lad.backends.settings.LoadSettings).
     """
 
     model: str = "demo"
@@ -148,6 +149,23 @@ class RecordSpec:
             preprocessing=self.preprocessing(inputs),
         )
 
+    def load_settings(
+        self, *, device: str = "auto", dtype: str = "auto", pictures: bool = True
+    ) -> LoadSettings:
+        """What the model of this spec's records is loaded with, for either engine
+        (lad.backends.settings); `pictures` False: text options only."""
+        return LoadSettings(
+            resolve_model(self.model),
+            device=device,
+            dtype=dtype,
+            trust_remote_code=self.trust_remote_code,
+            image_options=dict(self.image_options) or None,
+            image_size=self.image_size,
+            chat_template=self.chat_template,
+            repetition_penalty=self.penalty(),
+            pictures=pictures,
+        )
+
     def load_backend(
         self,
         *,
@@ -158,22 +176,9 @@ class RecordSpec:
         pictures: bool = True,
         engine: str = "hf",
     ) -> Any:
-        """The model, loaded to make records of this spec (lad.backends.load_backend; `threads`:
-        a resumed run's CPU thread count; `pictures` False: text options only; `engine`: what
-        makes the records, lad.backends.engines)."""
+        """The model, loaded to make records of this spec (`load_settings`; `threads`: a resumed
+        run's CPU thread count; `engine`: what makes the records, lad.backends.engines)."""
         from lad.backends.engines import load_engine
 
-        return load_engine(
-            engine,
-            resolve_model(self.model),
-            device=device,
-            dtype=dtype,
-            image_options=dict(self.image_options) or None,
-            image_size=self.image_size,
-            chat_template=self.chat_template,
-            repetition_penalty=self.penalty(),
-            trust_remote_code=self.trust_remote_code,
-            quiet=quiet,
-            threads=threads,
-            pictures=pictures,
-        )
+        settings = self.load_settings(device=device, dtype=dtype, pictures=pictures)
+        return load_engine(engine, settings, quiet=quiet, threads=threads)

@@ -148,7 +148,7 @@ class LazyBackend:
         self.load_seconds = 0.0
         self.recorded = None  # run.json's "threads" when the model loaded, None before records
         self.shared = {} if shared is None else shared
-        self.pictures = True  # False: text options only (lad.backends.load_backend)
+        self.pictures = True  # False: text options only (lad.backends.settings.LoadSettings)
         self.items: Sequence[Any] = ()  # the run's items: their text checked once the model loads
 
     def __call__(self) -> Any:

@@ -1,6 +1,7 @@
 """The engines that make records, by name (`--engine`, `Debiaser(engine=)`): each a function
-of a `LoadSettings` (lad.backends.settings) and `load_backend`'s `quiet` and `threads`, returning
-an object with `Backend.records` (docs/backends.md)."""
+with `load_backend`'s arguments (a `LoadSettings`, lad.backends.settings, or a model and its
+fields by name; `quiet`, `threads`) returning an object with `Backend.records`
+(docs/backends.md)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,8 @@ def check_engine(engine: str) -> str:
     return engine
 
 
-def load_engine(
-    engine: str, settings: LoadSettings, *, quiet: bool = False, threads: int | None = None
-) -> Any:
-    """The model of `settings` loaded by `engine` (hf: lad.backends.load.load_backend)."""
+def load_engine(engine: str, model: str | LoadSettings, **kwargs: Any) -> Any:
+    """The model loaded by `engine` (hf: lad.backends.load.load_backend): a LoadSettings, or a
+    model with its fields in `kwargs`, beside the engine's own (quiet, threads, engine_args)."""
     module, name = ENGINES[check_engine(engine)].split(":")
-    return getattr(import_module(module), name)(settings, quiet=quiet, threads=threads)
+    return getattr(import_module(module), name)(model, **kwargs)

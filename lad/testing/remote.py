@@ -42,7 +42,20 @@ def save_shrunk_remote(source: str | Path, out: str | Path, seed: int = 0) -> Pa
     for path in source.iterdir():  # code, tokenizer, template, processor: the checkpoint's own
         if path.is_file() and path.name != "config.json" and path.suffix != ".safetensors":
             shutil.copy(path, out / path.name)
+    save_fast_tokenizer(out)
     return out
+
+
+def save_fast_tokenizer(folder: str | Path) -> Path:
+    """`folder`'s fast tokenizer, as transformers builds it from vocab.json and merges.txt, saved
+    as its tokenizer.json (if it has none), so that later loads read it instead of building it
+    again (the checkpoint files here have none: SOURCES.md)."""
+    from transformers import AutoTokenizer
+
+    path = Path(folder) / "tokenizer.json"
+    if not path.exists():
+        AutoTokenizer.from_pretrained(folder, use_fast=True).backend_tokenizer.save(str(path))
+    return path
 
 
 # The published eager attention's size check names `bsz` and `self.num_heads`, which it never

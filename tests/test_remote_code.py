@@ -13,7 +13,11 @@ folder (CI: .ci/.venv-remote); skipped, saying why, elsewhere.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,11 +100,36 @@ def test_the_row_and_its_refusals(real: Any, images: list[Path]) -> None:
                                   capture="eager"))  # fmt: skip
 
 
-def test_trust_remote_code_is_needed(folders: tuple[Path, Path]) -> None:
+def test_trust_remote_code_is_needed(
+    folders: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from lad.backends import load_backend
+    from lad.cli import main
 
     with pytest.raises(BackendError, match="pass --trust-remote-code"):
         load_backend(str(folders[0]), device="cpu")
+    argv = ["eval", "--model", str(folders[0]), "--data", "shapes", "--items", "2"]
+    assert main([*argv, "--device", "cpu", "--quiet", "--out", str(tmp_path / "run")]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("Error: --model ") and "pass --trust-remote-code" in line
+
+
+def test_the_saved_tokenizer_is_the_one_built_from_vocab_and_merges(
+    folders: tuple[Path, Path],
+) -> None:
+    """The shrunk copy's tokenizer.json (lad.testing.remote.save_fast_tokenizer) tokenizes as the
+    tokenizer transformers builds from the real folder's vocab.json and merges.txt."""
+    from transformers import AutoTokenizer
+
+    built = AutoTokenizer.from_pretrained(real_checkpoints._source(NAME))
+    saved = AutoTokenizer.from_pretrained(folders[0])
+    assert (folders[0] / "tokenizer.json").is_file() and type(saved) is type(built)
+    assert saved.get_vocab() == built.get_vocab()
+    assert saved.added_tokens_decoder == built.added_tokens_decoder
+    text = PROMPT.format(
+        images="<|vision_start|><|image_pad|><|vision_end|>" * 2, text="naïve 東京"
+    )
+    assert saved(text)["input_ids"] == built(text)["input_ids"]
 
 
 @pytest.mark.parametrize("n", [2, 12])
@@ -193,47 +222,83 @@ def test_debiaser_and_the_cli(
     np.testing.assert_allclose(printed["prob_after"], chosen.prob_after, atol=1e-9, rtol=0)
 
 
-def test_table1_runs_the_papers_model_beside_its_row(
+def _lad(*argv: Any) -> subprocess.CompletedProcess[str]:
+    """`python -m lad ARGV` in a fresh process of this environment."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-m", "lad", *map(str, argv)]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_lad_eval_with_trust_remote_code(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """`lad eval --model <folder> --trust-remote-code` on the shapes benchmark: a finished run
+    whose run.json records trust_remote_code and whose metrics hold every method."""
+    out = tmp_path / "run"
+    done = _lad("eval", "--model", folders[0], "--trust-remote-code", "--data", "shapes",
+                "--items", 4, "--num-shuffles", 2, "--methods", "vanilla,pride,lad",
+                "--device", "cpu", "--quiet", "--out", out)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "lad  " in done.stdout
+    arguments = json.loads((out / "run.json").read_text())["arguments"]
+    assert arguments["trust_remote_code"] is True and arguments["model"] == str(folders[0])
+    methods = json.loads((out / "metrics.json").read_text())["methods"]
+    assert set(methods) == {"vanilla", "pride", "lad"}
+
+
+def _one_cell(suite: str, cell: str, settings: str) -> str:
+    """A suite file's text with one cell (and the paper's numbers of that cell) and `settings`
+    in place of its [settings] table."""
+    blocks = re.split(r"(?m)^(?=\[)", suite)
+    kept = [
+        "[settings]\n" + settings + "\n\n" if b.startswith("[settings]") else b
+        for b in blocks
+        if not (b.startswith("[[cells]]") and f'id = "{cell}"' not in b)
+        and not (b.startswith("[paper.") and f'"{cell}"]' not in b.splitlines()[0])
+    ]
+    return "".join(kept)
+
+
+def test_suite_run_table1_puts_the_papers_row_beside_lads(
     folders: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """table1 with the folder (named as the hub id) as its model and trust_remote_code (what
-    `lad suite run table1 --model <folder> --trust-remote-code` runs) on the fixture COCO: the
-    folder is the paper's LLaVA-OneVision-8B, whose row is laid beside lad's, and the cell is a
-    `lad eval` run directory made with trust_remote_code."""
-    import dataclasses
-
-    from lad.evaluate import run_suite
+    """`lad suite run <table1> --model <folder> --trust-remote-code --data-root <COCO>`: table1's
+    own file cut to its cell coco random N=4 (3 items, one shuffle, vanilla / PriDe / lad: the
+    built-in's 12 cells and CLIP-drawn distractors are a GPU's work) on the fixture COCO laid out
+    as the download. The folder, named as the hub id, is the paper's LLaVA-OneVision-8B: its row
+    stands beside lad's in the printed table, and the cell is a run made with trust_remote_code."""
+    import lad.suites
     from lad.suites import load_suite
     from tests.data_fixtures import write_coco
 
-    write_coco(tmp_path / "COCO")
-    suite = load_suite("table1")
-    coco = dataclasses.replace(
-        suite.benchmarks["coco"],
-        paths={"images": "images", "captions": "captions.json", "instances": "instances.json"},
-    )
     cell = "coco random N=4"
-    settings = {"methods": ("vanilla", "pride", "lad"), "items": 3, "num_shuffles": 1}
-    suite = dataclasses.replace(
-        suite,
-        benchmarks={**suite.benchmarks, "coco": coco},
-        cells=[c for c in suite.cells if c.id == cell],
-        settings={**settings, "device": "cpu"},
-    )
-    said: list[str] = []
-    result = run_suite(suite, tmp_path / "out", data_roots=[str(tmp_path)],
-                       model=str(folders[0]), trust_remote_code=True, say=said.append)  # fmt: skip
-    assert said == [f"[1/1] LLaVA-OneVision-8B · {cell}: running"]
-    run = result.runs["LLaVA-OneVision-8B"][cell]
+    paths = write_coco(tmp_path / "data" / "COCO")
+    (tmp_path / "data/COCO/annotations").mkdir()
+    paths["images"].rename(tmp_path / "data/COCO/val2014")
+    for key in ("captions", "instances"):
+        paths[key].rename(tmp_path / f"data/COCO/annotations/{key}_val2014.json")
+    table1 = (Path(lad.suites.__file__).parent / "table1.toml").read_text()
+    settings = 'methods = ["vanilla", "pride", "lad"]\nitems = 3\nnum_shuffles = 1\ndevice = "cpu"'
+    (tmp_path / "table1.toml").write_text(_one_cell(table1, cell, settings))
+    out = tmp_path / "out"
+    done = _lad("suite", "run", tmp_path / "table1.toml", "--model", folders[0],
+                "--trust-remote-code", "--data-root", tmp_path / "data", "--out", out)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"[1/1] LLaVA-OneVision-8B · {cell}: running" in done.stdout
+    run = next(p for p in (out / "LLaVA-OneVision-8B").iterdir() if p.is_dir())
     arguments = json.loads((run / "run.json").read_text())["arguments"]
     assert arguments["trust_remote_code"] is True and arguments["model"] == str(folders[0])
-    lad = json.loads((run / "metrics.json").read_text())["methods"]["lad"]
-    rows = {r.source: r.values for r in result.rows if (r.cell, r.method) == (cell, "lad")}
-    assert rows["lad LLaVA-OneVision-8B"] == pytest.approx(
-        [lad[k] for k in ("acc", "acc_std", "rstd", "cons")]
-    )
-    paper = suite.paper["LLaVA-OneVision-8B"][cell]["lad"]
-    assert rows["paper LLaVA-OneVision-8B"] == [
-        paper[k] for k in ("acc", "acc_std", "rstd", "cons")
-    ]
-    assert f"{cell}" in result.table and "LLaVA-OneVision-8B" in result.table
+    paper = load_suite("table1").paper["LLaVA-OneVision-8B"][cell]
+    metrics = json.loads((run / "metrics.json").read_text())["methods"]
+    rows, method = {}, None
+    for line in done.stdout.splitlines():  # cell, method, source, then Acc, ±, RStd, Cons.
+        words = line.split()
+        if len(words) < 6 or not re.fullmatch(r"[+-]?\d+\.\d\d", words[-1]):
+            continue
+        source = words[-6:-4]
+        if source[0] == "lad":  # a method's first line: lad's own numbers
+            method = words[-7]
+        if "Δ" not in words:
+            rows[method, " ".join(source)] = words[-4:]
+    keys = ("acc", "acc_std", "rstd", "cons")
+    for method in ("vanilla", "pride", "lad"):
+        assert rows[method, "lad LLaVA-OneVision-8B"] == [f"{metrics[method][k]:.2f}" for k in keys]
+        assert rows[method, "paper LLaVA-OneVision-8B"] == [f"{paper[method][k]:.2f}" for k in keys]

@@ -1,4 +1,5 @@
 """python benchmarks/bench_backend.py [--layers 24] [--ns 4 8 12] [--out runs/bench_backend.json]
+       [--remote FOLDER]
 
 Per-prompt cost of lad's record versus a plain forward, on a tiny random-init LLaVA-1.5 whose
 shape is realistic where the cost comes from: 24 decoder layers, 256 image tokens per image, so a
@@ -7,7 +8,12 @@ shape is realistic where the cost comes from: 24 decoder layers, 256 image token
   (b) lad:   lad's record: the same forward through the capture function (Eq. 6 rows for every
              layer), with the "1" of "10".."12" riding along, and exact scoring;
   (c) eager: capture through eager `output_attentions`, the way the paper's code does it.
-Targets: (b)/(a) <= 1.05 in time and <= 1.02 in peak memory at every N. Times are the minimum
+With --remote FOLDER (a remote-code checkpoint's files, e.g. LLaVA-OneVision-1.5-8B-Instruct's,
+run under the transformers its code needs), the model is that folder shrunk by
+lad.testing.remote (2 decoder layers), pictures resized to 448 px (256 tokens each), and (b) is
+the capture by hooks on its own SDPA calls (lad.backends.remote); (c) is left out (the published
+eager attention does not run). Targets: (b)/(a) <= 1.05 in time and <= 1.02 in peak memory at
+every N. Times are the minimum
 (least disturbed by other load) and median over interleaved repeats; peak memory is measured in
 a fresh process per (N, mode): CUDA peak allocated over the loaded model, or on CPU the peak
 of tensor storage allocated during the work and alive at once (tracked per op), and the peak
@@ -35,6 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+import transformers
 
 from lad.backends import load_backend
 from lad.backends.hf import Backend, evidence
@@ -43,6 +50,7 @@ from lad.data.items import Item
 from lad.testing.tiny import TinySize, build_tiny_model
 
 MODES = ("plain", "lad", "eager")
+REMOTE_SIDE = 448  # --remote: pictures resized to 448 px, 16 x 16 tokens of 28 px each
 DIGITS = get_scheme("digits")
 
 
@@ -72,6 +80,21 @@ def make_item(folder: Path, n: int) -> Item:
     return Item(f"n{n}", "a red circle next to a blue square", paths, 0)
 
 
+def make_remote(folder: Path, source: str) -> Path:
+    from lad.testing.remote import save_shrunk_remote
+
+    return save_shrunk_remote(source, folder / Path(source).name)
+
+
+def load(model: str, device: str, remote: bool) -> Backend:
+    extra = {"trust_remote_code": True, "image_size": REMOTE_SIDE} if remote else {}
+    return load_backend(model, device=device, quiet=True, **extra)
+
+
+def modes(backend: Backend) -> tuple[str, ...]:
+    return MODES[:2] if backend.arch.remote_code else MODES
+
+
 def prepared(backend: Backend, item: Item) -> tuple[Any, dict[str, Any], Any]:
     req = (item, 0, list(range(item.num_candidates)))
     texts, images = backend.build_prompts([req], "vanilla", DIGITS)
@@ -82,9 +105,10 @@ def prepared(backend: Backend, item: Item) -> tuple[Any, dict[str, Any], Any]:
 def run_mode(backend: Backend, mode: str, inputs: dict[str, Any], spans: Any) -> None:
     """One prompt's worth of work in `mode` (inputs already tokenised; same for every mode)."""
     n = len(spans[0])
-    if mode == "plain":
-        with torch.no_grad():
-            backend.model(**inputs, use_cache=False, logits_to_keep=1)
+    if mode == "plain":  # the last position's logits only (logits_to_keep, or the head's input)
+        kwargs = {**inputs, "use_cache": False}
+        with torch.no_grad(), backend.forward.last_logits(backend.model, kwargs, 1):
+            backend.model(**kwargs)
         return
     if mode == "lad":
         pre, _ = backend.score_encoded(inputs, spans, backend.label_trie(DIGITS, n))
@@ -94,6 +118,8 @@ def run_mode(backend: Backend, mode: str, inputs: dict[str, Any], spans: Any) ->
 
 
 def set_mode(backend: Backend, mode: str) -> None:
+    if backend.arch.remote_code:  # its own SDPA throughout; the hooks capture inside records
+        return
     impl = {"plain": "sdpa", "lad": "lad_capture", "eager": "lad_capture"}[mode]
     backend.model.set_attn_implementation({"text_config": impl})
 
@@ -105,9 +131,9 @@ def sync() -> None:
 
 def time_all(backend: Backend, item: Item, repeats: int) -> tuple[dict[str, float], ...]:
     _, inputs, spans = prepared(backend, item)
-    times: dict[str, list[float]] = {m: [] for m in MODES}
+    times: dict[str, list[float]] = {m: [] for m in modes(backend)}
     for r in range(repeats + 1):
-        for mode in MODES:
+        for mode in times:
             set_mode(backend, mode)
             sync()
             start = time.perf_counter()
@@ -191,9 +217,9 @@ def tensor_peak(work: Any) -> float:
     return tracker.peak / 2**20
 
 
-def memory_child(model: str, folder: str, n: int, mode: str, device: str) -> None:
+def memory_child(model: str, folder: str, n: int, mode: str, device: str, remote: bool) -> None:
     """Runs in a fresh process: prints {"before": MiB, "peak": MiB} of one prompt in `mode`."""
-    backend = load_backend(model, device=device)
+    backend = load(model, device, remote)
     item = make_item(Path(folder), n)
     _, inputs, spans = prepared(backend, item)
     set_mode(backend, mode)
@@ -212,8 +238,11 @@ def memory_child(model: str, folder: str, n: int, mode: str, device: str) -> Non
     print(json.dumps({"before": before, "peak": peak, "tensors": tensors}))
 
 
-def memory(model: Path, folder: Path, n: int, mode: str, device: str) -> dict[str, float]:
+def memory(
+    model: Path, folder: Path, n: int, mode: str, device: str, remote: bool
+) -> dict[str, float]:
     cmd = [sys.executable, __file__, "--child", str(model), str(folder), str(n), mode, device]
+    cmd += ["remote"] * remote
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -226,20 +255,24 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default="runs/bench_backend.json", help="JSON to write")
     parser.add_argument("--no-memory", action="store_true", help="times only, no memory runs")
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--remote", metavar="FOLDER", help="a remote-code checkpoint's files, shrunk and measured"
+    )
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     return parser
 
 
 def main() -> None:
     args = parser().parse_args()
     if args.child:
-        model, folder, n, mode, device = args.child
-        memory_child(model, folder, int(n), mode, device)
+        model, folder, n, mode, device, *remote = args.child
+        memory_child(model, folder, int(n), mode, device, bool(remote))
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        model = make_model(folder, args.layers)
-        backend = load_backend(str(model), device=args.device)
+        remote = args.remote is not None
+        model = make_remote(folder, args.remote) if remote else make_model(folder, args.layers)
+        backend = load(str(model), args.device, remote)
         rows = []
         for n in args.ns:
             item = make_item(folder, n)
@@ -248,7 +281,7 @@ def main() -> None:
             mem = (
                 {}
                 if args.no_memory
-                else {m: memory(model, folder, n, m, args.device) for m in MODES}
+                else {m: memory(model, folder, n, m, args.device, remote) for m in modes(backend)}
             )
             tokens = int(inputs["input_ids"].shape[1])
             rows.append(
@@ -262,13 +295,25 @@ def main() -> None:
         "cpu": platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "layers": args.layers,
+        "model": Path(args.remote).name if remote else "tiny LLaVA-1.5",
+        "transformers": transformers.__version__,
+        "layers": backend.num_layers,
         "repeats": args.repeats,
         "rows": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"written: {args.out}")
+
+
+def _cell(value: float | None, spec: str) -> str:
+    """`value` formatted by `spec`, or a dash where the mode was not run (--remote: eager)."""
+    width = int(spec.split(".")[0].lstrip(">") or 0)
+    return format(value, spec) if value is not None else format("–", f">{width}")
+
+
+def _ratio(top: float | None, bottom: float | None) -> float | None:
+    return None if top is None or bottom is None else top / bottom
 
 
 def report_times(rows: list[dict[str, Any]]) -> None:
@@ -278,7 +323,8 @@ def report_times(rows: list[dict[str, Any]]) -> None:
         s = {k: 1e3 * v for k, v in row["seconds"].items()}
         print(
             f"{row['n']:>3} {row['tokens']:>6} | {s['plain']:>8.2f} {s['lad']:>8.2f} "
-            f"{s['eager']:>8.2f} | {s['lad'] / s['plain']:>5.2f} {s['eager'] / s['lad']:>5.2f}"
+            f"{_cell(s.get('eager'), '>8.2f')} | {s['lad'] / s['plain']:>5.2f} "
+            f"{_cell(_ratio(s.get('eager'), s['lad']), '>5.2f')}"
         )
     print("time: minimum over repeats (median in the JSON).")
 
@@ -295,12 +341,14 @@ def report_table(rows: list[dict[str, Any]]) -> None:
         s, m = row["seconds"], row["memory_mib"]
         ten = {k: v["tensors"] for k, v in m.items()}
         rss = {k: v["peak"] for k, v in m.items()}
+        eager_mem = _cell(_ratio(ten.get("eager"), ten["lad"]), ">5.1f")
         print(
             f"{row['n']:>3} {row['tokens']:>6} | {s['plain']:>7.2f} {s['lad']:>7.2f} "
-            f"{s['eager']:>7.2f} | {s['lad'] / s['plain']:>5.2f} {s['eager'] / s['lad']:>5.2f} | "
-            f"{ten['plain']:>9.1f} {ten['lad']:>7.1f} {ten['eager']:>7.1f}     | "
-            f"{ten['lad'] / ten['plain']:>5.3f} {ten['eager'] / ten['lad']:>5.1f} | "
-            f"{rss['plain']:>6.0f} {rss['lad']:>6.0f} {rss['eager']:>6.0f}     | "
+            f"{_cell(s.get('eager'), '>7.2f')} | {s['lad'] / s['plain']:>5.2f} "
+            f"{_cell(_ratio(s.get('eager'), s['lad']), '>5.2f')} | "
+            f"{ten['plain']:>9.1f} {ten['lad']:>7.1f} {_cell(ten.get('eager'), '>7.1f')}     | "
+            f"{ten['lad'] / ten['plain']:>5.3f} {eager_mem} | "
+            f"{rss['plain']:>6.0f} {rss['lad']:>6.0f} {_cell(rss.get('eager'), '>6.0f')}     | "
             f"{rss['lad'] / rss['plain']:>5.3f}"
         )
     print(

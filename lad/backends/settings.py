@@ -22,7 +22,9 @@ class LoadSettings:
     chat_template: a Jinja file used instead of the checkpoint's own chat template.
     repetition_penalty: applied to the label steps' logits as `generate` would (Backend).
     pictures: whether picture candidates will be asked; False (text options only): the chat
-    template is checked on a text prompt alone (lad.backends.load.open_checkpoint).
+    template is checked on a text prompt alone (lad.backends.load.open_checkpoint), so a
+    multimodal model may take one that writes no pictures (lad's plain template, as lm-eval
+    prompts).
     """
 
     model: str

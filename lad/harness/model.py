@@ -44,7 +44,7 @@ class LadModel(lmms):
         if unused:
             logger.warning(f"lad: model_args not used: {sorted(unused)}")
         self.options = read_model_args(HarnessOptions, model_args)
-        self.adapter = None if adapter in ("", "None", "none") else str(adapter)
+        self.adapter = None if adapter in (None, "", "None", "none") else str(adapter)
         self.scorer = PictureScorer(self.options)
         self._undecoded: dict[tuple[str, str], Any] = {}
 

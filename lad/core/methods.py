@@ -12,6 +12,8 @@ import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -158,29 +160,21 @@ def _mean_log_attention(attention: np.ndarray, layers: np.ndarray, attn_mean: st
     return log_attention(picked).mean(axis=1)
 
 
-def log_purified(
+def lad_log_posterior(
     records: RecordSet, calibration: Calibration | None, options: MethodOptions = MethodOptions()
 ) -> np.ndarray:
-    """(R, N) log π̃ of Eq. 11 (up to a constant per record)."""
+    """(R, N) log π = log softmax(τ · log π̃) (Eqs. 11-12).
+
+    τ = ∞ gives the limit: π uniform over the positions where π̃ is largest (one-hot without a
+    tie), log 0 = -inf elsewhere. τ = 0 gives the uniform π.
+    """
     layers = selected_layers(records, options)
-    log_pt = _mean_log_attention(records.attention, layers, options.attn_mean)
+    log_pt = _mean_log_attention(records.attention, layers, options.attn_mean)  # log π̃ + const
     if options.use_prior:
         _need_calibration(calibration, records, "the attention prior")
         prior = np.broadcast_to(calibration.attention_prior, records.attention.shape)
         # Eq. 11: minus the mean over L* of log â_prior (also so in the official "raw" variant).
         log_pt = log_pt - log_attention(_gather_layers(prior, layers)).mean(axis=1)
-    return log_pt
-
-
-def lad_log_posterior(
-    records: RecordSet, calibration: Calibration | None, options: MethodOptions = MethodOptions()
-) -> np.ndarray:
-    """(R, N) log π = log softmax(τ · log π̃) (Eq. 12).
-
-    τ = ∞ gives the limit: π uniform over the positions where π̃ is largest (one-hot without a
-    tie), log 0 = -inf elsewhere. τ = 0 gives the uniform π.
-    """
-    log_pt = log_purified(records, calibration, options)
     if math.isinf(options.tau):
         top = log_pt == log_pt.max(axis=1, keepdims=True)
         return np.where(top, -np.log(top.sum(axis=1, keepdims=True)), -np.inf)
@@ -250,8 +244,7 @@ def _perm_avg(records: RecordSet, calibration, options, perm_records) -> np.ndar
     rows = np.repeat(inverse, n)
     np.add.at(by_image, (rows, perm_records.order.reshape(-1)), perm_records.logprobs.reshape(-1))
     by_image /= np.bincount(inverse, minlength=len(names))[:, None]
-    k = np.searchsorted(names, records.items)
-    k = np.minimum(k, len(names) - 1)
+    k = np.minimum(np.searchsorted(names, records.items), len(names) - 1)
     missing = names[k] != records.items
     if missing.any():
         item = str(records.items[np.flatnonzero(missing)[0]])
@@ -267,7 +260,10 @@ def _blank(records: RecordSet, calibration, options, blank_records) -> np.ndarra
 # Generation-based baselines (§5.1): replies in `extra["replies"]`, parsed by lad.core.parsing.
 
 
-def _replies(records: RecordSet, method: str) -> list[list[str]]:
+def parsed_paths(method: str, records: RecordSet, labels: list[str]) -> list[list[int]]:
+    """Per record, the position each generated path names (-1 = unparseable)."""
+    parse = METHODS[method].parse
+    assert parse is not None, method
     out = []
     for i, extra in enumerate(records.extra):
         replies = extra.get("replies")
@@ -277,15 +273,8 @@ def _replies(records: RecordSet, method: str) -> list[list[str]]:
                 f"{str(records.items[i])!r}) has no list of strings extra['replies']; make its "
                 f"records with lad eval --methods {method}"
             )
-        out.append(replies)
+        out.append([parse(reply, labels) for reply in replies])
     return out
-
-
-def parsed_paths(method: str, records: RecordSet, labels: list[str]) -> list[list[int]]:
-    """Per record, the position each generated path names (-1 = unparseable)."""
-    parse = METHODS[method].parse
-    assert parse is not None, method
-    return [[parse(reply, labels) for reply in replies] for replies in _replies(records, method)]
 
 
 def _generated_choice(
@@ -296,9 +285,7 @@ def _generated_choice(
     paths = parsed_paths(method, records, labels)
     votes = np.zeros((len(records), records.num_candidates))
     for r, positions in enumerate(paths):
-        for p in positions:
-            if p != UNPARSEABLE:
-                votes[r, p] += 1
+        np.add.at(votes[r], [p for p in positions if p != UNPARSEABLE], 1)
     prediction = np.array([majority_vote(p) for p in paths], dtype=np.int64)
     return votes, prediction
 
@@ -326,11 +313,8 @@ class Method:
         return float(num_candidates if self.passes == "N" else int(self.passes))
 
 
-def _votes(name: str) -> Callable[..., np.ndarray]:
-    def votes(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
-        return _generated_choice(name, records, options)[0]
-
-    return votes
+def _votes(name: str, records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+    return _generated_choice(name, records, options)[0]
 
 
 METHODS: dict[str, Method] = {
@@ -351,21 +335,21 @@ METHODS: dict[str, Method] = {
         ),
         Method(
             "instruction",
-            _votes("instruction"),
+            partial(_votes, "instruction"),
             "fairness-instruction prompt, greedy reply parsed",
             stage="instruction",
             parse=parse_answer,
         ),
         Method(
             "cot",
-            _votes("cot"),
+            partial(_votes, "cot"),
             "chain-of-thought prompt, greedy, the index after </think>",
             stage="cot",
             parse=parse_cot,
         ),
         Method(
             "self-consistency",
-            _votes("self-consistency"),
+            partial(_votes, "self-consistency"),
             "sampled paths, majority of 'The answer is <k>'",
             stage="self-consistency",
             parse=parse_answer_is,
@@ -386,44 +370,6 @@ def _need_calibration(calibration: Calibration | None, records: RecordSet, what:
     calibration.check_compatible(records)
 
 
-def score(
-    method: str,
-    records: RecordSet,
-    calibration: Calibration | None = None,
-    options: MethodOptions = MethodOptions(),
-    perm_records: RecordSet | None = None,
-) -> np.ndarray:
-    """(R, N) scores of `method` for every record; higher is better. Always finite.
-    perm_records: the records of the method's extra passes (perm-avg: each item under all N
-    cyclic shifts; blank: each record's blank prompt, Method.extra)."""
-    if method not in METHODS:
-        raise LadError(f"Unknown method {method!r}. Methods computed from records: {list(METHODS)}")
-    if calibration is not None:
-        calibration.check_compatible(obs_mean=options.obs_mean)  # Eq. 1 as the options say
-    if not len(records):
-        return np.zeros((0, records.num_candidates))
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below, once
-        scores = METHODS[method].scores(records, calibration, options, perm_records)
-    if not np.isfinite(scores).all():  # e.g. tau = 1e308 overflows Eq. 12
-        raise LadError(
-            f"method {method!r}: its scores overflow to infinity or NaN with tau = {options.tau:g}"
-            f" and top_k = {options.top_k}; use a smaller --tau"
-        )
-    return scores
-
-
-def predict(
-    method: str,
-    records: RecordSet,
-    calibration: Calibration | None = None,
-    options: MethodOptions = MethodOptions(),
-    perm_records: RecordSet | None = None,
-) -> np.ndarray:
-    """(R,) chosen positions: argmax of `score` (the first on ties); for generation methods
-    the parsed reply (majority for self-consistency), -1 where unparseable."""
-    return choose(method, records, calibration, options, perm_records)[1]
-
-
 def choose(
     method: str,
     records: RecordSet,
@@ -431,8 +377,34 @@ def choose(
     options: MethodOptions = MethodOptions(),
     perm_records: RecordSet | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """((R, N) scores, (R,) chosen positions) of `method`; positions may be -1 (unparseable)."""
-    scores = score(method, records, calibration, options, perm_records)
-    if METHODS[method].parse is not None and len(records):
+    """((R, N) scores, (R,) chosen positions) of `method`: the scores are finite, higher is
+    better; the choice is their argmax (the first on ties), for generation methods the parsed
+    reply (majority for self-consistency), -1 where unparseable.
+    perm_records: the records of the method's extra passes (perm-avg: each item under all N
+    cyclic shifts; blank: each record's blank prompt, Method.extra)."""
+    if method not in METHODS:
+        raise LadError(f"Unknown method {method!r}. Methods computed from records: {list(METHODS)}")
+    if calibration is not None:
+        calibration.check_compatible(obs_mean=options.obs_mean)  # Eq. 1 as the options say
+    if not len(records):
+        return np.zeros((0, records.num_candidates)), np.zeros(0, dtype=np.int64)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below, once
+        scores = METHODS[method].scores(records, calibration, options, perm_records)
+    if not np.isfinite(scores).all():  # e.g. tau = 1e308 overflows Eq. 12
+        raise LadError(
+            f"method {method!r}: its scores overflow to infinity or NaN with tau = {options.tau:g}"
+            f" and top_k = {options.top_k}; use a smaller --tau"
+        )
+    if METHODS[method].parse is not None:
         return scores, _generated_choice(method, records, options)[1]
     return scores, scores.argmax(axis=1)
+
+
+def score(method: str, records: RecordSet, *args: Any, **kwargs: Any) -> np.ndarray:
+    """(R, N) scores of `method` for every record (`choose`'s arguments)."""
+    return choose(method, records, *args, **kwargs)[0]
+
+
+def predict(method: str, records: RecordSet, *args: Any, **kwargs: Any) -> np.ndarray:
+    """(R,) chosen positions of `method` (`choose`'s arguments)."""
+    return choose(method, records, *args, **kwargs)[1]

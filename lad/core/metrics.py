@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from lad.core.audit import DEFAULT_BOOTSTRAP, Bootstrap, audit_method, noise_floor, order_gaps
+from lad.core import audit
+from lad.core.audit import DEFAULT_BOOTSTRAP, Bootstrap
 from lad.core.records import RecordSet
 from lad.errors import LadError
 
@@ -51,9 +52,7 @@ def _check_predictions(records: RecordSet, method: str, pred: Any) -> np.ndarray
 
 def _consistency(records: RecordSet, pred: np.ndarray, item_index: np.ndarray, n_items: int):
     """Share of items whose chosen image is the same under all their orderings."""
-    chosen = np.where(
-        pred >= 0, np.take_along_axis(records.order, np.maximum(pred, 0)[:, None], 1)[:, 0], -1
-    )
+    chosen = audit.chosen_candidates(records, pred)
     lo = np.full(n_items, np.iinfo(np.int64).max)
     hi = np.full(n_items, -2)
     np.minimum.at(lo, item_index, chosen)
@@ -122,10 +121,10 @@ def compute_metrics(
         cost = known.get(method)
         m["forward_passes_per_item"] = None if cost is None else float(cost)
         if bootstrap is not None:
-            m.update(audit_method(records, chosen, bootstrap))
+            m.update(audit.audit_method(records, chosen, bootstrap))
         if repeats and method in repeats:
             again = _check_predictions(records, f"{method} (asked again)", repeats[method])
-            m["noise_floor"] = noise_floor(records, chosen, again)
+            m["noise_floor"] = audit.noise_floor(records, chosen, again)
         methods[method] = m
     if "vanilla" in methods:
         for m in methods.values():
@@ -139,7 +138,7 @@ def compute_metrics(
     }
     if bootstrap is not None:
         out["bootstrap"] = bootstrap.to_dict()
-        if gaps := order_gaps(methods):
+        if gaps := audit.order_gaps(methods):
             out["order_gaps"] = gaps
     return out
 

@@ -43,7 +43,7 @@ def score_records(
     generation, SoFA and blank stages by stage name; lad.core.methods.Method.stage and .extra),
     and measure them.
 
-    costs: forward passes per item by method, over each method's own (METHODS' forward_passes).
+    costs: forward passes per item by method, over each method's own (`compute_metrics`).
     bootstrap: the position audit's resampling (lad.core.audit; None: no audit, for sweeps).
     """
     options = options or MethodOptions()
@@ -58,9 +58,6 @@ def score_records(
         out.predictions += predictions_for(records, method, out.scores[method], out.chosen[method])
         if METHODS[method].parse is not None:
             tokens[method] = generated_tokens_per_item(stage)
-    n = records.num_candidates
-    own = {m: METHODS[m].forward_passes(n) for m in methods}
-    costs = {**own, **(costs or {})}
     out.metrics = compute_metrics(records, out.chosen, costs=costs, bootstrap=bootstrap)
     for method, count in tokens.items():
         out.metrics["methods"][method]["generated_tokens_per_item"] = count

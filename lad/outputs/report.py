@@ -24,19 +24,12 @@ import numpy as np
 from lad.core.labels import get_scheme
 from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import replacing, write_text
-from lad.outputs.tables import _audit_html, _cells_html, _table5_html, _table_html
+from lad.outputs.tables import STYLE, audit_html, cells_html, table5_html, table_html
 from lad.run.audits import audit_folders
 from lad.run.rundir import RunDir
 
 _SCALARS = ("acc", "acc_std", "rstd", "cons")
 _OPTIONAL = ("forward_passes_per_item", "generated_tokens_per_item", "parse_failure")
-_STYLE = (
-    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-    "table{border-collapse:collapse;margin:1em 0}"
-    "td,th{padding:4px 10px;border-bottom:1px solid #ddd;"
-    "text-align:right}th:first-child,td:first-child{text-align:left}img{max-width:100%}"
-    "code{background:#f4f4f4;padding:1px 4px}"
-)
 
 
 def _load_run(run_dir: Path) -> dict[str, Any]:
@@ -348,16 +341,16 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     parts = [
         "<!doctype html><meta charset=utf-8><title>lad report</title>",
-        f"<style>{_STYLE}</style><h1>lad report</h1>",
+        f"<style>{STYLE}</style><h1>lad report</h1>",
     ]
 
     def img(name: str, alt: str) -> str:
         return f'<p><img src="{name}" alt="{html.escape(alt)}"></p>'
 
-    parts += [_cells_html(Path(given)) for given in run_dirs]
+    parts += [cells_html(Path(given)) for given in run_dirs]
     # A mixed run's parts are in its table of cells, each N once (its group row): not again here.
     mixed = {str(p) for given in run_dirs if RunDir(given).is_mixed for p in audit_folders(given)}
-    table5 = _table5_html([run for run in runs if str(run["dir"]) not in mixed])
+    table5 = table5_html([run for run in runs if str(run["dir"]) not in mixed])
     if table5:
         parts.append(
             "<h2>Vanilla, PurAttn and LAD</h2><p>Accuracy (%) per run in the paper's Table 5 "
@@ -373,7 +366,7 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
         m = run["metrics"]
         parts.append(
             f"<p>N = {m['num_candidates']}, {m['num_items']} items × {m['num_shuffles']} shuffles."
-            f"<br><code>{html.escape(desc)}</code></p>" + _table_html(m) + _audit_html(m)
+            f"<br><code>{html.escape(desc)}</code></p>" + table_html(m) + audit_html(m)
         )
         _confusion_figure(run, out_dir / f"confusion{tag}.png")
         parts.append("<h3>Confusion (% of answers at each position)</h3>")

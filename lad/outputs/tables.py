@@ -9,6 +9,14 @@ from typing import Any
 
 from lad.run.rundir import RunDir
 
+STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+    "table{border-collapse:collapse;margin:1em 0}"
+    "td,th{padding:4px 10px;border-bottom:1px solid #ddd;"
+    "text-align:right}th:first-child,td:first-child{text-align:left}img{max-width:100%}"
+    "code{background:#f4f4f4;padding:1px 4px}"
+)
+
 
 def _delta_rstd(methods: dict[str, Any], name: str) -> float | None:
     """RStd of `name` minus vanilla's (metrics.json's delta_rstd; older files lack it)."""
@@ -17,27 +25,34 @@ def _delta_rstd(methods: dict[str, Any], name: str) -> float | None:
     return float(methods[name]["rstd"] - methods["vanilla"]["rstd"])
 
 
-def _table5_html(runs: list[dict[str, Any]]) -> str:
-    """Table 5's layout: per run, Acc of vanilla, PurAttn, LAD and LAD's ΔRStd; a method a run
-    did not score is a dash, and a note under the table names the run and the flag."""
-    shown = ("vanilla", "attn-purified", "lad")
-    rows = [
-        "<tr><th>run</th><th>Vanilla ↑</th><th>PurAttn ↑</th><th>LAD ↑</th><th>ΔRStd ↓</th></tr>"
-    ]
+# Table 5's columns: Acc of vanilla, PurAttn, LAD, then LAD's ΔRStd.
+SHOWN = ("vanilla", "attn-purified", "lad")
+TABLE5_HEAD = "<th>Vanilla ↑</th><th>PurAttn ↑</th><th>LAD ↑</th><th>ΔRStd ↓</th></tr>"
+
+
+def _table5_row(first: list[str], methods: dict[str, Any], delta: float | None) -> str:
+    """A row of Table 5's layout: the `first` cells (already HTML), then SHOWN's Acc, then ΔRStd;
+    a dash for what is not there."""
+    accs = "".join(
+        f"<td>{methods[m]['acc']:.1f}</td>" if "acc" in methods.get(m, {}) else "<td>–</td>"
+        for m in SHOWN
+    )
+    heads = "".join(f"<td>{c}</td>" for c in first)
+    return f"<tr>{heads}{accs}<td>{'–' if delta is None else f'{delta:+.1f}'}</td></tr>"
+
+
+def table5_html(runs: list[dict[str, Any]]) -> str:
+    """Table 5's layout, a row per run; a method a run did not score is a dash, and a note under
+    the table names the run and the flag."""
+    rows = ["<tr><th>run</th>" + TABLE5_HEAD]
     notes = []
     for run in runs:
         methods = run["metrics"]["methods"]
-        if not any(m in methods for m in shown):
+        if not any(m in methods for m in SHOWN):
             continue
-        cells = "".join(
-            f"<td>{methods[m]['acc']:.1f}</td>" if m in methods else "<td>–</td>" for m in shown
-        )
-        delta = _delta_rstd(methods, "lad")
         name = html.escape(Path(run["dir"]).name)
-        rows.append(
-            f"<tr><td>{name}</td>{cells}<td>{'–' if delta is None else f'{delta:+.1f}'}</td></tr>"
-        )
-        absent = [m for m in shown if m not in methods]
+        rows.append(_table5_row([name], methods, _delta_rstd(methods, "lad")))
+        absent = [m for m in SHOWN if m not in methods]
         if absent:
             notes.append(
                 f"{name} has no {', '.join(absent)}: rerun it with lad eval --methods "
@@ -49,25 +64,18 @@ def _table5_html(runs: list[dict[str, Any]]) -> str:
     return table + "".join(f"<p>{note}</p>" for note in notes)
 
 
-def _cells_html(run_dir: Path) -> str:
-    """A mixed run's cells in Table 5's layout (Acc of vanilla, PurAttn, LAD and LAD's ΔRStd),
-    one row per (task, N) cell, then the item-weighted group rows with their item counts."""
+def cells_html(run_dir: Path) -> str:
+    """A mixed run's cells in Table 5's layout, one row per (task, N) cell, then the
+    item-weighted group rows with their item counts."""
     run = RunDir(run_dir)
     if not run.is_mixed:
         return ""
     metrics = run.check().metrics()
-    shown = ("vanilla", "attn-purified", "lad")
-    head = "<tr><th>cell</th><th>items</th><th>Vanilla ↑</th><th>PurAttn ↑</th><th>LAD ↑</th>"
-    rows = [head + "<th>ΔRStd ↓</th></tr>"]
+    rows = ["<tr><th>cell</th><th>items</th>" + TABLE5_HEAD]
 
     def row(name: str, count: int, methods: dict[str, Any]) -> str:
-        accs = "".join(
-            f"<td>{methods[m]['acc']:.1f}</td>" if "acc" in methods.get(m, {}) else "<td>–</td>"
-            for m in shown
-        )
         delta = methods.get("lad", {}).get("delta_rstd")
-        delta_text = "–" if delta is None else f"{delta:+.1f}"
-        return f"<tr><td>{html.escape(name)}</td><td>{count}</td>{accs}<td>{delta_text}</td></tr>"
+        return _table5_row([html.escape(name), str(count)], methods, delta)
 
     for name, cell in metrics["cells"].items():
         rows.append(row(name, cell["num_items"], cell["methods"]))
@@ -84,7 +92,7 @@ def _cells_html(run_dir: Path) -> str:
     )
 
 
-def _table_html(metrics: dict[str, Any]) -> str:
+def table_html(metrics: dict[str, Any]) -> str:
     methods = metrics["methods"]
     gen = any("generated_tokens_per_item" in m for m in methods.values())
     fails = any("parse_failure" in m for m in methods.values())
@@ -110,7 +118,7 @@ def _table_html(metrics: dict[str, Any]) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
-def _audit_html(metrics: dict[str, Any]) -> str:
+def audit_html(metrics: dict[str, Any]) -> str:
     """The position audit (lad.core.audit; docs/metrics.md): intervals, the position test, flip rate
     with its noise floor, CircularEval accuracy, errors due to order; empty for older files."""
     from lad.core.metrics import ci_text, position_verdict

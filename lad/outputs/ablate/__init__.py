@@ -18,7 +18,15 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from lad.errors import LadError
-from lad.outputs.ablate.across import accuracy_vs_n, transfer_table
+from lad.outputs.ablate.analyses import (
+    ablation_table,
+    accuracy_vs_n,
+    calibration_size_sweep,
+    cost_table,
+    divergence_table,
+    temperature_sweep,
+    transfer_table,
+)
 from lad.outputs.ablate.report import write_ablation
 from lad.outputs.ablate.runs import (
     ANALYSIS_FILES,
@@ -33,13 +41,6 @@ from lad.outputs.ablate.runs import (
     load_run,
     load_runs,
     prepare,
-)
-from lad.outputs.ablate.within import (
-    ablation_table,
-    calibration_size_sweep,
-    cost_table,
-    divergence_table,
-    temperature_sweep,
 )
 
 # Keys and order as in ANALYSIS_FILES.

@@ -19,9 +19,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from lad.io.files import replacing, write_text
+from lad.outputs.ablate.analyses import DIVERGENCE_METHODS
 from lad.outputs.ablate.runs import ANALYSIS_FILES, Ablation, Missing, Table
-from lad.outputs.ablate.within import DIVERGENCE_METHODS
-from lad.outputs.report import _STYLE
+from lad.outputs.tables import STYLE
 
 FILES = ANALYSIS_FILES
 
@@ -94,7 +94,7 @@ def _html(result: Ablation) -> str:
     esc = html.escape
     parts = [
         "<!doctype html><meta charset=utf-8><title>lad ablate</title>",
-        f"<style>{_STYLE}</style><h1>lad ablate</h1>",
+        f"<style>{STYLE}</style><h1>lad ablate</h1>",
         "<p>Runs: " + ", ".join(f"<code>{esc(r)}</code>" for r in result.runs) + "</p>",
     ]
     for table in result.tables:

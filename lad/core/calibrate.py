@@ -24,6 +24,11 @@ from lad.io.files import read_json, write_text
 
 FORMAT = "lad-calibration/1"
 OBS_MEANS = ("prob", "logit")
+# calibration.json's keys after "format", in the order written (then "preprocessing" if known).
+FILE_KEYS = (
+    "model", "num_candidates", "labels", "prompt_sha256", "num_items", "num_layers",
+    "log_obs", "gamma", "log_bias", "attention_prior", "pride_log_prior", "obs_mean",
+)  # fmt: skip
 
 # Attention mass below this is treated as this (before taking logs), so zero or tiny attention
 # never gives -inf / NaN scores. Far below any real mass spread over an image's tokens.
@@ -247,21 +252,10 @@ class Calibration:
 
     def to_dict(self) -> dict[str, Any]:
         self.check_fitted()
-        out = {
-            "format": FORMAT,
-            "model": self.model,
-            "num_candidates": self.num_candidates,
-            "labels": self.labels,
-            "prompt_sha256": self.prompt_sha256,
-            "num_items": self.num_items,
-            "num_layers": self.num_layers,
-            "log_obs": self.log_obs.tolist(),
-            "gamma": self.gamma,
-            "log_bias": self.log_bias.tolist(),
-            "attention_prior": self.attention_prior.tolist(),
-            "pride_log_prior": self.pride_log_prior.tolist(),
-            "obs_mean": self.obs_mean,
-        }
+        out: dict[str, Any] = {"format": FORMAT}
+        for key in FILE_KEYS:
+            value = getattr(self, key)
+            out[key] = value.tolist() if isinstance(value, np.ndarray) else value
         if self.preprocessing is not None:  # unknown: left out, as in files from before it
             out["preprocessing"] = self.preprocessing
         return out

@@ -1,32 +1,12 @@
 """The paper's prompt templates (Appendix E, Table 9), for any label scheme, and user templates.
 
 Images come first (one slot per candidate, in presentation order), then this text; the backend
-wraps both in the model's own chat template. PriDe and LAD use the vanilla prompt. An item's
-context pictures (pictures of the question, not candidates) come before the candidates, or where
-its question writes `<image>` (`prompt_parts`, `shown_pictures`).
-
-An item with a `question` (a multi-image question of its own, e.g. MMIU's "Which image is most
-likely to be a fake photograph?") is asked with the question variant of each template, which asks
-to answer the question where the paper's asks to match the caption. A run may instead give its own
-vanilla template (`--prompt-template FILE`, `PromptTemplate`), with these placeholders:
-
-    {query}      the item's question if it has one, else its query (the caption);
-                 {question} and {caption} are the same text under other names
-    {n}          N, the number of images
-    {labels}     the labels c_1 … c_N, comma-separated ("1, 2, 3, 4")
-    {first}      c_1;  {last}: c_N
-    {noun}       the scheme's label noun ("number", "letter", "numeral", "word", "phrase")
-    {single}     "integer" for digits, else the noun (Table 9's CoT wording)
-
-Text candidates (an item's `candidates`, lad.data.items) are asked with TEXT_TEMPLATES: the
-options are listed where the template writes {options}, one line each, "<label>. <text>" (a
-template of one's own for text candidates must write {options} once; a picture template never).
-Each candidate's span (Eq. 6's R_k) is its text's characters (`TextPrompt.spans`), not its label.
-
-`{{` and `}}` are literal braces; a template may not hold `<image>`, which marks where an item's
-context pictures go in its question (lad.data.items). The prompt fingerprint (`prompt_sha256`,
-stored in calibration.json) covers the template's text, so a calibration fitted under one
-template is refused under another.
+wraps both in the model's own chat template. An item with a `question` is asked with each
+template's question variant; text candidates (an item's `candidates`) with TEXT_TEMPLATES, listed
+where {options} stands, each candidate's span (Eq. 6's R_k) its text's characters. An item's
+context pictures come before the candidates, or where its question writes `<image>`. The
+placeholders of a template of one's own (`PromptTemplate`, `--prompt-template`) and the prompt
+fingerprint are docs/baselines.md's ("Prompts").
 """
 
 from __future__ import annotations
@@ -239,19 +219,11 @@ def render_text(
     """A text-candidate prompt: TEXT_TEMPLATES by name, or a PromptTemplate writing {options},
     with the line "<c_p>. <options[p]>" for each position p."""
     check_text_labels(scheme)
-    if isinstance(template, PromptTemplate):
-        text = template.text
-        if not _writes_options(text):
-            raise LadError(
-                f"the prompt template does not write {{{OPTIONS}}}, where an item's text "
-                "candidates are listed; add it to the template"
-            )
-    elif template in TEXT_TEMPLATES:
-        text = TEXT_TEMPLATES[template]
-    else:
+    text = _text_of(template, TEXT_TEMPLATES)
+    if isinstance(template, PromptTemplate) and not _writes_options(text):
         raise LadError(
-            f"The 'template' parameter must be one of {sorted(TEXT_TEMPLATES)} or a "
-            f"PromptTemplate. Got {template!r} instead."
+            f"the prompt template does not write {{{OPTIONS}}}, where an item's text "
+            "candidates are listed; add it to the template"
         )
     n = len(options)
     values, labels = _values(asked, scheme, n), scheme.labels(n)
@@ -285,15 +257,20 @@ def render_prompt(
 ) -> str:
     """The text part of the prompt for one query: a template of TEMPLATES by name (its question
     variant with `question`), or a PromptTemplate."""
+    text = _text_of(template, QUESTION_TEMPLATES if question else TEMPLATES)
+    return fill(text, caption, scheme, num_candidates)
+
+
+def _text_of(template: str | PromptTemplate, texts: dict[str, str]) -> str:
+    """A PromptTemplate's text, or the text of the template named so among `texts`."""
     if isinstance(template, PromptTemplate):
-        return fill(template.text, caption, scheme, num_candidates)
-    if template not in TEMPLATES:
+        return template.text
+    if template not in texts:
         raise LadError(
-            f"The 'template' parameter must be one of {sorted(TEMPLATES)} or a PromptTemplate. "
+            f"The 'template' parameter must be one of {sorted(texts)} or a PromptTemplate. "
             f"Got {template!r} instead."
         )
-    texts = QUESTION_TEMPLATES if question else TEMPLATES
-    return fill(texts[template], caption, scheme, num_candidates)
+    return texts[template]
 
 
 def render_item(
@@ -301,8 +278,7 @@ def render_item(
 ) -> str:
     """The text part of one item's prompt: its question if it has one, else its query."""
     asked = item.question is not None
-    text = item.question if item.question is not None else item.query
-    return render_prompt(template, text, scheme, num_candidates, question=asked)
+    return render_prompt(template, item.asked, scheme, num_candidates, question=asked)
 
 
 def prompt_parts(text: str, num_candidates: int, num_context: int = 0) -> list[Part]:

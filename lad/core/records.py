@@ -51,16 +51,9 @@ _ARRAYS = ("items", "ordering", "order", "answer", "logprobs", "attention")  # R
 
 @dataclass
 class RecordSet:
-    """Many records as arrays (R records, N candidates, L layers).
-
-    items:     (R,) str item ids.
-    ordering:  (R,) int.
-    order:     (R, N) int, each row a permutation of 0..N-1.
-    answer:    (R,) int answer positions.
-    logprobs:  (R, N) float64.
-    attention: (R, L, N) float64, non-negative.
-    extra:     R dicts.
-    """
+    """Many records as arrays (R records, N candidates, L layers), Record's fields stacked:
+    items (R,) str, ordering and answer (R,) int, order (R, N) int, logprobs (R, N) and
+    attention (R, L, N) float64, extra R dicts."""
 
     items: np.ndarray
     ordering: np.ndarray
@@ -101,18 +94,8 @@ class RecordSet:
         return _from_objects(rows, list(range(1, len(rows) + 1)), where=_record_where)
 
     def to_records(self) -> list[Record]:
-        return [
-            Record(
-                item=str(self.items[i]),
-                ordering=int(self.ordering[i]),
-                order=self.order[i].tolist(),
-                answer=int(self.answer[i]),
-                logprobs=self.logprobs[i].tolist(),
-                attention=self.attention[i].tolist(),
-                extra=dict(self.extra[i]),
-            )
-            for i in range(len(self))
-        ]
+        columns = [getattr(self, name).tolist() for name in _ARRAYS]  # Record's field order
+        return [Record(*row, extra=dict(e)) for *row, e in zip(*columns, self.extra, strict=True)]
 
     def select(self, which: np.ndarray | Sequence[int] | Sequence[bool]) -> RecordSet:
         """The records at these indices, or where this boolean mask is true."""
@@ -127,7 +110,6 @@ class RecordSet:
 
     @staticmethod
     def concat(sets: Sequence[RecordSet]) -> RecordSet:
-        """Same as the module-level `concat`."""
         return concat(sets)
 
     def keys(self) -> list[tuple[str, int]]:

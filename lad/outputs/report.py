@@ -62,8 +62,6 @@ def _check_metrics(metrics: Any, path: Path) -> None:
     def bad(what: str) -> RunError:
         return RunError(f"{path}: damaged ({what}); rerun `lad eval` to rewrite it")
 
-    if not isinstance(metrics, dict):
-        raise bad("not a JSON object")
     n = metrics.get("num_candidates")
     if not (isinstance(n, int) and n >= 2):
         raise bad("'num_candidates' must be an integer >= 2")
@@ -164,19 +162,10 @@ def _heatmap(
     ax.set_xlabel(xlabel)
     ax.set_ylabel("ground-truth position")
     ax.set_title(title)
-    if n <= 12:
-        for i in range(n):
-            for j in range(n):
-                v = matrix[i, j]
-                ax.text(
-                    j,
-                    i,
-                    f"{v:.0f}",
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white" if v > 0.6 * vmax else "black",
-                )
+    if n <= 12:  # the numbers, where they fit
+        for (i, j), v in np.ndenumerate(matrix):
+            colour = "white" if v > 0.6 * vmax else "black"
+            ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7, color=colour)
 
 
 def _rstd_interval(m: dict[str, Any]) -> str:
@@ -252,11 +241,10 @@ def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(6.8, 4.0), layout="constrained")
     for i, (method, label) in enumerate(shown):
         offset = (i - (len(shown) - 1) / 2) * width
-        recall, errors = (
-            _values(methods[method]["recall_by_position"]),
-            _recall_errors(methods[method]),
+        recall = _values(methods[method]["recall_by_position"])
+        ax.bar(
+            x + offset, recall, width, yerr=_recall_errors(methods[method]), capsize=2, label=label
         )
-        ax.bar(x + offset, recall, width, yerr=errors, capsize=2, label=label)
     _xticks(ax, x, run["labels"])
     ax.set_ylim(0, 105)
     ax.set_xlabel("ground-truth position")

@@ -7,6 +7,7 @@ import pytest
 from lad.core.predictions import (
     Prediction,
     predictions_by_method,
+    predictions_for,
     read_predictions,
     write_predictions,
 )
@@ -153,7 +154,9 @@ def test_predictions_round_trip_and_alignment(tmp_path):
     records = SyntheticModel(num_candidates=3, num_layers=2).eval_records(3, num_shuffles=2)
     scores = records.logprobs
     path = tmp_path / "predictions.jsonl"
-    write_predictions(path, records, {"vanilla": scores, "cot": np.full(len(records), -1)})
+    unparsed = np.full(len(records), -1)
+    cot = predictions_for(records, "cot", np.zeros((len(records), 0)), prediction=unparsed)
+    write_predictions(path, predictions_for(records, "vanilla", scores) + cot)
     preds = read_predictions(path)
     assert len(preds) == 12 and preds[0].scores == scores[0].tolist()
     # Alignment does not depend on the order of the predictions.

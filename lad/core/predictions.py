@@ -46,16 +46,7 @@ def predictions_for(
     ]
 
 
-def write_predictions(
-    path: str | Path,
-    predictions: Iterable[Prediction] | RecordSet,
-    by_method: dict[str, np.ndarray] | None = None,
-) -> None:
-    """Write predictions: `write_predictions(path, [Prediction, ...])`, or
-    `write_predictions(path, records, {method: array})` where each array is (R, N) scores
-    (prediction = argmax) or (R,) positions (written with empty scores)."""
-    if isinstance(predictions, RecordSet):
-        predictions = _from_method_arrays(predictions, by_method or {})
+def write_predictions(path: str | Path, predictions: Iterable[Prediction]) -> None:
     with replacing(path) as tmp, tmp.open("wb") as f:
         for p in predictions:
             obj = {
@@ -66,23 +57,6 @@ def write_predictions(
                 "scores": [float(x) for x in p.scores],
             }
             f.write(dumps(obj) + b"\n")
-
-
-def _from_method_arrays(records: RecordSet, by_method: dict[str, np.ndarray]) -> list[Prediction]:
-    out: list[Prediction] = []
-    for method, values in by_method.items():
-        arr = np.asarray(values)
-        if arr.shape == (len(records), records.num_candidates):
-            out += predictions_for(records, method, arr)
-        elif arr.shape == (len(records),):
-            empty = np.zeros((len(records), 0))
-            out += predictions_for(records, method, empty, prediction=arr)
-        else:
-            raise RecordError(
-                f"predictions for '{method}' must have shape ({len(records)},) or "
-                f"({len(records)}, {records.num_candidates}), got {arr.shape}"
-            )
-    return out
 
 
 def read_predictions(path: str | Path) -> list[Prediction]:

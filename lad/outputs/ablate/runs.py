@@ -51,24 +51,17 @@ class AnalysisError(LadError):
 
 @dataclass(frozen=True)
 class AblateOptions:
-    """The settings the analyses sweep (defaults: the paper's).
+    """The settings the analyses sweep (defaults: the paper's; docs/ablate.md).
 
-    options:     lad.core.methods.MethodOptions wherever they are not the swept quantity (K, τ,
-                 the official-code variants mixture, attn_mean, layer_range; docs/methods.md);
-                 its labels and obs_mean are each run's own.
-    ks:          K of Table 4's "Dynamic ✓" rows.
-    sizes:       |D_cal| of Figure 6(a).
-    taus:        τ of Figure 6(b); 0 and math.inf are the limits (uniform, one-hot π).
-    subsets:     random calibration subsets per |D_cal| (Figure 6(a)).
-    seed:        seeds the subsets.
+    options:     MethodOptions wherever they are not the swept quantity; its labels and obs_mean
+                 are each run's own.
+    ks, sizes, taus: K of Table 4's "Dynamic ✓" rows, |D_cal| of Figure 6(a), τ of Figure 6(b).
+    subsets, seed: Figure 6(a)'s random calibration subsets per |D_cal|, and their seed.
     calibration_items: refit each run's calibration on a seeded random subset of this many of
-                 its calibration items for every analysis but Figure 6(a) (e.g. 5, the paper's
-                 |D_cal|, from a run made with --calibration-items 100); None: calibration.json.
-    obs_mean:    None: each run's calibration.json's Eq. 1 average; another refits the
-                 calibration from the run's calibration records under it.
-    check_calibration: Table 3 refuses to apply a calibration to records of another model, label
-                 scheme, prompt, chat template or picture preparation; False accepts them (N and
-                 the layer count must still match), as lad ablate --no-calibration-check.
+                 its calibration items for every analysis but Figure 6(a); None: calibration.json.
+    obs_mean:    None: each run's Eq. 1 average; another refits the calibration under it.
+    check_calibration: False lets Table 3 apply a calibration made for other records (N and L
+                 must still match), as lad ablate --no-calibration-check.
     """
 
     options: MethodOptions = field(default_factory=MethodOptions)
@@ -116,19 +109,10 @@ DEFAULTS = AblateOptions()
 
 @dataclass
 class Run:
-    """A finished run's stored evidence. `load_run` reads one from a `lad eval` directory.
-
-    calibration:         the calibration its methods used (calibration.json).
-    calibration_records: the symmetrised calibration set it was fitted on (None when the run was
-                         given a --calibration file).
-    perm_records:        each evaluation item under all N cyclic shifts (perm-avg), or None.
-    stages:              records of the other method stages present ("sofa", "cot", ...).
-    arguments:           run.json's arguments (model, setting, labels, ...).
-    inputs:              run.json's input fingerprints (its chat template's, lad.run.config's
-                         run_preprocessing).
-    path:                the run directory, when read from one.
-    calibration_source:  where `calibration` comes from, for captions.
-    """
+    """A finished run's stored evidence (`load_run` reads one from a `lad eval` directory):
+    its records, calibration.json and the calibration records it was fitted on (None when given
+    a --calibration file), perm_records, the other stages' records by stage, run.json's
+    arguments and input fingerprints, the directory, and where `calibration` comes from."""
 
     name: str
     records: RecordSet | None  # None: a model's answers only (a harness audit)
@@ -264,8 +248,7 @@ class Run:
         options: MethodOptions | None = None,
         calibration: Calibration | None = None,
     ) -> dict[str, Any]:
-        """metrics.json's entry for `method` on this run's records (lad.core.methods,
-        lad.core.metrics)."""
+        """metrics.json's entry for `method` on this run's records."""
         if method == "perm-avg" and self.perm_records is None:
             raise AnalysisError(f"{self.name} has no perm_records.jsonl", self.methods_fix(method))
         stages = {}
@@ -330,12 +313,8 @@ def prepare(runs: Run | Sequence[Run], options: AblateOptions) -> list[Run]:
 
 
 def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
-    """Read a finished run directory through lad.run.rundir.RunDir (run.json, records.jsonl,
-    calibration.json, and calibration.jsonl, perm_records.jsonl and other stages' records where
-    present), with the checks every reader of a run applies.
-
-    check_calibration: refuse a calibration.json of another model, label scheme, prompt, chat
-    template or image preprocessing (off for a run made with lad eval --no-calibration-check)."""
+    """Read a finished run directory through lad.run.rundir.RunDir, with the checks every reader
+    of a run applies (`check_calibration` False: as lad eval --no-calibration-check)."""
     run = RunDir(path)
     run.check_is_run()
     run.check()
@@ -388,9 +367,8 @@ class Missing:
 
 @dataclass
 class Table:
-    """One analysis: a table (columns, rows of cells) and its numbers for a figure (`data`).
-
-    A cell is a string, a number or None (not defined). `missing` lists parts left out."""
+    """One analysis: a table (a cell: a string, a number or None) and its numbers for a figure
+    (`data`); `missing` lists parts left out."""
 
     key: str
     title: str
@@ -469,8 +447,7 @@ def nothing_made(missing: list[Missing], default: str) -> AnalysisError:
 
 @dataclass
 class Ablation:
-    """What `lad.outputs.ablate.ablate` made: the tables, what the runs could not support, the
-    runs."""
+    """What `lad.outputs.ablate.ablate` made."""
 
     tables: list[Table]
     missing: list[Missing]

@@ -161,15 +161,9 @@ def percentile_interval(samples: np.ndarray, level: float) -> list[float] | None
 
 def confidence_intervals(table: Questions, boot: Bootstrap) -> dict[str, Any]:
     stats = weighted_statistics(table, bootstrap_weights(len(table.flip_share), boot))
-    return {
-        "acc": percentile_interval(stats["acc"], boot.level),
-        "rstd": percentile_interval(stats["rstd"], boot.level),
-        "flip_rate": percentile_interval(stats["flip_rate"], boot.level),
-        "recall_by_position": [
-            percentile_interval(stats["recall"][:, p], boot.level)
-            for p in range(stats["recall"].shape[1])
-        ],
-    }
+    out = {k: percentile_interval(stats[k], boot.level) for k in ("acc", "rstd", "flip_rate")}
+    out["recall_by_position"] = [percentile_interval(r, boot.level) for r in stats["recall"].T]
+    return out
 
 
 def permuted_right_at(table: Questions, draws: int, rng: np.random.Generator) -> np.ndarray:

@@ -159,10 +159,9 @@ def format_table(metrics: dict[str, Any]) -> str:
     head = f"{'Method':<18}{'Acc (↑)':>16}{'RStd (↓)':>10}"
     head += f"{'ΔRStd':>8}" if with_delta else ""
     head += f"{'Cons. (↑)':>11}{'Passes':>8}"
-    if with_tokens:
-        head += f"{'Gen. tok':>10}"
-    if with_parse:
-        head += f"{'Unparsed':>10}"
+    head += (f"{'Gen. tok':>10}" if with_tokens else "") + (
+        f"{'Unparsed':>10}" if with_parse else ""
+    )
     title = f"N = {metrics['num_candidates']}, {metrics['num_items']} items × "
     lines = _framed(title + f"{metrics['num_shuffles']} shuffles", head)
     for name, m in methods.items():

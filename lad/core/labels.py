@@ -6,6 +6,7 @@ Two schemes name positions by ordinals: `words` ("first", "second", …) and `im
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass
 
 from lad.errors import LadError
@@ -15,6 +16,15 @@ _ORDINALS = [
     "first", "second", "third", "fourth", "fifth", "sixth",
     "seventh", "eighth", "ninth", "tenth", "eleventh", "twelfth",
 ]  # fmt: skip
+# Each scheme's labels, as many as it names (a slice is a fresh list).
+_LABELS = {
+    "digits": [str(i) for i in range(1, 13)],
+    "upper": list(string.ascii_uppercase),
+    "lower": list(string.ascii_lowercase),
+    "roman": _ROMAN,
+    "words": _ORDINALS,
+    "image-ordinals": [f"the {word} image" for word in _ORDINALS],
+}
 
 
 @dataclass(frozen=True)
@@ -33,18 +43,7 @@ class LabelScheme:
                 f"{num_candidates} (--num-candidates, or the images given); "
                 f"{schemes_for(num_candidates)}"
             )
-        n = num_candidates
-        if self.name == "digits":
-            return [str(i) for i in range(1, n + 1)]
-        if self.name == "upper":
-            return [chr(ord("A") + i) for i in range(n)]
-        if self.name == "lower":
-            return [chr(ord("a") + i) for i in range(n)]
-        if self.name == "roman":
-            return _ROMAN[:n]
-        if self.name == "image-ordinals":
-            return [f"the {word} image" for word in _ORDINALS[:n]]
-        return _ORDINALS[:n]
+        return _LABELS[self.name][:num_candidates]
 
 
 LABEL_SCHEMES: dict[str, LabelScheme] = {

@@ -317,6 +317,11 @@ def _votes(name: str, records: RecordSet, calibration, options, perm_records) ->
     return _generated_choice(name, records, options)[0]
 
 
+def _generation(name: str, description: str, parse: Callable[[str, list[str]], int]) -> Method:
+    """A generation baseline: its own stage's replies, parsed; its scores are the votes."""
+    return Method(name, partial(_votes, name), description, stage=name, parse=parse)
+
+
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
@@ -333,26 +338,12 @@ METHODS: dict[str, Method] = {
             "2",
             extra="blank",
         ),
-        Method(
-            "instruction",
-            partial(_votes, "instruction"),
-            "fairness-instruction prompt, greedy reply parsed",
-            stage="instruction",
-            parse=parse_answer,
+        _generation(
+            "instruction", "fairness-instruction prompt, greedy reply parsed", parse_answer
         ),
-        Method(
-            "cot",
-            partial(_votes, "cot"),
-            "chain-of-thought prompt, greedy, the index after </think>",
-            stage="cot",
-            parse=parse_cot,
-        ),
-        Method(
-            "self-consistency",
-            partial(_votes, "self-consistency"),
-            "sampled paths, majority of 'The answer is <k>'",
-            stage="self-consistency",
-            parse=parse_answer_is,
+        _generation("cot", "chain-of-thought prompt, greedy, the index after </think>", parse_cot),
+        _generation(
+            "self-consistency", "sampled paths, majority of 'The answer is <k>'", parse_answer_is
         ),
         Method(
             "sofa", _vanilla, "vanilla readout of records made under the SoFA mask", stage="sofa"

@@ -179,13 +179,8 @@ def _confusion_figure(run: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, len(shown), figsize=(4.6 * len(shown), 4.2), squeeze=False)
     for ax, name in zip(axes[0], shown, strict=True):
         m = methods[name]
-        _heatmap(
-            ax,
-            np.asarray(m["confusion"]),
-            run["labels"],
-            f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}" + _rstd_interval(m),
-            "selected position",
-        )
+        title = f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}" + _rstd_interval(m)
+        _heatmap(ax, np.asarray(m["confusion"]), run["labels"], title, "selected position")
     fig.tight_layout()
     _save(fig, path)
 
@@ -241,10 +236,9 @@ def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(6.8, 4.0), layout="constrained")
     for i, (method, label) in enumerate(shown):
         offset = (i - (len(shown) - 1) / 2) * width
-        recall = _values(methods[method]["recall_by_position"])
-        ax.bar(
-            x + offset, recall, width, yerr=_recall_errors(methods[method]), capsize=2, label=label
-        )
+        m = methods[method]
+        recall, errors = _values(m["recall_by_position"]), _recall_errors(m)
+        ax.bar(x + offset, recall, width, yerr=errors, capsize=2, label=label)
     _xticks(ax, x, run["labels"])
     ax.set_ylim(0, 105)
     ax.set_xlabel("ground-truth position")

@@ -133,18 +133,11 @@ def transfer_table(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Ta
             if reason:
                 missing.append(Missing("table3", reason))
                 continue
-            opts = target.options(options)
+            opts, pair = target.options(options), f"{source.name} → {target.name}"
             for method in ("vanilla", "pride", "lad"):
                 moved = target.metrics(method, opts, source.calibration)
                 own = target.metrics(method, opts)
-                rows.append(
-                    [
-                        f"{source.name} → {target.name}",
-                        method,
-                        *score_cells(moved),
-                        *score_cells(own),
-                    ]
-                )
+                rows.append([pair, method, *score_cells(moved), *score_cells(own)])
                 data.append(
                     {
                         "calibration": source.name,

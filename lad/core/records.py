@@ -341,12 +341,8 @@ def read_records(path: str | Path, *, missing_ok: bool = False) -> RecordSet:
             return RecordSet.empty()
         raise RecordError(f"{path}: no such records file")
     note_input(path)
-    if _is_parquet(path):
-        return _read_parquet(path)
-    return _read_jsonl(path)
-
-
-def _read_parquet(path: Path) -> RecordSet:
+    if not _is_parquet(path):
+        return _read_jsonl(path)
     columns = read_columns(path, RECORD_KEYS)
     if columns is None:
         return RecordSet.empty()

@@ -55,11 +55,8 @@ def log_attention(attention: np.ndarray) -> np.ndarray:
 
 
 def check_symmetrised(records: RecordSet, *, allow_partial: bool = False, what: str = "") -> None:
-    """Each item must appear under all N cyclic shifts s = 0..N-1 of one base order.
-
-    `ordering` is the shift; order[p] must equal base[(p + s) mod N]. With `allow_partial`,
-    missing shifts are accepted (the shifts present must still be consistent).
-    """
+    """Each item must appear under all N cyclic shifts s = 0..N-1 (`ordering`) of one base
+    order, order[p] = base[(p + s) mod N]; with `allow_partial` some shifts may be missing."""
     what = what or "calibration records"
     n = len(records)
     if n == 0:

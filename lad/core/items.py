@@ -48,15 +48,9 @@ class Item:
 
 
 class Request(NamedTuple):
-    """One prompt to make a record of: `item` shown under `order`.
-
-    item: the benchmark item (lad.data.items.Item).
-    ordering: the ordering's number among the item's, the record's `ordering` (0 is the
-        identity for shuffles; the shift for cyclic requests).
-    order: `order[p]` indexes `item.images` shown at position p (N ints, a permutation).
-
-    A plain `(item, ordering, order)` tuple is accepted wherever a Request is.
-    """
+    """One prompt to make a record of: `item` shown under `order` (`order[p]` indexes the
+    candidate shown at position p); `ordering` is the record's (0 is the identity for shuffles;
+    the shift for cyclic requests). A plain `(item, ordering, order)` tuple does as well."""
 
     item: Item
     ordering: int

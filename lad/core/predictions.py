@@ -95,10 +95,8 @@ def _parse_prediction(line: bytes, where: str) -> Prediction:
 def predictions_by_method(
     records: RecordSet, predictions: Iterable[Prediction], source: object = "predictions"
 ) -> dict[str, np.ndarray]:
-    """Align predictions with records: {method: (R,) int positions, -1 = unparseable}.
-
-    Every record needs one prediction per method; predictions for unknown records are errors.
-    """
+    """{method: (R,) positions (-1 = unparseable)}: exactly one prediction per record and
+    method, none for a record not in `records`."""
     index = {key: i for i, key in enumerate(records.keys())}
     n = records.num_candidates
     out: dict[str, np.ndarray] = {}

@@ -357,11 +357,8 @@ def vanilla_template(items: Sequence[Item], custom: PromptTemplate | None = None
 
 
 def prompt_sha256(template: str | PromptTemplate, scheme: LabelScheme, num_candidates: int) -> str:
-    """Fingerprint of a prompt format, stored in calibration.json so a mismatch is caught.
-
-    `template` is a name of TEMPLATES or a PromptTemplate; the paper's vanilla template keeps the
-    fingerprint it always had, whichever way it is given.
-    """
+    """Fingerprint of a prompt format, stored in calibration.json so a mismatch is caught; the
+    paper's vanilla template keeps the one it always had, by name or as a PromptTemplate."""
     if isinstance(template, PromptTemplate):
         if template.text != TEMPLATES["vanilla"]:
             labels = "|".join(scheme.labels(num_candidates))

@@ -330,11 +330,8 @@ def _is_parquet(path: Path) -> bool:
 
 
 def read_records(path: str | Path, *, missing_ok: bool = False) -> RecordSet:
-    """Read and validate a `.jsonl` or `.parquet` records file.
-
-    A bad record is a RecordError naming the file, the line (jsonl) or row (parquet) and the
-    problem. With `missing_ok`, a missing file gives an empty RecordSet (for resuming a run).
-    """
+    """Read and validate a `.jsonl` or `.parquet` records file (a bad record: a RecordError
+    naming the file and line or row); `missing_ok`: no file is no records (resuming a run)."""
     path = Path(path)
     if not path.is_file():
         if missing_ok:

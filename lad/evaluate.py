@@ -32,7 +32,7 @@ from lad.run.mixed import part_config, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
 from lad.run.resume import World
 from lad.run.rundir import RunDir
-from lad.run.runjson import file_digest
+from lad.run.runjson import file_digest, summed_times
 from lad.run.stages import Clock, LazyBackend, Stage, run_stage, sofa_sigma
 from lad.suites import slug
 from lad.suites.plan import SuiteResult, cell_numbers, compared, one_n, suite_models
@@ -235,7 +235,7 @@ def evaluate_mixed(
     named = ("data", "calibration_data", "orders")
     own = {k: file_digest(getattr(config, k)) for k in named if getattr(config, k)}
     # Refused before the first write: a live run, or another run's directory.
-    run.check_begin(config.identity(), EvalConfig().identity(), own)
+    run.begin(config.identity(), EvalConfig().identity(), own, write=False)
     existed = run_dir.exists()
     try:
         write_part_inputs(config, items, parts, data.calibration)
@@ -292,8 +292,7 @@ def _score_mixed(
     metrics.update(score_cells(run.cells(), parts, methods))
     timing: dict[str, float] = {}
     for part in run.parts().values():
-        for stage, seconds in part.timing().items():
-            timing[stage] = round(timing.get(stage, 0.0) + seconds, 3)
+        timing = summed_times(timing, part.timing())
     metrics["timing"] = timing
     metrics["source"] = run.source()
     run.write_metrics(metrics)

@@ -206,10 +206,6 @@ class Debiaser:
     def _template(self, items: Sequence[Item]) -> PromptTemplate:
         return vanilla_template(items, self.prompt_template)
 
-    def _preprocessing(self) -> dict[str, Any]:
-        """How this Debiaser prepares chat and pictures, as calibration.json records it."""
-        return self.spec.preprocessing()
-
     def _records(
         self, requests: list, template: PromptTemplate, path: Path | None = None
     ) -> RecordSet:
@@ -241,18 +237,8 @@ class Debiaser:
         for path in dict.fromkeys(p for it in items for p in it.pictures):
             check_image(path)  # before the model loads
         template = self._template(items)
-        records = self._records(
-            cyclic_requests(items), template, Path(records_path) if records_path else None
-        )
-        return self.fit_records(records, template=template)
-
-    def fit_records(
-        self, records: RecordSet, *, template: PromptTemplate | None = None
-    ) -> Debiaser:
-        """Calibrate from calibration records made earlier (e.g. `calibration.jsonl`) under
-        `template` (default: this Debiaser's prompt_template, else the paper's caption one) and
-        this Debiaser's chat_template, image_size and image_options (recorded as made with them)."""
-        template = template or vanilla_template([], self.prompt_template)
+        path = Path(records_path) if records_path else None
+        records = self._records(cyclic_requests(items), template, path)
         made = self.spec.fingerprint(records.num_candidates, template=template)
         self.calibration_ = Calibration(obs_mean=self.obs_mean or "prob").fit(records, made)
         return self

@@ -62,9 +62,6 @@ class RunDir(RunJson):
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
 
-    def file(self, name: str) -> Path:
-        return self.path / name
-
     def records_file(self, stage: str) -> Path:
         """A stage's records file (RECORDS_FILES: "calibration", "records", "perm-avg", ...)."""
         return self.file(RECORDS_FILES[stage])

@@ -66,20 +66,10 @@ def acc_label_for(kind: Stage) -> str | None:
     return "vanilla acc" if kind.sofa_sigma is None else "sofa acc"
 
 
-def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> Iterator[Record]:
-    return backend.records(
-        requests,
-        template=config.template,
-        scheme=config.scheme,
-        batch_size=config.batch_size,
-    )
-
-
 @dataclass(frozen=True)
 class Stage:
     """How a stage's records are made: `template` of lad.core.prompts ("vanilla", "instruction",
-    "cot",
-    "self-consistency"; the last three also generate replies), and `sofa_sigma` (None: the
+    "cot", "self-consistency"; the last three also generate replies), and `sofa_sigma` (None: the
     model's own mask; a number: the SoFA mask with that σ)."""
 
     template: str = "vanilla"
@@ -89,32 +79,32 @@ class Stage:
 def _stage_records(
     backend: Any, requests: Sequence[Request], config: EvalConfig, kind: Stage
 ) -> Iterator[Record]:
-    if kind.template == "vanilla" and kind.sofa_sigma is None:
-        yield from _records(backend, requests, config)
+    if kind.template != "vanilla":
+        from lad.backends.generate import generation_records
+
+        options = generation_options(config, kind.template)
+        yield from generation_records(
+            backend,
+            requests,
+            template=kind.template,
+            scheme=config.scheme,
+            options=options,
+            batch_size=config.batch_size,
+        )
         return
-    scheme = config.scheme
+    sofa = None
     if kind.sofa_sigma is not None:
         from lad.backends.sofa import SofaOptions, sofa_applied
 
-        options = SofaOptions(kind.sofa_sigma, config.sofa_within_image)
-        with sofa_applied(backend, options):
-            made = backend.records(
-                requests, template=config.template, scheme=scheme, batch_size=config.batch_size
-            )
-            for rec in made:
-                rec.extra["sofa_sigma"] = options.sigma
-                yield rec
-        return
-    from lad.backends.generate import generation_records
-
-    yield from generation_records(
-        backend,
-        requests,
-        template=kind.template,
-        scheme=scheme,
-        options=generation_options(config, kind.template),
-        batch_size=config.batch_size,
-    )
+        sofa = SofaOptions(kind.sofa_sigma, config.sofa_within_image)
+    with nullcontext() if sofa is None else sofa_applied(backend, sofa):
+        made = backend.records(
+            requests, template=config.template, scheme=config.scheme, batch_size=config.batch_size
+        )
+        for rec in made:
+            if sofa is not None:
+                rec.extra["sofa_sigma"] = sofa.sigma
+            yield rec
 
 
 def generation_options(config: EvalConfig, template: str) -> Any:

@@ -169,18 +169,9 @@ def _suite(raw: dict[str, Any], path: Path) -> Suite:
                for i, c in enumerate(_list(table, "columns", f"{where}[table] "))]  # fmt: skip
     columns = columns or [Column("Acc", "acc"), Column("RStd", "rstd"), Column("Cons.", "cons")]
     paper = _paper(_table(raw, "paper", where, {}), ids, where)
-    return Suite(
-        name=str(raw.get("name", path.stem)),
-        source=path,
-        title=str(raw.get("title", raw.get("name", path.stem))),
-        benchmarks=benchmarks,
-        cells=cells,
-        models=models,
-        settings=settings,
-        layout=layout,
-        columns=columns,
-        paper=paper,
-    )
+    name = str(raw.get("name", path.stem))
+    title = str(raw.get("title", name))
+    return Suite(name, path, title, benchmarks, cells, models, settings, layout, columns, paper)
 
 
 def _known(table: dict[str, Any], keys: tuple[str, ...], where: str) -> None:

@@ -152,7 +152,7 @@ def _evaluate(
     return score_run(
         run_dir,
         config.methods,
-        config.method_options,
+        config.options,
         write_report=report,
         check_calibration=config.check_calibration,
     )
@@ -163,7 +163,7 @@ def _blank_requests(requests: list[Request], run_dir: Path) -> list[Request]:
     read back, by those keys: a rescoring neither decodes a picture nor writes a grey one."""
     run = RunDir(run_dir)
     path = run.records_file("blank")
-    if path.is_file() and path.read_bytes().count(b"\n") >= len(requests):
+    if RunDir.made(path, len(requests)):
         return requests
     return blank_requests(requests, run.blank_folder)
 
@@ -260,7 +260,7 @@ def evaluate_mixed(
         return score_run(
             run_dir,
             config.methods,
-            config.method_options,
+            config.options,
             check_calibration=config.check_calibration,
         )
 

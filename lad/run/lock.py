@@ -52,7 +52,11 @@ class RunLock:
                 "which no longer runs",
                 file=sys.stderr,
             )
-        mine = {"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}
+        mine = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(mine) + "\n").encode(), 0)
         self._fd = fd
@@ -82,10 +86,6 @@ def running_holder(run_dir: Path) -> str | None:
     finally:
         os.close(fd)  # closing drops a lock taken here
     return None
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S %z")
 
 
 def _still_there(fd: int, path: Path) -> bool:

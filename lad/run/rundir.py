@@ -62,6 +62,11 @@ class RunDir(RunJson):
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
 
+    @staticmethod
+    def made(path: Path, count: int) -> bool:
+        """Whether the records file `path` holds `count` records: its stage has none to make."""
+        return path.is_file() and path.read_bytes().count(b"\n") >= count
+
     def records_file(self, stage: str) -> Path:
         """A stage's records file (RECORDS_FILES: "calibration", "records", "perm-avg", ...)."""
         return self.file(RECORDS_FILES[stage])
@@ -136,9 +141,10 @@ class RunDir(RunJson):
         """Refuse a command other than this run's lad eval (not writing the run itself, one of
         `outputs`) an output `path` that is one of the files lad eval writes here (`writes`;
         its report/ aside): records, calibration, predictions and metrics vouch for each other."""
-        if any(_same_folder(self.path, out) for out in outputs) or not self.run_file.is_file():
+        mine = self.path.resolve()
+        if any(Path(out).resolve() == mine for out in outputs) or not self.run_file.is_file():
             return
-        inside = Path(path).resolve().relative_to(self.path.resolve()).parts
+        inside = Path(path).resolve().relative_to(mine).parts
         if self.writes(path) and "report" not in inside[:2]:
             raise RunError(
                 f"{flag} {path}: a file lad eval writes in the run {self.path}, which holds "
@@ -417,10 +423,6 @@ def cells_of_part(records_path: str | Path) -> list[Any]:
     else []: what `lad score` and `lad metrics` show per cell."""
     run = RunDir(Path(records_path).resolve().parent.parent)
     return run.cells() if run.is_mixed else []
-
-
-def _same_folder(a: Path, b: Path) -> bool:
-    return Path(a).resolve() == Path(b).resolve()
 
 
 def check_not_run_files(outputs: dict[str, Path]) -> None:

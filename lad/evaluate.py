@@ -1,9 +1,8 @@
 """`lad eval`: a run directory from items to report, resumable (docs/formats.md lists its files).
 
 The model runs once per (item, ordering) and its records are appended as they are made; every
-method, metric and figure is then computed from the stored records (docs/formats.md lists the
-files of a run directory). Its parts are in lad.run (docs/architecture.md): config, preflight
-(every check before any model work), stages (each records file), rundir, resume and lock.
+method, metric and figure is then computed from the stored records. Its parts are in lad.run
+(docs/architecture.md): config, preflight, stages, rundir, resume and lock.
 """
 
 from __future__ import annotations
@@ -51,16 +50,15 @@ class RunResult:
 
 def fit_or_load_calibration(
     config: EvalConfig, run_dir: Path, calibration_records: RecordSet | None
-) -> Calibration:
+) -> None:
+    run = RunDir(run_dir)
     if config.calibration:
         calibration = Calibration.load(config.calibration)
     else:
         assert calibration_records is not None
-        inputs = RunDir(run_dir).inputs
-        made = config.spec.fingerprint(config.num_candidates, inputs)
+        made = config.spec.fingerprint(config.num_candidates, run.inputs)
         calibration = Calibration(obs_mean=config.obs_mean).fit(calibration_records, made)
-    RunDir(run_dir).write_calibration(calibration)
-    return calibration
+    run.write_calibration(calibration)
 
 
 def evaluate(
@@ -115,9 +113,8 @@ def _evaluate(
     world.barrier()
     data = read_data(config) if data is None else data  # a part's files exist from here on
     eval_items, cal_items = load_items(config, run_dir, data)
-    make_backend = LazyBackend(config, world.device(config.device), run_dir, backends)
-    make_backend.pictures = not all(it.is_text for it in eval_items + cal_items)
-    make_backend.items = eval_items + cal_items
+    device = world.device(config.device)
+    make_backend = LazyBackend(config, device, run_dir, backends, eval_items + cal_items)
     clock = Clock(run_dir, world, make_backend)
 
     def stage(requests: list[Request], file: str, name: str, kind=None, desc="", acc_label=None):
@@ -177,11 +174,7 @@ def score_run(
     check_calibration: bool = True,
 ) -> RunResult:
     """Predictions, metrics.json and the report, from the run directory's files alone (a mixed
-    run: each part's, each cell's and the groups').
-
-    check_calibration: refuse a calibration.json of another model, label scheme, prompt, chat
-    template or image preprocessing.
-    """
+    run: each part's, each cell's and the groups'); check_calibration: RunDir.calibration's."""
     run = RunDir(run_dir)
     if run.is_mixed:
         return _score_mixed(run, methods, options, write_report, check_calibration)

@@ -32,6 +32,7 @@ from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, DataError, LadError
 from lad.io import limits
 from lad.io.images import check_image
+from lad.run.config import OPTION_FIELDS, SPEC_FIELDS
 from lad.run.presets import with_preset
 from lad.run.spec import RecordSpec
 
@@ -88,11 +89,6 @@ def _shortened(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
-# The settings a Debiaser takes by name: the record spec's and the method options'.
-SPEC_SETTINGS = tuple(f.name for f in dataclasses.fields(RecordSpec))
-OPTION_SETTINGS = tuple(f.name for f in dataclasses.fields(MethodOptions) if f.name != "labels")
-
-
 class Debiaser:
     """Attention-guided debiasing for one model (sklearn-like: `fit`, then `predict` many).
 
@@ -134,19 +130,19 @@ class Debiaser:
         backend: Any = None,
         **settings: Any,
     ) -> None:
-        unknown = [k for k in settings if k not in (*SPEC_SETTINGS, *OPTION_SETTINGS)]
+        names = (*SPEC_FIELDS, *OPTION_FIELDS)  # the record spec's and the method options'
+        unknown = [k for k in settings if k not in names]
         if unknown:
             raise LadError(
-                f"Debiaser got an unexpected setting {unknown[0]!r}. Settings: "
-                f"{', '.join((*SPEC_SETTINGS, *OPTION_SETTINGS))}."
+                f"Debiaser got an unexpected setting {unknown[0]!r}. Settings: {', '.join(names)}."
             )
-        values = with_preset(preset, settings, (*SPEC_SETTINGS, *OPTION_SETTINGS))
+        values = with_preset(preset, settings, names)
         if isinstance(values.get("prompt_template"), PromptTemplate):
             values["prompt_template"] = values["prompt_template"].text
         spec = model if isinstance(model, RecordSpec) else RecordSpec(model=model)
-        self.spec = spec.replace(**{k: v for k, v in values.items() if k in SPEC_SETTINGS}).check()
+        self.spec = spec.replace(**{k: v for k, v in values.items() if k in SPEC_FIELDS}).check()
         base = options or MethodOptions()
-        changed = {k: v for k, v in values.items() if k in OPTION_SETTINGS}
+        changed = {k: v for k, v in values.items() if k in OPTION_FIELDS}
         self.obs_mean = changed.get("obs_mean", None if options is None else base.obs_mean)
         self._options = dataclasses.replace(base, **changed)
         self._session = {
@@ -217,10 +213,9 @@ class Debiaser:
         )
         if path is None:
             return RecordSet.from_records(list(stream))
-        path.parent.mkdir(parents=True, exist_ok=True)
         path.unlink(missing_ok=True)
         collected = []
-        with RecordWriter(path) as writer:
+        with RecordWriter(path) as writer:  # makes its folder
             for rec in stream:
                 writer.write(rec)
                 collected.append(rec)
@@ -316,20 +311,18 @@ class Debiaser:
             if isinstance(candidates, (str, Path)) or len(candidates) < 2:
                 got = 1 if isinstance(candidates, (str, Path)) else len(candidates)
                 raise DataError(f"query {i + 1}: needs at least 2 {noun}, got {got}")
-            question = text if questions else None
-            # The true answer is unknown here; the record's answer field is not used.
             if texts:
                 if not all(isinstance(t, str) for t in candidates):
                     raise DataError(f"query {i + 1}: text options must be strings")
                 check_texts(list(candidates), f"query {i + 1}: ", "text option")
-                item = Item(f"query-{i}", text, [], 0, question=question)
-                item.candidates = list(candidates)
             else:
                 for image in candidates:
                     check_image(image)
-                paths = [Path(p) for p in candidates]
-                item = Item(f"query-{i}", text, paths, 0, question=question)
-            items.append(item)
+            # The true answer is unknown here; the record's answer field is not used.
+            paths = [] if texts else [Path(p) for p in candidates]
+            items.append(Item(f"query-{i}", text, paths, 0, question=text if questions else None))
+            if texts:
+                items[-1].candidates = list(candidates)
         sizes = {it.num_candidates for it in items}
         if len(sizes) > 1:
             raise DataError(f"predict_many needs the same N for every query; got {sorted(sizes)}")

@@ -80,12 +80,10 @@ def run_stage(
     world: World | None = None,
     acc_label: str | None = "vanilla acc",
 ) -> RecordSet:
-    """Make the records of `requests` that `path` does not hold yet; return all of them.
-    The progress bar shows the running accuracy of the records' argmax as `acc_label` (None:
-    not shown, for records whose prediction is not that argmax).
-
-    `make_records(requests)` yields one record per request, in order (it loads the model only
-    when called, so a finished stage never touches it).
+    """Make the records of `requests` that `path` does not hold yet; return all of them. The
+    progress bar shows the running accuracy of the records' argmax as `acc_label` (None: not
+    shown). `make_records(requests)` yields one record per request, in order (it loads the model
+    only when called, so a finished stage never touches it).
 
     Under K processes each writes its own shard `path.shard{r}of{K}.jsonl` (resumable on its
     own); the main process then merges them, in request order, into `path`.

@@ -1,11 +1,8 @@
 """`RunDir`: the one reader and writer of a run directory (docs/formats.md, "Run directory").
 
-Every command that reads a run — `lad eval` resuming or rescoring it, `lad score`/`metrics` on its
-records, `lad report`, `lad ablate` — goes through `RunDir`, so each applies the same checks:
-run.json of lad's format (older layouts are read in lad.run.runjson alone), every stage's records
-answering the same (item, ordering) requests as records.jsonl, each item under the same number of
-orderings, and metrics.json made from these very records and arguments. The harness writes its
-audit folders through it too (`write_run`), so they are run directories like any other.
+Every command that reads a run (`lad eval` resuming or rescoring, `lad score`/`metrics`, `lad
+report`, `lad ablate`) and the harness writing its audit folders (`write_run`) go through it, so
+each applies the same checks (`check`).
 """
 
 from __future__ import annotations
@@ -51,10 +48,8 @@ RUN_OUTPUTS = (RUN_FILE, CALIBRATION_FILE, "predictions.jsonl", METRICS_FILE, "s
 
 
 class RunDir(RunJson):
-    """A run directory: `lad eval`'s, or a harness audit's folder for one (task, N).
-
-    Reading never writes; each file is read and checked once per RunDir.
-    """
+    """A run directory: `lad eval`'s, or a harness audit's folder for one (task, N). Reading
+    never writes; each file is read and checked once per RunDir."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -195,7 +190,7 @@ class RunDir(RunJson):
 
     def part(self, n: int) -> RunDir:
         """The part run directory of a mixed run's items of N candidates."""
-        return RunDir(self.file(f"n{n}"))
+        return RunDir(self.file(self.part_name(n)))
 
     @staticmethod
     def part_name(n: int) -> str:
@@ -285,10 +280,9 @@ class RunDir(RunJson):
         return calibration
 
     def check(self) -> RunDir:
-        """The checks every reader of a finished run makes before reading on: run.json of lad's
-        format, every item of records.jsonl under the same number of orderings, and metrics.json,
-        where there is one, computed from these very records and arguments (a mixed run: each
-        part's too); returns self."""
+        """The checks every reader of a finished run makes before reading on (a mixed run: each
+        part's too): run.json of lad's format, every item of records.jsonl under the same number
+        of orderings, metrics.json computed from these very records and arguments."""
         _ = self.arguments
         if self.is_mixed:
             for part in self.parts().values():
@@ -333,8 +327,8 @@ class RunDir(RunJson):
         return metrics
 
     def source(self) -> dict[str, Any]:
-        """What metrics.json was computed from: the SHA-256 of records.jsonl's bytes and of
-        run.json's arguments (a mixed run: of cells.json, and each part's by N)."""
+        """What metrics.json was computed from: the SHA-256 of records.jsonl and of run.json's
+        arguments (a mixed run: of cells.json, and each part's by N)."""
         if self.is_mixed:
             cells = hashlib.sha256(self.file(CELLS_FILE).read_bytes()).hexdigest()
             parts = {str(n): part.source() for n, part in self.parts().items()}

@@ -117,9 +117,8 @@ def json_text(obj: Any, indent: int = 2) -> str:
 
 
 class RunJson:
-    """run.json of a run directory (lad.run.rundir.RunDir's part): created or checked by
-    `begin`, read once (`run_json`, `arguments`, `inputs`), updated beside its arguments by
-    `_update_run_json` alone (`add_times`, `set_threads`)."""
+    """run.json of a run directory (RunDir's part): created or checked by `begin`, read once
+    (`run_json`), updated beside its arguments by `_update_run_json` alone."""
 
     path: Path
 
@@ -146,14 +145,11 @@ class RunJson:
         write: bool = True,
     ) -> None:
         """Create run.json holding the record-defining `arguments` and the `inputs`'
-        fingerprints, or check that an existing one was made with the same arguments from the
-        same inputs.
-
-        An argument missing from an older run.json was made with its value in `defaults`. A
-        run.json under which no record was made yet (a run that failed at its start) does not
-        bind: it is replaced. `write` False: the checks alone, a live `lad eval` here among them
-        (a refusal before the first write; the writer holds the lock).
-        """
+        fingerprints, or check that an existing one was made with the same arguments (an older
+        run.json lacking one: at its value in `defaults`) from the same inputs. A run.json under
+        which no record was made yet (a run that failed at its start) does not bind: it is
+        replaced. `write` False: the checks alone, a live `lad eval` here among them (a refusal
+        before the first write; the writer holds the lock)."""
         from lad.run.lock import running_holder
 
         holder = None if write else running_holder(self.path)

@@ -37,9 +37,8 @@ def run_stage(
     kind: Stage | None = None,
     acc_label: str | None = None,
 ) -> RecordSet:
-    """Make the records of `requests` that `path` does not hold yet (lad.run.resume); return all.
-    `kind` says how (default: the vanilla prompt); see `Stage`. The progress bar's running
-    accuracy is `acc_label` (default: what the stage's records predict, none for replies)."""
+    """lad.run.resume.run_stage of a `Stage` (`kind`, default the vanilla prompt); the progress
+    bar's running accuracy is `acc_label` (default: what the stage's records predict)."""
     kind = kind or Stage()
     acc_label = acc_label or acc_label_for(kind)
 
@@ -129,7 +128,12 @@ class LazyBackend:
     one process (a mixed run's parts, a suite's cells): the model does not depend on N."""
 
     def __init__(
-        self, config: EvalConfig, device: str, run_dir: Path, shared: dict | None = None
+        self,
+        config: EvalConfig,
+        device: str,
+        run_dir: Path,
+        shared: dict | None = None,
+        items: Sequence[Item] = (),
     ) -> None:
         self.config = config
         self.device = device
@@ -138,8 +142,9 @@ class LazyBackend:
         self.load_seconds = 0.0
         self.recorded = None  # run.json's "threads" when the model loaded, None before records
         self.shared = {} if shared is None else shared
-        self.pictures = True  # False: text options only (lad.backends.settings.LoadSettings)
-        self.items: Sequence[Any] = ()  # the run's items: their text checked once the model loads
+        self.items = items  # the run's items: their text checked once the model loads
+        # False: text options only (lad.backends.settings.LoadSettings)
+        self.pictures = not all(it.is_text for it in items)
 
     def __call__(self) -> Any:
         if self.backend is None:
@@ -176,12 +181,10 @@ class LazyBackend:
 
 
 class Clock:
-    """Adds each stage's wall time in this session to run.json's "timing"
-    (RunDir.add_times),
-    the model's load apart as "model_load", and the CPU threads of the session that loaded it
-    (RunDir.set_threads). Only a stage with records still to make counts, so a
-    rerun that only rescores adds nothing; the main process writes (its time includes waiting for
-    the others)."""
+    """Adds each stage's wall time in this session to run.json's "timing", the model's load apart
+    as "model_load", and the CPU threads of the session that loaded it. Only a stage with records
+    still to make counts, so a rerun that only rescores adds nothing; the main process writes (its
+    time includes waiting for the others)."""
 
     def __init__(self, run_dir: Path, world: World, backend: LazyBackend) -> None:
         self.run_dir, self.world, self.backend = run_dir, world, backend

@@ -81,7 +81,7 @@ def test_preset_official_sets_the_documented_variants(monkeypatch, capsys):
     )
     assert "Warning: calibrating on the first 5 evaluation items" in capsys.readouterr().err
     paper = _parsed_config(monkeypatch, [])
-    assert paper.method_options == MethodOptions()
+    assert paper.options == MethodOptions()
     assert (paper.image_size, paper.calibrate_on) == (None, "held-out")
 
 

@@ -107,8 +107,7 @@ def named(e: OSError, path: PathLike) -> OSError:
 
 def write_text(path: PathLike, text: str) -> None:
     """Replace `path` by `text` (UTF-8), all at once."""
-    with replacing(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    write_bytes(path, text.encode("utf-8"))
 
 
 def write_bytes(path: PathLike, data: bytes) -> None:

@@ -116,15 +116,7 @@ class EvalConfig:
             raise RunError(f"--sofa-sigma must be a number in [0, 1] or 'auto'. Got {sigma!r}.")
         if self.setting not in SETTINGS:
             raise RunError(f"--setting must be random or adversarial. Got {self.setting!r}.")
-        from lad.backends.engines import check_engine
-
-        check_engine(self.engine)  # only the HF backend generates replies or changes the mask
-        needs_model = [m for m in self.methods if METHODS[m].stage != "records"]
-        if self.engine != "hf" and needs_model:
-            raise RunError(
-                f"--engine {self.engine} makes records only; --methods {', '.join(needs_model)} "
-                "need --engine hf"
-            )
+        check_engine_methods(self.engine, self.methods)
         if self.calibrate_on not in CALIBRATE_ON:
             raise RunError(
                 f"--calibrate-on must be one of {', '.join(CALIBRATE_ON)}. "
@@ -156,6 +148,19 @@ class EvalConfig:
     def template(self) -> str | PromptTemplate:
         """The records' prompt: the given template, else the built-in by name (lad.core.prompts)."""
         return "vanilla" if self.prompt_template is None else PromptTemplate(self.prompt_template)
+
+
+def check_engine_methods(engine: str, methods: tuple[str, ...]) -> None:
+    """Only the HF backend generates replies or changes the attention mask (SoFA)."""
+    from lad.backends.engines import check_engine
+
+    check_engine(engine)
+    needs_model = [m for m in methods if METHODS[m].stage != "records"]
+    if engine != "hf" and needs_model:
+        raise RunError(
+            f"--engine {engine} makes records only; --methods {', '.join(needs_model)} need "
+            "--engine hf"
+        )
 
 
 SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RecordSpec))

@@ -103,9 +103,8 @@ class Debiaser:
     options: how records are scored (lad.core.methods.MethodOptions), or its fields by name
         (`top_k=`, `tau=`, `obs_mean=`, ...). obs_mean: how `fit` averages Eq. 1 ("prob" unless
         stated); a loaded calibration keeps its own, and stating another is an error.
-    preset: "official" gives the official code's choices (lad.run.presets.OFFICIAL:
-        obs_mean="logit", mixture="log", attn_mean="raw", layer_range=(21, 35), image_size=336,
-        its prompt, repetition_penalty="model"); what is stated by name wins over it.
+    preset: "official" gives the official code's choices (lad.run.presets.OFFICIAL); what is
+        stated by name wins over it.
     check_calibration: refuse a calibration fitted with another model, label scheme, prompt
         template, chat template, image_size or image_options (False: only N and the layer count
         are checked). quiet: hide transformers' progress bars while the model loads.

@@ -65,6 +65,12 @@ def acc_label_for(kind: Stage) -> str | None:
     return "vanilla acc" if kind.sofa_sigma is None else "sofa acc"
 
 
+def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> Iterator[Record]:
+    return backend.records(
+        requests, template=config.template, scheme=config.scheme, batch_size=config.batch_size
+    )
+
+
 @dataclass(frozen=True)
 class Stage:
     """How a stage's records are made: `template` of lad.core.prompts ("vanilla", "instruction",
@@ -97,10 +103,7 @@ def _stage_records(
 
         sofa = SofaOptions(kind.sofa_sigma, config.sofa_within_image)
     with nullcontext() if sofa is None else sofa_applied(backend, sofa):
-        made = backend.records(
-            requests, template=config.template, scheme=config.scheme, batch_size=config.batch_size
-        )
-        for rec in made:
+        for rec in _records(backend, requests, config):
             if sofa is not None:
                 rec.extra["sofa_sigma"] = sofa.sigma
             yield rec

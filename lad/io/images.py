@@ -52,8 +52,7 @@ def check_image(path: str | Path, *, verify: bool = True) -> tuple[int, int]:
     aspect ratio (from the header, before any pixel is decoded), and a file whose pixels do not
     decode (a truncated or corrupt file: decoded in full, as the model will; `verify=False`
     reads the header only); return (width, height)."""
-    path = Path(path)
-    with _opened(path) as im:
+    with _opened(Path(path)) as im:
         if verify:
             _decode(im)
         return im.size

@@ -220,7 +220,7 @@ def sofa_sigma(
     make_backend: Callable[[], Any],
     cal_items: Sequence[Item],
     world: World,
-    clock: Clock | None = None,
+    clock: Clock,
 ) -> float:
     """σ for SoFA: the given number, or with `auto` the σ of SOFA_GRID whose vanilla readout is
     most accurate on the symmetrised calibration set (ties: the σ nearest 0.5, then the smaller);
@@ -234,7 +234,7 @@ def sofa_sigma(
     for sigma in SOFA_GRID:
         path = RunDir(run_dir).sofa_grid_file(sigma)
         kind = Stage(sofa_sigma=sigma)
-        with clock("sofa grid", path, len(requests)) if clock else nullcontext():
+        with clock("sofa grid", path, len(requests)):
             desc = f"sofa grid σ={sigma:g}"
             recs = run_stage(make_backend, requests, path, config, desc, world, kind)
         accuracy[sigma] = float(np.mean(recs.logprobs.argmax(axis=1) == recs.answer))

@@ -107,7 +107,8 @@ def named(e: OSError, path: PathLike) -> OSError:
 
 def write_text(path: PathLike, text: str) -> None:
     """Replace `path` by `text` (UTF-8), all at once."""
-    write_bytes(path, text.encode("utf-8"))
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def write_bytes(path: PathLike, data: bytes) -> None:

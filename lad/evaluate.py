@@ -146,12 +146,14 @@ def _evaluate(
     if not world.is_main:
         return None
     fit_or_load_calibration(config, run_dir, cal_records)
+    return _score(config, run_dir, report)
+
+
+def _score(config: EvalConfig, run_dir: Path, report: bool = True) -> RunResult:
+    """`score_run` with the run's methods, options and calibration check."""
+    check = config.check_calibration
     return score_run(
-        run_dir,
-        config.methods,
-        config.options,
-        write_report=report,
-        check_calibration=config.check_calibration,
+        run_dir, config.methods, config.options, write_report=report, check_calibration=check
     )
 
 
@@ -250,12 +252,7 @@ def evaluate_mixed(
         for n, part in parts.items():
             with RunLock(run.part(n).path):
                 _evaluate(part, run.part(n).path, world, inputs[n], False, backends, part_data[n])
-        return score_run(
-            run_dir,
-            config.methods,
-            config.options,
-            check_calibration=config.check_calibration,
-        )
+        return _score(config, run_dir)
 
 
 def _named_as_given(message: str, config: EvalConfig, parts: dict[int, EvalConfig]) -> str:

@@ -53,6 +53,12 @@ class RunDir(RunJson):
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.run_file = self.file(RUN_FILE)
+        self.calibration_file = self.file(CALIBRATION_FILE)
+        self.metrics_file = self.file(METRICS_FILE)
+        self.predictions_file = self.file("predictions.jsonl")
+        self.report_folder = self.file("report")
+        self.blank_folder = self.file("blank")  # the blank stage's grey pictures (lad.data.blank)
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -79,31 +85,6 @@ class RunDir(RunJson):
     def part_input(self, name: str) -> Path:
         """A part's share of the mixed run's --data, --calibration-data or --orders."""
         return self.file(PART_INPUTS[name])
-
-    @property
-    def report_folder(self) -> Path:
-        return self.file("report")
-
-    @property
-    def blank_folder(self) -> Path:
-        """Where the blank stage's grey pictures are written (lad.data.blank)."""
-        return self.file("blank")
-
-    @property
-    def run_file(self) -> Path:
-        return self.file(RUN_FILE)
-
-    @property
-    def calibration_file(self) -> Path:
-        return self.file(CALIBRATION_FILE)
-
-    @property
-    def metrics_file(self) -> Path:
-        return self.file(METRICS_FILE)
-
-    @property
-    def predictions_file(self) -> Path:
-        return self.file("predictions.jsonl")
 
     # -- writes --------------------------------------------------------------------------------
 

@@ -1,9 +1,8 @@
 """`lad eval`: a run directory from items to report, resumable (docs/formats.md lists its files).
 
 The model runs once per (item, ordering) and its records are appended as they are made; every
-method, metric and figure is then computed from the stored records (docs/formats.md lists the
-files of a run directory). Its parts are in lad.run (docs/architecture.md): config, preflight
-(every check before any model work), stages (each records file), rundir, resume and lock.
+method, metric and figure is then computed from the stored records. Its parts are in lad.run
+(docs/architecture.md): config, preflight, stages, rundir, resume and lock.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from lad.run.mixed import part_config, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
 from lad.run.resume import World
 from lad.run.rundir import RunDir
-from lad.run.runjson import file_digest
+from lad.run.runjson import file_digest, summed_times
 from lad.run.stages import Clock, LazyBackend, Stage, run_stage, sofa_sigma
 from lad.suites import slug
 from lad.suites.plan import SuiteResult, cell_numbers, compared, one_n, suite_models
@@ -51,16 +50,15 @@ class RunResult:
 
 def fit_or_load_calibration(
     config: EvalConfig, run_dir: Path, calibration_records: RecordSet | None
-) -> Calibration:
+) -> None:
+    run = RunDir(run_dir)
     if config.calibration:
         calibration = Calibration.load(config.calibration)
     else:
         assert calibration_records is not None
-        inputs = RunDir(run_dir).inputs
-        made = config.spec.fingerprint(config.num_candidates, inputs)
+        made = config.spec.fingerprint(config.num_candidates, run.inputs)
         calibration = Calibration(obs_mean=config.obs_mean).fit(calibration_records, made)
-    RunDir(run_dir).write_calibration(calibration)
-    return calibration
+    run.write_calibration(calibration)
 
 
 def evaluate(
@@ -115,9 +113,8 @@ def _evaluate(
     world.barrier()
     data = read_data(config) if data is None else data  # a part's files exist from here on
     eval_items, cal_items = load_items(config, run_dir, data)
-    make_backend = LazyBackend(config, world.device(config.device), run_dir, backends)
-    make_backend.pictures = not all(it.is_text for it in eval_items + cal_items)
-    make_backend.items = eval_items + cal_items
+    device = world.device(config.device)
+    make_backend = LazyBackend(config, device, run_dir, backends, eval_items + cal_items)
     clock = Clock(run_dir, world, make_backend)
 
     def stage(requests: list[Request], file: str, name: str, kind=None, desc="", acc_label=None):
@@ -149,12 +146,14 @@ def _evaluate(
     if not world.is_main:
         return None
     fit_or_load_calibration(config, run_dir, cal_records)
+    return _score(config, run_dir, report)
+
+
+def _score(config: EvalConfig, run_dir: Path, report: bool = True) -> RunResult:
+    """`score_run` with the run's methods, options and calibration check."""
+    check = config.check_calibration
     return score_run(
-        run_dir,
-        config.methods,
-        config.method_options,
-        write_report=report,
-        check_calibration=config.check_calibration,
+        run_dir, config.methods, config.options, write_report=report, check_calibration=check
     )
 
 
@@ -163,7 +162,7 @@ def _blank_requests(requests: list[Request], run_dir: Path) -> list[Request]:
     read back, by those keys: a rescoring neither decodes a picture nor writes a grey one."""
     run = RunDir(run_dir)
     path = run.records_file("blank")
-    if path.is_file() and path.read_bytes().count(b"\n") >= len(requests):
+    if RunDir.made(path, len(requests)):
         return requests
     return blank_requests(requests, run.blank_folder)
 
@@ -177,11 +176,7 @@ def score_run(
     check_calibration: bool = True,
 ) -> RunResult:
     """Predictions, metrics.json and the report, from the run directory's files alone (a mixed
-    run: each part's, each cell's and the groups').
-
-    check_calibration: refuse a calibration.json of another model, label scheme, prompt, chat
-    template or image preprocessing.
-    """
+    run: each part's, each cell's and the groups'); check_calibration: RunDir.calibration's."""
     run = RunDir(run_dir)
     if run.is_mixed:
         return _score_mixed(run, methods, options, write_report, check_calibration)
@@ -235,7 +230,7 @@ def evaluate_mixed(
     named = ("data", "calibration_data", "orders")
     own = {k: file_digest(getattr(config, k)) for k in named if getattr(config, k)}
     # Refused before the first write: a live run, or another run's directory.
-    run.check_begin(config.identity(), EvalConfig().identity(), own)
+    run.begin(config.identity(), EvalConfig().identity(), own, write=False)
     existed = run_dir.exists()
     try:
         write_part_inputs(config, items, parts, data.calibration)
@@ -257,12 +252,7 @@ def evaluate_mixed(
         for n, part in parts.items():
             with RunLock(run.part(n).path):
                 _evaluate(part, run.part(n).path, world, inputs[n], False, backends, part_data[n])
-        return score_run(
-            run_dir,
-            config.methods,
-            config.method_options,
-            check_calibration=config.check_calibration,
-        )
+        return _score(config, run_dir)
 
 
 def _named_as_given(message: str, config: EvalConfig, parts: dict[int, EvalConfig]) -> str:
@@ -292,8 +282,7 @@ def _score_mixed(
     metrics.update(score_cells(run.cells(), parts, methods))
     timing: dict[str, float] = {}
     for part in run.parts().values():
-        for stage, seconds in part.timing().items():
-            timing[stage] = round(timing.get(stage, 0.0) + seconds, 3)
+        timing = summed_times(timing, part.timing())
     metrics["timing"] = timing
     metrics["source"] = run.source()
     run.write_metrics(metrics)

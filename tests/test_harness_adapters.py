@@ -240,7 +240,7 @@ def test_calibration_folder_one_per_n(tmp_path: Path) -> None:
         model="demo",
         labels=tuple(scheme.labels(4)),
         prompt_sha256=prompt_sha256(QUESTION, scheme, 4),
-        preprocessing=Debiaser()._preprocessing(),
+        preprocessing=Debiaser().spec.preprocessing(),
     )
     Calibration().fit(records, made).save(tmp_path / "calibration.json")
     (tmp_path / "metrics.json").write_text('{"num_candidates": 4}')

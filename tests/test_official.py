@@ -76,12 +76,12 @@ def _parsed_config(monkeypatch, argv: list[str]) -> EvalConfig:
 def test_preset_official_sets_the_documented_variants(monkeypatch, capsys):
     config = _parsed_config(monkeypatch, ["--preset", "official"])
     assert {name: getattr(config, name) for name in OFFICIAL} == OFFICIAL
-    assert config.method_options == MethodOptions(
+    assert config.options == MethodOptions(
         obs_mean="logit", mixture="log", attn_mean="raw", layer_range=(21, 35)
     )
     assert "Warning: calibrating on the first 5 evaluation items" in capsys.readouterr().err
     paper = _parsed_config(monkeypatch, [])
-    assert paper.method_options == MethodOptions()
+    assert paper.options == MethodOptions()
     assert (paper.image_size, paper.calibrate_on) == (None, "held-out")
 
 

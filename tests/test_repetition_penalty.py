@@ -229,10 +229,10 @@ def test_the_python_api_takes_the_penalty_too(model_dir: Path) -> None:
 
     debiaser = Debiaser(str(model_dir), repetition_penalty="model", device="cpu")
     assert debiaser.backend.repetition_penalty == 1.05  # the generation_config's
-    assert debiaser._preprocessing()["repetition_penalty"] == 1.05
-    assert "repetition_penalty" not in Debiaser(str(model_dir))._preprocessing()
+    assert debiaser.spec.preprocessing()["repetition_penalty"] == 1.05
+    assert "repetition_penalty" not in Debiaser(str(model_dir)).spec.preprocessing()
     assert (
-        Debiaser(str(model_dir), repetition_penalty=1.2)._preprocessing()["repetition_penalty"]
+        Debiaser(str(model_dir), repetition_penalty=1.2).spec.preprocessing()["repetition_penalty"]
         == 1.2
     )
     with pytest.raises(RunError, match="must be a number > 0 or 'model'"):

@@ -4,7 +4,8 @@ the destination is replaced rather than followed.
 
 No command writes over one of its inputs, by one rule kept here: a command runs inside `guarding`,
 which refuses at once an output that is one of its inputs (or another of its outputs), and every
-write (`replacing`, `appending`) refuses a destination that is an input, declared or read since.
+write (`replacing`, `check_destination`) refuses a destination that is an input, declared or read
+since.
 Readers call `note_input`, so a file a command reads is protected even if nobody declared it.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import mmap
 import os
 import re
 import socket
@@ -21,7 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from lad.errors import LadError
 
@@ -103,15 +105,6 @@ def named(e: OSError, path: PathLike) -> OSError:
     return type(e)(e.errno, e.strerror, str(path))
 
 
-@contextmanager
-def appending(path: PathLike) -> Iterator[BinaryIO]:
-    """`path` opened to append bytes (a records file growing batch by batch)."""
-    path = Path(path)
-    check_destination(path)
-    with path.open("ab") as f:
-        yield f
-
-
 def write_text(path: PathLike, text: str) -> None:
     """Replace `path` by `text` (UTF-8), all at once."""
     with replacing(path) as tmp:
@@ -151,33 +144,32 @@ def write_once(path: PathLike, data: bytes, error: type[LadError] = LadError) ->
 # ---------------------------------------------------------------- paths named by data files
 
 
+def _resolved(root: PathLike, path: PathLike) -> tuple[Path, Path | None]:
+    """`root` resolved, and `path` below it resolved (None: empty, missing, a symlink loop, a NUL
+    byte)."""
+    base = Path(root).resolve()
+    text = os.fspath(path)
+    if not text.strip():
+        return base, None
+    try:
+        return base, (base / text).resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):
+        return base, None
+
+
 def inside(root: PathLike, path: PathLike) -> Path | None:
     """`path`, as a data file names it relative to `root`, resolved (symlinks followed), if it
     is a file inside `root`; None when it is missing or lies outside (an absolute path, `..`, a
     symlink out of the folder). The one rule for every path a data file names."""
-    base = Path(root).resolve()
-    text = os.fspath(path)
-    if not text.strip():
-        return None
-    try:
-        found = (base / text).resolve(strict=True)
-    except (OSError, RuntimeError, ValueError):  # missing, a symlink loop, a NUL byte
-        return None
-    if not found.is_relative_to(base) or not found.is_file():
-        return None
-    return found
+    base, found = _resolved(root, path)
+    return found if found and found.is_relative_to(base) and found.is_file() else None
 
 
 def outside(root: PathLike, path: PathLike) -> bool:
     """True when `path`, relative to `root`, exists but resolves outside it (`inside` refuses
     it for that reason, not because it is missing)."""
-    base = Path(root).resolve()
-    text = os.fspath(path)
-    try:
-        found = (base / text).resolve(strict=True)
-    except (OSError, RuntimeError, ValueError):
-        return False
-    return bool(text.strip()) and not found.is_relative_to(base)
+    base, found = _resolved(root, path)
+    return found is not None and not found.is_relative_to(base)
 
 
 def child(root: PathLike, name: str, error: type[LadError] = LadError, what: str = "") -> Path:
@@ -300,22 +292,11 @@ def drop_partial_line(path: Path) -> None:
     if not path.is_file() or path.stat().st_size == 0:
         return
     with path.open("rb+") as f:
-        f.seek(-1, os.SEEK_END)
-        if f.read(1) == b"\n":
-            return
-        # Walk back to the last newline (or the start of the file) and cut there.
-        size = f.seek(0, os.SEEK_END)
-        pos = size
-        while pos > 0:
-            step = min(65536, pos)
-            f.seek(pos - step)
-            chunk = f.read(step)
-            k = chunk.rfind(b"\n")
-            if k >= 0:
-                f.truncate(pos - step + k + 1)
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            if m[-1:] == b"\n":
                 return
-            pos -= step
-        f.truncate(0)
+            keep = m.rfind(b"\n") + 1
+        f.truncate(keep)
 
 
 # ---------------------------------------------------------------- inputs are never outputs

@@ -11,7 +11,7 @@ PIL would hand to Ghostscript, PDF, SVG, ...) is refused naming the file.
 
 Limits, checked on the header before any pixel is decoded, each error naming the file:
 
-- at most `max_pixels()` pixels (default 178,956,970, PIL's own decompression-bomb limit); a
+- at most `limits.IMAGE_PIXELS` pixels (default 178,956,970, PIL's own decompression-bomb limit); a
   user who trusts a larger file raises it with the environment variable LAD_MAX_IMAGE_PIXELS;
 - an aspect ratio of at most `MAX_ASPECT` (vision processors refuse or mangle thinner strips);
 - images whose longer side exceeds `MAX_SIDE` are downscaled (aspect kept, Lanczos; JPEGs are
@@ -35,8 +35,6 @@ from lad.errors import DataError
 from lad.io import limits
 
 BACKGROUND = (255, 255, 255)
-DEFAULT_MAX_PIXELS = limits.IMAGE_PIXELS.default  # PIL's DecompressionBombError threshold
-MAX_PIXELS_ENV = limits.IMAGE_PIXELS.env
 MAX_SIDE = 4096
 MAX_ASPECT = 100
 # PIL's names of the formats lad opens ("MPO" is how PIL reads many cameras' JPEGs), and the
@@ -49,18 +47,12 @@ _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
 _ALPHA = ("RGBA", "LA", "PA", "RGBa", "La")
 
 
-def max_pixels() -> int:
-    """The pixel limit: LAD_MAX_IMAGE_PIXELS if set, else DEFAULT_MAX_PIXELS."""
-    return limits.IMAGE_PIXELS.value
-
-
 def check_image(path: str | Path, *, verify: bool = True) -> tuple[int, int]:
     """Refuse a missing file, a folder, a format not in FORMATS, too many pixels or an extreme
     aspect ratio (from the header, before any pixel is decoded), and a file whose pixels do not
     decode (a truncated or corrupt file: decoded in full, as the model will; `verify=False`
     reads the header only); return (width, height)."""
-    path = Path(path)
-    with _opened(path) as im:
+    with _opened(Path(path)) as im:
         if verify:
             _decode(im)
         return im.size
@@ -102,13 +94,21 @@ def format_suffix(data: bytes) -> str | None:
         return None
 
 
-def _decode(im: Image.Image) -> None:
-    """Decode every pixel (at a reduced scale for a JPEG larger than MAX_SIDE, as open_image
-    does), so a file that fails to decode fails here."""
+def _draft(im: Image.Image, max_side: int = MAX_SIDE) -> tuple[int, int]:
+    """The size `im` is shown at (its longer side at most `max_side`); a JPEG larger than that is
+    set to decode at 1/2, 1/4 or 1/8 scale, at least that size."""
     w, h = im.size
-    scale = min(1.0, MAX_SIDE / max(w, h))
+    scale = min(1.0, max_side / max(w, h))
+    target = (max(1, round(w * scale)), max(1, round(h * scale)))
     if scale < 1:
-        im.draft(None, (max(1, round(w * scale)), max(1, round(h * scale))))
+        im.draft(None, target)
+    return target
+
+
+def _decode(im: Image.Image) -> None:
+    """Decode every pixel (at the scale open_image decodes at), so a file that fails to decode
+    fails here."""
+    _draft(im)
     im.load()
 
 
@@ -123,11 +123,7 @@ def open_image(path: str | Path, *, max_side: int = MAX_SIDE) -> Image.Image:
     path = Path(path)
     try:
         with _opened(path) as im:
-            w, h = im.size
-            scale = min(1.0, max_side / max(w, h))
-            target = (max(1, round(w * scale)), max(1, round(h * scale)))
-            if scale < 1:
-                im.draft(None, target)  # JPEG: decode at 1/2, 1/4 or 1/8 scale, at least target
+            target = _draft(im, max_side)
             rgb = to_rgb(im, path)
         if rgb.size != target:
             rgb = rgb.resize(target, Image.Resampling.LANCZOS)
@@ -182,8 +178,6 @@ def _sixteen_to_eight(im: Image.Image, path: object) -> Image.Image:
 def _cmyk_to_rgb(im: Image.Image) -> Image.Image:
     profile = im.info.get("icc_profile")
     if profile:
-        import io
-
         from PIL import ImageCms
 
         try:
@@ -238,12 +232,12 @@ def _open_unchecked(source: Path | io.BytesIO) -> Image.Image:
 
 
 def _check_size(path: object, width: int, height: int) -> None:
-    limit = max_pixels()
+    limit = limits.IMAGE_PIXELS.value
     if width * height > limit:
         raise DataError(
             f"{path}: {width} × {height} = {width * height:,} pixels is more than the limit of "
             f"{limit:,} (a decompression bomb?); if you trust the file, raise the limit with "
-            f"{MAX_PIXELS_ENV}={width * height}"
+            f"{limits.IMAGE_PIXELS.env}={width * height}"
         )
     if min(width, height) < 1 or max(width, height) / min(width, height) > MAX_ASPECT:
         raise DataError(

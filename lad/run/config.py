@@ -140,10 +140,6 @@ class EvalConfig:
         return {name: getattr(self, name) for name in RECORD_FIELDS}
 
     @property
-    def method_options(self) -> MethodOptions:
-        return self.options
-
-    @property
     def scheme(self) -> Any:
         """The label scheme (RecordSpec.scheme)."""
         return self.spec.scheme

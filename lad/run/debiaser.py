@@ -32,6 +32,7 @@ from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, DataError, LadError
 from lad.io import limits
 from lad.io.images import check_image
+from lad.run.config import OPTION_FIELDS, SPEC_FIELDS
 from lad.run.presets import with_preset
 from lad.run.spec import RecordSpec
 
@@ -88,11 +89,6 @@ def _shortened(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
-# The settings a Debiaser takes by name: the record spec's and the method options'.
-SPEC_SETTINGS = tuple(f.name for f in dataclasses.fields(RecordSpec))
-OPTION_SETTINGS = tuple(f.name for f in dataclasses.fields(MethodOptions) if f.name != "labels")
-
-
 class Debiaser:
     """Attention-guided debiasing for one model (sklearn-like: `fit`, then `predict` many).
 
@@ -107,9 +103,8 @@ class Debiaser:
     options: how records are scored (lad.core.methods.MethodOptions), or its fields by name
         (`top_k=`, `tau=`, `obs_mean=`, ...). obs_mean: how `fit` averages Eq. 1 ("prob" unless
         stated); a loaded calibration keeps its own, and stating another is an error.
-    preset: "official" gives the official code's choices (lad.run.presets.OFFICIAL:
-        obs_mean="logit", mixture="log", attn_mean="raw", layer_range=(21, 35), image_size=336,
-        its prompt, repetition_penalty="model"); what is stated by name wins over it.
+    preset: "official" gives the official code's choices (lad.run.presets.OFFICIAL); what is
+        stated by name wins over it.
     check_calibration: refuse a calibration fitted with another model, label scheme, prompt
         template, chat template, image_size or image_options (False: only N and the layer count
         are checked). quiet: hide transformers' progress bars while the model loads.
@@ -134,19 +129,19 @@ class Debiaser:
         backend: Any = None,
         **settings: Any,
     ) -> None:
-        unknown = [k for k in settings if k not in (*SPEC_SETTINGS, *OPTION_SETTINGS)]
+        names = (*SPEC_FIELDS, *OPTION_FIELDS)  # the record spec's and the method options'
+        unknown = [k for k in settings if k not in names]
         if unknown:
             raise LadError(
-                f"Debiaser got an unexpected setting {unknown[0]!r}. Settings: "
-                f"{', '.join((*SPEC_SETTINGS, *OPTION_SETTINGS))}."
+                f"Debiaser got an unexpected setting {unknown[0]!r}. Settings: {', '.join(names)}."
             )
-        values = with_preset(preset, settings, (*SPEC_SETTINGS, *OPTION_SETTINGS))
+        values = with_preset(preset, settings, names)
         if isinstance(values.get("prompt_template"), PromptTemplate):
             values["prompt_template"] = values["prompt_template"].text
         spec = model if isinstance(model, RecordSpec) else RecordSpec(model=model)
-        self.spec = spec.replace(**{k: v for k, v in values.items() if k in SPEC_SETTINGS}).check()
+        self.spec = spec.replace(**{k: v for k, v in values.items() if k in SPEC_FIELDS}).check()
         base = options or MethodOptions()
-        changed = {k: v for k, v in values.items() if k in OPTION_SETTINGS}
+        changed = {k: v for k, v in values.items() if k in OPTION_FIELDS}
         self.obs_mean = changed.get("obs_mean", None if options is None else base.obs_mean)
         self._options = dataclasses.replace(base, **changed)
         self._session = {
@@ -206,10 +201,6 @@ class Debiaser:
     def _template(self, items: Sequence[Item]) -> PromptTemplate:
         return vanilla_template(items, self.prompt_template)
 
-    def _preprocessing(self) -> dict[str, Any]:
-        """How this Debiaser prepares chat and pictures, as calibration.json records it."""
-        return self.spec.preprocessing()
-
     def _records(
         self, requests: list, template: PromptTemplate, path: Path | None = None
     ) -> RecordSet:
@@ -221,10 +212,9 @@ class Debiaser:
         )
         if path is None:
             return RecordSet.from_records(list(stream))
-        path.parent.mkdir(parents=True, exist_ok=True)
         path.unlink(missing_ok=True)
         collected = []
-        with RecordWriter(path) as writer:
+        with RecordWriter(path) as writer:  # makes its folder
             for rec in stream:
                 writer.write(rec)
                 collected.append(rec)
@@ -241,18 +231,8 @@ class Debiaser:
         for path in dict.fromkeys(p for it in items for p in it.pictures):
             check_image(path)  # before the model loads
         template = self._template(items)
-        records = self._records(
-            cyclic_requests(items), template, Path(records_path) if records_path else None
-        )
-        return self.fit_records(records, template=template)
-
-    def fit_records(
-        self, records: RecordSet, *, template: PromptTemplate | None = None
-    ) -> Debiaser:
-        """Calibrate from calibration records made earlier (e.g. `calibration.jsonl`) under
-        `template` (default: this Debiaser's prompt_template, else the paper's caption one) and
-        this Debiaser's chat_template, image_size and image_options (recorded as made with them)."""
-        template = template or vanilla_template([], self.prompt_template)
+        path = Path(records_path) if records_path else None
+        records = self._records(cyclic_requests(items), template, path)
         made = self.spec.fingerprint(records.num_candidates, template=template)
         self.calibration_ = Calibration(obs_mean=self.obs_mean or "prob").fit(records, made)
         return self
@@ -330,20 +310,18 @@ class Debiaser:
             if isinstance(candidates, (str, Path)) or len(candidates) < 2:
                 got = 1 if isinstance(candidates, (str, Path)) else len(candidates)
                 raise DataError(f"query {i + 1}: needs at least 2 {noun}, got {got}")
-            question = text if questions else None
-            # The true answer is unknown here; the record's answer field is not used.
             if texts:
                 if not all(isinstance(t, str) for t in candidates):
                     raise DataError(f"query {i + 1}: text options must be strings")
                 check_texts(list(candidates), f"query {i + 1}: ", "text option")
-                item = Item(f"query-{i}", text, [], 0, question=question)
-                item.candidates = list(candidates)
             else:
                 for image in candidates:
                     check_image(image)
-                paths = [Path(p) for p in candidates]
-                item = Item(f"query-{i}", text, paths, 0, question=question)
-            items.append(item)
+            # The true answer is unknown here; the record's answer field is not used.
+            paths = [] if texts else [Path(p) for p in candidates]
+            items.append(Item(f"query-{i}", text, paths, 0, question=text if questions else None))
+            if texts:
+                items[-1].candidates = list(candidates)
         sizes = {it.num_candidates for it in items}
         if len(sizes) > 1:
             raise DataError(f"predict_many needs the same N for every query; got {sorted(sizes)}")

@@ -52,21 +52,6 @@ def run_requests(config: EvalConfig, items: Sequence[Item]) -> list[Request]:
     return given_requests(items, config.orders, config.num_candidates)
 
 
-def resolve_prompt(config: EvalConfig, data: RunData) -> EvalConfig:
-    """The run with its vanilla template fixed for its evaluation items (RecordSpec.for_items)."""
-    if config.prompt_template is not None or data.items is None:
-        return config
-    items = _with_n(data.items, config.num_candidates, config.data)
-    return config.replace(prompt_template=config.spec.for_items(items).prompt_template)
-
-
-def resolve_penalty(config: EvalConfig) -> EvalConfig:
-    """The run with its repetition penalty as a number (or None): "model" (--preset official)
-    becomes the model's generation_config's, stored in run.json so records, calibration and
-    every rescoring agree (RecordSpec.penalty)."""
-    return config.replace(repetition_penalty=config.spec.penalty())
-
-
 def resolve_calibration_items(config: EvalConfig, data: RunData) -> tuple[EvalConfig, str | None]:
     """The run with |D_cal| decided: as given (a file holding fewer is then refused), else 5, or
     all the items of a smaller calibration file, which the note returned says."""
@@ -86,8 +71,15 @@ def resolve_calibration_items(config: EvalConfig, data: RunData) -> tuple[EvalCo
 
 
 def resolved(config: EvalConfig, data: RunData) -> EvalConfig:
-    """The run of one N with |D_cal|, its prompt and its repetition penalty decided."""
-    return resolve_penalty(resolve_prompt(resolve_calibration_items(config, data)[0], data))
+    """The run of one N with |D_cal| decided, its vanilla template fixed for its evaluation items
+    (RecordSpec.for_items), and its repetition penalty a number or None: "model" (--preset
+    official) becomes the model's generation_config's, stored in run.json so records, calibration
+    and every rescoring agree (RecordSpec.penalty)."""
+    config = resolve_calibration_items(config, data)[0]
+    if config.prompt_template is None and data.items is not None:
+        items = _with_n(data.items, config.num_candidates, config.data)
+        config = config.replace(prompt_template=config.spec.for_items(items).prompt_template)
+    return config.replace(repetition_penalty=config.spec.penalty())
 
 
 # ---------------------------------------------------------------- data

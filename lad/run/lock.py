@@ -1,5 +1,4 @@
-"""One `lad eval` at a time in a run directory: an exclusive flock on run.lock, which says who
-holds it."""
+"""One `lad eval` at a time in a run directory (`RunLock`)."""
 
 from __future__ import annotations
 
@@ -17,12 +16,9 @@ LOCK_NAME = "run.lock"
 
 
 class RunLock:
-    """One `lad eval` at a time in a run directory.
-
-    An exclusive flock on `run.lock`, which holds the holder's pid, host and start time so a
+    """An exclusive flock on `run.lock`, which holds the holder's pid, host and start time so a
     second run can say who has it. The kernel releases a flock when its process dies, so a lock
-    file left by a killed run is taken over (with a message); a finished run removes the file.
-    """
+    file left by a killed run is taken over (with a message); a finished run removes the file."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
@@ -52,7 +48,11 @@ class RunLock:
                 "which no longer runs",
                 file=sys.stderr,
             )
-        mine = {"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}
+        mine = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(mine) + "\n").encode(), 0)
         self._fd = fd
@@ -82,10 +82,6 @@ def running_holder(run_dir: Path) -> str | None:
     finally:
         os.close(fd)  # closing drops a lock taken here
     return None
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S %z")
 
 
 def _still_there(fd: int, path: Path) -> bool:

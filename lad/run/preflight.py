@@ -41,28 +41,25 @@ def check_inputs(
         check_top_k(config.top_k, calibration.num_layers, f"the calibration {config.calibration}")
     check_top_k(config.top_k, model_num_layers(resolve_model(config.model)), config.model)
     inputs = {}
-    files: dict[str, str | None] = {}
     if items is not None:
         eval_items, cal_items = items
         check_kind(config, eval_items + cal_items)
         check_images(eval_items + cal_items)
         from_data = eval_items + ([] if config.calibration_data else cal_items)
-        files["data"] = config.data
         pictures = [p for it in from_data for p in it.pictures]  # context pictures too
         inputs["data"] = file_digest(config.data, pictures)
         if config.calibration_data:
-            files["calibration_data"] = config.calibration_data
             images = [p for it in cal_items for p in it.pictures]
             inputs["calibration_data"] = file_digest(config.calibration_data, images)
     for name in ("calibration", "orders", "chat_template"):
         if getattr(config, name) and Path(getattr(config, name)).is_file():
-            files[name] = getattr(config, name)
             inputs[name] = file_digest(getattr(config, name))
+    files = {name: getattr(config, name) for name in inputs}
     outputs = {f"--out {run_dir}/{name}": run_dir / name for name in RUN_OUTPUTS}
     check_not_inputs(outputs, {"--" + k.replace("_", "-"): v for k, v in files.items()})
     run = RunDir(run_dir)
     pictures = [p for it in (items[0] + items[1] if items else []) for p in it.pictures]
-    for path in [*(v for v in files.values() if v), *pictures]:
+    for path in [*files.values(), *pictures]:
         if run.writes(path):
             raise RunError(
                 f"{path}: is a file lad eval writes in its run directory {run_dir} (its records, "

@@ -33,18 +33,13 @@ OFFICIAL: dict[str, Any] = {
 PRESETS: dict[str, dict[str, Any]] = {"paper": {}, "official": OFFICIAL}
 
 
-def preset_options(name: str) -> dict[str, Any]:
-    """The option values a preset sets (a copy); `paper` sets none, its defaults being lad's."""
-    if name not in PRESETS:
-        raise LadError(f"The 'preset' parameter must be one of {list(PRESETS)}. Got {name!r}.")
-    return dict(PRESETS[name])
-
-
 def with_preset(name: str, stated: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
     """The settings `stated` (None: not stated) over those among `names` that preset `name`
     sets: a stated setting wins; a stated calibration source wins over the preset's
     --calibrate-on. The one place a preset is applied (lad eval, Debiaser, the CLI's commands)."""
-    values = {k: v for k, v in preset_options(name).items() if k in names}
+    if name not in PRESETS:
+        raise LadError(f"The 'preset' parameter must be one of {list(PRESETS)}. Got {name!r}.")
+    values = {k: v for k, v in PRESETS[name].items() if k in names}
     given = {k: v for k, v in stated.items() if v is not None}
     if given.get("calibration_data") or given.get("calibration"):
         values.pop("calibrate_on", None)

@@ -13,7 +13,14 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from lad.core.records import Record, RecordSet, RecordWriter, drop_partial_line, read_records
+from lad.core.records import (
+    Record,
+    RecordSet,
+    RecordWriter,
+    drop_partial_line,
+    read_records,
+    write_records,
+)
 from lad.data.orders import Request
 from lad.errors import RunError
 
@@ -73,12 +80,10 @@ def run_stage(
     world: World | None = None,
     acc_label: str | None = "vanilla acc",
 ) -> RecordSet:
-    """Make the records of `requests` that `path` does not hold yet; return all of them.
-    The progress bar shows the running accuracy of the records' argmax as `acc_label` (None:
-    not shown, for records whose prediction is not that argmax).
-
-    `make_records(requests)` yields one record per request, in order (it loads the model only
-    when called, so a finished stage never touches it).
+    """Make the records of `requests` that `path` does not hold yet; return all of them. The
+    progress bar shows the running accuracy of the records' argmax as `acc_label` (None: not
+    shown). `make_records(requests)` yields one record per request, in order (it loads the model
+    only when called, so a finished stage never touches it).
 
     Under K processes each writes its own shard `path.shard{r}of{K}.jsonl` (resumable on its
     own); the main process then merges them, in request order, into `path`.
@@ -148,16 +153,8 @@ def resume_point(path: Path, requests: Sequence[Request], batch_size: int) -> in
             )
     keep = len(done) if len(done) == len(requests) else len(done) - len(done) % batch_size
     if keep < len(done):
-        write_records_prefix(path, done, keep)
+        write_records(path, done.select(np.arange(keep)))
     return keep
-
-
-def write_records_prefix(path: Path, records: RecordSet, count: int) -> None:
-    tmp = path.with_suffix(".tmp")
-    with RecordWriter(tmp) as writer:
-        for rec in records.select(np.arange(count)).to_records():
-            writer.write(rec)
-    tmp.replace(path)
 
 
 # ---------------------------------------------------------------- shards
@@ -188,15 +185,8 @@ def _check_shards(path: Path, size: int, count: int) -> None:
 
 
 def _merge_shards(path: Path, size: int, batches: list[range]) -> None:
-    shards = [read_records(_shard_path(path, r, size)).to_records() for r in range(size)]
-    taken = [0] * size
-    tmp = path.with_suffix(".merging")
-    with RecordWriter(tmp) as writer:
-        for b, batch in enumerate(batches):
-            rank = b % size
-            for rec in shards[rank][taken[rank] : taken[rank] + len(batch)]:
-                writer.write(rec)
-            taken[rank] += len(batch)
-    tmp.replace(path)
+    """The shards' records in request order: batch b is the next of shard b mod K's."""
+    shards = [iter(read_records(_shard_path(path, r, size)).to_records()) for r in range(size)]
+    write_records(path, [next(shards[b % size]) for b, batch in enumerate(batches) for _ in batch])
     for r in range(size):
         _shard_path(path, r, size).unlink()

@@ -1,11 +1,8 @@
 """`RunDir`: the one reader and writer of a run directory (docs/formats.md, "Run directory").
 
-Every command that reads a run — `lad eval` resuming or rescoring it, `lad score`/`metrics` on its
-records, `lad report`, `lad ablate` — goes through `RunDir`, so each applies the same checks:
-run.json of lad's format (older layouts are read in lad.run.runjson alone), every stage's records
-answering the same (item, ordering) requests as records.jsonl, each item under the same number of
-orderings, and metrics.json made from these very records and arguments. The harness writes its
-audit folders through it too (`write_run`), so they are run directories like any other.
+Every command that reads a run (`lad eval` resuming or rescoring, `lad score`/`metrics`, `lad
+report`, `lad ablate`) and the harness writing its audit folders (`write_run`) go through it, so
+each applies the same checks (`check`).
 """
 
 from __future__ import annotations
@@ -51,19 +48,25 @@ RUN_OUTPUTS = (RUN_FILE, CALIBRATION_FILE, "predictions.jsonl", METRICS_FILE, "s
 
 
 class RunDir(RunJson):
-    """A run directory: `lad eval`'s, or a harness audit's folder for one (task, N).
-
-    Reading never writes; each file is read and checked once per RunDir.
-    """
+    """A run directory: `lad eval`'s, or a harness audit's folder for one (task, N). Reading
+    never writes; each file is read and checked once per RunDir."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.run_file = self.file(RUN_FILE)
+        self.calibration_file = self.file(CALIBRATION_FILE)
+        self.metrics_file = self.file(METRICS_FILE)
+        self.predictions_file = self.file("predictions.jsonl")
+        self.report_folder = self.file("report")
+        self.blank_folder = self.file("blank")  # the blank stage's grey pictures (lad.data.blank)
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
 
-    def file(self, name: str) -> Path:
-        return self.path / name
+    @staticmethod
+    def made(path: Path, count: int) -> bool:
+        """Whether the records file `path` holds `count` records: its stage has none to make."""
+        return path.is_file() and path.read_bytes().count(b"\n") >= count
 
     def records_file(self, stage: str) -> Path:
         """A stage's records file (RECORDS_FILES: "calibration", "records", "perm-avg", ...)."""
@@ -82,31 +85,6 @@ class RunDir(RunJson):
     def part_input(self, name: str) -> Path:
         """A part's share of the mixed run's --data, --calibration-data or --orders."""
         return self.file(PART_INPUTS[name])
-
-    @property
-    def report_folder(self) -> Path:
-        return self.file("report")
-
-    @property
-    def blank_folder(self) -> Path:
-        """Where the blank stage's grey pictures are written (lad.data.blank)."""
-        return self.file("blank")
-
-    @property
-    def run_file(self) -> Path:
-        return self.file(RUN_FILE)
-
-    @property
-    def calibration_file(self) -> Path:
-        return self.file(CALIBRATION_FILE)
-
-    @property
-    def metrics_file(self) -> Path:
-        return self.file(METRICS_FILE)
-
-    @property
-    def predictions_file(self) -> Path:
-        return self.file("predictions.jsonl")
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -139,9 +117,10 @@ class RunDir(RunJson):
         """Refuse a command other than this run's lad eval (not writing the run itself, one of
         `outputs`) an output `path` that is one of the files lad eval writes here (`writes`;
         its report/ aside): records, calibration, predictions and metrics vouch for each other."""
-        if any(_same_folder(self.path, out) for out in outputs) or not self.run_file.is_file():
+        mine = self.path.resolve()
+        if any(Path(out).resolve() == mine for out in outputs) or not self.run_file.is_file():
             return
-        inside = Path(path).resolve().relative_to(self.path.resolve()).parts
+        inside = Path(path).resolve().relative_to(mine).parts
         if self.writes(path) and "report" not in inside[:2]:
             raise RunError(
                 f"{flag} {path}: a file lad eval writes in the run {self.path}, which holds "
@@ -192,7 +171,7 @@ class RunDir(RunJson):
 
     def part(self, n: int) -> RunDir:
         """The part run directory of a mixed run's items of N candidates."""
-        return RunDir(self.file(f"n{n}"))
+        return RunDir(self.file(self.part_name(n)))
 
     @staticmethod
     def part_name(n: int) -> str:
@@ -282,10 +261,9 @@ class RunDir(RunJson):
         return calibration
 
     def check(self) -> RunDir:
-        """The checks every reader of a finished run makes before reading on: run.json of lad's
-        format, every item of records.jsonl under the same number of orderings, and metrics.json,
-        where there is one, computed from these very records and arguments (a mixed run: each
-        part's too); returns self."""
+        """The checks every reader of a finished run makes before reading on (a mixed run: each
+        part's too): run.json of lad's format, every item of records.jsonl under the same number
+        of orderings, metrics.json computed from these very records and arguments."""
         _ = self.arguments
         if self.is_mixed:
             for part in self.parts().values():
@@ -330,8 +308,8 @@ class RunDir(RunJson):
         return metrics
 
     def source(self) -> dict[str, Any]:
-        """What metrics.json was computed from: the SHA-256 of records.jsonl's bytes and of
-        run.json's arguments (a mixed run: of cells.json, and each part's by N)."""
+        """What metrics.json was computed from: the SHA-256 of records.jsonl and of run.json's
+        arguments (a mixed run: of cells.json, and each part's by N)."""
         if self.is_mixed:
             cells = hashlib.sha256(self.file(CELLS_FILE).read_bytes()).hexdigest()
             parts = {str(n): part.source() for n, part in self.parts().items()}
@@ -420,10 +398,6 @@ def cells_of_part(records_path: str | Path) -> list[Any]:
     else []: what `lad score` and `lad metrics` show per cell."""
     run = RunDir(Path(records_path).resolve().parent.parent)
     return run.cells() if run.is_mixed else []
-
-
-def _same_folder(a: Path, b: Path) -> bool:
-    return Path(a).resolve() == Path(b).resolve()
 
 
 def check_not_run_files(outputs: dict[str, Path]) -> None:

@@ -101,22 +101,29 @@ def _same_path(a: Any, b: Any) -> bool:
     return isinstance(a, str) and isinstance(b, str) and os.path.normpath(a) == os.path.normpath(b)
 
 
+def summed_times(
+    timing: Mapping[str, float] | None, seconds: Mapping[str, float]
+) -> dict[str, float]:
+    """`timing` with `seconds` added stage by stage: run.json's "timing" is the sum over every
+    session that worked on a stage (a mixed run's, over its parts)."""
+    out = dict(timing or {})
+    for stage, s in seconds.items():
+        out[stage] = round(out.get(stage, 0.0) + s, 3)
+    return out
+
+
 def json_text(obj: Any, indent: int = 2) -> str:
     return json.dumps(obj, indent=indent) + "\n"
 
 
 class RunJson:
-    """run.json of a run directory (lad.run.rundir.RunDir's part): created or checked by
-    `begin`, read once (`run_json`, `arguments`, `inputs`), updated beside its arguments by
-    `_update_run_json` alone (`add_times`, `set_threads`)."""
+    """run.json of a run directory (RunDir's part): created or checked by `begin`, read once
+    (`run_json`), updated beside its arguments by `_update_run_json` alone."""
 
     path: Path
 
     def file(self, name: str) -> Path:
         return self.path / name
-
-    def made_records(self) -> bool:
-        raise NotImplementedError
 
     def _write_run_json(self, run_json: Mapping[str, Any]) -> None:
         write_text(self.file("run.json"), json_text(dict(run_json)))
@@ -134,34 +141,18 @@ class RunJson:
         arguments: Mapping[str, Any],
         defaults: Mapping[str, Any],
         inputs: Mapping[str, dict[str, Any]] | None = None,
+        *,
+        write: bool = True,
     ) -> None:
         """Create run.json holding the record-defining `arguments` and the `inputs`'
-        fingerprints, or check that an existing one was made with the same arguments from the
-        same inputs.
-
-        An argument missing from an older run.json was made with its value in `defaults`. A
-        run.json under which no record was made yet (a run that failed at its start) does not
-        bind: it is replaced.
-        """
-        wanted = self.check_begin(arguments, defaults, inputs, live=False)  # we hold the lock
-        if wanted is None:
-            return
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._write_run_json(wanted)
-
-    def check_begin(
-        self,
-        arguments: Mapping[str, Any],
-        defaults: Mapping[str, Any],
-        inputs: Mapping[str, dict[str, Any]] | None = None,
-        live: bool = True,
-    ) -> dict[str, Any] | None:
-        """What `begin` checks, writing nothing (a refusal before the first write): a live `lad
-        eval` here, or a run.json of other arguments or inputs with records made (a mixed run's:
-        in its parts). Returns the run.json to write, None where the one there says so."""
+        fingerprints, or check that an existing one was made with the same arguments (an older
+        run.json lacking one: at its value in `defaults`) from the same inputs. A run.json under
+        which no record was made yet (a run that failed at its start) does not bind: it is
+        replaced. `write` False: the checks alone, a live `lad eval` here among them (a refusal
+        before the first write; the writer holds the lock)."""
         from lad.run.lock import running_holder
 
-        holder = running_holder(self.path) if live else None
+        holder = None if write else running_holder(self.path)
         if holder is not None:
             raise RunError(
                 f"{self.path} is in use by another lad eval ({holder}); wait for it to finish, "
@@ -175,11 +166,13 @@ class RunJson:
             stored = read_run_json(path)
             try:
                 check_same(self.path, stored, wanted, json.loads(json.dumps(dict(defaults))))
-                return None
+                return
             except RunError:
                 if self.made_records():
                     raise
-        return wanted
+        if write:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._write_run_json(wanted)
 
     def check_records_version(self) -> None:
         """Refuse to add records to a run whose records an older lad made another way (the two
@@ -237,16 +230,8 @@ class RunJson:
         return dict(self.run_json.get("timing", {}))
 
     def add_times(self, seconds: Mapping[str, float]) -> None:
-        """Add wall times (seconds per stage) to run.json's "timing", the sum over every session
-        that worked on a stage."""
-
-        def added(timing: dict[str, float] | None) -> dict[str, float]:
-            timing = dict(timing or {})
-            for stage, s in seconds.items():
-                timing[stage] = round(timing.get(stage, 0.0) + s, 3)
-            return timing
-
-        self._update_run_json("timing", added)
+        """Add wall times (seconds per stage) to run.json's "timing"."""
+        self._update_run_json("timing", lambda timing: summed_times(timing, seconds))
 
     def threads(self) -> Any:
         """run.json's "threads": the CPU threads its records were made with (None on an

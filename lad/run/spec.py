@@ -105,10 +105,6 @@ class RecordSpec:
         """The repetition penalty as a number ("model" reads the model's generation_config)."""
         return resolve_repetition_penalty(self.repetition_penalty, self.model)
 
-    def prompt_sha256(self, num_candidates: int, template: PromptTemplate | None = None) -> str:
-        """The fingerprint of the prompt (`template`, default this spec's) at N candidates."""
-        return prompt_sha256(template or self.template, self.scheme, num_candidates)
-
     def preprocessing(self, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """calibration.json's "preprocessing" (lad.core.calibrate.PREPROCESSING).
 
@@ -145,7 +141,7 @@ class RecordSpec:
         return Fingerprint(
             model=self.model,
             labels=tuple(self.scheme.labels(num_candidates)),
-            prompt_sha256=self.prompt_sha256(num_candidates, template),
+            prompt_sha256=prompt_sha256(template or self.template, self.scheme, num_candidates),
             preprocessing=self.preprocessing(inputs),
         )
 

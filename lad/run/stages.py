@@ -37,9 +37,8 @@ def run_stage(
     kind: Stage | None = None,
     acc_label: str | None = None,
 ) -> RecordSet:
-    """Make the records of `requests` that `path` does not hold yet (lad.run.resume); return all.
-    `kind` says how (default: the vanilla prompt); see `Stage`. The progress bar's running
-    accuracy is `acc_label` (default: what the stage's records predict, none for replies)."""
+    """lad.run.resume.run_stage of a `Stage` (`kind`, default the vanilla prompt); the progress
+    bar's running accuracy is `acc_label` (default: what the stage's records predict)."""
     kind = kind or Stage()
     acc_label = acc_label or acc_label_for(kind)
 
@@ -68,18 +67,14 @@ def acc_label_for(kind: Stage) -> str | None:
 
 def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> Iterator[Record]:
     return backend.records(
-        requests,
-        template=config.template,
-        scheme=config.scheme,
-        batch_size=config.batch_size,
+        requests, template=config.template, scheme=config.scheme, batch_size=config.batch_size
     )
 
 
 @dataclass(frozen=True)
 class Stage:
     """How a stage's records are made: `template` of lad.core.prompts ("vanilla", "instruction",
-    "cot",
-    "self-consistency"; the last three also generate replies), and `sofa_sigma` (None: the
+    "cot", "self-consistency"; the last three also generate replies), and `sofa_sigma` (None: the
     model's own mask; a number: the SoFA mask with that σ)."""
 
     template: str = "vanilla"
@@ -89,32 +84,29 @@ class Stage:
 def _stage_records(
     backend: Any, requests: Sequence[Request], config: EvalConfig, kind: Stage
 ) -> Iterator[Record]:
-    if kind.template == "vanilla" and kind.sofa_sigma is None:
-        yield from _records(backend, requests, config)
+    if kind.template != "vanilla":
+        from lad.backends.generate import generation_records
+
+        options = generation_options(config, kind.template)
+        yield from generation_records(
+            backend,
+            requests,
+            template=kind.template,
+            scheme=config.scheme,
+            options=options,
+            batch_size=config.batch_size,
+        )
         return
-    scheme = config.scheme
+    sofa = None
     if kind.sofa_sigma is not None:
         from lad.backends.sofa import SofaOptions, sofa_applied
 
-        options = SofaOptions(kind.sofa_sigma, config.sofa_within_image)
-        with sofa_applied(backend, options):
-            made = backend.records(
-                requests, template=config.template, scheme=scheme, batch_size=config.batch_size
-            )
-            for rec in made:
-                rec.extra["sofa_sigma"] = options.sigma
-                yield rec
-        return
-    from lad.backends.generate import generation_records
-
-    yield from generation_records(
-        backend,
-        requests,
-        template=kind.template,
-        scheme=scheme,
-        options=generation_options(config, kind.template),
-        batch_size=config.batch_size,
-    )
+        sofa = SofaOptions(kind.sofa_sigma, config.sofa_within_image)
+    with nullcontext() if sofa is None else sofa_applied(backend, sofa):
+        for rec in _records(backend, requests, config):
+            if sofa is not None:
+                rec.extra["sofa_sigma"] = sofa.sigma
+            yield rec
 
 
 def generation_options(config: EvalConfig, template: str) -> Any:
@@ -139,7 +131,12 @@ class LazyBackend:
     one process (a mixed run's parts, a suite's cells): the model does not depend on N."""
 
     def __init__(
-        self, config: EvalConfig, device: str, run_dir: Path, shared: dict | None = None
+        self,
+        config: EvalConfig,
+        device: str,
+        run_dir: Path,
+        shared: dict | None = None,
+        items: Sequence[Item] = (),
     ) -> None:
         self.config = config
         self.device = device
@@ -148,8 +145,9 @@ class LazyBackend:
         self.load_seconds = 0.0
         self.recorded = None  # run.json's "threads" when the model loaded, None before records
         self.shared = {} if shared is None else shared
-        self.pictures = True  # False: text options only (lad.backends.settings.LoadSettings)
-        self.items: Sequence[Any] = ()  # the run's items: their text checked once the model loads
+        self.items = items  # the run's items: their text checked once the model loads
+        # False: text options only (lad.backends.settings.LoadSettings)
+        self.pictures = not all(it.is_text for it in items)
 
     def __call__(self) -> Any:
         if self.backend is None:
@@ -186,19 +184,17 @@ class LazyBackend:
 
 
 class Clock:
-    """Adds each stage's wall time in this session to run.json's "timing"
-    (RunDir.add_times),
-    the model's load apart as "model_load", and the CPU threads of the session that loaded it
-    (RunDir.set_threads). Only a stage with records still to make counts, so a
-    rerun that only rescores adds nothing; the main process writes (its time includes waiting for
-    the others)."""
+    """Adds each stage's wall time in this session to run.json's "timing", the model's load apart
+    as "model_load", and the CPU threads of the session that loaded it. Only a stage with records
+    still to make counts, so a rerun that only rescores adds nothing; the main process writes (its
+    time includes waiting for the others)."""
 
     def __init__(self, run_dir: Path, world: World, backend: LazyBackend) -> None:
         self.run_dir, self.world, self.backend = run_dir, world, backend
 
     @contextmanager
     def __call__(self, name: str, path: Path, count: int) -> Iterator[None]:
-        if not self.world.is_main or (path.is_file() and path.read_bytes().count(b"\n") >= count):
+        if not self.world.is_main or RunDir.made(path, count):
             yield
             return
         start, loaded = time.perf_counter(), self.backend.load_seconds
@@ -224,7 +220,7 @@ def sofa_sigma(
     make_backend: Callable[[], Any],
     cal_items: Sequence[Item],
     world: World,
-    clock: Clock | None = None,
+    clock: Clock,
 ) -> float:
     """σ for SoFA: the given number, or with `auto` the σ of SOFA_GRID whose vanilla readout is
     most accurate on the symmetrised calibration set (ties: the σ nearest 0.5, then the smaller);
@@ -238,7 +234,7 @@ def sofa_sigma(
     for sigma in SOFA_GRID:
         path = RunDir(run_dir).sofa_grid_file(sigma)
         kind = Stage(sofa_sigma=sigma)
-        with clock("sofa grid", path, len(requests)) if clock else nullcontext():
+        with clock("sofa grid", path, len(requests)):
             desc = f"sofa grid σ={sigma:g}"
             recs = run_stage(make_backend, requests, path, config, desc, world, kind)
         accuracy[sigma] = float(np.mean(recs.logprobs.argmax(axis=1) == recs.answer))

@@ -169,18 +169,9 @@ def _suite(raw: dict[str, Any], path: Path) -> Suite:
                for i, c in enumerate(_list(table, "columns", f"{where}[table] "))]  # fmt: skip
     columns = columns or [Column("Acc", "acc"), Column("RStd", "rstd"), Column("Cons.", "cons")]
     paper = _paper(_table(raw, "paper", where, {}), ids, where)
-    return Suite(
-        name=str(raw.get("name", path.stem)),
-        source=path,
-        title=str(raw.get("title", raw.get("name", path.stem))),
-        benchmarks=benchmarks,
-        cells=cells,
-        models=models,
-        settings=settings,
-        layout=layout,
-        columns=columns,
-        paper=paper,
-    )
+    name = str(raw.get("name", path.stem))
+    title = str(raw.get("title", name))
+    return Suite(name, path, title, benchmarks, cells, models, settings, layout, columns, paper)
 
 
 def _known(table: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
@@ -271,9 +262,7 @@ def _cell(raw: Any, benchmarks: dict[str, Benchmark], where: str) -> SuiteCell:
     n = raw.get("num_candidates")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 2):
         raise DataError(f"{where}num_candidates must be a whole number >= 2. Got {n!r}.")
-    task = raw.get("task")
-    if task is not None and not isinstance(task, str):
-        raise DataError(f"{where}task must be a string, got {task!r:.60}")
+    task = _text(raw, "task", None, where)
     settings = {k: v for k, v in raw.items() if k not in CELL_KEYS}
     _settings(settings, where)
     default_id = " ".join(str(p) for p in (task or name, raw.get("setting"), n and f"N={n}") if p)
@@ -282,7 +271,7 @@ def _cell(raw: Any, benchmarks: dict[str, Benchmark], where: str) -> SuiteCell:
     return SuiteCell(
         id=cell_id,
         benchmark=name,
-        task=None if task is None else str(task),
+        task=task,
         num_candidates=n,
         setting=_text(raw, "setting", "random", where),
         settings=settings,
@@ -297,10 +286,10 @@ def _model(raw: Any, where: str) -> Model:
     return Model(raw["name"], _text(raw, "path", raw["name"], where))
 
 
-def _text(raw: dict, key: str, default: str, where: str) -> str:
+def _text(raw: dict, key: str, default: Any, where: str) -> Any:
     """A suite's text value: a TOML string, never a number read as a name or a path."""
     value = raw.get(key, default)
-    if not isinstance(value, str):
+    if value is not None and not isinstance(value, str):
         raise DataError(f"{where}{key} must be a string, got {value!r:.60}")
     return value
 

@@ -39,11 +39,14 @@ def table_rows(
     rows = []
     for cell, method in groups:
         lad = {
-            label: [_lad_value(by_cell.get(cell), col, method) for col in suite.columns]
+            label: [
+                _value((by_cell.get(cell) or {}).get("methods"), col, method)
+                for col in suite.columns
+            ]
             for label, by_cell in results.items()
         }
         paper = {
-            model: [_paper_value(cells.get(cell), col, method) for col in suite.columns]
+            model: [_value(cells.get(cell), col, method) for col in suite.columns]
             for model, cells in suite.paper.items()
         }
         for label, values in lad.items():
@@ -62,19 +65,10 @@ def table_rows(
     return rows
 
 
-def _lad_value(metrics: Mapping[str, Any] | None, col: Column, method: str | None) -> float | None:
-    if metrics is None:
-        return None
-    values = metrics.get("methods", {}).get(col.method or method, {})
-    value = values.get(col.metric)
+def _value(by_method: Mapping[str, Any] | None, col: Column, method: str | None) -> float | None:
+    """A column's number in metrics by method (lad's, or the paper's for a cell), None if none."""
+    value = (by_method or {}).get(col.method or method or "", {}).get(col.metric)
     return float(value) if isinstance(value, (int, float)) else None
-
-
-def _paper_value(cell: Mapping[str, Any] | None, col: Column, method: str | None) -> float | None:
-    if cell is None:
-        return None
-    value = cell.get(col.method or method or "", {}).get(col.metric)
-    return None if value is None else float(value)
 
 
 def format_suite_table(suite: Suite, rows: list[Row]) -> str:

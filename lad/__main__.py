@@ -15,4 +15,11 @@ if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where S
 
 from lad.cli import main  # noqa: E402
 
-sys.exit(main())
+code = main()
+if code == 130:
+    # A KeyboardInterrupt raised inside a string exec (dataclasses and namedtuple build their
+    # methods so, at import) sets CPython's "unhandled Ctrl-C" flag even though lad caught it,
+    # and under `python -m` the interpreter then ends by SIGINT, not exit(130). A string exec
+    # resets that flag at its start.
+    exec("")
+sys.exit(code)

@@ -419,3 +419,34 @@ def test_ctrl_c_at_start_up_never_prints_a_traceback(made, tmp_path, after):
     assert "Traceback" not in text, text
     assert proc.returncode == 130, (proc.returncode, text)
     assert text.strip().splitlines() == ["Interrupted; what was written so far is kept."], text
+
+
+# Ctrl-C while a dataclass's methods are built (a string exec) during `lad eval`'s imports: a
+# meta-path finder raises the KeyboardInterrupt inside a string exec, where CPython's flag for an
+# unhandled Ctrl-C is set even though lad catches it.
+_INTERRUPT_IN_STRING_EXEC = """
+import sys
+
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "lad.cli.run":
+            exec("raise KeyboardInterrupt")
+
+sys.meta_path.insert(0, Interrupt())
+"""
+
+
+def test_ctrl_c_inside_a_string_exec_still_exits_130(made, tmp_path):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(_INTERRUPT_IN_STRING_EXEC)
+    path = os.pathsep.join([str(tmp_path / "site"), *sys.path])
+    proc = subprocess.run(
+        [sys.executable, "-m", "lad", *_eval_args(str(tmp_path / "run"))],
+        cwd=made,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.stderr == "Interrupted; what was written so far is kept.\n"
+    assert proc.returncode == 130  # not -2: ended by SIGINT although lad exited with 130

@@ -28,6 +28,18 @@ def test_an_audit_may_not_point_outside_itself(tmp_path, capsys, listed):
     assert len(err) == 1 and "outside the audit's folder" in err[0], err
 
 
+@pytest.mark.parametrize("tasks", [[], {"t": ["4"]}, {"t": None}, "t"])
+def test_an_audit_whose_tasks_are_not_objects_is_one_error_line(tmp_path, capsys, tasks):
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    (audit / "lad_audit.json").write_text(
+        json.dumps({"format": "lad-harness-audit/1", "tasks": tasks})
+    )
+    assert main(["report", str(audit), "--out", str(tmp_path / "r")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'tasks' must be an object of objects" in err[0], err
+
+
 @pytest.mark.parametrize("penalty", ["1e308", "1e-300", "inf"])
 def test_a_penalty_the_logits_cannot_take_is_refused_before_the_model(tmp_path, capsys, penalty):
     out = tmp_path / "run"

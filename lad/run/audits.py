@@ -44,9 +44,11 @@ def audit_folders(path: Path) -> list[Path]:
     if not isinstance(audit, dict) or audit.get("format") != AUDIT_FORMAT:
         raise RunError(f"{audit_path}: not a lad harness audit (format {AUDIT_FORMAT!r})")
     tasks = audit.get("tasks")
+    if not isinstance(tasks, dict) or not all(isinstance(t, dict) for t in tasks.values()):
+        raise RunError(f"{audit_path}: 'tasks' must be an object of objects, one per task and N")
     listed = [
         entry["folder"]
-        for by_n in (tasks.values() if isinstance(tasks, dict) else [])
+        for by_n in tasks.values()
         for entry in by_n.values()
         if isinstance(entry, dict) and isinstance(entry.get("folder"), str)
     ]

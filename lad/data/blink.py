@@ -12,7 +12,7 @@ naming different pictures: those are the candidates, in BLINK's order, and the a
 the answer's choice names. Pictures no choice names (the reference of Visual_Similarity,
 Art_Style and Jigsaw, "the first image") are context pictures, shown before the candidates as
 BLINK shows them, so the question's ordinals still hold; they must be the first pictures. The
-item asks BLINK's `question`. Others are skipped and counted per task, by reason (REASONS).
+item asks BLINK's `question`. Others are skipped and counted per task, by reason (lad.data.rules).
 """
 
 from __future__ import annotations
@@ -23,12 +23,8 @@ from typing import Any
 from lad.data.questions import Benchmark, Row, require, strings
 from lad.data.released import Options, Written, convert
 from lad.data.rules import (
-    ANSWER_NOT_AN_OPTION,
     EMPTY_QUESTION,
-    NO_ANSWER,
-    NOT_ONE_PER_PICTURE,
     OPTIONS_NOT_PICTURES,
-    REFERENCE_NOT_FIRST,
     Choice,
     answer_position,
     first_reason,
@@ -39,14 +35,10 @@ from lad.data.rules import (
     safe_name,
     text_or_none,
 )
-from lad.data.screen import ORDER_DEPENDENT, picture_question_reason
+from lad.data.screen import picture_question_reason
 from lad.errors import DataError
 
 PICTURE_FIELDS = ("image_1", "image_2", "image_3", "image_4")
-REASONS = (
-    NO_ANSWER, ANSWER_NOT_AN_OPTION, EMPTY_QUESTION, OPTIONS_NOT_PICTURES, NOT_ONE_PER_PICTURE,
-    REFERENCE_NOT_FIRST, ORDER_DEPENDENT,
-)  # fmt: skip
 
 
 def named_pictures(choices: list[str]) -> list[int | None]:

@@ -8,15 +8,14 @@
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from lad.data.clip import DEFAULT_CLIP, CacheStats, ClipEmbedder, EmbeddingCache, cache_dir_for
-from lad.data.items import Item, write_items
+from lad.data.items import Item, seeded_rng, write_items
 from lad.errors import DataError
 from lad.io.images import check_image
 
@@ -32,11 +31,9 @@ def check_setting(setting: str) -> str:
     return setting
 
 
-def seeded_rng(seed: int, *keys: object) -> np.random.Generator:
-    """A generator keyed by the seed and names, so independent parts never share a stream."""
-    text = "\0".join(str(k) for k in (seed, *keys))
-    digest = hashlib.sha256(text.encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+def check_split(items: int | None, calibration_items: int) -> None:
+    if calibration_items < 0 or (items is not None and items < 1):
+        raise DataError("--items must be at least 1 and --calibration-items at least 0")
 
 
 def balanced_positions(
@@ -85,35 +82,33 @@ def random_distractors(
     return others[rng.choice(len(others), size=k, replace=False)].tolist()
 
 
+@dataclass
+class _Embeddings:
+    images: np.ndarray  # (M, D) ℓ2-normalised
+    captions: np.ndarray  # (C, D) ℓ2-normalised, image by image
+    bounds: np.ndarray  # (M + 1,) image i's captions are rows bounds[i]:bounds[i+1]
+    category_ids: np.ndarray | None  # (M,) a number per distinct category set
+
+
 def hard_negatives(
-    anchor: int,
-    pool: np.ndarray,
-    k: int,
-    image_embeddings: np.ndarray,
-    query_embedding: np.ndarray,
-    caption_embeddings: np.ndarray,
-    caption_bounds: np.ndarray,
-    category_ids: np.ndarray | None,
-    threshold: float = TEXT_SIMILARITY_THRESHOLD,
+    anchor: int, pool: np.ndarray, k: int, emb: _Embeddings, query: np.ndarray, threshold: float
 ) -> list[int] | None:
     """The k pool images most visually similar to the anchor among those that pass the filters
     (Appendix C), or None when fewer than k pass.
 
-    Filtered out: the anchor; images whose category set equals the anchor's (category_ids[i]
-    numbers image i's set; None when unknown); images with any caption whose cosine to the query
-    is ≥ threshold (image i's captions are rows caption_bounds[i]:caption_bounds[i+1]). All
-    embeddings are ℓ2-normalised. Visual ties go to the lower index. Candidates are tested
-    nearest first, so only the few nearest images' captions are ever scored: the same result as
-    filtering the whole pool first, at a fraction of the cost.
+    Filtered out: the anchor; images whose category set equals the anchor's; images with any
+    caption whose cosine to the query embedding is ≥ threshold. Visual ties go to the lower
+    index. Candidates are tested nearest first, so only the few nearest images' captions are
+    ever scored: the same result as filtering the whole pool first, at a fraction of the cost.
     """
     keep = pool[pool != anchor]
-    if category_ids is not None:
-        keep = keep[category_ids[keep] != category_ids[anchor]]
-    sims = (image_embeddings @ image_embeddings[anchor])[keep]  # (len(keep),)
+    if emb.category_ids is not None:
+        keep = keep[emb.category_ids[keep] != emb.category_ids[anchor]]
+    sims = (emb.images @ emb.images[anchor])[keep]  # (len(keep),)
     chosen: list[int] = []
     for i in keep[np.lexsort((keep, -sims))]:
-        captions = caption_embeddings[caption_bounds[i] : caption_bounds[i + 1]]
-        if np.max(captions @ query_embedding) < threshold:
+        captions = emb.captions[emb.bounds[i] : emb.bounds[i + 1]]
+        if np.max(captions @ query) < threshold:
             chosen.append(int(i))
             if len(chosen) == k:
                 return chosen
@@ -162,14 +157,6 @@ def calibration_path_for(out: Path) -> Path:
     return out.with_name(out.stem + ".calibration.jsonl")
 
 
-@dataclass
-class _Embeddings:
-    images: np.ndarray  # (M, D) ℓ2-normalised
-    captions: np.ndarray  # (C, D) ℓ2-normalised, image by image
-    bounds: np.ndarray  # (M + 1,) image i's captions are rows bounds[i]:bounds[i+1]
-    category_ids: np.ndarray | None  # (M,) a number per distinct category set
-
-
 def _embed(pool: Pool, options: BuildOptions, out: Path) -> tuple[_Embeddings, CacheStats]:
     cache = EmbeddingCache(
         cache_dir_for(out, options.clip),
@@ -192,8 +179,7 @@ def _check_options(pool: Pool, options: BuildOptions) -> None:
     n = options.num_candidates
     if n < 2:
         raise DataError(f"--num-candidates must be at least 2. Got {n}.")
-    if options.items < 1 or options.calibration_items < 0:
-        raise DataError("--items must be at least 1 and --calibration-items at least 0")
+    check_split(options.items, options.calibration_items)
     if options.setting == "adversarial" and pool.name == "coco" and pool.categories is None:
         raise DataError("the adversarial MS-COCO setting needs --instances (category sets)")
     needed = options.calibration_items * n + max(options.items, n)
@@ -202,34 +188,6 @@ def _check_options(pool: Pool, options: BuildOptions) -> None:
             f"{pool.source}: {len(pool.images)} usable images, but {options.items} items and "
             f"{options.calibration_items} calibration items of N = {n} need at least {needed}"
         )
-
-
-def _distractors(
-    anchor: int,
-    query: int,
-    allowed: np.ndarray,
-    pool: Pool,
-    options: BuildOptions,
-    emb: _Embeddings | None,
-    rng: np.random.Generator,
-) -> list[int] | None:
-    """N−1 distractors for `anchor` whose caption number `query` is the item's query; None when
-    too few images pass the adversarial filters."""
-    k = options.num_candidates - 1
-    if options.setting == "random":
-        return random_distractors(anchor, allowed, k, rng)
-    assert emb is not None
-    return hard_negatives(
-        anchor,
-        allowed,
-        k,
-        emb.images,
-        emb.captions[emb.bounds[anchor] + query],
-        emb.captions,
-        emb.bounds,
-        emb.category_ids,
-        options.text_threshold,
-    )
 
 
 def _draw_items(
@@ -245,13 +203,18 @@ def _draw_items(
     """`count` items whose anchors come from `anchors` in order; returns them and the number of
     anchors skipped because too few distractors passed the filters."""
     positions = balanced_positions(count, options.num_candidates, rng)
+    k = options.num_candidates - 1
     built: list[Item] = []
     skipped = 0
     for anchor in anchors:
         if len(built) == count:
             break
         query = int(rng.integers(len(pool.captions[anchor])))
-        distractors = _distractors(anchor, query, allowed, pool, options, emb, rng)
+        if emb is None:  # the random setting
+            distractors = random_distractors(anchor, allowed, k, rng)
+        else:
+            text = emb.captions[emb.bounds[anchor] + query]
+            distractors = hard_negatives(anchor, allowed, k, emb, text, options.text_threshold)
         if distractors is None:
             skipped += 1
             continue
@@ -273,13 +236,6 @@ def _draw_items(
             "filters. Ask for fewer items or candidates, or use a larger image set."
         )
     return built, skipped
-
-
-def check_readable(paths: Iterable[Path]) -> None:
-    """Every image opens within lad.io.images' limits and passes PIL's integrity check; the first
-    that fails is an error."""
-    for path in dict.fromkeys(paths):
-        check_image(path, verify=True)
 
 
 def build_benchmark(pool: Pool, out: str | Path, options: BuildOptions) -> BuildResult:
@@ -305,7 +261,8 @@ def build_benchmark(pool: Pool, out: str | Path, options: BuildOptions) -> Build
     allowed = np.asarray([i for i in everyone if i not in taken], dtype=np.int64)
     anchors = [i for i in order if i not in taken]
     items, skipped = _draw_items(pool, options, emb, anchors, allowed, options.items, prefix, rng)
-    check_readable(p for it in [*calibration, *items] for p in it.images)
+    for path in dict.fromkeys(p for it in [*calibration, *items] for p in it.images):
+        check_image(path, verify=True)  # within lad.io.images' limits, and PIL's integrity check
     write_items(out, items)
     cal_path = None
     if calibration:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from lad.errors import BackendError, DataError
+from lad.io.images import open_image
 
 DEFAULT_CLIP = "openai/clip-vit-large-patch14"
 
@@ -89,7 +90,7 @@ class ClipEmbedder:
         model, _, processor = self._load()
 
         def run(batch: Sequence[Path]) -> object:
-            pixels = processor(images=[_open_rgb(p) for p in batch], return_tensors="pt")
+            pixels = processor(images=[open_image(p) for p in batch], return_tensors="pt")
             return model.get_image_features(pixel_values=pixels["pixel_values"].to(self.device))
 
         return self._batched(paths, "images", run)
@@ -128,12 +129,6 @@ class ClipEmbedder:
         return np.concatenate(chunks) if chunks else np.zeros((0, 0), np.float32)
 
 
-def _open_rgb(path: Path):
-    from lad.io.images import open_image
-
-    return open_image(path)
-
-
 class EmbeddingCache:
     """Embeddings keyed by image path or caption text, kept as npy + a list of keys."""
 
@@ -144,7 +139,7 @@ class EmbeddingCache:
 
     def images(self, paths: Sequence[Path]) -> np.ndarray:
         keys = [str(Path(p).resolve()) for p in paths]
-        return self._lookup("images", keys, lambda missing: self.embedder.embed_images(missing))
+        return self._lookup("images", keys, self.embedder.embed_images)
 
     def texts(self, texts: Sequence[str]) -> np.ndarray:
         return self._lookup("texts", list(texts), self.embedder.embed_texts)

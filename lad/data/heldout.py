@@ -19,9 +19,6 @@ import numpy as np
 
 from lad.errors import DataError
 
-# The N of a cell whose questions were skipped before their candidates were known.
-NO_N = None
-
 
 def held_out(
     tasks: Sequence[str],

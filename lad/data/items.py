@@ -33,7 +33,7 @@ from lad.core.labels import MAX_CANDIDATES
 from lad.core.prompts import CONTEXT_PLACEHOLDER
 from lad.errors import DataError, LadError, at
 from lad.io import limits
-from lad.io.files import check_not_binary, loads_json, note_input, replacing
+from lad.io.files import check_not_binary, check_object, loads_json, note_input, replacing
 
 
 def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item]:
@@ -77,7 +77,14 @@ def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item
     return items
 
 
-_KINDS = {str: "a string", int: "an integer", list: "a list"}
+def json_object(line: str, where: str) -> dict[str, Any]:
+    """One line of an items or orders file: a JSON object, else a DataError naming the line."""
+    try:
+        obj = loads_json(line, DataError, where)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}not valid JSON ({e.msg})") from None
+    check_object(obj, {}, where, DataError)
+    return obj
 
 
 def _is_text(text: str) -> bool:
@@ -93,18 +100,9 @@ def _parse_item(
     line: str, path: Path, lineno: int, num_candidates: int | None, seen: set[str]
 ) -> Item:
     where = at(path, lineno)
-    try:
-        obj = loads_json(line, DataError, where)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{where}not valid JSON ({e.msg})") from None
-    if not isinstance(obj, dict):
-        raise DataError(f"{where}expected a JSON object, got {type(obj).__name__}")
+    obj = json_object(line, where)
     kind_key = _candidates_key(obj, where)
-    for key, kind in (("id", str), ("query", str), (kind_key, list), ("answer", int)):
-        if key not in obj:
-            raise DataError(f"{where}missing key {key!r}")
-        if not isinstance(obj[key], kind) or isinstance(obj[key], bool):
-            raise DataError(f"{where}{key!r} must be {_KINDS[kind]}, got {obj[key]!r}")
+    check_object(obj, {"id": str, "query": str, kind_key: list, "answer": int}, where, DataError)
     check_item(obj, where, num_candidates)
     if obj["id"] in seen:
         raise DataError(f"{where}duplicate item id {obj['id']!r}")
@@ -302,6 +300,13 @@ def cyclic_shift(num_candidates: int, shift: int) -> list[int]:
     return [(p + shift) % num_candidates for p in range(num_candidates)]
 
 
+def seeded_rng(seed: int, *keys: object) -> np.random.Generator:
+    """A generator keyed by the seed and names, so independent parts never share a stream."""
+    text = "\0".join(str(k) for k in (seed, *keys))
+    digest = hashlib.sha256(text.encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
 def shuffle_orders(
     item_id: str, num_candidates: int, num_shuffles: int, seed: int
 ) -> list[list[int]]:
@@ -310,8 +315,7 @@ def shuffle_orders(
     Seeded by (seed, item id), so an item's orderings do not depend on which other items run.
     When T exceeds N! the permutations cannot all be distinct; later ones then repeat.
     """
-    digest = hashlib.sha256(f"{seed}\0{item_id}".encode()).digest()
-    rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+    rng = seeded_rng(seed, item_id)
     orders = [list(range(num_candidates))]
     distinct = math.factorial(num_candidates)
     while len(orders) < num_shuffles:

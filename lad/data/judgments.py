@@ -30,7 +30,6 @@ JUDGE_QUESTION = (
 TIE = "tie"
 SECOND_TURN = "second turn"
 NO_WINNER = "no winner"
-REASONS = (TIE, SECOND_TURN, NO_WINNER)
 _FIRST, _SECOND = {"model_a", "a", "0"}, {"model_b", "b", "1"}
 
 

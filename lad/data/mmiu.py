@@ -33,7 +33,7 @@ QUESTION_FIRST, context first for the rest), less the context's list of options:
 candidates with its own labels, and shuffles them, so "A: the first image" would be wrong.
 
 `output` is compared as MMIU's scorer compares answers: trimmed and case-insensitive. Questions
-that cannot be used are skipped and counted per task, by reason (REASONS). Options are single
+that cannot be used are skipped and counted per task, by reason (lad.data.rules). Options are single
 letters, so no question has more than 26 candidates, which the letter schemes can name.
 
 Picture paths resolve inside the folder they are looked up
@@ -53,22 +53,17 @@ from typing import Any
 from lad.data.questions import Benchmark, Row
 from lad.data.released import Converted, Options, Written, convert, read
 from lad.data.rules import (
-    ANSWER_NOT_AN_OPTION,
     EMPTY_QUESTION,
-    MISSING_IMAGE,
     NO_ANSWER,
     NOT_ONE_PER_IMAGE,
     OPTIONS_NOT_IMAGES,
-    OTHER_N,
-    OUTSIDE_ROOT,
-    REFERENCE_NOT_FIRST,
     Choice,
     answer_position,
     named_choice,
     ordinal_image,
     pictures_named,
 )
-from lad.data.screen import ORDER_DEPENDENT, picture_question_reason
+from lad.data.screen import picture_question_reason
 from lad.errors import DataError
 
 _OPTION_LINE = re.compile(r"([A-Za-z])\s*[:.]\s*(.*\S)")
@@ -85,11 +80,6 @@ QUESTION_FIRST = frozenset((
     "threed_indoor_recognition", "point_tracking", "threed_cad_recognition",
     "single_object_tracking",
 ))  # fmt: skip
-
-REASONS = (
-    NO_ANSWER, ANSWER_NOT_AN_OPTION, EMPTY_QUESTION, OPTIONS_NOT_IMAGES, NOT_ONE_PER_IMAGE,
-    REFERENCE_NOT_FIRST, OTHER_N, MISSING_IMAGE, OUTSIDE_ROOT, ORDER_DEPENDENT,
-)  # fmt: skip
 
 
 def option_images(options: str) -> list[tuple[str, int]] | None:

@@ -8,7 +8,7 @@ Two row shapes (JSON Lines, a JSON list, or parquet; a folder is searched for *.
 - ARC (allenai/ai2_arc; OpenBookQA's `question_stem` too): `id`, `question`, `choices`
   ({"text": [...], "label": [...]}) and `answerKey`, one of the labels ("A".."E" or "1".."5").
   Items are named by their `id`; the task is "all".
-Rows that cannot be items are skipped and counted per reason (lad.data.textjsonl.REASONS).
+Rows that cannot be items are skipped and counted per reason (lad.data.textjsonl).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ A question becomes an item when every option is a picture: the options' pictures
 candidates, in option order, and the answer is the one its letter names. The question's own
 pictures are context pictures, shown where the question writes `<image>` (which stays in the
 question). Pictures are written out, bytes unchanged, to a folder. Others are skipped and counted
-per task, by reason (REASONS); the unanswerable twins, whose answer "None of the choices provided"
-is a text option, are skipped as `options not pictures`.
+per task, by reason (lad.data.rules); the unanswerable twins, whose answer "None of the choices
+provided" is a text option, are skipped as `options not pictures`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ from lad.data.items import CONTEXT_PLACEHOLDER
 from lad.data.questions import Benchmark, Row, require, strings
 from lad.data.released import Options, Written, convert
 from lad.data.rules import (
-    ANSWER_NOT_AN_OPTION,
     EMPTY_QUESTION,
-    NO_ANSWER,
     OPTIONS_NOT_PICTURES,
     PICTURES_NOT_PLACES,
     Choice,
@@ -36,13 +34,8 @@ from lad.data.rules import (
     kept,
     option_letters,
 )
-from lad.data.screen import ORDER_DEPENDENT, picture_question_reason
+from lad.data.screen import picture_question_reason
 from lad.errors import DataError
-
-REASONS = (
-    NO_ANSWER, ANSWER_NOT_AN_OPTION, EMPTY_QUESTION, OPTIONS_NOT_PICTURES, PICTURES_NOT_PLACES,
-    ORDER_DEPENDENT,
-)  # fmt: skip
 
 
 def choose(row: Row) -> Choice | str:

@@ -11,15 +11,13 @@ int when every line has one. Other keys are ignored, so a lad
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from lad.core.items import Item, Request
-from lad.data.items import cyclic_shift, shuffle_orders
+from lad.data.items import cyclic_shift, json_object, shuffle_orders
 from lad.errors import DataError, at
-from lad.io.files import loads_json, read_text
+from lad.io.files import read_text
 
 
 def shuffled_requests(items: Sequence[Item], num_shuffles: int, seed: int) -> list[Request]:
@@ -84,12 +82,7 @@ def read_orders(path: str | Path, num_candidates: int) -> dict[str, list[list[in
 
 
 def _parse_line(line: str, where: str, num_candidates: int) -> tuple[str, int | None, list[int]]:
-    try:
-        obj: Any = loads_json(line, DataError, where)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{where}not valid JSON ({e.msg})") from None
-    if not isinstance(obj, dict):
-        raise DataError(f"{where}expected a JSON object, got {type(obj).__name__}")
+    obj = json_object(line, where)
     for key in ("item", "order"):
         if key not in obj:
             raise DataError(f"{where}missing key {key!r}")

@@ -4,6 +4,7 @@ Parquet a row group at a time, JSON Lines, JSON lists; and what describes a benc
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -159,51 +160,45 @@ class Questions:
 
 def _distinct(files: list[Path]) -> list[Path]:
     """Each file once: a symlink or hard link to a file already listed is the same file."""
-    seen: set[tuple[int, int]] = set()
-    out = []
+    unique: dict[tuple[int, int], Path] = {}
     for f in files:
-        try:
+        with contextlib.suppress(OSError):
             st = f.stat()
-        except OSError:
-            continue
-        if (st.st_dev, st.st_ino) not in seen:
-            seen.add((st.st_dev, st.st_ino))
-            out.append(f)
-    return out
+            unique.setdefault((st.st_dev, st.st_ino), f)
+    return list(unique.values())
+
+
+@contextlib.contextmanager
+def _parquet_errors(path: Path) -> Iterator[None]:
+    import pyarrow as pa
+
+    try:
+        yield
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{path}: cannot read it as Parquet ({e})") from None
 
 
 def _open_parquet(path: Path) -> Any:
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    try:
+    with _parquet_errors(path):
         # Read as a stream, page by page, not a whole column chunk at once (lad.data's bound).
         return pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
-    except (pa.ArrowException, OSError) as e:
-        raise DataError(f"{path}: cannot read it as Parquet ({e})") from None
 
 
 def _group_batches(pf: Any, path: Path, group: int, rows: int) -> Iterator[tuple[int, Any]]:
     """A row group's rows, `rows` at a time with the number of the first, read page by page
     (a group of large pictures is never held whole)."""
-    import pyarrow as pa
-
     at = 0
-    try:
+    with _parquet_errors(path):
         for batch in pf.iter_batches(batch_size=rows, row_groups=[group], use_threads=False):
             yield at, batch
             at += batch.num_rows
-    except (pa.ArrowException, OSError) as e:
-        raise DataError(f"{path}: cannot read it as Parquet ({e})") from None
 
 
 def _read_group(pf: Any, path: Path, group: int, columns: list[str] | None) -> Any:
-    import pyarrow as pa
-
-    try:
+    with _parquet_errors(path):
         return pf.read_row_group(group, columns=columns, use_threads=False)
-    except (pa.ArrowException, OSError) as e:
-        raise DataError(f"{path}: cannot read it as Parquet ({e})") from None
 
 
 def _json_rows(path: Path) -> list[Row]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lad.data.builders import calibration_path_for, seeded_rng
+from lad.data.builders import calibration_path_for, check_split, seeded_rng
 from lad.data.heldout import cell_lines, cell_rows, held_out
 from lad.data.items import Item, ItemRuleError, check_item, item_object, write_items
 from lad.data.questions import Benchmark, Questions, Row, short_repr
@@ -240,11 +240,6 @@ def _why_skipped(
         return e.reason
     pictures.commit(files)
     return item
-
-
-def check_split(items: int | None, calibration_items: int) -> None:
-    if calibration_items < 0 or (items is not None and items < 1):
-        raise DataError("--items must be at least 1 and --calibration-items at least 0")
 
 
 def write_split(

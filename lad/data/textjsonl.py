@@ -7,7 +7,7 @@ else `choices`) and its answer (`answer`), which may be the option's index (0-ba
 (A, B, ...; a, b, ... too), or the text of exactly one option. Field names are arguments. An `id`
 field, if present, names the item (else `<benchmark>-<row number>`); a `task` field (by argument)
 groups the summary. Other fields are kept as the item's extra keys. A row that cannot be an item
-is skipped and counted per reason (REASONS) in the summary beside the output, as for the picture
+is skipped and counted per reason (below) in the summary beside the output, as for the picture
 benchmarks (lad.data.released).
 """
 
@@ -21,22 +21,18 @@ from lad.core.prompts import CONTEXT_PLACEHOLDER
 from lad.data.items import ITEM_KEYS, Item, ItemRuleError, check_item, item_object
 from lad.data.questions import Benchmark, Questions, Row
 from lad.data.released import Converted, Written, check_split, write_split
-from lad.data.rules import OTHER_N
-from lad.data.screen import ORDER_DEPENDENT, text_question_reason
+from lad.data.rules import ANSWER_NOT_AN_OPTION, EMPTY_QUESTION, NO_ANSWER, OTHER_N
+from lad.data.screen import text_question_reason
 from lad.errors import DataError
 from lad.io import limits
 
-NO_ANSWER = "no answer"
-ANSWER_NOT_AN_OPTION = "answer not an option"
 AMBIGUOUS_ANSWER = "answer text matches several options"
-EMPTY_QUESTION = "empty question"
 TOO_FEW_OPTIONS = "fewer than 2 options"
 BAD_OPTION = "option blank, too long or holding <image>"
-# Besides these, a row whose item would break a rule of the items reader (lad.data.items.
-# check_item: more than 26 options, a repeated option, a lone surrogate, <image> in the question,
-# a question too long) is skipped under that rule's reason.
-REASONS = (NO_ANSWER, ANSWER_NOT_AN_OPTION, AMBIGUOUS_ANSWER, EMPTY_QUESTION, TOO_FEW_OPTIONS,
-           BAD_OPTION, ORDER_DEPENDENT)  # fmt: skip
+# Besides these, lad.data.rules' (no answer, ...) and lad.data.screen's ORDER_DEPENDENT, a row
+# whose item would break a rule of the items reader (lad.data.items.check_item: more than 26
+# options, a repeated option, a lone surrogate, <image> in the question, a question too long) is
+# skipped under that rule's reason.
 
 # A converter's rule: (row, its 0-based number in the file) -> an item, or why it is skipped.
 RowRule = Callable[[Row, int], "Item | str"]

@@ -89,7 +89,6 @@ BENCHMARK = Benchmark(
     title="BLINK",
     choose=choose,
     task_field="sub_task",
-    embedded=True,
     hub="BLINK-Benchmark/BLINK",
     example="lad data blink BLINK/Visual_Similarity --out blink-similarity.jsonl",
     harness_keys=("idx", "question", "choices", "answer", "image_1"),

@@ -92,13 +92,17 @@ def _cell_order(cell: tuple[str, int | None]) -> tuple[str, int]:
     return cell[0], 0 if cell[1] is None else cell[1]
 
 
+def skipped_text(skipped: dict[str, int]) -> str:
+    """`skipped 3 (no answer: 1, other N: 2)`, or "" when none was."""
+    reasons = ", ".join(f"{r}: {c}" for r, c in skipped.items())
+    return f"skipped {sum(skipped.values())} ({reasons})" if skipped else ""
+
+
 def cell_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The printed summary per cell: `  TASK N=n: converted c, held out h; skipped s (...)`."""
     lines = []
     for row in rows:
-        skipped = row["skipped"]
-        reasons = ", ".join(f"{r}: {c}" for r, c in skipped.items())
-        tail = f"skipped {sum(skipped.values())} ({reasons})" if skipped else ""
+        tail = skipped_text(row["skipped"])
         if row["num_candidates"] is None:
             lines.append(f"  {row['task']} (N not known): {tail}")
             continue

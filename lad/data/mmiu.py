@@ -217,7 +217,6 @@ BENCHMARK = Benchmark(
     name="mmiu",
     title="MMIU",
     choose=choose,
-    task_field="task",
     embedded=False,
     one_task=True,
     hub="FanqingM/MMIU-Benchmark",
@@ -232,40 +231,21 @@ BENCHMARK = Benchmark(
 )
 
 
-def _options(
-    task: str | None, images_dir: str | Path | None, num_candidates: int | None, **more: Any
-) -> Options:
-    return Options(task=task, images=images_dir, num_candidates=num_candidates, **more)
-
-
 def read_mmiu(
-    path: str | Path,
-    *,
-    task: str | None = None,
-    images_dir: str | Path | None = None,
-    num_candidates: int | None = None,
-    skip_missing: bool = False,
+    path: str | Path, *, images_dir: str | Path | None = None, **options: Any
 ) -> tuple[str, Converted]:
-    """(task, what converted and what was skipped) of one task of an MMIU question file."""
-    options = _options(task, images_dir, num_candidates, skip_missing=skip_missing)
-    chosen, converted, _ = read(BENCHMARK, path, options)
+    """(task, what converted and what was skipped) of one task of an MMIU question file;
+    options: task, num_candidates, skip_missing (lad.data.released.Options)."""
+    chosen, converted, _ = read(BENCHMARK, path, Options(images=images_dir, **options))
     assert chosen is not None  # one task
     return chosen, converted
 
 
 def import_mmiu(
-    path: str | Path,
-    out: str | Path,
-    *,
-    task: str | None = None,
-    images_dir: str | Path | None = None,
-    num_candidates: int | None = None,
-    **more: Any,
+    path: str | Path, out: str | Path, *, images_dir: str | Path | None = None, **options: Any
 ) -> tuple[str, Written]:
     """Convert one MMIU task into an items file `out`, calibration items and a summary beside
-    it; `more`: items, calibration_items, seed, skip_missing (lad.data.released.Options)."""
-    chosen, written = convert(
-        BENCHMARK, path, out, _options(task, images_dir, num_candidates, **more)
-    )
+    it; options: those of lad.data.released.Options (task, num_candidates, items, ...)."""
+    chosen, written = convert(BENCHMARK, path, out, Options(images=images_dir, **options))
     assert chosen is not None  # one task
     return chosen, written

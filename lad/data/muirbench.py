@@ -91,8 +91,6 @@ BENCHMARK = Benchmark(
     name="muirbench",
     title="MuirBench",
     choose=choose,
-    task_field="task",
-    embedded=True,
     hub="MUIRBENCH/MUIRBENCH",
     example="lad data muirbench MUIRBENCH/data --task 'Image-Text Matching' -n 4 "
     "--out muirbench-itm.jsonl",

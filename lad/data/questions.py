@@ -37,8 +37,8 @@ class Benchmark:
     choose:     the module's rule, a row to a Choice or the reason it is skipped (lad.data.rules).
     task_field: the field naming a row's task: rows of other tasks are passed over before any
                 picture of theirs is decoded.
-    embedded:   True when its pictures are bytes in the rows (written out to a pictures folder);
-                False when the rows name picture files under the dataset folder.
+    embedded:   True (a hub dataset's layout) when its pictures are bytes in the rows (written
+                out to a pictures folder); False when the rows name picture files.
     one_task:   a conversion is of one task (a file of several needs --task).
     hub:        the hub dataset (for --help), None when it is not one.
     example:    a command line for --help.
@@ -52,8 +52,8 @@ class Benchmark:
     name: str
     title: str
     choose: Callable[[Row], Choice | str]
-    task_field: str
-    embedded: bool
+    task_field: str = "task"
+    embedded: bool = True
     one_task: bool = False
     hub: str | None = None
     example: str = ""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.data.builders import calibration_path_for, check_split, seeded_rng
-from lad.data.heldout import cell_lines, cell_rows, held_out
+from lad.data.heldout import cell_lines, cell_rows, held_out, skipped_text
 from lad.data.items import Item, ItemRuleError, check_item, item_object, write_items
 from lad.data.questions import Benchmark, Questions, Row, short_repr
 from lad.data.rules import (
@@ -421,8 +421,6 @@ def summary_lines(written: Written, *, per_task: bool = True) -> Iterator[str]:
         yield from cell_lines(rows)
         per_task = False
     for task, counts in written.summary["tasks"].items() if per_task else ():
-        skipped = counts["skipped"]
-        reasons = ", ".join(f"{r}: {c}" for r, c in skipped.items())
-        tail = f"; skipped {sum(skipped.values())} ({reasons})" if skipped else ""
-        yield f"  {task}: converted {counts['converted']}{tail}"
+        tail = skipped_text(counts["skipped"])
+        yield f"  {task}: converted {counts['converted']}" + (f"; {tail}" if tail else "")
     yield f"Summary written to {written.summary_path}"

@@ -92,41 +92,7 @@ def text_item(
 
 
 # The rows of a file of text questions, as lad.data.questions reads any released file.
-_ANY_ROWS = Benchmark("text", "text questions", lambda row: "", task_field="task", embedded=False)
-
-
-def read_rows(path: str | Path) -> list[Row]:
-    """Every row of a question file (JSON Lines, a JSON list, parquet, or a folder of parquet)."""
-    return list(Questions(path).rows(_ANY_ROWS, None))
-
-
-def collect(
-    rows: list[Row],
-    convert: Callable[[Row], Item | str],
-    *,
-    task_of: Callable[[Row], str],
-    task: str | None,
-    num_candidates: int | None,
-    source: str | Path,
-) -> Converted:
-    """Every row of `task` (None: of every task) through `convert` (an item or the reason it is
-    skipped), keeping the items of `num_candidates` candidates (None: every N, a cell each)."""
-    tasks = sorted({task_of(row) for row in rows})
-    if task is not None and task not in tasks:
-        raise DataError(f"{source}: no question of task {task!r}; its tasks: {tasks}")
-    converted = Converted()
-    for row in rows:
-        name = task_of(row)
-        if task is not None and name != task:
-            continue
-        made = convert(row)
-        if isinstance(made, str):
-            converted.skip(name, made)
-        elif num_candidates is not None and made.num_candidates != num_candidates:
-            converted.skip(name, OTHER_N, made.num_candidates)
-        else:
-            converted.add(name, made)
-    return converted
+_ANY_ROWS = Benchmark("text", "text questions", lambda row: "", embedded=False)
 
 
 def convert_rows(
@@ -142,24 +108,32 @@ def convert_rows(
     calibration_items: int = 5,
     seed: int = 0,
 ) -> Written:
-    """Every row of the file (or folder of parquet files) through `rule`, into an items file
-    `out`, calibration items held out beside it and a summary (lad.data.released.write_split)."""
+    """Every row of `task` (None: of every task) of the file (JSON Lines, a JSON list, parquet,
+    or a folder of parquet files) through `rule`, keeping the items of `num_candidates`
+    candidates (None: every N, a cell each), into an items file `out`, calibration items held
+    out beside it and a summary (lad.data.released.write_split)."""
     check_split(items, calibration_items)
-    rows = read_rows(path)
-    number = {id(row): k for k, row in enumerate(rows)}
-    converted = collect(
-        rows,
-        lambda row: rule(row, number[id(row)]),
-        task_of=task_of,
-        task=task,
-        num_candidates=num_candidates,
-        source=path,
-    )
-    seen: dict[str, int] = {}
+    rows = list(Questions(path).rows(_ANY_ROWS, None))
+    tasks = sorted({task_of(row) for row in rows})
+    if task is not None and task not in tasks:
+        raise DataError(f"{path}: no question of task {task!r}; its tasks: {tasks}")
+    converted = Converted()
+    for k, row in enumerate(rows):
+        name = task_of(row)
+        if task is not None and name != task:
+            continue
+        made = rule(row, k)
+        if isinstance(made, str):
+            converted.skip(name, made)
+        elif num_candidates is not None and made.num_candidates != num_candidates:
+            converted.skip(name, OTHER_N, made.num_candidates)
+        else:
+            converted.add(name, made)
+    seen: set[str] = set()
     for it in converted.items:
         if it.id in seen:
             raise DataError(f"{path}: two questions have the id {it.id!r}; ids must be unique")
-        seen[it.id] = 1
+        seen.add(it.id)
     return write_split(
         converted,
         out,

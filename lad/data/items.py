@@ -1,20 +1,8 @@
-"""Benchmark items (docs/formats.md): `{"id", "query", "images", "answer"}` per jsonl line, and the
-orderings each item is shown in.
-
-Optional (docs/formats.md): `"question": str`, a multi-image question of the
-item's own ("Which image is most likely to be a fake photograph?"). When present it is what the
-prompt asks, with the question variant of the template
-(lad.core.prompts), instead of asking to match
-the caption; `query` stays required (`lad data mmiu` writes the question there too).
-
-Optional: `"context_images": [path, ...]`, pictures that belong to the question but are not
-candidates (a reference picture: "which of these shows the same place as this one?"). They are
-shown before the candidates, or, when the asked text (the question, else the query) holds one
-`<image>` per context picture, at those places. They are never candidates: `images`, `answer`,
-N and every ordering are about the candidates alone (docs/methods.md, "Context pictures").
-
-Text candidates: `"candidates": [text, ...]` instead of `"images"` (an item has one kind); `answer`
-indexes them and the prompt lists them under their labels (lad.core.prompts.TEXT_TEMPLATES).
+"""Benchmark items files (docs/formats.md, the format's one description): one JSON object per
+line, `{"id", "query", "images" or "candidates", "answer"}` with the optional `question` and
+`context_images` (pictures of the question that are never candidates: `answer`, N and every
+ordering are about the candidates alone). The reader, its rules (`check_item`, which converters
+apply before writing), the writer, and the orderings each item is shown in.
 """
 
 from __future__ import annotations
@@ -132,12 +120,12 @@ def check_item(obj: dict[str, Any], where: str = "", num_candidates: int | None 
     """The items format's rules for one item's JSON object (its keys of the right types), as the
     reader applies them and as converters apply them before writing one: ItemRuleError."""
     kind_key = "candidates" if "candidates" in obj else "images"
-    images, noun = obj[kind_key], _noun(kind_key)
+    textual, images = kind_key == "candidates", obj[kind_key]
+    noun = "texts" if textual else "images"
     if len(images) < 2 or not all(isinstance(p, str) for p in images):
-        what = "texts" if kind_key == "candidates" else "paths"
         raise ItemRuleError(
-            "fewer than 2 texts" if kind_key == "candidates" else "fewer than 2 pictures",
-            f"{where}{kind_key!r} must be a list of at least 2 {what}",
+            "fewer than 2 texts" if textual else "fewer than 2 pictures",
+            f"{where}{kind_key!r} must be a list of at least 2 {'texts' if textual else 'paths'}",
         )
     texts = [("id", obj["id"]), ("query", obj["query"]), *((kind_key, p) for p in images)]
     if isinstance(obj.get("question"), str):
@@ -170,12 +158,9 @@ def check_item(obj: dict[str, Any], where: str = "", num_candidates: int | None 
             "empty question", f"{where}'question' must be a non-empty string, got {question!r}"
         )
     for key in ("query", "question"):
-        if isinstance(obj.get(key), str) and len(obj[key]) > limits.QUERY.value:
-            try:
-                limits.QUERY.check(len(obj[key]), f"{where}{key!r}")
-            except LadError as e:
-                raise ItemRuleError("question too long", str(e)) from None
-    if kind_key == "candidates":
+        if isinstance(obj.get(key), str):
+            _check_length(obj[key], f"{where}{key!r}", "question too long")
+    if textual:
         check_texts(images, where)
     _context_images(obj, where)
 
@@ -197,8 +182,13 @@ def _candidates_key(obj: dict[str, Any], where: str) -> str:
     return "candidates"
 
 
-def _noun(kind_key: str) -> str:
-    return "texts" if kind_key == "candidates" else "images"
+def _check_length(text: str, what: str, reason: str) -> None:
+    """`text` within the query's length limit (lad.io.limits), else ItemRuleError(reason)."""
+    if len(text) > limits.QUERY.value:
+        try:
+            limits.QUERY.check(len(text), what)
+        except LadError as e:
+            raise ItemRuleError(reason, str(e)) from None
 
 
 def check_texts(texts: list[str], where: str, name: str = "'candidates'") -> None:
@@ -216,11 +206,7 @@ def check_texts(texts: list[str], where: str, name: str = "'candidates'") -> Non
                 f"{where}{name} {k} holds {CONTEXT_PLACEHOLDER}, which marks a picture; "
                 "a text candidate is text only",
             )
-        if len(text) > limits.QUERY.value:
-            try:
-                limits.QUERY.check(len(text), f"{where}{name} {k}")
-            except LadError as e:
-                raise ItemRuleError("option too long", str(e)) from None
+        _check_length(text, f"{where}{name} {k}", "option too long")
     repeated = repeated_option(texts)
     if repeated is not None:
         a, b = repeated
@@ -231,7 +217,7 @@ def check_texts(texts: list[str], where: str, name: str = "'candidates'") -> Non
         )
 
 
-def _context_images(obj: dict[str, Any], where: str) -> list[str]:
+def _context_images(obj: dict[str, Any], where: str) -> None:
     """The item's context picture paths, checked against the `<image>` places of its text."""
     context = obj.get("context_images", [])
     if not isinstance(context, list) or not all(isinstance(p, str) for p in context):
@@ -241,9 +227,8 @@ def _context_images(obj: dict[str, Any], where: str) -> list[str]:
             raise ItemRuleError(
                 "not valid text", f"{where}'context_images' holds a lone surrogate escape: {p!r}"
             )
-    asked = obj["question"] if obj.get("question") is not None else obj["query"]
     key = "question" if obj.get("question") is not None else "query"
-    places = asked.count(CONTEXT_PLACEHOLDER)
+    places = obj[key].count(CONTEXT_PLACEHOLDER)
     if places not in (0, len(context)):
         raise ItemRuleError(
             f"{CONTEXT_PLACEHOLDER} places not one per context picture",
@@ -251,7 +236,6 @@ def _context_images(obj: dict[str, Any], where: str) -> list[str]:
             f"{len(context)} context_images; give one {CONTEXT_PLACEHOLDER} per context picture "
             "(or none: they are then shown before the candidates)",
         )
-    return context
 
 
 def _resolve_images(paths: list[str], path: Path, where: str, what: str = "image") -> list[Path]:

@@ -1,45 +1,16 @@
-"""MMIU as released (Meng et al., 2024) as lad items: the questions whose options are pictures.
+"""MMIU as released (Meng et al., 2024) as lad items: the questions whose options are pictures
+(docs/data.md, "MMIU", has the formats, an example row and every rule).
 
-The hub release (huggingface.co/datasets/FanqingM/MMIU-Benchmark) ships `all.parquet` and one zip
-of pictures per relationship; the GitHub repository (github.com/OpenGVLab/MMIU) has the same
-questions as JSON lists (`VLMEvalKit/all.json`, and one `metadata_info.json` per task). Read are
-Parquet, JSON Lines (what `datasets`' to_json writes) and JSON lists, each question either flat:
-
-    {"task": "image2image_retrieval", "visual_input_component": ..., "source": ...,
-     "options": "A: The second image\\nB: The third image\\n...",
-     "question": "Please retrieve the most similar scene to the query in the candidate.The query
-                  image is the first image.",
-     "context": "Select from the following choices.\\nA: The second image\\n...",
-     "input_image_path": ["./High-level-obj-semantic/image2image_retrieval/
-                           image2image_retrieval_0_0.jpg", ...],
-     "output": "C"}
-
-or nested as InternVL's MMIU evaluation writes it: {"input": {"question", "context",
-"input_image_path"}, "output": {"output_text"}}, with `task` and `options` beside `input` or in
-it (options missing: read from the context's "Select from the following choices." block).
-
-Image paths are the release's (`./<relationship>/<task>/<task>_<q>_<i>.jpg`), relative to the folder
-the zips were extracted in (`images_dir`); each is looked up there as written, then by its last
-two parts and its file name, then beside the question file the same ways.
-
-A question becomes an item when every option reads "the <ordinal> image" (any case, a final period
-aside) and the options name different pictures. The pictures the options name are the candidates,
-in MMIU's order; the answer is the one the correct option names. Pictures no option names (the
-query picture of image2image_retrieval and the like) become context pictures, shown before the
-candidates, which is where MMIU shows them, so the question's "the first image" still means them;
-this needs them to be MMIU's first pictures. The item asks MMIU's question with its context's
-instruction, in the order MMIU's own evaluation prompt puts them (question first for the tasks in
-QUESTION_FIRST, context first for the rest), less the context's list of options: lad names the
-candidates with its own labels, and shuffles them, so "A: the first image" would be wrong.
-
-`output` is compared as MMIU's scorer compares answers: trimmed and case-insensitive. Questions
-that cannot be used are skipped and counted per task, by reason (lad.data.rules). Options are single
-letters, so no question has more than 26 candidates, which the letter schemes can name.
-
-Picture paths resolve inside the folder they are looked up
-in (lad.io.files.inside): one that names a
-file outside it (an absolute path, `..`, a symlink out) is skipped
-as `picture outside the dataset folder`.
+Read are the hub release's `all.parquet`, JSON Lines exports and the GitHub repository's JSON
+lists (`all.json`, a task's `metadata_info.json`), each question flat or nested as InternVL's MMIU
+evaluation writes it ({"input": {...}, "output": {"output_text"}}). Image paths are the release's,
+looked up under `images_dir` and then beside the question file (lad.data.released), never outside.
+A question becomes an item when every option reads "the <ordinal> image" and the options name
+different pictures: those are the candidates, in MMIU's order; pictures no option names become
+context pictures, shown first, where MMIU shows them. The item asks MMIU's question with its
+context's instruction in MMIU's own prompt order (QUESTION_FIRST), less the context's list of
+options: lad names and shuffles the candidates itself, so "A: the first image" would be wrong.
+`output` is compared as MMIU's scorer compares answers: trimmed and case-insensitive.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """BLINK (Fu et al., 2024; huggingface.co/datasets/BLINK-Benchmark/BLINK) as lad items: the
-questions whose choices are pictures.
-
-The hub dataset has one config per task (`Art_Style/`, `Jigsaw/`, `Visual_Similarity/`, ...), each
-with `val` and `test` parquet files, one row per question: `idx`, `question`, `sub_task`,
-`image_1` … `image_4` (pictures as {"bytes", "path"}, null where the question has fewer),
-`choices` (a list of strings), `answer` ("(A)", "(B)", …; not given in the test split), `prompt`
-(question and choices as one text) and `explanation`. The user downloads it; lad reads the files.
-
-A question becomes an item when every choice reads "the <ordinal> image" ("the second image"),
-naming different pictures: those are the candidates, in BLINK's order, and the answer is the one
-the answer's choice names. Pictures no choice names (the reference of Visual_Similarity,
-Art_Style and Jigsaw, "the first image") are context pictures, shown before the candidates as
-BLINK shows them, so the question's ordinals still hold; they must be the first pictures. The
-item asks BLINK's `question`. Others are skipped and counted per task, by reason (lad.data.rules).
+questions whose choices all read "the <ordinal> image" (docs/data.md, "MuirBench and BLINK", has
+the columns and every rule). The pictures they name are the candidates, in BLINK's order; the
+others (Visual_Similarity's reference, "the first image") are context pictures shown before
+them, as BLINK shows them, so the question's ordinals still hold; they must be the first ones.
 """
 
 from __future__ import annotations

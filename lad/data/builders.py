@@ -157,6 +157,15 @@ def calibration_path_for(out: Path) -> Path:
     return out.with_name(out.stem + ".calibration.jsonl")
 
 
+def write_split_items(out: Path, items: list[Item], calibration: list[Item]) -> Path | None:
+    """`items` to `out`, the calibration items (if any) to its sibling, whose path it returns."""
+    write_items(out, items)
+    if not calibration:
+        return None
+    write_items(calibration_path_for(out), calibration)
+    return calibration_path_for(out)
+
+
 def _embed(pool: Pool, options: BuildOptions, out: Path) -> tuple[_Embeddings, CacheStats]:
     cache = EmbeddingCache(
         cache_dir_for(out, options.clip),
@@ -263,9 +272,5 @@ def build_benchmark(pool: Pool, out: str | Path, options: BuildOptions) -> Build
     items, skipped = _draw_items(pool, options, emb, anchors, allowed, options.items, prefix, rng)
     for path in dict.fromkeys(p for it in [*calibration, *items] for p in it.images):
         check_image(path, verify=True)  # within lad.io.images' limits, and PIL's integrity check
-    write_items(out, items)
-    cal_path = None
-    if calibration:
-        cal_path = calibration_path_for(out)
-        write_items(cal_path, calibration)
+    cal_path = write_split_items(out, items, calibration)
     return BuildResult(out, cal_path, stats, skipped + skipped_cal)

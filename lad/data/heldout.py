@@ -75,16 +75,9 @@ def cell_rows(
     rows = []
     for task, n in sorted(set(counts) | set(skipped), key=_cell_order):
         tally = counts.get((task, n), Counter())
-        rows.append(
-            {
-                "task": task,
-                "num_candidates": n,
-                "converted": tally["converted"],
-                "held_out": tally["held_out"],
-                "items": tally["items"],
-                "skipped": dict(sorted(skipped.get((task, n), Counter()).items())),
-            }
-        )
+        row = {"task": task, "num_candidates": n}
+        row.update({key: tally[key] for key in ("converted", "held_out", "items")})
+        rows.append({**row, "skipped": dict(sorted(skipped.get((task, n), Counter()).items()))})
     return rows
 
 

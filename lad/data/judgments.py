@@ -1,17 +1,9 @@
 """Pairwise judgments (MT-Bench style: which of two answers to a question is better) as lad items
-of N = 2 text candidates (`lad data judgments`): the two answers are the candidates, the winner is
-the answer, and the question asks which answer is better (JUDGE_QUESTION).
-
-Two row shapes (JSON Lines, a JSON list, or parquet):
-- flat: `question`, `answer_a`, `answer_b`, `winner`;
-- lmsys/mt_bench_human_judgments: `question_id`, `model_a`, `model_b`, `winner`, `judge`, `turn`,
-  `conversation_a`, `conversation_b` (lists of {"role", "content"}): the question is the first
-  user message, each answer the first assistant message.
-`winner`: "model_a", "a", "A" or 0 for the first answer; "model_b", "b", "B" or 1 for the second.
-A tie ("tie", "tie (bothbad)", ...) is skipped and counted as TIE: with two candidates neither is
+of N = 2 text candidates (`lad data judgments`; docs/data.md, "Text candidates", has both row
+shapes): the two answers are the candidates, the winner is the answer, and the question asks
+which answer is better (JUDGE_QUESTION). A tie is skipped (TIE): with two candidates neither is
 right, and lad never picks one for it. A second-turn judgment is skipped (SECOND_TURN): its
-answers follow a first exchange the prompt would have to show. The calibration's cyclic shifts
-are the swap of the two answers, so the first-seat bias of a judge is what is measured and removed.
+answers follow a first exchange the prompt would have to show.
 """
 
 from __future__ import annotations
@@ -80,14 +72,8 @@ def convert_row(row: Row, k: int) -> Item | str:
         )
     if not isinstance(question, str) or not question.strip():
         return EMPTY_QUESTION
-    extra = {
-        "source": "judgments",
-        **{
-            key: fields[key]
-            for key in ("question_id", "model_a", "model_b", "judge")
-            if key in fields
-        },
-    }
+    kept = ("question_id", "model_a", "model_b", "judge")
+    extra = {"source": "judgments", **{key: fields[key] for key in kept if key in fields}}
     query = JUDGE_QUESTION.format(question.strip())
     answers = [a if isinstance(a, str) else "" for a in answers]
     return text_item(f"judgment-{name}-{k}", query, answers, winner, extra, row.where)

@@ -1,14 +1,8 @@
 """MMLU- and ARC-style multiple choice, as lm-evaluation-harness's datasets store them, as lad
-items of text candidates (`lad data mmlu`).
-
-Two row shapes (JSON Lines, a JSON list, or parquet; a folder is searched for *.parquet):
-- MMLU (cais/mmlu, hails/mmlu_no_train): `question`, `subject`, `choices` (a list of texts) and
-  `answer` (the right choice's 0-based index; a letter is read too). Items are named
-  `mmlu-<subject>-<row>`, their task is the subject.
-- ARC (allenai/ai2_arc; OpenBookQA's `question_stem` too): `id`, `question`, `choices`
-  ({"text": [...], "label": [...]}) and `answerKey`, one of the labels ("A".."E" or "1".."5").
-  Items are named by their `id`; the task is "all".
-Rows that cannot be items are skipped and counted per reason (lad.data.textjsonl).
+items of text candidates (`lad data mmlu`; docs/data.md, "Text candidates"): MMLU rows
+(`question`, `subject`, `choices`, `answer` an index; items `mmlu-<subject>-<row>`, the task is
+the subject) and ARC / OpenBookQA rows (`choices` {"text", "label"}, `answerKey` a label; items
+named by their `id`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """MuirBench (Wang et al., 2024; huggingface.co/datasets/MUIRBENCH/MUIRBENCH) as lad items: the
-questions whose options are pictures.
-
-The hub dataset is parquet (`data/test-*.parquet`), one row per question: `idx`, `task`,
-`image_relation`, `image_type`, `question` (text with an `<image>` where it shows a picture),
-`options` (a list of strings; a picture option is "<image>"), `answer` (the option's letter),
-`image_list` (the pictures, each {"bytes", "path"}: one per `<image>` of the question, then one per
-`<image>` of the options, in order, as its evaluation feeds them with question and options) and
-`counterpart_idx` (its unanswerable twin). The user downloads it; lad reads the files.
-
-A question becomes an item when every option is a picture: the options' pictures are the
-candidates, in option order, and the answer is the one its letter names. The question's own
-pictures are context pictures, shown where the question writes `<image>` (which stays in the
-question). Pictures are written out, bytes unchanged, to a folder. Others are skipped and counted
-per task, by reason (lad.data.rules); the unanswerable twins, whose answer "None of the choices
-provided" is a text option, are skipped as `options not pictures`.
+questions whose options are all pictures (docs/data.md, "MuirBench and BLINK", has the columns
+and every rule). `image_list` holds one picture per `<image>` of the question, then one per
+option, as its evaluation feeds them: the options' pictures are the candidates, in option order;
+the question's own are context pictures, shown where it writes `<image>` (kept in its text).
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lad.data.builders import calibration_path_for, check_split, seeded_rng
+from lad.data.builders import check_split, seeded_rng, write_split_items
 from lad.data.heldout import cell_lines, cell_rows, held_out, skipped_text
-from lad.data.items import Item, ItemRuleError, check_item, item_object, write_items
+from lad.data.items import Item, ItemRuleError, check_item, item_object
 from lad.data.questions import Benchmark, Questions, Row, short_repr
 from lad.data.rules import (
     DUPLICATE_ID,
@@ -268,11 +268,7 @@ def write_split(
     kept = [k for k in range(len(made)) if k not in held][:items]
     evaluation = [made[k] for k in kept]
     out = Path(out)
-    write_items(out, evaluation)
-    cal_path = None
-    if calibration:
-        cal_path = calibration_path_for(out)
-        write_items(cal_path, calibration)
+    cal_path = write_split_items(out, evaluation, calibration)
     summary = {
         "benchmark": benchmark,
         "source": str(source),
@@ -404,9 +400,7 @@ def convert(
 
 
 def _reasons(converted: Converted) -> str:
-    total: Counter[str] = Counter()
-    for counts in converted.skipped.values():
-        total.update(counts)
+    total = sum(converted.skipped.values(), Counter())
     return ", ".join(f"{r}: {c}" for r, c in sorted(total.items())) or "none skipped"
 
 

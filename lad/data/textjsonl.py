@@ -1,14 +1,8 @@
-"""A generic file of text multiple-choice questions (JSON Lines, a JSON list, or parquet) as lad
-items of text candidates (`lad data text`), and what the text converters share (MMLU/ARC in
-lad.data.mmlu, pairwise judgments in lad.data.judgments).
-
-One question per row: its question (field `question`), its options as a list of texts (`options`,
-else `choices`) and its answer (`answer`), which may be the option's index (0-based), its letter
-(A, B, ...; a, b, ... too), or the text of exactly one option. Field names are arguments. An `id`
-field, if present, names the item (else `<benchmark>-<row number>`); a `task` field (by argument)
-groups the summary. Other fields are kept as the item's extra keys. A row that cannot be an item
-is skipped and counted per reason (below) in the summary beside the output, as for the picture
-benchmarks (lad.data.released).
+"""A generic file of text multiple-choice questions as lad items of text candidates (`lad data
+text`; docs/data.md, "Text candidates"), and what the text converters share (lad.data.mmlu,
+lad.data.judgments): the answer read as an index, a letter or an option's text (`answer_index`),
+a row's item checked by the items reader's rules (`text_item`), and the conversion with its
+held-out split and summary, as for the picture benchmarks (lad.data.released).
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from lad.data.rules import (
     ordinal_image,
     pictures_named,
     safe_name,
-    text_or_none,
 )
 from lad.data.screen import picture_question_reason
 from lad.errors import DataError
@@ -53,8 +52,9 @@ def choose(row: Row) -> Choice | str:
     if isinstance(placed, str):
         return first_reason(answer, placed)
     candidates, context = placed  # candidates in BLINK's picture order
-    question = text_or_none(require(row, "question"))
-    if question is None:
+    question = require(row, "question")
+    question = "" if question is None else str(question).strip()
+    if not question:
         return first_reason(answer, EMPTY_QUESTION)
     moved = picture_question_reason(question, len(context), len(candidates))
     if moved is not None:

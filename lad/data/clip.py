@@ -54,11 +54,6 @@ def _resolve_device(device: str) -> str:
     return device
 
 
-def _features(output: object) -> object:
-    # transformers 5 returns a model output whose pooler_output holds the projected features.
-    return getattr(output, "pooler_output", output)
-
-
 class ClipEmbedder:
     """Loads a CLIP-like model once and embeds images or texts in batches, ℓ2-normalised."""
 
@@ -123,7 +118,9 @@ class ClipEmbedder:
         starts = range(0, len(inputs), self.batch_size)
         with torch.no_grad():
             for start in tqdm(starts, desc=f"CLIP {what}", unit="batch", leave=False):
-                features = _features(run(inputs[start : start + self.batch_size]))
+                features = run(inputs[start : start + self.batch_size])
+                # transformers 5 returns a model output whose pooler_output holds the features.
+                features = getattr(features, "pooler_output", features)
                 features = torch.nn.functional.normalize(features.float(), dim=-1)  # (B, D)
                 chunks.append(features.cpu().numpy())
         return np.concatenate(chunks) if chunks else np.zeros((0, 0), np.float32)

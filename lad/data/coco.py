@@ -16,11 +16,6 @@ from lad.errors import DataError
 from lad.io import files
 
 
-def read_json(path: str | Path) -> Any:
-    """A dataset's JSON annotation file (UTF-8 only; lad.io.files.read_json's one-line errors)."""
-    return files.read_json(path, DataError, "JSON annotation file")
-
-
 def field(obj: Any, key: str, kind: type, path: Path, where: str) -> Any:
     """obj[key], which must be of `kind`; otherwise an error naming the file and the entry."""
     if not isinstance(obj, dict) or key not in obj:
@@ -59,7 +54,7 @@ def load_coco(
     """The images listed in the captions file that have at least one caption, with their captions
     and (when `instances_file` is given) their category sets."""
     captions_file = Path(captions_file)
-    data = read_json(captions_file)
+    data = files.read_json(captions_file, DataError, "JSON annotation file")
     names: dict[int, str] = {}
     for i, entry in enumerate(field(data, "images", list, captions_file, "top level")):
         where = f"images[{i}]"
@@ -87,7 +82,7 @@ def load_coco(
 
 
 def _categories(path: Path, names: dict[int, str]) -> dict[int, set[int]]:
-    data = read_json(path)
+    data = files.read_json(path, DataError, "JSON annotation file")
     categories: dict[int, set[int]] = defaultdict(set)
     for i, entry in enumerate(field(data, "annotations", list, path, "top level")):
         where = f"annotations[{i}]"

@@ -73,16 +73,12 @@ def cell_rows(
         tally["held_out"] += k in held
         tally["items"] += k in written
     rows = []
-    for task, n in sorted(set(counts) | set(skipped), key=_cell_order):
+    for task, n in sorted(set(counts) | set(skipped), key=lambda c: (c[0], c[1] or 0)):
         tally = counts.get((task, n), Counter())
         row = {"task": task, "num_candidates": n}
         row.update({key: tally[key] for key in ("converted", "held_out", "items")})
         rows.append({**row, "skipped": dict(sorted(skipped.get((task, n), Counter()).items()))})
     return rows
-
-
-def _cell_order(cell: tuple[str, int | None]) -> tuple[str, int]:
-    return cell[0], 0 if cell[1] is None else cell[1]
 
 
 def skipped_text(skipped: dict[str, int]) -> str:

@@ -21,6 +21,7 @@ from lad.data.rules import (
     answer_position,
     first_reason,
     kept,
+    named_choice,
     option_letters,
 )
 from lad.data.screen import picture_question_reason
@@ -63,15 +64,16 @@ def choose(row: Row) -> Choice | str:
         "muirbench_idx": idx,
         "counterpart_idx": kept(row.fields.get("counterpart_idx")),
     }
-    return Choice(
+    shown = list(range(places, len(listed)))  # option k shows picture places + k
+    return named_choice(
+        listed,
+        (shown, list(range(places))),
+        shown,
+        option_letters(len(options)),
+        answer,
         item=f"muirbench-{idx}",
         task=task,
         question=question.strip(),
-        candidates=listed[places:],
-        context=listed[:places],
-        answer=answer if isinstance(answer, int) else None,
-        unanswered=answer if isinstance(answer, str) else None,
-        replies=option_letters(len(options)),
         extra=extra,
     )
 

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lad.data.coco import read_json
 from lad.data.items import Item, write_items
 from lad.errors import DataError
-from lad.io.files import write_text
+from lad.io.files import read_json, write_text
 
 _NAME = re.compile(r"annotations_(\d+)_\d+_(random|adversarial)\.json$")
 
@@ -97,7 +96,7 @@ def read_official(path: str | Path, images_dir: str | Path) -> list[Item]:
     path, images_dir = Path(path), Path(images_dir)
     if not images_dir.is_dir():
         raise DataError(f"{images_dir}: no such image folder")
-    entries = read_json(path)
+    entries = read_json(path, DataError, "JSON annotation file")
     if not isinstance(entries, list) or not entries:
         raise DataError(f"{path}: expected a non-empty JSON list of entries")
     match = _NAME.search(path.name)

@@ -98,16 +98,11 @@ class Questions:
             self.files = [self.path]
         else:
             raise DataError(f"{self.path}: no such question file")
-        self._json: list[Row] | None = None
-        if not self._parquet(self.files[0]):
-            self._json = _json_rows(self.path)
+        with self.files[0].open("rb") as f:
+            parquet = f.read(4) == b"PAR1"
+        self._json = None if parquet else _json_rows(self.path)
         for f in self.files:
             note_input(f)
-
-    @staticmethod
-    def _parquet(path: Path) -> bool:
-        with path.open("rb") as f:
-            return f.read(4) == b"PAR1"
 
     def tasks(self, benchmark: Benchmark) -> Counter[str]:
         """How many questions each task has."""

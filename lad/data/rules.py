@@ -98,14 +98,6 @@ def ordinal_image(text: str) -> int | None:
     return None if image is None else _ORDINALS.index(image.group(1).lower())
 
 
-def text_or_none(value: Any) -> str | None:
-    """A string field's text trimmed, None when null or blank."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    return text or None
-
-
 def kept(value: Any) -> Any:
     """A benchmark's field as an item keeps it (an extra key): text, a number, a bool or null
     as it is, anything else as its text, so the items file is always JSON."""

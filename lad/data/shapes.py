@@ -57,9 +57,6 @@ class Shape:
     colour: str
     shape: str
 
-    def describe(self) -> str:
-        return f"a {self.colour} {self.shape}"
-
 
 Scene = tuple[Shape, ...]  # objects in canonical (sorted) order, all distinct
 
@@ -71,7 +68,7 @@ def shapes_vocabulary() -> list[str]:
 
 def describe(scene: Scene) -> str:
     """The query of a scene: its objects in canonical order joined by 'and'."""
-    return " and ".join(s.describe() for s in scene)
+    return " and ".join(f"a {s.colour} {s.shape}" for s in scene)
 
 
 def _bucket(text: str) -> int:

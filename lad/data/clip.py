@@ -1,14 +1,13 @@
 """ℓ2-normalised CLIP embeddings of images and captions, cached on disk (paper Appendix C).
 
-Any CLIP-like transformers model (one with `get_image_features` and `get_text_features`, loaded by
-hub id or local path with its tokenizer and image processor) works. Embeddings are computed once in
-batches and kept in a cache folder as `images.npy` + `images.txt` (one resolved path per line) and
-`texts.npy` + `texts.jsonl` (one JSON string per line); a later build with other settings reuses
-every row it finds and computes only what is missing.
+Any CLIP-like transformers model (`get_image_features` and `get_text_features`) works. The cache
+folder keeps `images.npy` + `images.txt` (resolved paths) and `texts.npy` + `texts.jsonl` (JSON
+strings); a later build reuses every row it finds and computes only what is missing.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -61,28 +60,27 @@ class ClipEmbedder:
         self.model_name = model
         self.device = _resolve_device(device)
         self.batch_size = batch_size
-        self._loaded: tuple | None = None
 
-    def _load(self) -> tuple:
-        if self._loaded is None:
-            from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
+    @functools.cached_property
+    def _loaded(self) -> tuple:
+        """(model, tokenizer, image processor), loaded on first use."""
+        from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
 
-            try:
-                model = AutoModel.from_pretrained(self.model_name).to(self.device).eval()
-                tokenizer = AutoTokenizer.from_pretrained(self.model_name)
-                processor = AutoImageProcessor.from_pretrained(self.model_name)
-            except (OSError, ValueError) as e:
-                raise BackendError(f"cannot load CLIP model {self.model_name!r}: {e}") from None
-            if not hasattr(model, "get_image_features") or not hasattr(model, "get_text_features"):
-                raise BackendError(
-                    f"{self.model_name!r} ({type(model).__name__}) is not CLIP-like: it lacks "
-                    "get_image_features / get_text_features"
-                )
-            self._loaded = (model, tokenizer, processor)
-        return self._loaded
+        try:
+            model = AutoModel.from_pretrained(self.model_name).to(self.device).eval()
+            tokenizer = AutoTokenizer.from_pretrained(self.model_name)
+            processor = AutoImageProcessor.from_pretrained(self.model_name)
+        except (OSError, ValueError) as e:
+            raise BackendError(f"cannot load CLIP model {self.model_name!r}: {e}") from None
+        if not hasattr(model, "get_image_features") or not hasattr(model, "get_text_features"):
+            raise BackendError(
+                f"{self.model_name!r} ({type(model).__name__}) is not CLIP-like: it lacks "
+                "get_image_features / get_text_features"
+            )
+        return model, tokenizer, processor
 
     def embed_images(self, paths: Sequence[Path]) -> np.ndarray:
-        model, _, processor = self._load()
+        model, _, processor = self._loaded
 
         def run(batch: Sequence[Path]) -> object:
             pixels = processor(images=[open_image(p) for p in batch], return_tensors="pt")
@@ -91,7 +89,7 @@ class ClipEmbedder:
         return self._batched(paths, "images", run)
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
-        model, tokenizer, _ = self._load()
+        model, tokenizer, _ = self._loaded
         text_config = getattr(model.config, "text_config", model.config)
         max_length = getattr(text_config, "max_position_embeddings", 77)
 

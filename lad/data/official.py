@@ -1,12 +1,8 @@
-"""The paper's official evaluation files, `annotations_{N}_1_{mode}.json`, as lad items.
-
-Each file is a JSON list of entries `{"id", "image_ids": [path, …], "index", "caption",
-"target"}`: `index` is the 0-based position of the answer in `image_ids`, `target` (optional) the
-answer's file name. Paths are the authors' own; each is looked up under the given image folder,
-first as written, then by its file name. Importing keeps the entry's id and order, so results are
-comparable item for item, and keeps the original paths so `export_official` writes the same file.
-Files whose entries have no `id` (the official code knows an entry by its position) get one
-derived from the file's name and the position: `annotations_4_1_random-0`, `…-1`, ….
+"""The paper's official evaluation files, `annotations_{N}_1_{mode}.json` (a JSON list of
+`{"id", "image_ids", "index", "caption", "target"}`), as lad items and back (docs/data.md,
+"Importing the paper's files"). Importing keeps each entry's id, order and original paths, so
+results compare item for item and `export_official` writes the same file again; entries without
+ids get `<file stem>-<position>`, as the official code knows them by position.
 """
 
 from __future__ import annotations
@@ -24,11 +20,11 @@ from lad.io.files import read_json, write_text
 _NAME = re.compile(r"annotations_(\d+)_\d+_(random|adversarial)\.json$")
 
 
-def _resolve(path: str, images_dir: Path) -> Path | None:
+def _resolve(path: str, images_dir: Path, where: str) -> Path:
     for candidate in (images_dir / path, images_dir / Path(path).name, Path(path)):
         if candidate.is_file():
             return candidate.resolve()
-    return None
+    raise DataError(f"{where}image {path!r} is not in {images_dir}")
 
 
 def _caption(entry: dict, where: str) -> str:
@@ -60,12 +56,7 @@ def _entry_item(
             f"{where}'target' {target!r} is not the image at 'index' {index} "
             f"({Path(paths[index]).name!r})"
         )
-    images = []
-    for p in paths:
-        resolved = _resolve(p, images_dir)
-        if resolved is None:
-            raise DataError(f"{where}image {p!r} is not in {images_dir}")
-        images.append(resolved)
+    images = [_resolve(p, images_dir, where) for p in paths]
     extra: dict[str, Any] = {"source": "official", "image_ids": paths}
     if derived_id is None:
         extra["official_id"] = entry["id"]

@@ -1,12 +1,8 @@
 """The unit of work, `Request` (an item under one ordering), and the orderings a run asks for:
 lad's seeded shuffles (§5.2), the N cyclic shifts of calibration and perm-avg (§4.2), or
-explicit orderings (`lad eval --orders FILE`), exactly the image orders another tool used.
-
-The file is jsonl, one line per (item, ordering): `{"item": str, "order": [int]*N}`, where
-`order[p]` indexes the item's `images` shown at position p (the record's `order`,
-docs/formats.md). An item's orderings are numbered 0, 1, … in file order, or by an `"ordering"`
-int when every line has one. Other keys are ignored, so a lad
-`records.jsonl` is itself an orders file.
+explicit orderings (`lad eval --orders FILE`, docs/formats.md), exactly the image orders another
+tool used: one jsonl line per (item, ordering), `{"item", "order"}` and optionally `"ordering"`;
+other keys are ignored, so a lad `records.jsonl` is itself an orders file.
 """
 
 from __future__ import annotations

@@ -141,15 +141,14 @@ class Questions:
             start = 0
             for group in range(pf.metadata.num_row_groups):
                 size = pf.metadata.row_group(group).num_rows
-                keep = list(range(size))
+                wanted = set(range(size))
                 if task is not None and column in pf.schema_arrow.names:
                     names = _read_group(pf, path, group, [column]).column(column).to_pylist()
-                    keep = [k for k, name in enumerate(names) if str(name or "") == task]
-                wanted = set(keep)
-                for at, batch in _group_batches(pf, path, group, self.BATCH_ROWS) if keep else ():
-                    for k, obj in enumerate(batch.to_pylist(), at):
-                        if k in wanted:
-                            yield Row(obj, f"{path}: row {start + k}: ")
+                    wanted = {k for k, name in enumerate(names) if str(name or "") == task}
+                rows = _group_rows(pf, path, group, self.BATCH_ROWS) if wanted else ()
+                for k, obj in enumerate(rows):
+                    if k in wanted:
+                        yield Row(obj, f"{path}: row {start + k}: ")
                 start += size
 
 
@@ -181,14 +180,12 @@ def _open_parquet(path: Path) -> Any:
         return pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
 
 
-def _group_batches(pf: Any, path: Path, group: int, rows: int) -> Iterator[tuple[int, Any]]:
-    """A row group's rows, `rows` at a time with the number of the first, read page by page
-    (a group of large pictures is never held whole)."""
-    at = 0
+def _group_rows(pf: Any, path: Path, group: int, rows: int) -> Iterator[dict[str, Any]]:
+    """A row group's rows, decoded `rows` at a time, read page by page (a group of large pictures
+    is never held whole)."""
     with _parquet_errors(path):
         for batch in pf.iter_batches(batch_size=rows, row_groups=[group], use_threads=False):
-            yield at, batch
-            at += batch.num_rows
+            yield from batch.to_pylist()
 
 
 def _read_group(pf: Any, path: Path, group: int, columns: list[str] | None) -> Any:

@@ -1,18 +1,10 @@
-"""The shapes benchmark: small drawings of coloured shapes, each query describing exactly one image.
+"""The shapes benchmark (docs/data.md, "The shapes benchmark"): small drawings of coloured shapes,
+each query naming a scene's objects in a fixed order, so an image matches a query iff its scene is
+the query's; the candidates of one item always show distinct scenes.
 
-A scene is a set of 1..max_shapes distinct (colour, shape) objects; its query names them all in a
-fixed order ("a red circle and a blue square"), so an image matches a query iff its scene is the
-query's scene. Candidates in one item always show distinct scenes.
-
-Splits. Every scene (= every query) belongs to one split by a fixed hash of its text, independent of
-the seed: train 80 %, eval 15 %, calibration 5 %. Answers come only from the split's own scenes.
-Distractors may show any scene, but every drawing's exact layout (scene, cells, sizes, offsets on
-the pixel grid) also hashes to one split, and drawings are redrawn until it is their own; so no two
-splits ever share a query or an image.
-
-Settings. random: distractor scenes uniform over all other scenes. adversarial: scenes with as many
-objects as the answer's, nearest first by the number of attribute edits (change one object's
-colour or shape) needed to turn one scene into the other, ties broken at random.
+Splits: a scene (= a query) belongs to one split by a fixed hash of its text, whatever the seed;
+answers come only from the split's own scenes. Every drawing's exact layout also hashes to one
+split, and drawings are redrawn until it is their own, so no two splits share a query or an image.
 """
 
 from __future__ import annotations

@@ -86,7 +86,5 @@ BENCHMARK = Benchmark(
 
 
 def import_blink(path: str | Path, out: str | Path, **options: Any) -> Written:
-    """Convert BLINK's parquet files (a file, or a folder searched for *.parquet, e.g. one task's
-    config folder) into an items file `out`, calibration items and a summary beside it;
-    options: those of lad.data.released.Options (pictures: default `<out stem>-pictures/`)."""
+    """`lad data blink` (lad.data.released.convert; options: those of its Options)."""
     return convert(BENCHMARK, path, out, Options(**options))[1]

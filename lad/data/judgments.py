@@ -84,8 +84,7 @@ def _task(row: Row) -> str:
 
 
 def import_judgments(path: str | Path, out: str | Path, **options: Any) -> Written:
-    """Convert pairwise judgments into an items file `out` (N = 2), calibration items and a
-    summary beside it; options: task (a judge), items, calibration_items, seed."""
+    """`lad data judgments` (lad.data.textjsonl.convert_rows; options: task, a judge, ...)."""
     return convert_rows(
         path, out, benchmark="judgments", rule=convert_row, task_of=_task, **options
     )

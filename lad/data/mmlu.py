@@ -47,7 +47,5 @@ def _task(row: Row) -> str:
 
 
 def import_mmlu(path: str | Path, out: str | Path, **options: Any) -> Written:
-    """Convert an MMLU- or ARC-style file (or folder of parquet files) into an items file `out`,
-    calibration items and a summary beside it; options: task (an MMLU subject), num_candidates,
-    items, calibration_items, seed (lad.data.textjsonl.convert_rows)."""
+    """`lad data mmlu` (lad.data.textjsonl.convert_rows; options: task, an MMLU subject, ...)."""
     return convert_rows(path, out, benchmark="mmlu", rule=convert_row, task_of=_task, **options)

@@ -56,14 +56,9 @@ def choose(row: Row) -> Choice | str:
         return first_reason(answer, moved)
     idx = str(require(row, "idx"))
     task = str(row.fields.get("task") or "")
-    extra = {
-        "source": "muirbench",
-        "task": task,
-        "image_relation": kept(row.fields.get("image_relation")),
-        "image_type": kept(row.fields.get("image_type")),
-        "muirbench_idx": idx,
-        "counterpart_idx": kept(row.fields.get("counterpart_idx")),
-    }
+    extra = {"source": "muirbench", "task": task}
+    extra |= {key: kept(row.fields.get(key)) for key in ("image_relation", "image_type")}
+    extra |= {"muirbench_idx": idx, "counterpart_idx": kept(row.fields.get("counterpart_idx"))}
     shown = list(range(places, len(listed)))  # option k shows picture places + k
     return named_choice(
         listed,
@@ -90,7 +85,5 @@ BENCHMARK = Benchmark(
 
 
 def import_muirbench(path: str | Path, out: str | Path, **options: Any) -> Written:
-    """Convert MuirBench's parquet files (a file, or a folder searched for *.parquet) into an
-    items file `out`, calibration items and a summary beside it; options: those of
-    lad.data.released.Options (pictures: default `<out stem>-pictures/` beside `out`)."""
+    """`lad data muirbench` (lad.data.released.convert; options: those of its Options)."""
     return convert(BENCHMARK, path, out, Options(**options))[1]

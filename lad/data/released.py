@@ -1,9 +1,7 @@
 """What the converters of released benchmarks share (`lad data mmiu|muirbench|blink`): each row of
-a question file (lad.data.questions) through its benchmark's rule, pictures embedded as bytes
-written out to files named by content or picture files found inside the dataset folder,
-the held-out calibration split (per N, lad.data.heldout), and the summary of what was converted
-and skipped, per task and per (task, N) cell and reason, printed and written beside the output
-(`<out stem>.summary.json`).
+a question file (lad.data.questions) through its benchmark's rule, its pictures written out by
+content or found inside the dataset folder, the held-out calibration split (lad.data.heldout),
+and the summary of what was converted and skipped per task, (task, N) cell and reason.
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +62,9 @@ class _Pictures:
         self.folder, self.roots, self.skip_missing = folder, roots, skip_missing
         self.pending: dict[Path, bytes] = {}
         self.created: list[Path] = []
-        self.new_folders: list[Path] = []
+        self.new_folders: list[Path] = []  # deepest first
         if folder is not None:
-            probe = folder
-            while not probe.exists() and probe.parent != probe:
-                self.new_folders.append(probe)
-                probe = probe.parent
+            self.new_folders = list(takewhile(lambda p: not p.exists(), [folder, *folder.parents]))
             if folder.is_dir():
                 remove_stale_temporaries(folder)
 
@@ -125,7 +121,7 @@ class _Pictures:
         for path in self.created:
             with contextlib.suppress(OSError):
                 path.unlink()
-        for folder in self.new_folders:  # deepest first
+        for folder in self.new_folders:
             with contextlib.suppress(OSError):
                 folder.rmdir()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from itertools import zip_longest
 from typing import Any
 
 import numpy as np
@@ -43,19 +44,14 @@ def held_out(
                 "leave that N out with --num-candidates, or lower --calibration-items"
             )
         orders = [_seeded_order(ks, calibration_items, rng) for ks in cells]
-        held.update(_in_turn(orders)[:calibration_items])
+        in_turn = [k for turn in zip_longest(*orders) for k in turn if k is not None]
+        held.update(in_turn[:calibration_items])  # the first of each order, then the second, ...
     return held
 
 
 def _seeded_order(positions: list[int], most: int, rng: np.random.Generator) -> list[int]:
     chosen = rng.choice(len(positions), min(most, len(positions)), replace=False)
     return [positions[j] for j in chosen.tolist()]
-
-
-def _in_turn(orders: list[list[int]]) -> list[int]:
-    """The first of each order, then the second of each, ... (an order that ends drops out)."""
-    longest = max((len(o) for o in orders), default=0)
-    return [o[j] for j in range(longest) for o in orders if j < len(o)]
 
 
 def cell_rows(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -75,13 +76,8 @@ def json_object(line: str, where: str) -> dict[str, Any]:
     return obj
 
 
-def _is_text(text: str) -> bool:
-    """False for a string holding a lone UTF-16 surrogate (JSON allows "\\ud800"; UTF-8 not)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+# A lone UTF-16 surrogate: JSON allows "\\ud800", UTF-8 cannot write it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _parse_item(
@@ -131,7 +127,7 @@ def check_item(obj: dict[str, Any], where: str = "", num_candidates: int | None 
     if isinstance(obj.get("question"), str):
         texts.append(("question", obj["question"]))
     for key, text in texts:
-        if not _is_text(text):
+        if _SURROGATE.search(text):
             raise ItemRuleError(
                 "not valid text",
                 f"{where}{key!r} holds a lone surrogate escape, not valid text: {text!r}",
@@ -223,7 +219,7 @@ def _context_images(obj: dict[str, Any], where: str) -> None:
     if not isinstance(context, list) or not all(isinstance(p, str) for p in context):
         raise DataError(f"{where}'context_images' must be a list of paths, got {context!r}")
     for p in context:
-        if not _is_text(p):
+        if _SURROGATE.search(p):
             raise ItemRuleError(
                 "not valid text", f"{where}'context_images' holds a lone surrogate escape: {p!r}"
             )

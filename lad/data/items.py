@@ -26,11 +26,8 @@ from lad.io.files import check_not_binary, check_object, loads_json, note_input,
 
 
 def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item]:
-    """Read and validate an items file; relative image paths resolve against its folder.
-
-    Every image must exist. With `num_candidates`, every item
-    must have exactly that many images.
-    """
+    """Read and validate an items file; relative image paths resolve against its folder, and
+    every image must exist. With `num_candidates`, every item must have exactly that many."""
     path = Path(path)
     if path.is_dir():
         raise DataError(f"{path}: is a folder, not an items file")

@@ -253,8 +253,10 @@ def write_split(
     rest to OUT, and the summary (per task, and per (task, N) cell)."""
     made = converted.items
     if len(made) <= calibration_items:
+        total = sum(converted.skipped.values(), Counter())
+        reasons = ", ".join(f"{r}: {c}" for r, c in sorted(total.items())) or "none skipped"
         raise DataError(
-            f"{source}: {len(made)} questions converted ({_reasons(converted)}), too few to hold "
+            f"{source}: {len(made)} questions converted ({reasons}), too few to hold "
             f"out --calibration-items {calibration_items} and evaluate on the rest"
         )
     rng = seeded_rng(seed, benchmark, *converted.tasks())
@@ -293,19 +295,11 @@ def pictures_folder(out: str | Path, pictures: str | Path | None) -> Path:
 
 @dataclass
 class Options:
-    """How `convert` converts (each a `lad data` flag).
-
-    pictures: the folder embedded pictures are written to (default: OUT's -pictures sibling).
-    images:   the folder the benchmark's picture files were extracted in (rows that name files;
-              the question file's own folder is searched after it).
-    task:     the task to convert (None: every task, or the only one of a one-task benchmark).
-    num_candidates: keep only the questions of this N (None: every N; MMIU: the one N there
-              must be).
-    items:    evaluation items written (None: all); calibration_items held out; seed of that.
-    skip_missing: skip a question whose picture file is missing (else an error).
-    whole:    every task and N of a benchmark whose library readers take one task (MMIU's), as
-              `lad data` converts a whole benchmark.
-    """
+    """How `convert` converts (each a `lad data` flag). `images`: the folder a benchmark's picture
+    files were extracted in (its question file's own folder is searched after it); `task` None:
+    every task, or a one-task benchmark's only one; `num_candidates` None: every N (MMIU: the one
+    N there must be); `items` None: all; `whole`: every task and N even of a benchmark whose
+    library readers take one task (MMIU's), as `lad data` converts a whole benchmark."""
 
     pictures: str | Path | None = None
     images: str | Path | None = None
@@ -393,11 +387,6 @@ def convert(
         pictures.undo()
         raise
     return task, written
-
-
-def _reasons(converted: Converted) -> str:
-    total = sum(converted.skipped.values(), Counter())
-    return ", ".join(f"{r}: {c}" for r, c in sorted(total.items())) or "none skipped"
 
 
 def summary_lines(written: Written, *, per_task: bool = True) -> Iterator[str]:

@@ -9,6 +9,7 @@ split, and drawings are redrawn until it is their own, so no two splits share a 
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 from collections.abc import Sequence
@@ -69,12 +70,8 @@ def _bucket(text: str) -> int:
 
 def scene_split(scene: Scene) -> str:
     """The split a scene's query belongs to; fixed, whatever the seed."""
-    b = _bucket("lad-shapes-query\0" + describe(scene))
-    for split in SPLITS:
-        if b < SPLIT_SHARES[split]:
-            return split
-        b -= SPLIT_SHARES[split]
-    raise AssertionError("split shares must sum to 100")
+    bounds = list(itertools.accumulate(SPLIT_SHARES[s] for s in SPLITS))  # 80, 95, 100
+    return SPLITS[bisect.bisect_right(bounds, _bucket("lad-shapes-query\0" + describe(scene)))]
 
 
 @cache
@@ -189,18 +186,14 @@ def render_scene(scene: Scene, image_size: int, layout: Sequence[tuple[int, ...]
     return big.resize((image_size, image_size), Image.Resampling.LANCZOS)
 
 
-def _image_split(scene: Scene, layout: Sequence[tuple[int, ...]], image_size: int) -> str:
-    key = f"lad-shapes-image\0{image_size}\0{describe(scene)}\0{sorted(layout)}"
-    return SPLITS[_bucket(key) % len(SPLITS)]
-
-
 def _own_layout(
     scene: Scene, split: str, image_size: int, rng: np.random.Generator
 ) -> list[tuple[int, ...]]:
     """A layout whose drawing belongs to `split` (see the module docstring)."""
     for _ in range(1000):
         layout = _layout(scene, image_size, rng)
-        if _image_split(scene, layout, image_size) == split:
+        key = f"lad-shapes-image\0{image_size}\0{describe(scene)}\0{sorted(layout)}"
+        if SPLITS[_bucket(key) % len(SPLITS)] == split:
             return layout
     raise DataError(f"could not draw {describe(scene)!r} for split {split!r}; use larger images")
 

@@ -21,7 +21,6 @@ from lad.data.rules import (
     answer_position,
     first_reason,
     kept,
-    named_choice,
     option_letters,
 )
 from lad.data.screen import picture_question_reason
@@ -59,16 +58,15 @@ def choose(row: Row) -> Choice | str:
     extra = {"source": "muirbench", "task": task}
     extra |= {key: kept(row.fields.get(key)) for key in ("image_relation", "image_type")}
     extra |= {"muirbench_idx": idx, "counterpart_idx": kept(row.fields.get("counterpart_idx"))}
-    shown = list(range(places, len(listed)))  # option k shows picture places + k
-    return named_choice(
-        listed,
-        (shown, list(range(places))),
-        shown,
-        option_letters(len(options)),
-        answer,
+    return Choice(
         item=f"muirbench-{idx}",
         task=task,
         question=question.strip(),
+        candidates=listed[places:],
+        context=listed[:places],
+        answer=answer if isinstance(answer, int) else None,
+        unanswered=answer if isinstance(answer, str) else None,
+        replies=option_letters(len(options)),  # 26 at most: a larger N is skipped when written
         extra=extra,
     )
 

@@ -1,5 +1,6 @@
 """A released benchmark's question files, row by row (`lad data mmiu|muirbench|blink`): Apache
-Parquet a row group at a time, JSON Lines, JSON lists; and what describes a benchmark to them
+Parquet a row group at a time (its task column first, so rows of other tasks are never decoded),
+JSON Lines (`datasets`' to_json), JSON lists; and what describes a benchmark to them
 (`Benchmark`)."""
 
 from __future__ import annotations
@@ -82,9 +83,7 @@ HUB_HELP = (
 
 class Questions:
     """A question file, or every .parquet file below a folder (sorted by path, each file once
-    however many names it has), read row by row: Apache Parquet a row group at a time (the task
-    column first, so rows of other tasks are never decoded), JSON Lines (`datasets`' to_json)
-    or a JSON list of objects."""
+    however many names it has), read row by row (the module docstring's formats)."""
 
     BATCH_ROWS = 16  # rows decoded at once: a few pictures each
 

@@ -210,11 +210,9 @@ def build_shapes(
     max_shapes: int = 2,
     position_weights: Sequence[float] | None = None,
 ) -> Path:
-    """Draw a shapes benchmark into out_dir (PNG images under images/) and return items.jsonl.
-
-    The answer's position is balanced over positions (or follows `position_weights`), seeded.
-    The same arguments always give the same files.
-    """
+    """Draw a shapes benchmark into out_dir (PNG images under images/) and return items.jsonl;
+    the answer's position is balanced (or follows `position_weights`), the same arguments always
+    give the same files."""
     _check_args(num_candidates, setting, items, split, image_size, max_shapes)
     out_dir = Path(out_dir)
     image_dir = out_dir / "images"

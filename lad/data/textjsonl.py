@@ -28,9 +28,6 @@ BAD_OPTION = "option blank, too long or holding <image>"
 # options, a repeated option, a lone surrogate, <image> in the question, a question too long) is
 # skipped under that rule's reason.
 
-# A converter's rule: (row, its 0-based number in the file) -> an item, or why it is skipped.
-RowRule = Callable[[Row, int], "Item | str"]
-
 
 def answer_index(
     value: Any, options: Sequence[str], labels: Sequence[str] | None = None
@@ -94,7 +91,7 @@ def convert_rows(
     out: str | Path,
     *,
     benchmark: str,
-    rule: RowRule,
+    rule: Callable[[Row, int], Item | str],
     task_of: Callable[[Row], str] = lambda row: "all",
     task: str | None = None,
     num_candidates: int | None = None,
@@ -103,9 +100,9 @@ def convert_rows(
     seed: int = 0,
 ) -> Written:
     """Every row of `task` (None: of every task) of the file (JSON Lines, a JSON list, parquet,
-    or a folder of parquet files) through `rule`, keeping the items of `num_candidates`
-    candidates (None: every N, a cell each), into an items file `out`, calibration items held
-    out beside it and a summary (lad.data.released.write_split)."""
+    or a folder of parquet files) through `rule` (the row and its 0-based number in the file to
+    an item, or why it is skipped), keeping the items of `num_candidates` candidates (None: every
+    N, a cell each), into an items file `out`, its held-out calibration items and a summary."""
     check_split(items, calibration_items)
     rows = list(Questions(path).rows(_ANY_ROWS, None))
     tasks = sorted({task_of(row) for row in rows})

@@ -43,15 +43,13 @@ def held_out(
                 f"--calibration-items {calibration_items} of each N and evaluate on the rest; "
                 "leave that N out with --num-candidates, or lower --calibration-items"
             )
-        orders = [_seeded_order(ks, calibration_items, rng) for ks in cells]
+        orders = [  # each task's own seeded order
+            [ks[j] for j in rng.choice(len(ks), min(calibration_items, len(ks)), replace=False)]
+            for ks in cells
+        ]
         in_turn = [k for turn in zip_longest(*orders) for k in turn if k is not None]
         held.update(in_turn[:calibration_items])  # the first of each order, then the second, ...
     return held
-
-
-def _seeded_order(positions: list[int], most: int, rng: np.random.Generator) -> list[int]:
-    chosen = rng.choice(len(positions), min(most, len(positions)), replace=False)
-    return [positions[j] for j in chosen.tolist()]
 
 
 def cell_rows(

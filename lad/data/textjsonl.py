@@ -146,8 +146,10 @@ def import_text(
     task_field: str | None = None,
     **options: Any,
 ) -> Written:
-    """Convert a generic file of text multiple-choice questions (module docstring); options:
-    task, num_candidates, items, calibration_items, seed (convert_rows)."""
+    """`lad data text`: one question per row, its options a list of texts (`options`, else
+    `choices`), its answer an index, a letter or one option's text (answer_index); an `id` field
+    names the item (else `text-<row>`), other fields are kept as extra keys. options: task,
+    num_candidates, items, calibration_items, seed (convert_rows)."""
     keys = {question_field, answer_field, "id"}
 
     def rule(row: Row, k: int) -> Item | str:

@@ -41,13 +41,11 @@ class Benchmark:
     embedded:   True (a hub dataset's layout) when its pictures are bytes in the rows (written
                 out to a pictures folder); False when the rows name picture files.
     one_task:   a conversion is of one task (a file of several needs --task).
-    hub:        the hub dataset (for --help), None when it is not one.
-    example:    a command line for --help.
     harness_keys: the keys an lmms-eval document of its task has (lad.harness.adapters; empty:
                 no adapter).
     task_of:    a row's task from its fields (default: the task_field's value).
-    help:       the command's description (--help; default: HUB_HELP's, for a hub dataset).
-    files:      the question files it reads, for --help (rows that name picture files).
+    hub, example, help, files: what --help says: the hub dataset (None: not one), a command
+                line, the description (default: HUB_HELP's), the question files it reads.
     """
 
     name: str

@@ -127,3 +127,5 @@ def test_generic_text_missing_field_is_one_line(tmp_path, capsys):
     assert "Wrote 1 items" in capsys.readouterr().out
     assert main(["data", "mmlu", str(src), "--out", str(tmp_path / "m.jsonl")]) == 1
     assert "expected MMLU's fields" in capsys.readouterr().err
+    with pytest.raises(DataError, match=r"missing field 'q' \(set it with --question-field\)"):
+        import_text(src, tmp_path / "q.jsonl", question_field="q")  # the flag, not the name

@@ -154,9 +154,10 @@ def import_text(
 
     def rule(row: Row, k: int) -> Item | str:
         field = options_field or ("options" if "options" in row.fields else "choices")
-        for key in (question_field, field, answer_field):
+        flags = ((question_field, "question"), (field, "options"), (answer_field, "answer"))
+        for key, flag in flags:
             if key not in row.fields:
-                raise DataError(f"{row.where}missing field {key!r} (set it with --{_flag(key)})")
+                raise DataError(f"{row.where}missing field {key!r} (set it with --{flag}-field)")
         choices = row.fields[field]
         answer = answer_index(
             row.fields[answer_field], choices if isinstance(choices, list) else []
@@ -169,7 +170,3 @@ def import_text(
         return "all" if task_field is None else str(row.fields.get(task_field))
 
     return convert_rows(path, out, benchmark="text", rule=rule, task_of=task_of, **options)
-
-
-def _flag(key: str) -> str:
-    return {"question": "question-field", "answer": "answer-field"}.get(key, "options-field")

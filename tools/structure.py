@@ -39,7 +39,12 @@ INPUT_READS = {  # function: the module defining it
 }
 # The capabilities added since commit 696e84e, each with its modules (paths below lad/, globs).
 CAPABILITIES = {
-    "vLLM engine": ("backends/vllm_engine.py", "backends/vllm_capture.py", "backends/engines.py"),
+    "vLLM engine": (
+        "backends/vllm_engine.py",
+        "backends/vllm_capture.py",
+        "backends/engines.py",
+        "testing/shrunk.py",  # the shrunk real checkpoints its tests compare the engines on
+    ),
     "lad serve": ("run/serve.py", "cli/serve.py"),
     "blank method": ("core/blank.py", "data/blank.py"),
     "Facet-Probe export": ("outputs/export.py", "cli/export.py"),

@@ -77,7 +77,7 @@ def test_control_tokens_in_data_are_text(family):
     texts = [text_lm.chat_prompt(processor, it, list(o), TEXT, get_scheme("upper"), "m")[0]
              for it, _, o in plain_batch]  # fmt: skip
     turns = [(0, 1)] * 2  # unused: no control token in these items
-    special = text_lm._bos(processor, texts)
+    special = text_lm.adds_bos(processor, texts)
     mine, offsets = text_lm._padded(tok, texts, turns, plain_batch, special)
     theirs = tok(texts, add_special_tokens=special, padding=True, return_tensors="pt",
                  return_offsets_mapping=True)  # fmt: skip

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lad.backends.scoring import LabelTrie, Prefix
+from lad.core.records import Record
 from lad.errors import BackendError
 
 if TYPE_CHECKING:
@@ -51,16 +52,34 @@ class Queued:
     logprobs: torch.Tensor
 
 
-def check_finite(
-    batch: list[Request], logprobs: torch.Tensor, evidences: list[torch.Tensor]
-) -> None:
-    """Refuse NaN/inf (e.g. a float16 overflow) before any record of the batch is written."""
-    for b, (item, ordering, _) in enumerate(batch):
-        if not (torch.isfinite(logprobs[b]).all() and torch.isfinite(evidences[b]).all()):
-            raise BackendError(
-                f"item {item.id!r}, ordering {ordering}: the model gave NaN or infinite "
-                "log-probabilities or attention; try --dtype float32 (or bfloat16 on GPU)"
-            )
+def make_record(
+    request: Request,
+    logprobs: torch.Tensor,
+    attention: torch.Tensor,
+    spans: list[tuple[int, int]],
+    prompt_tokens: int,
+    **extra: Any,
+) -> Record:
+    """A request's record (both engines'): its labels' log-probs (N,), Eq. 6's evidence (L, N),
+    and in `extra` the prompt's token count and each candidate's (`spans`), then `extra`.
+    NaN/inf (e.g. a float16 overflow) is refused: a batch's records are all made before any
+    is handed on."""
+    item, ordering, order = request
+    if not (torch.isfinite(logprobs).all() and torch.isfinite(attention).all()):
+        raise BackendError(
+            f"item {item.id!r}, ordering {ordering}: the model gave NaN or infinite "
+            "log-probabilities or attention; try --dtype float32 (or bfloat16 on GPU)"
+        )
+    key = "candidate_tokens" if item.is_text else "image_tokens"
+    return Record(
+        item=item.id,
+        ordering=ordering,
+        order=list(order),
+        answer=list(order).index(item.answer),
+        logprobs=logprobs.tolist(),
+        attention=attention.tolist(),
+        extra={"prompt_tokens": int(prompt_tokens), key: [e - s for s, e in spans], **extra},
+    )
 
 
 def extend_inputs(inputs: dict[str, Any], tokens: Prefix) -> dict[str, Any]:

@@ -25,9 +25,9 @@ from lad.backends.batches import (
     Prefill,
     Queued,
     batched,
-    check_finite,
     check_order,
     extend_inputs,
+    make_record,
     positions,
 )
 from lad.backends.capture import evidence
@@ -38,7 +38,6 @@ from lad.backends.prompting import (
     check_data_text,
     check_round_trip,
     encode,
-    load_image,
     reply_tokens,
 )
 from lad.backends.remote import Forward
@@ -54,9 +53,10 @@ from lad.core.labels import LabelScheme
 from lad.core.prompts import PromptTemplate, render_item, render_prompt, shown_pictures
 from lad.core.records import Record
 from lad.errors import BackendError
+from lad.io.images import open_image
 
 if TYPE_CHECKING:
-    from lad.core.items import Item, Request
+    from lad.core.items import Request
 
 # Entered around a batch's prompt forward (and its label decoding) with (inputs, image spans).
 MaskScope = Callable[[dict[str, Any], list[list[tuple[int, int]]]], AbstractContextManager[Any]]
@@ -258,7 +258,7 @@ class Backend:
     def picture(self, path: Any) -> Any:
         """One candidate image as the processor gets it: decoded, then resized to
         `image_size`² (bicubic, as the official code's 336×336) when one is set."""
-        image = load_image(path)
+        image = open_image(path)  # a bad file is a DataError naming it
         if self.image_size is None:
             return image
         from PIL import Image
@@ -408,23 +408,10 @@ class Backend:
         rows = pre.rows.cpu()  # (B, L, T)
         logprobs = queued.logprobs.cpu()
         evidences = [evidence(rows[b], spans[b]) for b in range(len(batch))]
-        check_finite(batch, logprobs, evidences)
         lengths = encoded.inputs["attention_mask"].sum(-1).tolist()
         records = [
-            Record(
-                item=item.id,
-                ordering=ordering,
-                order=list(order),
-                answer=list(order).index(item.answer),
-                logprobs=logprobs[b].tolist(),
-                attention=evidences[b].tolist(),
-                extra={
-                    "prompt_tokens": int(lengths[b]),
-                    _span_key(item): [e - s for s, e in spans[b]],
-                    **self.layers_extra,
-                },
-            )
-            for b, (item, ordering, order) in enumerate(batch)
+            make_record(req, logprobs[b], evidences[b], spans[b], lengths[b], **self.layers_extra)
+            for b, req in enumerate(batch)
         ]
         return records, pre, inputs
 
@@ -479,8 +466,3 @@ class Backend:
             yield
         finally:
             self.set_text_attention(before)
-
-
-def _span_key(item: Item) -> str:
-    """The record's extra key for each candidate's token count."""
-    return "candidate_tokens" if item.is_text else "image_tokens"

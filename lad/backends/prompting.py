@@ -8,7 +8,6 @@ import contextlib
 import re
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 # The tokenizer round-trip check lives in its own module; callers import it from here too.
@@ -18,12 +17,6 @@ from lad.backends.spans import OffsetSpans, marked_spans
 from lad.core.prompts import CONTEXT_PLACEHOLDER, Part, prompt_parts
 from lad.errors import BackendError
 from lad.io import limits
-from lad.io.images import open_image
-
-
-def load_image(path: str | Path) -> Any:
-    """An RGB PIL image as lad.io.images decodes it; a bad file is a DataError naming it."""
-    return open_image(path)
 
 
 def chat_messages(text: str, num_images: int, context: int = 0) -> list[dict[str, Any]]:
@@ -242,6 +235,13 @@ def _check_places(prompt: str, parts: list[Part], placeholder: str | None, model
         cursor = found + len(needle)
 
 
+def adds_bos(processor: Any, texts: list[str]) -> bool:
+    """Whether the tokenizer adds its special tokens to `texts`: not where the chat template
+    writes the BOS itself (Gemma3), as transformers' own apply_chat_template(tokenize=True)."""
+    bos = processor.tokenizer.bos_token
+    return not (bos and all(t.startswith(bos) for t in texts))
+
+
 def encode(
     processor: Any,
     texts: list[str],
@@ -258,17 +258,14 @@ def encode(
     marker tokens the chat template writes (e.g. <|vision_start|> ... <|vision_end|>). It must hold
     the model's `image_token`; how a tokenizer file flags its tokens (special or not) plays no part.
     """
-    # A template that writes the BOS itself (Gemma3) must not get a second one from the tokenizer,
-    # as transformers' own apply_chat_template(tokenize=True) does.
     from lad.backends.remote import transformers_major
 
-    bos = processor.tokenizer.bos_token
     # transformers 4's processors (remote code's) cannot say where a placeholder expanded
     where = {"return_text_replacement_offsets": True} if transformers_major() >= 5 else {}
     enc = processor(
         text=texts,
         images=images,
-        add_special_tokens=not (bos and all(t.startswith(bos) for t in texts)),
+        add_special_tokens=adds_bos(processor, texts),
         padding=True,
         return_tensors="pt",
         return_offsets_mapping=True,
@@ -376,12 +373,8 @@ def _lead(replies: list[str], labels: list[str]) -> str | None:
     """The text every reply writes before its label: the shortest part of their common prefix
     after which each reply goes on with its own label ("I" and "II" share the "I" of the common
     prefix " I"); None if there is none."""
-    common = replies[0]
-    for reply in replies[1:]:
-        n = 0
-        while n < min(len(common), len(reply)) and common[n] == reply[n]:
-            n += 1
-        common = common[:n]
+    shared = (k for k, chars in enumerate(zip(*replies, strict=False)) if len(set(chars)) > 1)
+    common = replies[0][: next(shared, min(map(len, replies)))]
     for n in range(len(common) + 1):
         if all(r[n:].startswith(label) for r, label in zip(replies, labels, strict=True)):
             return common[:n]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from lad.backends.archs import ARCHS, Arch
 from lad.backends.prompting import (
+    adds_bos,
     check_data_text,
     check_round_trip,
     control_in,
@@ -112,20 +113,6 @@ def check_text_tokenizer(
     check_round_trip(processor.tokenizer, chat, model)
 
 
-def chat_prompt(
-    processor: Any,
-    item: Item,
-    order: list[int],
-    template: str | PromptTemplate,
-    scheme: LabelScheme,
-    model: str,
-) -> tuple[str, list[tuple[int, int]]]:
-    """The chat template's prompt for one text-candidate item, and each candidate's characters in
-    it (position order). The user turn must appear in it once, verbatim."""
-    chat, spans, _ = _prompt(processor, item, order, template, scheme, model)
-    return chat, spans
-
-
 def check_item_text(
     processor: Any, item: Item, template: str | PromptTemplate, scheme: LabelScheme, model: str
 ) -> None:
@@ -135,11 +122,11 @@ def check_item_text(
         check_data_text(processor.tokenizer, item)
     elif control_in(processor.tokenizer, item):
         order = list(range(item.num_candidates))
-        chat, _, turn = _prompt(processor, item, order, template, scheme, model)
-        as_text(processor.tokenizer, chat, turn, _bos(processor, [chat]), item)
+        chat, _, turn = chat_prompt(processor, item, order, template, scheme, model)
+        as_text(processor.tokenizer, chat, turn, adds_bos(processor, [chat]), item)
 
 
-def _prompt(
+def chat_prompt(
     processor: Any,
     item: Item,
     order: list[int],
@@ -147,7 +134,8 @@ def _prompt(
     scheme: LabelScheme,
     model: str,
 ) -> tuple[str, list[tuple[int, int]], tuple[int, int]]:
-    """chat_prompt's prompt and spans, and the characters of the user turn's text in it."""
+    """The chat template's prompt for one text-candidate item, each candidate's characters in it
+    (position order), and those of the user turn's text, which must appear in it once, verbatim."""
     if not isinstance(processor, TextProcessor):  # a picture model's processor tokenises it whole
         check_data_text(processor.tokenizer, item)
     return _locate(processor, render_text_item(template, item, order, scheme), item.id, model)
@@ -173,13 +161,6 @@ def _locate(
     start = chat.index(prompt.text)
     spans = [(start + s, start + e) for s, e in prompt.spans]
     return chat, spans, (start, start + len(prompt.text))
-
-
-def _bos(processor: Any, texts: list[str]) -> bool:
-    """Whether the tokenizer adds its special tokens: not where the template writes the BOS
-    itself (Gemma3), as transformers' own apply_chat_template(tokenize=True) does."""
-    bos = processor.tokenizer.bos_token
-    return not (bos and all(t.startswith(bos) for t in texts))
 
 
 def as_text(
@@ -232,11 +213,11 @@ def encode_text(
     reach past the text only over whitespace (a space or newline merged into a word)."""
     texts, chars, turns = [], [], []
     for item, _, order in batch:
-        chat, spans, turn = _prompt(processor, item, list(order), template, scheme, model)
+        chat, spans, turn = chat_prompt(processor, item, list(order), template, scheme, model)
         texts.append(chat)
         chars.append(spans)
         turns.append(turn)
-    special = _bos(processor, texts)
+    special = adds_bos(processor, texts)
     hostile = isinstance(processor, TextProcessor) and any(
         control_in(processor.tokenizer, item) for item, _, _ in batch
     )

@@ -58,15 +58,8 @@ class Segments:
         gather = torch.where(real, starts[:, None] + slot[None, :], 0).flatten()
         keep = real.flatten().nonzero().flatten()
         mask = real[:, None, None, :]
-        move = {"device": device, "non_blocking": True}
-        return cls(
-            len(lengths),
-            longest,
-            whole,
-            gather.to(**move),
-            keep.to(**move),
-            mask.to(**move),
-        )
+        moved = (t.to(device, non_blocking=True) for t in (gather, keep, mask))
+        return cls(len(lengths), longest, whole, *moved)
 
 
 class _SegmentCache:
@@ -92,8 +85,6 @@ def packed_vision_attention(
     key: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
     lad_segments: Segments | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
@@ -104,9 +95,7 @@ def packed_vision_attention(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if lad_segments is None:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     seg = lad_segments
     _, h, _, d = query.shape
 
@@ -115,7 +104,7 @@ def packed_vision_attention(
         return x.reshape(h, seg.count, seg.longest, d).transpose(0, 1)
 
     out = torch.nn.functional.scaled_dot_product_attention(
-        padded(query), padded(key), padded(value), attn_mask=seg.mask, scale=scaling
+        padded(query), padded(key), padded(value), attn_mask=seg.mask, scale=kwargs.get("scaling")
     )  # (S, H, L_max, D)
     out = out.transpose(1, 2).reshape(seg.count * seg.longest, h, d)  # (S * L_max, H, D)
     if seg.keep is not None:

@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lad.backends.batches import Encoded, batched, check_finite
+from lad.backends.batches import Encoded, batched, make_record
 from lad.backends.capture import evidence
-from lad.backends.hf import _span_key
 from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
 from lad.backends.settings import LoadSettings
 from lad.backends.vllm_capture import ROW, TAG
@@ -289,24 +288,10 @@ def assemble(
         paths[b, m, pos, valid] = logprobs
     scores = label_logprobs(trie, root, paths if trie.paths else None)
     records = []
-    for b, (item, ordering, order) in enumerate(batch):
+    for b, (item, ordering, _) in enumerate(batch):
         rows = _merged_rows(planned.tags[b], taken, num_layers, item.id, ordering)
-        attention = evidence(rows, planned.spans[b])
-        check_finite([batch[b]], scores[b : b + 1], [attention])
-        records.append(
-            Record(
-                item=item.id,
-                ordering=ordering,
-                order=list(order),
-                answer=list(order).index(item.answer),
-                logprobs=scores[b].tolist(),
-                attention=attention.tolist(),
-                extra={
-                    "prompt_tokens": len(planned.ids[b]),
-                    _span_key(item): [e - s for s, e in planned.spans[b]],
-                },
-            )
-        )
+        spans, tokens = planned.spans[b], len(planned.ids[b])
+        records.append(make_record(batch[b], scores[b], evidence(rows, spans), spans, tokens))
     return records
 
 

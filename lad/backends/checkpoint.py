@@ -205,7 +205,8 @@ def check_hub_model(model: str) -> None:
         ) from None
 
 
-def _read_chat_template(path: str | Path | None) -> str | None:
+def read_chat_template(path: str | Path | None) -> str | None:
+    """The --chat-template file's text (None: none given), within lad.io.limits.CHAT_TEMPLATE."""
     if path is None:
         return None
     from lad.io import files, limits

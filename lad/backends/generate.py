@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from lad.backends.batches import Prefill, batched, positions
-from lad.backends.hf import Backend
+from lad.backends.batches import Prefill, batched
+from lad.backends.hf import Backend, decode_steps
 from lad.core.labels import LabelScheme
 from lad.core.records import Record
 
@@ -139,7 +139,6 @@ def decode(
         # which have no batch_repeat_interleave
         cache.reorder_cache(torch.arange(logits.shape[0], device=mask.device).repeat_interleave(s))
         logits, mask = logits.repeat_interleave(s, dim=0), mask.repeat_interleave(s, dim=0)
-    deltas = backend.model.model.rope_deltas.repeat_interleave(s, 0) if backend.arch.mrope else None
     stops = torch.tensor(sorted(stop_tokens(backend)), device=mask.device)
     rows = logits.shape[0]
     done = torch.zeros(rows, dtype=torch.bool, device=mask.device)
@@ -151,12 +150,6 @@ def decode(
         if bool(done.all()) or step == options.max_new_tokens - 1:
             break
         mask = torch.cat([mask, mask.new_ones((rows, 1))], dim=1)
-        pos = positions(mask)[:, -1:]  # (R, 1)
-        if deltas is not None:
-            pos = (pos + deltas).unsqueeze(0).expand(3, -1, -1)  # (3, R, 1)
-        ids = token[:, None]  # (R, 1)
-        step = dict(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-        out = backend.model(**step, **backend.forward.cache(cache))
-        logits = out.logits[:, -1].float()
+        logits = decode_steps(backend, token[:, None], mask, cache)[:, -1]
     table = torch.stack(steps, dim=1).tolist()  # (R, steps)
     return [[t for t in row if t >= 0] for row in table]

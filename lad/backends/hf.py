@@ -245,14 +245,12 @@ class Backend:
         key = (repr(template), scheme.name, num_candidates, text)
         if key in self._round_tripped:
             return
+        proc, owner, n = self.processor, self.template_owner, num_candidates
         if text or self.text_only:
-            owner = self.template_owner
-            text_lm.check_text_tokenizer(self.processor, template, scheme, num_candidates, owner)
-            self._round_tripped.add(key)
-            return
-        text = render_prompt(template, PROBE_CAPTION, scheme, num_candidates)
-        prompt = chat_text(self.processor, text, num_candidates, self.template_owner)
-        check_round_trip(self.processor.tokenizer, prompt, self.model_id)
+            text_lm.check_text_tokenizer(proc, template, scheme, n, owner)
+        else:
+            prompt = chat_text(proc, render_prompt(template, PROBE_CAPTION, scheme, n), n, owner)
+            check_round_trip(proc.tokenizer, prompt, self.model_id)
         self._round_tripped.add(key)
 
     def picture(self, path: Any) -> Any:
@@ -377,13 +375,7 @@ class Backend:
             # hybrid model's recurrent states, which have no batch_repeat_interleave
             cache.reorder_cache(torch.arange(b, device=mask.device).repeat_interleave(m))
         full_mask = torch.cat([mask.repeat_interleave(m, dim=0), step_mask], dim=1)
-        pos = positions(full_mask)[:, -d:]
-        if self.arch.mrope:
-            deltas = self.model.model.rope_deltas.repeat_interleave(m, dim=0)
-            pos = (pos + deltas).unsqueeze(0).expand(3, -1, -1)  # (3, B*M, D)
-        steps = dict(input_ids=ids, attention_mask=full_mask, position_ids=pos, use_cache=True)
-        out = self.model(**steps, **self.forward.cache(cache))
-        return out.logits.float().reshape(b, m, d, -1)
+        return decode_steps(self, ids, full_mask, cache).reshape(b, m, d, -1)
 
     # ----------------------------------------------------------------- internals
 
@@ -466,3 +458,18 @@ class Backend:
             yield
         finally:
             self.set_text_attention(before)
+
+
+@torch.no_grad()
+def decode_steps(
+    backend: Backend, ids: torch.Tensor, mask: torch.Tensor, cache: Any
+) -> torch.Tensor:
+    """Logits (R, D, V) of tokens `ids` (R, D) fed after the prompts in `cache`, each prompt's row
+    repeated R / B times; `mask` (R, T + D) covers both (label paths, generation)."""
+    pos = positions(mask)[:, -ids.shape[1] :]
+    if backend.arch.mrope:  # the prompt forward's M-RoPE offsets, one per prompt
+        deltas = backend.model.model.rope_deltas
+        deltas = deltas.repeat_interleave(len(ids) // len(deltas), dim=0)
+        pos = (pos + deltas).unsqueeze(0).expand(3, -1, -1)  # (3, R, D)
+    steps = dict(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    return backend.model(**steps, **backend.forward.cache(cache)).logits.float()

@@ -18,10 +18,10 @@ from lad.backends import remote, vision
 from lad.backends import text as text_lm
 from lad.backends.archs import Arch, arch_for
 from lad.backends.checkpoint import (
-    _read_chat_template,
     check_model_path,
     check_remote_code,
     load_error,
+    read_chat_template,
     remote_code_note,
     resolve_model,
     template_owner,
@@ -160,7 +160,7 @@ def open_checkpoint(settings: LoadSettings) -> Checkpoint:
     chat_template, image_options = settings.chat_template, settings.image_options
     check_model_path(model)
     check_remote_code(model, trust_remote_code)
-    template = _read_chat_template(chat_template)
+    template = read_chat_template(chat_template)
     try:
         config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
         text_only = text_lm.is_text_model(config)  # docs/backends.md, "Text candidates"

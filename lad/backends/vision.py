@@ -14,8 +14,9 @@ The segments are read to the host once per `cu_seqlens` tensor (once per forward
 
 from __future__ import annotations
 
+import functools
 import itertools
-import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,23 +61,6 @@ class Segments:
         mask = real[:, None, None, :]
         moved = (t.to(device, non_blocking=True) for t in (gather, keep, mask))
         return cls(len(lengths), longest, whole, *moved)
-
-
-class _SegmentCache:
-    """Segments of the last few cu_seqlens tensors, keyed by identity: a vision forward passes
-    the same two tensors (windows, whole images) to every block, so each is read once."""
-
-    def __init__(self, size: int = 4) -> None:
-        self.size = size
-        self.entries: list[tuple[weakref.ref[torch.Tensor], Segments]] = []
-
-    def get(self, cu_seqlens: torch.Tensor, device: torch.device) -> Segments:
-        for ref, segments in self.entries:
-            if ref() is cu_seqlens:
-                return segments
-        segments = Segments.from_bounds(cu_seqlens.tolist(), device)
-        self.entries = [*self.entries[-(self.size - 1) :], (weakref.ref(cu_seqlens), segments)]
-        return segments
 
 
 def packed_vision_attention(
@@ -138,7 +122,9 @@ def use_packed_vision(model: Any) -> bool:
         return False
     register()
     model.set_attn_implementation({"vision_config": VISION_IMPL})
-    cache = _SegmentCache()
+    # A vision forward passes the same two cu_seqlens tensors (windows, whole images) to every
+    # block: each is read to the host once (keyed by identity; the cache keeps them alive).
+    cache = functools.lru_cache(maxsize=4)(lambda cu: Segments.from_bounds(cu.tolist(), cu.device))
     for module in modules:
         if not getattr(module, "_lad_packed", False):
             module.register_forward_pre_hook(_segments_hook(cache), with_kwargs=True)
@@ -146,14 +132,13 @@ def use_packed_vision(model: Any) -> bool:
     return True
 
 
-def _segments_hook(cache: _SegmentCache) -> Any:
+def _segments_hook(cache: Callable[[torch.Tensor], Segments]) -> Any:
     def hook(
         module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if module.config._attn_implementation != VISION_IMPL:
             return args, kwargs  # another implementation was set later: leave the module as is
-        cu_seqlens = kwargs["cu_seqlens"]
-        segments = cache.get(cu_seqlens, cu_seqlens.device)
+        segments = cache(kwargs["cu_seqlens"])
         return args, {**kwargs, "cu_seqlens": segments.whole, "lad_segments": segments}
 
     return hook

@@ -47,23 +47,12 @@ _HEADS: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictiona
 
 def answer_head(processor: Any, model: str) -> str:
     r"""What the chat template writes at the start of every assistant turn after its generation
-        prompt, where the tokenizer would merge it with the generation prompt's last token; else "".
+    prompt, where the tokenizer would merge it with the prompt's last token; else "".
 
-        Qwen3.5 prompts with "...assistant
-    <think>
-    " and writes a turn as
-        "...assistant
-    <think>
-
-    </think>
-
-    1": the reply's "
-    " merges with the prompt's into one
-        "
-
-    " token, so the turn's tokens do not start with the prompt's. The prompt then runs
-        through that text, as the template writes the turn (Qwen3.5's enable_thinking=False prompt),
-        and the reply is the label. Read once per tokenizer and template from a probe conversation.
+    Qwen3.5 prompts with "...assistant\n<think>\n" and writes a turn as
+    "...assistant\n<think>\n\n</think>\n\n1": the reply's "\n" merges with the prompt's into one
+    "\n\n" token. The prompt then runs through that text, as the template writes the turn (its
+    enable_thinking=False prompt), and the reply is the label. Read once per tokenizer and template.
     """
     tok = processor.tokenizer
     template = str(getattr(processor, "chat_template", None))
@@ -242,6 +231,22 @@ def adds_bos(processor: Any, texts: list[str]) -> bool:
     return not (bos and all(t.startswith(bos) for t in texts))
 
 
+def tokenised(processor: Any, texts: list[str], **options: Any) -> tuple[dict[str, Any], Any]:
+    """The processor's batch of `texts` (left padded, as tensors) and each token's characters
+    (B, T, 2); `options`: the pictures and processor options."""
+    inputs = dict(
+        processor(
+            text=texts,
+            add_special_tokens=adds_bos(processor, texts),
+            padding=True,
+            return_tensors="pt",
+            return_offsets_mapping=True,
+            **options,
+        )
+    )
+    return inputs, inputs.pop("offset_mapping")
+
+
 def encode(
     processor: Any,
     texts: list[str],
@@ -262,18 +267,8 @@ def encode(
 
     # transformers 4's processors (remote code's) cannot say where a placeholder expanded
     where = {"return_text_replacement_offsets": True} if transformers_major() >= 5 else {}
-    enc = processor(
-        text=texts,
-        images=images,
-        add_special_tokens=adds_bos(processor, texts),
-        padding=True,
-        return_tensors="pt",
-        return_offsets_mapping=True,
-        **where,
-        **options,
-    )
-    inputs = dict(enc)
-    offsets = inputs.pop("offset_mapping").numpy()  # (B, T, 2) character span of each token
+    inputs, offsets = tokenised(processor, texts, images=images, **where, **options)
+    offsets = offsets.numpy()
     replacements = inputs.pop("text_replacement_offsets", None)
     if replacements is None and len(markers) == 2:  # each image's tokens between its markers
         ids = inputs["input_ids"].tolist()

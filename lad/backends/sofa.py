@@ -51,23 +51,13 @@ class SofaOptions:
             raise BackendError(f"The 'sofa_sigma' parameter must be in [0, 1]. Got {self.sigma!r}.")
 
 
-def sofa_layers(layers: list[int]) -> list[int]:
-    """The decoder layers SoFA changes: every second one of `layers` (those with softmax
-    attention; all of them but in a hybrid model), the first, third, … (0, 2, 4, …).
-
-    Starting at the first layer: a change in the last layer could not reach the answer, since
-    the last token reads that layer's keys and values, computed before its attention.
-    """
-    return layers[::2]
-
-
 @dataclass
 class _Scope:
     """One batch under SoFA: image_ids (B, T) = image index of each token, -1 for others."""
 
     image_ids: torch.Tensor
     options: SofaOptions
-    soft: set[int] = field(default_factory=set)  # the decoder layers SoFA changes (sofa_layers)
+    soft: set[int] = field(default_factory=set)  # the decoder layers SoFA changes
     applied: set[int] = field(default_factory=set)
     masks: int = 0
 
@@ -184,7 +174,9 @@ def register() -> None:
 def _scope(
     backend: Any, options: SofaOptions, inputs: dict[str, Any], spans: Any
 ) -> Iterator[None]:
-    soft = set(sofa_layers(backend.attention_layers))
+    # Every second softmax-attention layer from the first: a change in the last layer could not
+    # reach the answer (the last token reads that layer's keys and values, made before it).
+    soft = set(backend.attention_layers[::2])
     scope = _Scope(image_ids(spans, inputs["attention_mask"].shape[1]), options, soft)
     _active.append(scope)
     try:
@@ -193,10 +185,9 @@ def _scope(
         _active.remove(scope)
     if scope.masks == 0:
         raise BackendError("SoFA cannot be applied: the model never built its mask through lad")
-    expected = scope.soft
-    if scope.applied != expected:
+    if scope.applied != scope.soft:
         raise BackendError(
-            f"SoFA reached decoder layers {sorted(scope.applied)} of {sorted(expected)}; "
+            f"SoFA reached decoder layers {sorted(scope.applied)} of {sorted(scope.soft)}; "
             "this architecture's attention does not go through lad's attention function"
         )
 

@@ -20,6 +20,7 @@ from lad.backends.prompting import (
     control_in,
     render,
     reply_tokens,
+    tokenised,
 )
 from lad.core.labels import LabelScheme
 from lad.core.prompts import PromptTemplate, TextPrompt, render_text, render_text_item
@@ -211,28 +212,17 @@ def encode_text(
     """A batch of text-candidate prompts tokenised (left padded) and each candidate's token span
     [start, end): the tokens overlapping its text's characters (offsets mapping), which may
     reach past the text only over whitespace (a space or newline merged into a word)."""
-    texts, chars, turns = [], [], []
-    for item, _, order in batch:
-        chat, spans, turn = chat_prompt(processor, item, list(order), template, scheme, model)
-        texts.append(chat)
-        chars.append(spans)
-        turns.append(turn)
-    special = adds_bos(processor, texts)
+    prompts = [chat_prompt(processor, it, list(o), template, scheme, model) for it, _, o in batch]
+    texts, chars, turns = (list(column) for column in zip(*prompts, strict=True))
     hostile = isinstance(processor, TextProcessor) and any(
         control_in(processor.tokenizer, item) for item, _, _ in batch
     )
     if hostile:  # an item's text holds a control token: its turn tokenised as text (as_text)
+        special = adds_bos(processor, texts)
         inputs, offsets = _padded(processor.tokenizer, texts, turns, batch, special)
     else:
-        enc = processor(
-            text=texts,
-            add_special_tokens=special,
-            padding=True,
-            return_tensors="pt",
-            return_offsets_mapping=True,
-        )
-        inputs = dict(enc)
-        offsets = inputs.pop("offset_mapping").tolist()  # (B, T, 2) characters of each token
+        inputs, offsets = tokenised(processor, texts)
+        offsets = offsets.tolist()
     lengths = inputs["attention_mask"].sum(-1).tolist()
     spans = []
     for b, (item, _, _) in enumerate(batch):

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from lad.errors import LadError, RunError
+
 ENV = "LAD_NUM_THREADS"
 MAX_THREADS = 4096  # past any CPU count; torch's own limit is a C int
 THREADS_PER_CPU = 4  # LAD_NUM_THREADS' bound: a few per CPU this process may use, never more
@@ -59,10 +61,12 @@ class ThreadChoice:
 
 def available_cpus() -> int:
     """The CPUs this process may run on (its affinity mask; os.cpu_count where there is none)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return len(_affinity() or ()) or os.cpu_count() or 1
+
+
+def _affinity() -> set[int] | None:
+    """The CPU ids this process may run on; None where the system does not say (not Linux)."""
+    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
 
 def requested_threads(environ: Mapping[str, str]) -> int | None:
@@ -72,16 +76,12 @@ def requested_threads(environ: Mapping[str, str]) -> int | None:
         return None
     # str.isdigit also accepts '²' and '٣', which int() refuses or reads as another number.
     if not re.fullmatch(r"[0-9]{1,5}", text) or not 1 <= int(text) <= MAX_THREADS:
-        from lad.errors import LadError
-
         raise LadError(
             f"{ENV} must be a whole number >= 1 (ASCII digits 0-9, at most {MAX_THREADS}). "
             f"Got {text!r}."
         )
     cpus = available_cpus()
     if int(text) > THREADS_PER_CPU * cpus:
-        from lad.errors import LadError
-
         raise LadError(
             f"{ENV}={int(text)} is more than {THREADS_PER_CPU} threads for each of the {cpus} "
             f"CPUs this process may use (at most {THREADS_PER_CPU * cpus}): threads past the "
@@ -135,8 +135,6 @@ def resumed_threads(recorded: object, where: object) -> int | None:
         return None
     count = recorded.get("count") if isinstance(recorded, dict) else None
     if type(count) is not int or not 1 <= count <= MAX_THREADS:
-        from lad.errors import RunError
-
         raise RunError(
             f"{where}: damaged ('threads' must be {{\"count\": a whole number >= 1, ...}}, got "
             f"{recorded!r:.60}); remove 'threads' to choose the count afresh"
@@ -219,11 +217,7 @@ def measure_busy(
         sleep(seconds)
         after = read()
         if after is not None:
-            try:
-                ids = set(os.sched_getaffinity(0))
-            except AttributeError:
-                ids = set(after.cpus)
-            return busy_between(before, after, ids), BY_SAMPLE
+            return busy_between(before, after, _affinity() or set(after.cpus)), BY_SAMPLE
     try:
         return os.getloadavg()[0], BY_LOAD
     except (AttributeError, OSError):

@@ -33,10 +33,16 @@ class Capture:
         # is made once per forward. Entries keep the mask alive, so its id stays its own.
         self._biases: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def bias(self, mask: torch.Tensor, row: int, t_kv: int, b: int, h_kv: int) -> torch.Tensor:
+    def bias(
+        self, mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor
+    ) -> torch.Tensor | None:
+        """`mask_bias` of the captured query's row (None without a mask), made once per mask."""
+        if mask is None:
+            return None
         entry = self._biases.get(id(mask))
         if entry is None or entry[0] is not mask:
-            entry = (mask, mask_bias(mask, row, t_kv, b, h_kv))
+            row, t_kv = query.shape[2] - 1 - self.offset, key.shape[2] - self.offset
+            entry = (mask, mask_bias(mask, row, t_kv, key.shape[0], key.shape[1]))
             self._biases[id(mask)] = entry
         return entry[1]
 
@@ -90,17 +96,15 @@ def last_row_attention(
     row = q_len - 1 - offset
     q = _float32(query[:, :, row, :]).reshape(b * h_kv, h // h_kv, d)  # (B*H_kv, G, D)
     keys = _float32(key[:, :, :t_kv, :]).reshape(b * h_kv, t_kv, d).mT  # (B*H_kv, D, T_kv)
-    if softcap is None:
-        if mask is not None and bias is None:
-            bias = mask_bias(mask, row, t_kv, b, h_kv)
-        if bias is None:  # beta=0: the input is ignored; alpha folds the scaling in
-            scores = torch.baddbmm(q.new_empty(()), q, keys, beta=0, alpha=scaling)
-        else:
-            scores = torch.baddbmm(bias, q, keys, alpha=scaling)  # (B*H_kv, G, T_kv)
-    else:
+    if mask is not None and bias is None:
+        bias = mask_bias(mask, row, t_kv, b, h_kv)
+    if softcap is not None:
         scores = torch.tanh(torch.bmm(q, keys) * (scaling / softcap)) * softcap
-        if mask is not None:
-            scores = scores + (bias if bias is not None else mask_bias(mask, row, t_kv, b, h_kv))
+        scores = scores if bias is None else scores + bias
+    elif bias is None:  # beta=0: the input is ignored; alpha folds the scaling in
+        scores = torch.baddbmm(q.new_empty(()), q, keys, beta=0, alpha=scaling)
+    else:
+        scores = torch.baddbmm(bias, q, keys, alpha=scaling)  # (B*H_kv, G, T_kv)
     return scores.view(b, h, t_kv).softmax(dim=-1).mean(dim=1)  # (B, T_kv)
 
 
@@ -127,11 +131,7 @@ def lad_capture_attention(
     if _active:
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         c = _active[-1]
-        bias = None
-        if attention_mask is not None:
-            b, h_kv, t_kv = key.shape[0], key.shape[1], key.shape[2] - c.offset
-            row = query.shape[2] - 1 - c.offset
-            bias = c.bias(attention_mask, row, t_kv, b, h_kv)
+        bias = c.bias(attention_mask, query, key)
         c.rows[module.layer_idx] = last_row_attention(
             query, key, attention_mask, scale, kwargs.get("softcap"), c.offset, bias
         )

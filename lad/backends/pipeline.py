@@ -45,9 +45,7 @@ def prefetched(batches: Iterable[B], prepare: Callable[[B], P], *, ahead: int = 
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
-    finally:
-        for future in pending:
-            future.cancel()
+    finally:  # batches not started are cancelled
         pool.shutdown(wait=True, cancel_futures=True)
 
 

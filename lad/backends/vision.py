@@ -96,13 +96,6 @@ def packed_vision_attention(
     return out.unsqueeze(0), None  # (1, T, H, D), as transformers' SDPA returns it
 
 
-def _attention_classes() -> tuple[type, ...]:
-    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLVisionAttention
-    from transformers.models.qwen2_vl.modeling_qwen2_vl import VisionAttention
-
-    return (VisionAttention, Qwen2_5_VLVisionAttention)
-
-
 def register() -> None:
     """Make `attn_implementation={"vision_config": "lad_vision"}` available (idempotent)."""
     from transformers import AttentionInterface
@@ -116,7 +109,10 @@ def use_packed_vision(model: Any) -> bool:
     Sets the vision tower's attention implementation and hooks its attention modules; returns
     False (and changes nothing) for a model without those modules. Idempotent.
     """
-    classes = _attention_classes()
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLVisionAttention
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import VisionAttention
+
+    classes = (VisionAttention, Qwen2_5_VLVisionAttention)
     modules = [m for m in model.modules() if isinstance(m, classes)]
     if not modules:
         return False

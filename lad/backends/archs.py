@@ -151,12 +151,15 @@ def rowless(config: Any) -> Arch:
 
     model_type = getattr(config, "model_type", None)
     names = getattr(config, "architectures", None) or [type(config).__name__]
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    # the language model's rope settings (rope_parameters in transformers 5)
+    rope = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None)
     why = None
     if model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
         why = "transformers has no image-text-to-text model of that type"
     elif not isinstance(getattr(config, "image_token_id", None), int):
         why = "its config names no image_token_id"
-    elif "mrope_section" in str(_rope(config)):
+    elif "mrope_section" in str(rope):
         why = "it uses M-RoPE, whose position ids on decoding steps need a row (mrope=True)"
     if why is None:
         return Arch(f"{model_type} (no row)", (model_type,))
@@ -167,9 +170,3 @@ def rowless(config: Any) -> Arch:
         "models without M-RoPE whose decoder uses transformers' attention interface. See "
         "docs/backends.md to add one."
     )
-
-
-def _rope(config: Any) -> Any:
-    """The language model's rope settings (transformers 5: rope_parameters)."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None)

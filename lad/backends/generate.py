@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lad.backends.batches import Prefill, batched
-from lad.backends.hf import Backend, decode_steps
+from lad.backends.hf import Backend, decode_steps, repeat_rows
 from lad.core.labels import LabelScheme
 from lad.core.records import Record
 
@@ -133,12 +133,8 @@ def decode(
 ) -> list[list[int]]:
     """Token ids of every path (B·S rows, request-major), continuing the prompt's cache."""
     s = options.samples
-    cache, logits = pre.cache, pre.logits
-    if s > 1:
-        # (B*S, ...) in place; reorder_cache also repeats a hybrid model's recurrent states,
-        # which have no batch_repeat_interleave
-        cache.reorder_cache(torch.arange(logits.shape[0], device=mask.device).repeat_interleave(s))
-        logits, mask = logits.repeat_interleave(s, dim=0), mask.repeat_interleave(s, dim=0)
+    cache = repeat_rows(pre.cache, len(pre.logits), s, mask.device)
+    logits, mask = pre.logits.repeat_interleave(s, dim=0), mask.repeat_interleave(s, dim=0)
     stops = torch.tensor(sorted(stop_tokens(backend)), device=mask.device)
     rows = logits.shape[0]
     done = torch.zeros(rows, dtype=torch.bool, device=mask.device)

@@ -369,11 +369,7 @@ class Backend:
         for j, path in enumerate(trie.paths):
             ids[j::m, : len(path)] = torch.tensor(path, device=mask.device)
             step_mask[j::m, : len(path)] = 1
-        cache = pre.cache
-        if m > 1:
-            # (B*M, ...) in place (the cache is not reused after); reorder_cache also repeats a
-            # hybrid model's recurrent states, which have no batch_repeat_interleave
-            cache.reorder_cache(torch.arange(b, device=mask.device).repeat_interleave(m))
+        cache = repeat_rows(pre.cache, b, m, mask.device)  # not reused after
         full_mask = torch.cat([mask.repeat_interleave(m, dim=0), step_mask], dim=1)
         return decode_steps(self, ids, full_mask, cache).reshape(b, m, d, -1)
 
@@ -429,9 +425,8 @@ class Backend:
             else:
                 pre = self.prefill(inputs, capture, keep_cache=keep_cache or bool(trie.paths))
                 kept = copy.deepcopy(pre.cache) if trie.paths and keep_cache else pre.cache
-                paths = None
-                if trie.paths:
-                    paths = self._decode_paths(trie, pre, inputs["attention_mask"])
+                mask = inputs["attention_mask"]
+                paths = self._decode_paths(trie, pre, mask) if trie.paths else None
                 pre = Prefill(pre.logits, kept, pre.rows)
         return pre, label_logprobs(trie, pre.logits, paths, self._penalty(inputs, pre.logits))
 
@@ -473,3 +468,11 @@ def decode_steps(
         pos = (pos + deltas).unsqueeze(0).expand(3, -1, -1)  # (3, R, D)
     steps = dict(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
     return backend.model(**steps, **backend.forward.cache(cache)).logits.float()
+
+
+def repeat_rows(cache: Any, prompts: int, times: int, device: torch.device) -> Any:
+    """`cache` with each prompt's row repeated `times` over, in place: (B*times, ...).
+    reorder_cache also repeats a hybrid model's recurrent states (no batch_repeat_interleave)."""
+    if times > 1:
+        cache.reorder_cache(torch.arange(prompts, device=device).repeat_interleave(times))
+    return cache

@@ -101,29 +101,19 @@ def sofa_mask(
     kv_length: int,
     q_offset: int = 0,
     kv_offset: int = 0,
-    attention_mask: torch.Tensor | None = None,
     dtype: torch.dtype = torch.float32,
-    device: torch.device | str = "cpu",
     **kwargs: Any,
 ) -> torch.Tensor:
-    """The model's mask and its SoFA version, stacked: (B, 2, Q, KV) additive float."""
+    """The model's mask and its SoFA version, stacked: (B, 2, Q, KV) additive float;
+    `kwargs`: sdpa_mask's (attention_mask, device, ...)."""
     from transformers.masking_utils import sdpa_mask
 
     if not _active:
         raise BackendError("the lad_sofa mask was built outside sofa_applied()")
     scope = _active[-1]
-    kwargs.pop("allow_is_causal_skip", None)
-    base = sdpa_mask(
-        batch_size=batch_size,
-        q_length=q_length,
-        kv_length=kv_length,
-        q_offset=q_offset,
-        kv_offset=kv_offset,
-        attention_mask=attention_mask,
-        allow_is_causal_skip=False,
-        device=device,
-        **kwargs,
-    )  # (B, 1, Q, KV) bool, True = attend
+    kwargs["allow_is_causal_skip"] = False  # a mask even where it is all causal
+    base = sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, **kwargs)
+    # base: (B, 1, Q, KV) bool, True = attend
     ids = scope.image_ids.to(base.device)
     if batch_size != ids.shape[0]:
         if batch_size % ids.shape[0]:

@@ -217,19 +217,11 @@ class Backend:
                     proc, batch, template, scheme, self.template_owner, self.max_context
                 )
             else:
-                texts, images = self._build_prompts(batch, template, scheme, proc)
+                texts, images = self.build_prompts(batch, template, scheme, proc)
                 inputs, spans = self._encode_host(batch, texts, images, proc)
         if self.device.type == "cuda":
             inputs = {k: v.pin_memory() if torch.is_tensor(v) else v for k, v in inputs.items()}
         return Encoded(batch, inputs, spans, trie, images)
-
-    def build_prompts(
-        self, batch: list[Request], template: str | PromptTemplate, scheme: LabelScheme
-    ) -> tuple[list[str], list[list[Any]]]:
-        """Chat-template texts and the images in presentation order, one per request."""
-        texts, images = self._build_prompts(batch, template, scheme, self.processor)
-        self._check_tokenizer(template, scheme, batch[0][0].num_candidates)
-        return texts, images
 
     def _check_tokenizer(
         self,
@@ -276,13 +268,17 @@ class Backend:
             for k, v in inputs.items()
         }
 
-    def _build_prompts(
+    def build_prompts(
         self,
         batch: list[Request],
         template: str | PromptTemplate,
         scheme: LabelScheme,
-        processor: Any,
+        processor: Any = None,
     ) -> tuple[list[str], list[list[Any]]]:
+        """Chat-template texts and the images in presentation order, one per request, made with
+        `processor` (a worker's copy: `prepare` checks the tokenizer first) or else the backend's
+        own, whose tokenizer is then checked (`_check_tokenizer`)."""
+        proc = self.processor if processor is None else processor
         texts, images = [], []
         for item, _, order in batch:
             check_order(item, order)
@@ -291,12 +287,14 @@ class Backend:
                     f"item {item.id!r}: {self.model_id} is a text-only causal LM and cannot be "
                     "shown pictures; give the items text 'candidates' (docs/formats.md)"
                 )
-            check_data_text(processor.tokenizer, item)
+            check_data_text(proc.tokenizer, item)
             n = item.num_candidates
             text = render_item(template, item, scheme, n)
             context = len(item.context_images)
-            texts.append(chat_text(processor, text, n, self.template_owner, context))
+            texts.append(chat_text(proc, text, n, self.template_owner, context))
             images.append([self.picture(p) for p in shown_pictures(item, order)[0]])
+        if processor is None:
+            self._check_tokenizer(template, scheme, batch[0][0].num_candidates)
         return texts, images
 
     def _encode_host(
@@ -379,8 +377,7 @@ class Backend:
         self, encoded: Encoded, capture: str = "fast", keep_cache: bool = False
     ) -> tuple[list[Record], Prefill, dict[str, Any]]:
         """Records of one batch prepared by `prepare`, from one prompt forward; also that
-        forward and its inputs. keep_cache: the returned Prefill's cache still holds exactly the
-        prompt (label decoding runs on a copy), so generation can continue from the same pass."""
+        forward and its inputs (keep_cache: as `score_encoded`)."""
         return self._read(self._queue(encoded, capture, keep_cache))
 
     def _queue(self, encoded: Encoded, capture: str, keep_cache: bool = False) -> Queued:

@@ -65,10 +65,8 @@ def load_backend(
     """Load a hub id or local checkpoint, or "demo" (lad's embedded demo model, as everywhere
     else); its language decoder runs through the capture function.
 
-    model: a LoadSettings (lad.backends.settings: device, dtype, trust_remote_code,
-    image_options, image_size, chat_template, repetition_penalty, pictures), or its model,
-    with `settings` (those fields by name) over the defaults. The chat template is checked
-    before the weights load.
+    model: a LoadSettings (lad.backends.settings), or its model with `settings` (its fields by
+    name) over the defaults. The chat template is checked before the weights load.
     quiet: no transformers progress bars ("Loading weights") while the weights load.
     threads: on a CPU, torch's thread count to keep (a resumed run's first one) unless
     LAD_NUM_THREADS is set; None: the cores free when the model has loaded (lad.backends.threads).

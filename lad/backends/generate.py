@@ -1,17 +1,9 @@
-"""Generation for the prompting baselines (paper §5.1): replies decoded from the record's own pass.
+"""Generation for the prompting baselines (paper §5.1, docs/baselines.md): replies decoded from
+the record's own pass.
 
-One prompt forward gives the record (label log-probabilities and attention of the prompt, as for
-any record) and starts decoding: the reply is continued from that pass's KV cache, so a reply
-costs one prompt pass plus one single-token step per generated token. Self-consistency's S paths
-share the prompt pass (its cache is repeated S times).
-
-Greedy decoding takes the argmax; sampling divides logits by the temperature, keeps the top-k
-and draws with a generator seeded from (seed, item id, ordering), so each record's replies are
-the same whatever the batch it falls in, on a rerun and on resume. Decoding of a path stops at
-the end-of-answer or EOS token, or after `max_new_tokens`.
-
-Replies go into the record's `extra`: {"template", "replies": [str]*S, "generated_tokens":
-[int]*S} (tokens decoded per path, the stop token included).
+One prompt forward gives the record and starts decoding from its KV cache (self-consistency's S
+paths share it). Sampling draws with a generator seeded from (seed, item id, ordering), so a
+record's replies do not depend on the batch it falls in: the same on a rerun and on resume.
 """
 
 from __future__ import annotations

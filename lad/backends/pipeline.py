@@ -1,14 +1,9 @@
-"""Input preparation overlapped with the model: batch b+1.. are prepared while batch b runs.
+"""Input preparation overlapped with the model (docs/backends.md, "Input pipeline").
 
-`prefetched` runs `prepare` (image decode, processor, tokenisation) on the next batches in worker
-threads and hands the results over in batch order. PIL decoding, the image processors' tensor
-ops and the Rust tokenizer release the GIL, so threads overlap with the model (which waits on the
-GPU or runs its own kernels) without pickling batches between processes. An exception raised by
-`prepare` surfaces when its batch is reached, after every earlier batch was handed over, exactly
-where the serial path would raise it.
-
-`ProcessorPool` gives each worker its own copy of the processor: a fast tokenizer must not be
-called from two threads at once (its padding/truncation state is shared and mutated per call).
+`prefetched` prepares the next batches in worker threads (PIL, the image processors and the Rust
+tokenizer release the GIL) and hands them over in batch order; an error surfaces when its batch
+is reached, as on the serial path. `ProcessorPool` gives each worker its own processor: a fast
+tokenizer's padding/truncation state is shared and mutated per call.
 """
 
 from __future__ import annotations

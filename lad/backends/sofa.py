@@ -1,23 +1,12 @@
-"""SoFA (Tian et al., CVPR 2025) as a mask: future image tokens get weight σ in every second layer.
+"""SoFA (Tian et al., CVPR 2025) as a mask: future image tokens get weight σ in every second layer
+(docs/baselines.md, "SoFA").
 
-Among image tokens the causal mask is interpolated with a bidirectional one,
-M = (1 − σ)·causal + σ·bidirectional: an image token may attend to a *later* image token with
-weight σ (≤ 1) where the causal mask gives it 0. A weight multiplies exp(score) before the
-softmax renormalises, so it enters SDPA as the additive entry log σ (σ = 0: blocked, the causal
-mask exactly). Everything else (text tokens, padding, sliding windows, Gemma3's own
-within-image attention) keeps the model's own mask.
-
-How: `sofa_mask` is registered with transformers' AttentionMaskInterface under `lad_sofa`; it
-builds the model's mask with `sdpa_mask` and returns it twice, stacked on the head axis as
-(B, 2, Q, KV) float: [causal, SoFA]. `sofa_attention` (AttentionInterface) takes the SoFA half
-in even layers (0-based 0, 2, 4, …: every second layer, from the first) and the causal half
-elsewhere, then runs lad's capture function: attention evidence is captured and the output
-still comes from SDPA.
-A layer that does not receive the stacked mask, or a forward in which the SoFA layers did not all
-run, is a BackendError: SoFA is never silently a no-op.
-
-within_image=False (default, the SoFA paper's inter-image attention): only pairs of tokens of
-*different* images are opened; True also opens later tokens of the same image.
+M = (1 − σ)·causal + σ·bidirectional among image tokens: a weight multiplies exp(score) before the
+softmax renormalises, so it enters SDPA as the additive entry log σ (σ = 0: the causal mask
+exactly). `sofa_mask` (AttentionMaskInterface, `lad_sofa`) returns the model's own mask and its
+SoFA version stacked as (B, 2, Q, KV); `sofa_attention` picks a half per layer, then runs lad's
+capture function. A layer without the stacked mask, or a forward in which the SoFA layers did not
+all run, is a BackendError: SoFA is never silently a no-op.
 
     with sofa_applied(backend, SofaOptions(sigma=0.5)):
         records = list(backend.records(requests, scheme=scheme))

@@ -1,11 +1,8 @@
 """How many threads torch's CPU kernels use for lad's work (docs/backends.md, "CPU threads").
 
-torch starts one intra-op thread per core and every kernel waits for all of them; when other
-processes keep cores busy, each kernel waits for a thread the system has descheduled, and a
-run on a loaded 2-core machine slows several times over (benchmarks/bench_threads.py measures
-it). lad therefore uses the cores that are free when the model loads: measured over a short
-sample of the CPUs' idle time then, not from the load average, which trails the machine by a
-minute and so would see a job that has just ended as still running.
+Every kernel waits for all of torch's intra-op threads, so a thread on a core that other work
+keeps busy slows a run several times over: lad uses the cores free when the model loads, from a
+short sample of the CPUs' idle time (the load average trails the machine by a minute).
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
-"""Qwen2-VL / Qwen2.5-VL vision attention: every image and window of a batch in one SDPA call.
+"""Qwen2-VL / Qwen2.5-VL vision attention: every image and window of a batch in one SDPA call
+(docs/backends.md, "Vision attention").
 
-The vision towers pack all patches of a batch into one sequence of T tokens and cut it into
-segments at `cu_seqlens`: one per image (Qwen2-VL; Qwen2.5-VL's full-attention blocks) or one per
-window (Qwen2.5-VL's other blocks, ~16 per 448 px image). Under SDPA, transformers runs one SDPA
-call per segment and a host sync (`lengths.tolist()`) per layer: for 32 images that is 500 calls
-per windowed block. Here a forward pre-hook on each vision attention module hands the segments to
-`lad_vision` (registered with transformers' AttentionInterface) and gives the module the single
-segment [0, T), so the module calls the function once. `lad_vision` lays the segments out as a
-padded batch (S, H, L_max, D) and runs one SDPA call; a key-padding mask is added only when the
-segments differ in length (equal windows, equal images: no mask, so the flash kernel applies).
-The segments are read to the host once per `cu_seqlens` tensor (once per forward, not per layer).
+The towers pack a batch's patches into one sequence cut into segments at `cu_seqlens` (an image,
+or a window of one); under SDPA transformers makes one call per segment and a host sync per
+layer. A forward pre-hook hands the segments to `lad_vision` and gives the module the single
+segment [0, T); `lad_vision` runs them as one padded batch, with a key-padding mask only when
+their lengths differ (else the flash kernel applies). Segments are read once per forward.
 """
 
 from __future__ import annotations

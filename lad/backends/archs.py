@@ -1,10 +1,8 @@
 """Everything lad knows about particular architectures, in one small table keyed by model_type.
 
-To add an architecture: add an `Arch` row naming its `model_type`s, the marker tokens that belong
-to an image's span besides the tokens its placeholder expands to, processor options that keep a
-multi-image prompt short, and whether it needs 3-row M-RoPE position ids on decode steps.
-How the answer is written (labels, end of answer) is not here: it is read from each checkpoint's
-own chat template (lad.backends.prompting.reply_tokens). See docs/backends.md.
+An architecture is one `Arch` row (docs/backends.md, "Adding an architecture"). How the answer is
+written (labels, end of answer) is not here: it is read from each checkpoint's own chat template
+(lad.backends.prompting.reply_tokens).
 """
 
 from __future__ import annotations

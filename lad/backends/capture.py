@@ -140,13 +140,14 @@ def lad_capture_attention(
     )
 
 
-def register() -> None:
-    """Make `attn_implementation="lad_capture"` available (idempotent)."""
+def register(name: str = CAPTURE_IMPL, attention: Any = None, mask: Any = None) -> None:
+    """Make `attn_implementation=name` available (idempotent): `attention` (lad_capture_attention
+    by default) with its mask builder (`mask`; transformers' sdpa_mask by default)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    AttentionInterface.register(CAPTURE_IMPL, lad_capture_attention)
-    AttentionMaskInterface.register(CAPTURE_IMPL, sdpa_mask)
+    AttentionInterface.register(name, attention or lad_capture_attention)
+    AttentionMaskInterface.register(name, mask or sdpa_mask)
 
 
 def stack_rows(

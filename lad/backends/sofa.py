@@ -140,15 +140,6 @@ def sofa_attention(
     return cap.lad_capture_attention(module, query, key, value, mask, **kwargs)
 
 
-def register() -> None:
-    """Make `attn_implementation="lad_sofa"` available (idempotent)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
-    AttentionInterface.register(SOFA_IMPL, sofa_attention)
-    AttentionMaskInterface.register(SOFA_IMPL, sofa_mask)
-
-
 @contextmanager
 def _scope(
     backend: Any, options: SofaOptions, inputs: dict[str, Any], spans: Any
@@ -175,7 +166,7 @@ def _scope(
 def sofa_applied(backend: Any, options: SofaOptions) -> Iterator[Any]:
     """Within this block `backend.records(...)` runs under the SoFA mask (fast capture only)."""
     cap.register()
-    register()
+    cap.register(SOFA_IMPL, sofa_attention, sofa_mask)
     text = backend.model.config.get_text_config()
     before = text._attn_implementation
     if before != cap.CAPTURE_IMPL:

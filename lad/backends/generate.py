@@ -79,11 +79,8 @@ def generation_records(
 
 def stop_tokens(backend: Backend) -> set[int]:
     """End-of-answer and EOS: either ends a reply."""
-    stops = {backend.end_of_answer_id()}
     eos = backend.processor.tokenizer.eos_token_id
-    if eos is not None:
-        stops.add(int(eos))
-    return stops
+    return {backend.end_of_answer_id()} | (set() if eos is None else {int(eos)})
 
 
 def _until_stop(path: list[int], stops: set[int]) -> list[int]:

@@ -105,7 +105,7 @@ class Backend:
         self.device = next(model.parameters()).device
         self.forward = Forward.of(model)  # its cache argument's name, logits_to_keep or not
         self._tries: dict[tuple[str, int], LabelTrie] = {}
-        self._round_tripped: set[tuple[str, str, int]] = set()  # (template, scheme, N) checked
+        self._round_tripped: set[tuple[str, str, int, bool]] = set()  # (template, scheme, N, text)
         self._end_of_answer: int | None = None
         # Worker threads encode with their own processor copies; the original is used under lock.
         self._processors = ProcessorPool(processor)

@@ -22,12 +22,11 @@ from lad.io import limits
 def chat_messages(text: str, num_images: int, context: int = 0) -> list[dict[str, Any]]:
     """One user turn: N image slots in presentation order, then the text; `context` pictures of
     the question before them or at the text's <image> places (lad.core.prompts.prompt_parts)."""
-    content = [_content(part) for part in prompt_parts(text, num_images, context)]
+    parts = prompt_parts(text, num_images, context)
+    content = [
+        {"type": "text", "text": p} if isinstance(p, str) else {"type": "image"} for p in parts
+    ]
     return [{"role": "user", "content": content}]
-
-
-def _content(part: Part) -> dict[str, Any]:
-    return {"type": "text", "text": part} if isinstance(part, str) else {"type": "image"}
 
 
 def render(

@@ -15,7 +15,6 @@ a harness is missing or LAD_REAL_CHECKPOINTS does not name the folder.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,29 +33,19 @@ if int(transformers.__version__.split(".")[0]) >= 5:
 pytest.importorskip("lmms_eval", reason="lmms-eval not installed beside transformers 4.53")
 pytest.importorskip("lm_eval", reason="lm-eval not installed beside transformers 4.53")
 
-from lad.core.records import read_records  # noqa: E402
-from lad.data.items import cyclic_shift, read_items  # noqa: E402
-from lad.harness.text_scorer import FILES  # noqa: E402
-from tests import test_harness as lmms  # noqa: E402
-from tests import test_lm_eval as lm  # noqa: E402
-from tests import test_real_checkpoints as real_checkpoints  # noqa: E402
-from tests.harness_fixtures import local_task, shapes_muirbench  # noqa: E402
+from lad.core.records import read_records
+from lad.data.items import cyclic_shift, read_items
+from lad.harness.text_scorer import FILES
+from tests import test_harness as lmms
+from tests import test_lm_eval as lm
+from tests.harness_fixtures import local_task, shapes_muirbench
 
-NAME = "LLaVA-OneVision-1.5-8B-Instruct"
 N, EVAL_ITEMS, CAL_ITEMS = 3, 3, 2
 PLAIN, CIRCULAR = "muir_local", "muir_local_circular"
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from lad.testing.remote import save_shrunk_remote
-
-    source = real_checkpoints._source(NAME)
-    return save_shrunk_remote(source, tmp_path_factory.mktemp("remote") / NAME)
-
-
-@pytest.fixture(scope="module")
-def lmms_run(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def lmms_run(llava15_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """lmms-eval's CLI with --model lad (trust_remote_code=True, method=lad, a calibration from
     `lad calibrate --trust-remote-code`) on MuirBench's own task and lad's circular variant over
     a local parquet (two context-picture questions and one with text options among them), and
@@ -76,12 +65,12 @@ def lmms_run(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
         lmms._lad("data", "muirbench", str(path), "--calibration-items", "0",
                   "--out", str(root / f"{name}.jsonl"), cwd=root)  # fmt: skip
     calibration = root / "calibration.json"
-    common = ("--model", str(tiny), "--trust-remote-code", "--labels", "upper",
+    common = ("--model", str(llava15_tiny), "--trust-remote-code", "--labels", "upper",
               "--device", "cpu", "--quiet")  # fmt: skip
     lmms._lad("calibrate", *common, "--data", str(root / "cal.jsonl"),
               "--out", str(calibration), cwd=root)  # fmt: skip
     out = root / "lmms"
-    args = f"model={tiny},trust_remote_code=True,method=lad,calibration={calibration}"
+    args = f"model={llava15_tiny},trust_remote_code=True,method=lad,calibration={calibration}"
     log = lmms._run(
         "-m", "lmms_eval", "--model", "lad", "--model_args", f"{args},output={out}/lad",
         "--tasks", f"{PLAIN},{CIRCULAR}", "--include_path", str(tasks),
@@ -151,7 +140,7 @@ def test_lmms_eval_audit_equals_lad_metrics(lmms_run: dict[str, Any]) -> None:
 
 
 def test_lmms_eval_text_question_is_the_models_own_greedy_reply(
-    lmms_run: dict[str, Any], tiny: Path
+    lmms_run: dict[str, Any], llava15_tiny: Path
 ) -> None:
     """The question with text options is answered by plain generation: the reply is what the
     checkpoint's own code generates greedily (16 new tokens, MuirBench's generation_kwargs) from
@@ -174,9 +163,9 @@ def test_lmms_eval_text_question_is_the_models_own_greedy_reply(
         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
         f"<|vision_start|><|image_pad|><|vision_end|>{text}<|im_end|>\n<|im_start|>assistant\n"
     )
-    processor = AutoProcessor.from_pretrained(tiny, trust_remote_code=True)
+    processor = AutoProcessor.from_pretrained(llava15_tiny, trust_remote_code=True)
     model = AutoModelForCausalLM.from_pretrained(
-        tiny, torch_dtype=torch.float32, trust_remote_code=True
+        llava15_tiny, torch_dtype=torch.float32, trust_remote_code=True
     ).eval()
     inputs = processor(text=[prompt], images=[picture], return_tensors="pt")
     with torch.no_grad():
@@ -190,7 +179,7 @@ def test_lmms_eval_text_question_is_the_models_own_greedy_reply(
 
 
 @pytest.fixture(scope="module")
-def lm_setup(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def lm_setup(llava15_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """tests/test_lm_eval.py's local MMLU-style task and its questions as lad items."""
     from lad.cli import main
 
@@ -206,7 +195,7 @@ def lm_setup(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     (root / "dev.items.jsonl").write_text(  # MMLU's dev rows are named as its test rows
         "".join(json.dumps({**it, "id": "dev-" + it["id"]}) + "\n" for it in dev)
     )
-    return {"root": root, "model": tiny}
+    return {"root": root, "model": llava15_tiny}
 
 
 def test_lm_eval_model_lad_equals_lad_eval(lm_setup: dict[str, Path], tmp_path: Path) -> None:

@@ -144,8 +144,10 @@ def test_lmms_eval_text_question_is_the_models_own_greedy_reply(
 ) -> None:
     """The question with text options is answered by plain generation: the reply is what the
     checkpoint's own code generates greedily (16 new tokens, MuirBench's generation_kwargs) from
-    its chat template with the question's picture first and its text, `<image>` taken out."""
+    its chat template with the question's picture first and its text, `<image>` taken out,
+    through MuirBench's own filter (a leading "X." becomes X)."""
     import torch
+    from lmms_eval.tasks.muirbench.utils import MultiChoiceRegexFilter
     from PIL import Image
     from transformers import AutoModelForCausalLM, AutoProcessor
 
@@ -172,7 +174,8 @@ def test_lmms_eval_text_question_is_the_models_own_greedy_reply(
         out = model.generate(**inputs, max_new_tokens=16, do_sample=False)
     reply = processor.tokenizer.decode(out[0, inputs["input_ids"].shape[1] :],
                                        skip_special_tokens=True)  # fmt: skip
-    assert reply.strip() and sample["filtered_resps"] == reply
+    assert reply.strip()
+    assert sample["filtered_resps"] == MultiChoiceRegexFilter().apply([[reply]], [None])[0]
 
 
 # --------------------------------------------------------------------------- lm-eval

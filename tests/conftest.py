@@ -21,3 +21,15 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HF_HOME", str(home / "hf"))
     monkeypatch.setenv("MPLCONFIGDIR", str(home / "mpl"))
+
+
+@pytest.fixture(scope="session")
+def llava15_tiny(tmp_path_factory):
+    """LLaVA-OneVision-1.5's shrunk random-weight copy (lad.testing.remote) in a folder of its hub
+    id's name, built once for the remote-code tests (test_remote_code.py, test_remote_harness.py,
+    run together in .ci/.venv-remote); skipped where LAD_REAL_CHECKPOINTS lacks the real files."""
+    from lad.testing.remote import save_shrunk_remote
+    from tests.test_real_checkpoints import _source
+
+    name = "LLaVA-OneVision-1.5-8B-Instruct"
+    return save_shrunk_remote(_source(name), tmp_path_factory.mktemp("remote") / name)

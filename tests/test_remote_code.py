@@ -49,12 +49,11 @@ from tests import test_real_checkpoints as real_checkpoints  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The shrunk checkpoint (in a folder of the hub id's name) and its eager-patched twin."""
-    from lad.testing.remote import patch_eager, save_shrunk_remote
+def folders(llava15_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The shrunk checkpoint (tests/conftest.py) and its eager-patched twin."""
+    from lad.testing.remote import patch_eager
 
-    source = real_checkpoints._source(NAME)
-    tiny = save_shrunk_remote(source, tmp_path_factory.mktemp("remote") / NAME)
+    tiny = llava15_tiny
     twin = tmp_path_factory.mktemp("remote-eager") / "llava15_eager_reference"
     shutil.copytree(tiny, twin)
     return tiny, patch_eager(twin)

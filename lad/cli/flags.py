@@ -1,8 +1,7 @@
 """Flags shared by several commands, declared once.
 
-Options a preset can set (lad.run.presets) default to None
-here, so `resolved` can tell a stated flag
-from an unstated one: a stated flag wins, then the preset, then lad's default (the paper's).
+Options a preset can set (lad.run.presets) default to None here, so `resolved` can tell a stated
+flag from an unstated one: a stated flag wins, then the preset, then lad's default (the paper's).
 """
 
 from __future__ import annotations
@@ -112,11 +111,6 @@ def number(flag: str, low: float, *, closed: bool = True) -> Callable[[str], flo
     return parse
 
 
-def temperature(flag: str = "--tau") -> Callable[[str], float]:
-    """τ of Eq. 12: a number >= 0, or 'inf' for the limit τ → ∞ (π one-hot)."""
-    return number(flag, 0.0)
-
-
 def add_quiet_flag(
     p: argparse.ArgumentParser,
     help_text: str = "no progress bars (lad's and transformers' loading bars)",
@@ -135,9 +129,10 @@ def add_preset_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-class DefaultsOnce(argparse.HelpFormatter):
-    """Adds "(default: X)" to a flag's help, unless the help already speaks of its default or the
-    flag has none (None, an empty list, an on/off switch): each default is stated once."""
+class HelpFormat(argparse.RawDescriptionHelpFormatter):
+    """Every command's help: its description as written (see `command`), and "(default: X)" after
+    a flag's help unless the help already speaks of its default or the flag has none (None, an
+    empty list, an on/off switch): each default is stated once."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -145,10 +140,6 @@ class DefaultsOnce(argparse.HelpFormatter):
         if "default" in text or none or action.default is argparse.SUPPRESS:
             return text
         return text + " (default: %(default)s)"
-
-
-class HelpFormat(DefaultsOnce, argparse.RawDescriptionHelpFormatter):
-    """Every command's help: its description as written (see `command`), each default once."""
 
 
 def command(
@@ -162,12 +153,13 @@ def command(
 
     `short` may be the command's function instead: its docstring's first line is the one-line
     help, the paragraphs after it the description, and the lines under "Example:" the examples;
-    the function is what the command runs.
+    the function is what the command runs. Without a description, the one-line help is it.
     """
     func = None
     if callable(short):
         func, (short, description, examples) = short, _help_of(short)
-    text = "\n\n".join(textwrap.fill(part, 79) for part in description.split("\n\n"))
+    parts = (description or short).split("\n\n")
+    text = "\n\n".join(textwrap.fill(part, 79) for part in parts)
     p = subparsers.add_parser(
         name,
         help=short,
@@ -262,7 +254,7 @@ def add_lad_flags(p: argparse.ArgumentParser) -> None:
     add_whole(p, "--top-k", minimum=1, default=DEFAULTS.top_k, help="K layers selected by Eq. 9")
     p.add_argument(
         "--tau",
-        type=temperature(),
+        type=number("--tau", 0.0),
         default=DEFAULTS.tau,
         help="τ of Eq. 12, >= 0; inf for the limit",
     )

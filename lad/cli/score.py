@@ -55,14 +55,7 @@ def _layers(text: str) -> str | tuple[int, ...]:
 
 
 def _register_score(subparsers: argparse._SubParsersAction) -> None:
-    p = command(
-        subparsers,
-        "score",
-        "score stored records with methods, write predictions",
-        "Score stored records with one or more methods and write predictions.jsonl.",
-        "lad score --records runs/default/records.jsonl --calibration-records "
-        "runs/default/calibration.jsonl --methods vanilla,lad --out predictions.jsonl",
-    )
+    p = command(subparsers, "score", run_score)
     add_records_flag(p)
     source = p.add_mutually_exclusive_group()
     source.add_argument(
@@ -98,10 +91,17 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=OutputPath, required=True, help="predictions file to write (.jsonl)"
     )
-    p.set_defaults(func=run_score)
 
 
 def run_score(args: argparse.Namespace) -> int:
+    """score stored records with methods, write predictions
+
+    Score stored records with one or more methods and write predictions.jsonl.
+
+    Example:
+        lad score --records runs/default/records.jsonl --calibration-records \\
+            runs/default/calibration.jsonl --methods vanilla,lad --out predictions.jsonl
+    """
     values = resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range"))
     out = check_output_file(args.out)
     save = args.save_calibration and check_output_file(args.save_calibration, "--save-calibration")

@@ -17,18 +17,7 @@ from lad.cli.flags import (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command(
-        subparsers,
-        "serve",
-        "serve debiased N-way choices over HTTP (vLLM)",
-        'Load the model in vLLM\'s async engine and answer POST /choose with JSON {"query" or '
-        '"question", "images" (paths inside --image-root) or "texts"}: lad predict --json\'s '
-        "answer. Concurrent requests are batched by the engine; past --max-queue in flight the "
-        "answer is 503. docs/backends.md, 'Serving'.",
-        "lad serve --model Qwen/Qwen2.5-VL-3B-Instruct --calibration cal.json --port 8000",
-        'curl -s localhost:8000/choose -d \'{"query": "a red circle", "images": '
-        '["a.png", "b.png", "c.png", "d.png"]}\'',
-    )
+    p = command(subparsers, "serve", _serve)
     p.add_argument("--model", type=model_path, default="demo", help="hub id, local path or 'demo'")
     add_trust_remote_code_flag(p)
     p.add_argument(
@@ -55,14 +44,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_whole(p, "--port", minimum=1, default=8000, help="port to listen on")
     add_whole(p, "--max-queue", minimum=1, default=64, help="requests in flight before 503")
     add_lad_flags(p)
-    p.set_defaults(func=_serve, engine="vllm", device="auto", quiet=True, repetition_penalty=None)
+    p.set_defaults(engine="vllm", device="auto", quiet=True, repetition_penalty=None)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from lad.cli.run import _debiaser
+    """serve debiased N-way choices over HTTP (vLLM)
+
+    Load the model in vLLM's async engine and answer POST /choose with JSON {"query" or
+    "question", "images" (paths inside --image-root) or "texts"}: lad predict --json's answer.
+    Concurrent requests are batched by the engine; past --max-queue in flight the answer is 503.
+    docs/backends.md, 'Serving'.
+
+    Example:
+        lad serve --model Qwen/Qwen2.5-VL-3B-Instruct --calibration cal.json --port 8000
+        curl -s localhost:8000/choose -d '{"query": "a red circle", "images": \\
+            ["a.png", "b.png", "c.png", "d.png"]}'
+    """
+    from lad.cli.run import build_debiaser
     from lad.run.serve import serve
 
-    debiaser = _debiaser(args, top_k=args.top_k, tau=args.tau).load(args.calibration)
+    debiaser = build_debiaser(args, top_k=args.top_k, tau=args.tau).load(args.calibration)
     serve(
         debiaser,
         host=args.host,

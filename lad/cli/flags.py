@@ -241,6 +241,15 @@ def add_labels_flag(
     p.add_argument("--labels", default=DEFAULTS.labels, choices=list(LABEL_SCHEMES), help=help)
 
 
+def add_dtype_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dtype",
+        default=DEFAULTS.dtype,
+        choices=["auto", "bfloat16", "float16", "float32"],
+        help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
+    )
+
+
 def add_records_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--records", type=InputPath, required=True, help="evaluation records (.jsonl or .parquet)"
@@ -308,18 +317,10 @@ def add_image_flags(p: argparse.ArgumentParser) -> None:
         help="resize every picture to PIXELS×PIXELS (bicubic) before the processor (default: as "
         "it is; official: 336, 144 tokens per image on Qwen2.5-VL)",
     )
-    add_whole(
-        g,
-        "--max-pixels",
-        minimum=1,
-        help="pixel budget's upper end (Qwen2-VL, Qwen2.5-VL processors)",
-    )
-    add_whole(
-        g,
-        "--min-pixels",
-        minimum=1,
-        help="pixel budget's lower end (Qwen2-VL, Qwen2.5-VL processors)",
-    )
+    for flag, end in (("--max-pixels", "upper"), ("--min-pixels", "lower")):
+        add_whole(
+            g, flag, minimum=1, help=f"pixel budget's {end} end (Qwen2-VL, Qwen2.5-VL processors)"
+        )
     g.add_argument(
         "--image-option",
         action="append",

@@ -13,6 +13,7 @@ from lad.cli.flags import (
     InputPath,
     OutputPath,
     add_calibration_check_flag,
+    add_dtype_flag,
     add_image_flags,
     add_labels_flag,
     add_lad_flags,
@@ -54,12 +55,7 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = DEFAULTS.mode
         choices=["hf", "vllm"],
         help="what makes the records: hf (transformers) or vllm (docs/backends.md)",
     )
-    p.add_argument(
-        "--dtype",
-        default=DEFAULTS.dtype,
-        choices=["auto", "bfloat16", "float16", "float32"],
-        help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
-    )
+    add_dtype_flag(p)
     add_labels_flag(p)
     _setting(p, "--batch-size", minimum=1, help="prompts per forward pass")
     p.add_argument(

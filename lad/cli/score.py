@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 
@@ -149,7 +149,9 @@ def run_score(args: argparse.Namespace) -> int:
     )
     write_predictions(args.out, scored.predictions)
     print(format_table(scored.metrics))
-    _print_cells(args.records, records, scored.chosen)
+    cells = cells_of_part(args.records)
+    if cells:  # a part of a mixed run: each of its cells' numbers, and the groups
+        print("\n" + format_cells_table(measure_cells(cells, records, scored.chosen)))
     count = f"{len(methods)} method{'s' if len(methods) > 1 else ''}"
     print(f"written: {args.out} ({len(records)} records × {count})")
     return 0
@@ -157,8 +159,6 @@ def run_score(args: argparse.Namespace) -> int:
 
 def warn_if_running(records: str, count: int) -> None:
     """Records of a run directory a lad eval is still writing are a part of the run: say so."""
-    from pathlib import Path
-
     from lad.run.lock import running_holder
 
     holder = running_holder(Path(records).parent)
@@ -252,10 +252,3 @@ def _repeats(args: argparse.Namespace, records: RecordSet) -> dict:
     if not predictions:
         raise LadError(f"{args.repeat_predictions}: holds no predictions; nothing to compare")
     return predictions_by_method(again, predictions, args.repeat_predictions)
-
-
-def _print_cells(path: str, records: Any, chosen: dict[str, Any]) -> None:
-    """Records of a mixed run's part: each of its cells' numbers, and the groups."""
-    cells = cells_of_part(path)
-    if cells:
-        print("\n" + format_cells_table(measure_cells(cells, records, chosen)))

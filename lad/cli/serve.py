@@ -6,6 +6,7 @@ import argparse
 
 from lad.cli.flags import (
     InputPath,
+    add_dtype_flag,
     add_image_flags,
     add_labels_flag,
     add_lad_flags,
@@ -20,12 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command(subparsers, "serve", _serve)
     p.add_argument("--model", type=model_path, default="demo", help="hub id, local path or 'demo'")
     add_trust_remote_code_flag(p)
-    p.add_argument(
-        "--dtype",
-        default="auto",
-        choices=["auto", "bfloat16", "float16", "float32"],
-        help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
-    )
+    add_dtype_flag(p)
     add_labels_flag(p)
     for flag, what in (("--prompt-template", "prompt text"), ("--chat-template", "Jinja file")):
         p.add_argument(flag, type=InputPath, metavar="FILE", help=f"as lad predict's ({what})")

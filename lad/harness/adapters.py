@@ -30,7 +30,7 @@ from lad.data.blink import PICTURE_FIELDS as BLINK_PICTURES
 from lad.data.blink import named_pictures
 from lad.data.items import CONTEXT_PLACEHOLDER, cyclic_shift
 from lad.data.questions import Benchmark, Row
-from lad.data.rules import Choice, answer_position, option_letters
+from lad.data.rules import Choice
 from lad.errors import LadError
 
 IMAGE_PLACEHOLDER = CONTEXT_PLACEHOLDER  # "<image>": where a text shows a picture
@@ -72,12 +72,6 @@ class PictureChoice:
         for p, i in enumerate(self.order):
             out[i] = self.candidates[p]
         return out
-
-
-def answer_letter(answer: Any, n: int) -> int | None:
-    """The option an answer ("B", "(B)") names, as lad's converters read it; None if none."""
-    position = answer_position(answer, option_letters(n))
-    return position if isinstance(position, int) else None
 
 
 def _choice(benchmark: Benchmark, doc: dict[str, Any]) -> Choice | None:
@@ -131,17 +125,8 @@ ADAPTERS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], PictureCho
 }
 
 
-def adapter_for(doc: dict[str, Any]) -> str | None:
-    """The name of the adapter whose schema `doc` has (None: no adapter knows it)."""
-    for name, (keys, _) in ADAPTERS.items():
-        if all(k in doc for k in keys):
-            return name
-    return None
-
-
 def picture_choice(doc: dict[str, Any], adapter: str | None = None) -> PictureChoice | None:
-    """`doc` as a picture choice by `adapter` (None: the one whose schema it has)."""
-    name = adapter or adapter_for(doc)
-    if name is None:
-        return None
-    return ADAPTERS[name][1](doc)
+    """`doc` as a picture choice by `adapter` (None: the one whose schema it has, if any)."""
+    known = (name for name, (keys, _) in ADAPTERS.items() if all(k in doc for k in keys))
+    name = adapter or next(known, None)
+    return None if name is None else ADAPTERS[name][1](doc)

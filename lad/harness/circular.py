@@ -38,8 +38,6 @@ def _expand(
     """Each picture question of `dataset` (a datasets.Dataset) under all N cyclic shifts, each
     shift `repeats` times (documents in a row, `lad_repeat` 0, 1, … when more than once); the
     pictures' bytes are moved, never re-encoded."""
-    import datasets
-
     from lad.harness.undecoded import undecoded
 
     rows = []
@@ -50,10 +48,18 @@ def _expand(
         for s in range(choice.num_candidates):
             row = {**shifted(dict(doc), choice, s), "lad_item": choice.item, "lad_shift": s}
             rows += [row] if repeats == 1 else [{**row, "lad_repeat": r} for r in range(repeats)]
+    return shifted_dataset(dataset, rows, repeats > 1)
+
+
+def shifted_dataset(dataset: Any, rows: list[dict], repeated: bool = False) -> Any:
+    """`rows` as a datasets.Dataset of `dataset`'s features and lad's (`lad_item`, `lad_shift`,
+    and `lad_repeat` when `repeated`)."""
+    import datasets
+
     features = dataset.features.copy()
     features["lad_item"] = datasets.Value("string")
     features["lad_shift"] = datasets.Value("int64")
-    if repeats > 1:
+    if repeated:
         features["lad_repeat"] = datasets.Value("int64")
     return datasets.Dataset.from_list(rows, features=features)
 
@@ -150,21 +156,15 @@ def blink_results(doc: dict, results: list[str]) -> dict[str, Any]:
     return _with_audit(scored, audit_row(doc, blink_positions(doc["choices"]), parsed))
 
 
-def lad_acc(rows: list[dict[str, Any]]) -> float:
-    return pooled(rows, "acc")
+def _aggregation(name: str, key: str) -> Callable[[list[dict[str, Any]]], float]:
+    """lmms-eval's aggregation `name` (a task YAML's `!function`): `pooled` of metric `key`."""
+
+    def aggregate(rows: list[dict[str, Any]]) -> float:
+        return pooled(rows, key)
+
+    aggregate.__name__ = aggregate.__qualname__ = name
+    return aggregate
 
 
-def lad_rstd(rows: list[dict[str, Any]]) -> float:
-    return pooled(rows, "rstd")
-
-
-def lad_cons(rows: list[dict[str, Any]]) -> float:
-    return pooled(rows, "cons")
-
-
-def lad_flip(rows: list[dict[str, Any]]) -> float:
-    return pooled(rows, "flip_rate")
-
-
-def lad_circular(rows: list[dict[str, Any]]) -> float:
-    return pooled(rows, "circular_acc")
+_KEYS = ("acc", "rstd", "cons", "flip_rate", "circular_acc")  # of AUDIT_METRICS, in order
+lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular = map(_aggregation, AUDIT_METRICS, _KEYS)

@@ -22,7 +22,7 @@ import numpy as np
 
 from lad.data.items import cyclic_shift
 from lad.errors import DataError, LadError
-from lad.harness.circular import AUDIT_METRICS
+from lad.harness.circular import AUDIT_METRICS, shifted_dataset
 from lad.io import files
 
 SHIM = "lad_circular.py"
@@ -61,8 +61,6 @@ def _choices(doc: dict[str, Any], k: int) -> list[str]:
 def circular_docs(dataset: Any) -> Any:
     """Each question of `dataset` (a datasets.Dataset) under all N cyclic shifts of its choices,
     with `lad_item` (its row in the split) and `lad_shift`."""
-    import datasets
-
     rows = []
     for k, doc in enumerate(dataset):
         choices = _choices(doc, k)
@@ -75,10 +73,7 @@ def circular_docs(dataset: Any) -> Any:
                 {**doc, "choices": [choices[i] for i in order], "answer": shown,
                  "lad_item": str(k), "lad_shift": s}
             )  # fmt: skip
-    features = dataset.features.copy()
-    features["lad_item"] = datasets.Value("string")
-    features["lad_shift"] = datasets.Value("int64")
-    return datasets.Dataset.from_list(rows, features=features)
+    return shifted_dataset(dataset, rows)
 
 
 def circular_results(doc: dict[str, Any], results: list[tuple[float, bool]]) -> dict[str, Any]:

@@ -25,14 +25,11 @@ from typing import Any
 import numpy as np
 
 from lad.core.labels import get_scheme
-from lad.core.records import RecordSet
-from lad.core.scoring import score_records
 from lad.data.items import Item, read_items
-from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, LadError
 from lad.harness.args import ModelArgs, check_model_args
 from lad.harness.contexts import ContextQuestion
-from lad.harness.runner import load_calibrations
+from lad.harness.runner import load_calibrations, score_asked
 from lad.run.debiaser import Debiaser
 from lad.run.spec import RecordSpec
 
@@ -138,21 +135,8 @@ class ContextScorer:
     def _scores(
         self, question: ContextQuestion, items: list[Item], debiaser: Debiaser | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        template, scheme = question.template, get_scheme(question.scheme)
         method = self.options.method
-
-        def records(requests: list) -> RecordSet:
-            made = self.backend.records(
-                requests, template=template, scheme=scheme, batch_size=self.options.batch_size
-            )
-            return RecordSet.from_records(list(made))
-
-        shown = records([(it, 0, list(range(it.num_candidates))) for it in items])
-        calibration = debiaser.calibration_ if debiaser is not None else None
-        if calibration is not None:
-            calibration.check_compatible(shown, strict=False)
-        perm = records(cyclic_requests(items)) if method == "perm-avg" else None
-        options = (debiaser or self.base).options
-        scored = score_records(shown, [method], calibration, options, perm_records=perm,
-                               bootstrap=None)  # fmt: skip
+        shown = [(it, 0, list(range(it.num_candidates))) for it in items]
+        asked = (shown, question.template, get_scheme(question.scheme), debiaser, [method], items)
+        _, _, scored = score_asked(self, *asked, bootstrap=None)
         return scored.scores[method], scored.chosen[method]

@@ -1,22 +1,14 @@
-"""Per-task adapters: which of a harness document's pictures are the options of its question.
+"""Per-task adapters: which of a harness document's pictures are the options of its question
+(docs/harness.md, "Adapters").
 
-An adapter reads one document of an lmms-eval task (a dict, as `lm.task_dict[task][split][i]`
-holds it; `--model lad` hands its pictures over undecoded, {"bytes", "path"}, and the circular
-variants move them the same way) and returns a `PictureChoice` when every option of the question
-is one of the document's pictures, else None (the question is then answered by generation).
-Adapters are pure functions of the document; none imports lmms-eval. Each calls its benchmark's
-one rule (`choose` of lad.data.muirbench and lad.data.blink, registered in lad.data.benchmarks),
-the rule `lad data muirbench|blink` converts with, so `lad eval` on a converted file asks the same
-items in the same way; a document the rule skips or refuses is answered by generation.
-
-MuirBench (MUIRBENCH/MUIRBENCH): `question` (with an `<image>` placeholder per question
-picture), `options` (an option that is a picture is exactly "<image>"), `answer` (a letter),
-`image_list` (the question's pictures, then the options' pictures, in text order), `idx`.
-BLINK (BLINK-Benchmark/BLINK): `question`, `choices` ("the second image", …), `answer` ("(B)"),
-`image_1` … `image_4` (None where absent), `idx`.
-
-Documents of lad's circular variants (lad.harness.circular) carry `lad_item` (the original
-document's id) and `lad_shift` (the cyclic shift s applied to the option pictures).
+An adapter is a pure function of one lmms-eval document (a dict; `--model lad` and the circular
+variants hand its pictures over undecoded, {"bytes", "path"}) and imports no lmms-eval: a
+`PictureChoice` when every option is one of the document's pictures, else None (the question is
+then answered by generation). Each calls its benchmark's one rule (`choose`, registered in
+lad.data.benchmarks), the rule `lad data muirbench|blink` converts with, so `lad eval` on a
+converted file asks the same items in the same way; a document the rule skips or refuses is
+answered by generation. Documents of lad's circular variants (lad.harness.circular) carry
+`lad_item` (the original document's id) and `lad_shift` (the cyclic shift s of the options).
 """
 
 from __future__ import annotations

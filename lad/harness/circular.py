@@ -1,17 +1,12 @@
 """Circular variants of the picture-option tasks, for any model (task YAMLs in
-lad/harness/tasks, loaded with `--include_path`).
+lad/harness/tasks, loaded with `--include_path`; docs/harness.md).
 
-`process_docs` keeps a task's picture questions (lad.harness.adapters) and asks each N times,
-its option pictures cyclically shifted as lad's evaluation does (lad.data.items.cyclic_shift: at
-shift s, position p shows the original option (p + s) mod N, and the answer letter moves with
-its picture); question pictures and option texts stay. Each document gains `lad_item` (the
-original id) and `lad_shift` (s). The `*_docs_repeated` variants (tasks `*_circular_repeat`) ask
-every shift twice, the second document with `lad_repeat` 1: for a model that samples, how often
-the same question in the same order gets another answer is the noise floor of its flip rate
-(`lad harness audit`; docs/metrics.md). `*_results` score a document with the task's own
-process_results, unchanged, and add the row lad's metrics need (lad.harness.audit); the
-`lad_acc`, `lad_rstd`, `lad_cons`, `lad_flip` and `lad_circular` aggregations put Acc, RStd,
-Cons., the flip rate and CircularEval accuracy (docs/metrics.md) in lmms-eval's table.
+`process_docs` keeps a task's picture questions (lad.harness.adapters) and asks each under all N
+cyclic shifts of its option pictures (lad.data.items.cyclic_shift; the answer letter moves with
+its picture), each document gaining `lad_item` and `lad_shift`; the `*_docs_repeated` variants
+ask every shift twice (`lad_repeat` 1), for a sampling model's noise floor. `*_results` run the
+task's own process_results unchanged and add lad's audit row (lad.harness.audit), which the
+`lad_*` aggregations turn into lad's metrics in lmms-eval's table.
 """
 
 from __future__ import annotations

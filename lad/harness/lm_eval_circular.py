@@ -1,15 +1,10 @@
 """Circular variants of lm-evaluation-harness multiple-choice tasks, for any model
-(`lad harness lm-eval-circular TASK.yaml --out DIR`).
+(`lad harness lm-eval-circular TASK.yaml --out DIR`; docs/harness.md, "Circular variants").
 
-A variant includes the task's own YAML and changes two things: `process_docs` asks each question
-N times, its options cyclically shifted as lad's evaluation shifts them (lad.data.items.
-cyclic_shift: at shift s, position p shows the original option (p + s) mod N, and the answer
-moves with its option), and `process_results` adds to acc the row lad's metrics read, so
-lm-eval's table gains lad's Acc, RStd, Cons., flip rate and CircularEval accuracy (the
-aggregations of lad.harness.circular) and `lad harness audit` reads the logged samples. The
-task's documents must hold MMLU's fields: `question`, `choices` (a list of texts) and `answer`
-(the right choice's index, or its letter). lm-eval resolves `!function` in a file beside the YAML,
-so the variant is written with `lad_circular.py`, which imports these functions from lad.
+A variant includes the task's own YAML; its `process_docs` asks each question under all N cyclic
+shifts of its choices (lad.data.items.cyclic_shift) and its `process_results` adds lad's audit row
+to acc. lm-eval resolves `!function` in a file beside the YAML, so the variant is written with
+`lad_circular.py`, which imports these functions from lad.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """`--model lad` for lmms-eval (imported only by lmms-eval, through the entry point).
 
-    python -m lmms_eval --model lad --model_args model=demo,method=lad,calibration_docs=5 \
-        --tasks muirbench --include_path $(python -m lad harness tasks) --output_path out/
-
 A generate_until request whose document is a picture question (lad.harness.adapters) is scored
-by lad (lad.harness.runner): the option labels exactly, from one forward pass, the chosen method
-applied, and the reply is the option letter the task's own parser reads, so the task's metric is
-unchanged. Any other request is answered by the model's plain greedy generation. At the end each
-(task, N) gets an audit folder under `output` (lad.harness.audit) and `lad_audit.json` beside
-them, with vanilla and the method side by side.
+by lad (lad.harness.runner) and answered with the option letter the task's own parser reads, so
+the task's metric is unchanged; any other request gets the model's plain greedy generation. At
+the end each (task, N) gets an audit folder under `output` (lad.harness.audit). docs/harness.md,
+"What `--model lad` does with a request".
 """
 
 from __future__ import annotations

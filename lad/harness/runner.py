@@ -1,11 +1,7 @@
-"""What `--model lad` does with a task's picture questions, without lmms-eval: records from lad's
-backend, a checked calibration, the chosen method's answers, and the audit folders.
-
-For each (task, N): the picture questions become lad items (their pictures as PNG files,
-lad.harness.pictures), each asked in the order the document shows its options, with lad's
-question template (or `prompt_template`) and label scheme, in one forward pass per question
-(perm-avg: N). Every record-based method is then a pure function of those records, so vanilla
-and LAD come from the same passes and are reported side by side.
+"""What `--model lad` does with a task's picture questions, without lmms-eval: for each (task, N),
+lad items (pictures as files, lad.harness.pictures) asked in the order the document shows them,
+one forward pass per question (perm-avg: N); every method is a pure function of those records,
+so vanilla and LAD come from the same passes and are reported side by side.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""What `--model lad` does inside lm-evaluation-harness, without lm-eval: the questions of
-lad.harness.contexts scored by lad's backend, one forward pass each (perm-avg: N), the chosen
-method applied.
-
-The prompt is lm-eval's context as it is, through lad's plain chat template
-(lm_eval_files/plain.jinja: the text itself, the label after one space, as lm-eval scores a
-continuation " A"), so a record's label log-probabilities are lm-eval's loglikelihoods of the
-continuations, and its span attention is over the options' texts in that context. What comes back
-for choice k is the method's score of option k (lad.core.methods): for vanilla the label's
-log-probability renormalised over the N labels (lm-eval's own `--model hf` returns it before
-renormalising: less one constant per question, the same argmax); for LAD Eq. 14's debiased score;
-for PriDe its debiased log-probability. Their argmax is the method's choice, so lm-eval's acc is
-the method's accuracy; acc_norm divides the scores by the choices' lengths, equal for one-letter
-labels, and is acc.
+"""What `--model lad` does inside lm-evaluation-harness, without lm-eval (docs/harness.md, "What
+`--model lad` does with the requests"): the questions of lad.harness.contexts scored by lad's
+backend, one forward pass each (perm-avg: N), through lad's plain chat template
+(lm_eval_files/plain.jinja), so a record's label log-probabilities are lm-eval's loglikelihoods
+of the continuations " A", " B", ...; choice k gets the method's score of option k.
 """
 
 from __future__ import annotations

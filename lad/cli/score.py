@@ -176,17 +176,13 @@ def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--predictions", type=InputPath, required=True, help="predictions.jsonl from lad score"
     )
-    p.add_argument(
-        "--repeat-predictions",
-        type=InputPath,
-        help="predictions of the same records asked again (e.g. records made with another "
-        "--batch-size, scored by lad score): their disagreement is the noise floor",
-    )
-    p.add_argument(
-        "--repeat-records",
-        type=InputPath,
-        help="the records --repeat-predictions scored (default: --records)",
-    )
+    repeats = {  # the noise floor's flags
+        "--repeat-predictions": "predictions of the same records asked again (e.g. records made "
+        "with another --batch-size, scored by lad score): their disagreement is the noise floor",
+        "--repeat-records": "the records --repeat-predictions scored (default: --records)",
+    }
+    for flag, help_text in repeats.items():
+        p.add_argument(flag, type=InputPath, help=help_text)
     add_whole(
         p,
         "--bootstrap",

@@ -13,6 +13,7 @@ answered by generation. Documents of lad's circular variants (lad.harness.circul
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,3 +123,25 @@ def picture_choice(doc: dict[str, Any], adapter: str | None = None) -> PictureCh
     known = (name for name, (keys, _) in ADAPTERS.items() if all(k in doc for k in keys))
     name = adapter or next(known, None)
     return None if name is None else ADAPTERS[name][1](doc)
+
+
+def undecoded(dataset: Any) -> Any:
+    """`dataset` (a datasets.Dataset) with every picture column, or list of pictures, not
+    decoded (the storage unchanged), so lad reads the very bytes `lad data muirbench|blink`
+    would write out (lad.harness.pictures), and nothing is decoded just to be checked."""
+    import datasets
+
+    def plain(feature: Any) -> Any:
+        if isinstance(feature, datasets.Image):
+            return datasets.Image(decode=False)
+        if isinstance(getattr(feature, "feature", None), datasets.Image):
+            out = copy.copy(feature)
+            out.feature = datasets.Image(decode=False)
+            return out
+        return feature
+
+    features = dataset.features.copy()
+    changed = {k: plain(f) for k, f in features.items()}
+    if all(changed[k] is features[k] for k in features):
+        return dataset
+    return dataset.cast(datasets.Features(changed))

@@ -18,7 +18,13 @@ from typing import Any
 from lad.data.blink import PICTURE_FIELDS as BLINK_PICTURES
 from lad.data.items import cyclic_shift
 from lad.data.mmiu import ordinal_image
-from lad.harness.adapters import IMAGE_PLACEHOLDER, PictureChoice, blink_option_keys, picture_choice
+from lad.harness.adapters import (
+    IMAGE_PLACEHOLDER,
+    PictureChoice,
+    blink_option_keys,
+    picture_choice,
+    undecoded,
+)
 from lad.harness.audit import pooled
 
 AUDIT_METRICS = ("lad_acc", "lad_rstd", "lad_cons", "lad_flip", "lad_circular")
@@ -33,8 +39,6 @@ def _expand(
     """Each picture question of `dataset` (a datasets.Dataset) under all N cyclic shifts, each
     shift `repeats` times (documents in a row, `lad_repeat` 0, 1, … when more than once); the
     pictures' bytes are moved, never re-encoded."""
-    from lad.harness.undecoded import undecoded
-
     rows = []
     for doc in undecoded(dataset):
         choice = picture_choice(doc, adapter)

@@ -9,6 +9,7 @@ the end each (task, N) gets an audit folder under `output` (lad.harness.audit). 
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -20,7 +21,7 @@ from loguru import logger
 from tqdm import tqdm
 
 from lad.errors import LadError
-from lad.harness.adapters import PictureChoice, picture_choice
+from lad.harness.adapters import IMAGE_PLACEHOLDER, PictureChoice, picture_choice, undecoded
 from lad.harness.args import read_model_args, unknown_model_args
 from lad.harness.audit import write_model_audit
 from lad.harness.runner import HarnessOptions, PictureScorer
@@ -107,19 +108,30 @@ class LadModel(lmms):
     # ------------------------------------------------------------ helpers
 
     def _generate(self, request: Instance) -> str:
-        from lad.harness.generation import generate_reply
+        """What any lmms-eval model does for a generate_until request: the task's own prompt
+        (placeholders removed) after its pictures, the model's chat template, greedy decoding,
+        the reply cut before the first stop string of `until`."""
+        from lad.backends.prompting import chat_messages, render
 
         ctx, gen_kwargs, doc_to_visual, doc_id, task, split = request.args
         visuals = doc_to_visual(self.task_dict[task][split][doc_id]) or []
         until = gen_kwargs.get("until") or []
         until = [until] if isinstance(until, str) else list(until)
         max_new = int(gen_kwargs.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS)
-        return generate_reply(self.scorer.backend, ctx, list(visuals), max_new, until)
+        backend, images = self.scorer.backend, [im.convert("RGB") for im in visuals]
+        text = re.sub(r"[ \t]*" + re.escape(IMAGE_PLACEHOLDER) + r"[ \t]*", " ", ctx).strip()
+        prompt = render(backend.processor, chat_messages(text, len(images)), True, backend.model_id)
+        inputs = backend.processor(text=[prompt], images=images or None, return_tensors="pt")
+        inputs = backend.to_device(dict(inputs))
+        out = backend.model.generate(**inputs, max_new_tokens=max_new, do_sample=False)
+        new = out[0, inputs["input_ids"].shape[1] :]  # (T_new,); generate runs without grad
+        reply = backend.processor.tokenizer.decode(new, skip_special_tokens=True)
+        for stop in filter(None, until):
+            reply = reply.split(stop, 1)[0]
+        return reply
 
     def _docs(self, task: str, split: str) -> Any:
-        """The task's documents with their pictures undecoded (lad.harness.undecoded)."""
-        from lad.harness.undecoded import undecoded
-
+        """The task's documents with their pictures undecoded (lad.harness.adapters.undecoded)."""
         key = (task, split)
         if key not in self._undecoded:
             self._undecoded[key] = undecoded(self.task_dict[task][split])

@@ -204,9 +204,7 @@ def methods_given(
     values: list[tuple[str, ...]] | None, default: tuple[str, ...] = ()
 ) -> tuple[str, ...]:
     """The methods of all --methods/--method flags given, in order, each once (else `default`)."""
-    if not values:
-        return default
-    return tuple(dict.fromkeys(m for group in values for m in group))
+    return tuple(dict.fromkeys(m for group in values for m in group)) if values else default
 
 
 def add_methods_flag(p: argparse.ArgumentParser, default: tuple[str, ...] | None) -> None:
@@ -385,11 +383,8 @@ _penalty = number_or("model", "a number > 0", _check_penalty)
 
 def image_options(args: argparse.Namespace) -> dict[str, Any]:
     """The processor options the image flags ask for (lad.backends.archs.Arch.processor_options)."""
-    options = dict(args.image_option)
-    for key in ("min_pixels", "max_pixels"):
-        if getattr(args, key) is not None:
-            options[key] = getattr(args, key)
-    return options
+    budget = {k: getattr(args, k) for k in ("min_pixels", "max_pixels")}
+    return {**dict(args.image_option), **{k: v for k, v in budget.items() if v is not None}}
 
 
 def resolved(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
@@ -420,8 +415,6 @@ def _image_option(text: str) -> tuple[str, Any]:
 
 
 def add_calibration_check_flag(p: argparse.ArgumentParser) -> None:
-    """--no-calibration-check: accept a calibration of another model, scheme or prompt, or one
-    that does not say which."""
     p.add_argument(
         "--no-calibration-check",
         dest="check_calibration",

@@ -92,7 +92,7 @@ class LadModel(lmms):
             scored = {doc_id for _, doc_id, _ in group}
             self._say_calibration(task, n, source, scored, split)
             result = self.scorer.score(task, [c for _, _, c in group], debiaser, source)
-            chosen = result.chosen[self.options.method]
+            chosen = result.scored.chosen[self.options.method]
             for (r, _, choice), p in zip(group, chosen, strict=True):
                 replies[r] = choice.replies[int(p)]
             results.append(result)

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from lad.core.calibrate import FORMAT as CALIBRATION_FORMAT
 from lad.core.calibrate import Calibration
 from lad.core.labels import get_scheme
@@ -76,10 +74,6 @@ class TaskResult:
     perm_records: RecordSet | None = None
     answers_known: bool = True  # every document gave its answer (else no audit: unknown)
 
-    @property
-    def chosen(self) -> dict[str, np.ndarray]:
-        return self.scored.chosen
-
 
 class PictureScorer:
     """Scores picture questions with lad's backend; one instance per harness run."""
@@ -102,9 +96,6 @@ class PictureScorer:
         self._loaded: dict[int, Debiaser] = {}
         if options.calibration:
             self._loaded = load_calibrations(Path(options.calibration), self.base)
-
-    def _debiaser(self) -> Debiaser:
-        return self.base.clone()
 
     @property
     def backend(self) -> Any:
@@ -147,7 +138,7 @@ class PictureScorer:
                 f"calibration_docs={self.options.calibration_docs}: task {task} has no picture "
                 f"question of N = {n} with a known answer to calibrate on"
             )
-        debiaser = self._debiaser()
+        debiaser = self.base.clone()
         debiaser._backend = self.backend
         items = [self.item(c) for _, c in calibration_docs]
         debiaser.fit(items)

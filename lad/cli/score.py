@@ -19,6 +19,7 @@ from lad.cli.flags import (
     add_whole,
     command,
     methods_given,
+    options_from,
     resolved,
 )
 from lad.core.audit import Bootstrap
@@ -105,13 +106,8 @@ def run_score(args: argparse.Namespace) -> int:
     values = resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range"))
     out = check_output_file(args.out)
     save = args.save_calibration and check_output_file(args.save_calibration, "--save-calibration")
-    inputs = {
-        "--records": args.records,
-        "--calibration-records": args.calibration_records,
-        "--calibration": args.calibration,
-        "--perm-records": args.perm_records,
-        "--blank-records": args.blank_records,
-    }
+    read = ("records", "calibration_records", "calibration", "perm_records", "blank_records")
+    inputs = {"--" + name.replace("_", "-"): getattr(args, name) for name in read}
     check_not_inputs({"--out": out, "--save-calibration": save or None}, inputs)
     check_not_inputs({"--save-calibration": save or None}, {"--out": out})
     records = read_records(args.records)
@@ -126,15 +122,7 @@ def run_score(args: argparse.Namespace) -> int:
         calibration = Calibration(obs_mean=values.get("obs_mean", "prob")).fit(
             read_records(args.calibration_records), allow_partial=args.allow_partial
         )
-    options = MethodOptions(
-        top_k=args.top_k,
-        tau=args.tau,
-        layers=args.layers,
-        use_prior=not args.no_prior,
-        labels=args.labels,
-        blank_alpha=args.blank_alpha,
-        **values,
-    )
+    options = options_from(MethodOptions, args, use_prior=not args.no_prior, **values)
     if args.save_calibration:
         if calibration is None:
             raise LadError("--save-calibration needs --calibration-records to fit one")

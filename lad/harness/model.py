@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +90,9 @@ class LadModel(lmms):
             debiaser, source = self.scorer.calibrated(
                 task, n, self._calibration_docs(task, split, n)
             )
-            scored = {doc_id for _, doc_id, _ in group}
-            self._say_calibration(task, n, source, scored, split)
-            result = self.scorer.score(task, [c for _, _, c in group], debiaser, source)
+            choices = [c for _, _, c in group]
+            self._say_calibration(task, n, source, choices, split)
+            result = self.scorer.score(task, choices, debiaser, source)
             chosen = result.scored.chosen[self.options.method]
             for (r, _, choice), p in zip(group, chosen, strict=True):
                 replies[r] = choice.replies[int(p)]
@@ -144,19 +145,16 @@ class LadModel(lmms):
         if not k:
             return []
         docs = self._docs(task, split)
-        found: list[tuple[int, PictureChoice]] = []
-        for doc_id in range(len(docs)):
-            choice = picture_choice(docs[doc_id], self.adapter)
-            if choice is None or choice.answer is None:
-                continue
-            if choice.num_candidates == n and choice.ordering == 0:
-                found.append((doc_id, choice))
-                if len(found) == k:
-                    break
-        return found
+        asked = ((d, picture_choice(docs[d], self.adapter)) for d in range(len(docs)))
+        usable = (
+            (d, c)
+            for d, c in asked
+            if c is not None and c.answer is not None and c.num_candidates == n and c.ordering == 0
+        )
+        return list(islice(usable, k))  # lazily: the first K only
 
     def _say_calibration(
-        self, task: str, n: int, source: Any, scored: set[int], split: str
+        self, task: str, n: int, source: Any, scored: list[PictureChoice], split: str
     ) -> None:
         if source.kind == "file":
             logger.info(f"lad: {task} N={n}: calibration {source.path}")
@@ -173,13 +171,7 @@ class LadModel(lmms):
                 break
             last += 1
         source.exclude_offset = last + 1
-        also = sorted(
-            {
-                c.item
-                for d in scored
-                if (c := picture_choice(docs[d], self.adapter)) is not None and c.item in items
-            }
-        )
+        also = sorted({c.item for c in scored if c.item in items})
         source.also_scored = also
         if also:
             logger.warning(

@@ -114,20 +114,14 @@ class ContextScorer:
             for members in groups.values():
                 self.calibrated(questions[members[0]])
         out: list[tuple[np.ndarray, int]] = [(np.zeros(0), -1)] * len(questions)
+        method = self.options.method
         for members in groups.values():
             first = questions[members[0]]
-            debiaser = self.calibrated(first)
             items = [questions[q].item() for q in members]
-            scores, chosen = self._scores(first, items, debiaser)
+            shown = [(it, 0, list(range(it.num_candidates))) for it in items]
+            asked = (shown, first.template, get_scheme(first.scheme), self.calibrated(first))
+            _, _, scored = score_asked(self, *asked, [method], items, bootstrap=None)
             for row, q in enumerate(members):
-                out[q] = (np.asarray(scores[row], dtype=np.float64), int(chosen[row]))
+                scores = np.asarray(scored.scores[method][row], dtype=np.float64)
+                out[q] = (scores, int(scored.chosen[method][row]))
         return out
-
-    def _scores(
-        self, question: ContextQuestion, items: list[Item], debiaser: Debiaser | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        method = self.options.method
-        shown = [(it, 0, list(range(it.num_candidates))) for it in items]
-        asked = (shown, question.template, get_scheme(question.scheme), debiaser, [method], items)
-        _, _, scored = score_asked(self, *asked, bootstrap=None)
-        return scored.scores[method], scored.chosen[method]

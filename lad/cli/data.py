@@ -409,12 +409,7 @@ def _run_text(args: argparse.Namespace) -> int:
     from lad.data.textjsonl import import_text
 
     _jsonl(str(args.out))
-    split = {
-        "task": args.task,
-        "items": args.items,
-        "calibration_items": args.calibration_items,
-        "seed": args.seed,
-    }
+    split = {name: getattr(args, name) for name in ("task", "items", "calibration_items", "seed")}
     if args.converter == "judgments":
         written = import_judgments(args.path, args.out, **split)
     elif args.converter == "mmlu":

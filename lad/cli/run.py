@@ -360,14 +360,8 @@ def _predict(args: argparse.Namespace) -> int:
             "lad predict takes the candidate images or --text-options TEXT ..., "
             + ("not both" if args.images else "and got neither")
         )
-    debiaser = build_debiaser(
-        args,
-        top_k=args.top_k,
-        tau=args.tau,
-        check_calibration=args.check_calibration,
-        **{name: getattr(args, name) for name in ("obs_mean", "mixture", "attn_mean")},
-        layer_range=args.layer_range,
-    ).load(args.calibration)
+    names = ("top_k", "tau", "check_calibration", "obs_mean", "mixture", "attn_mean", "layer_range")
+    debiaser = build_debiaser(args, **{n: getattr(args, n) for n in names}).load(args.calibration)
     from lad.run.preflight import check_top_k
 
     layers = debiaser.calibration_.num_layers  # the model's, as far as can be known before it loads
@@ -391,14 +385,13 @@ def build_debiaser(args: argparse.Namespace, **more: Any) -> Any:
     from lad.run.debiaser import Debiaser
 
     names = ("labels", "device", "dtype", "quiet", "chat_template", "image_size", "engine")
-    names += ("trust_remote_code",)
+    names += ("trust_remote_code", "repetition_penalty")
     return Debiaser(
         args.model,
         preset=args.preset,
         **{name: getattr(args, name) for name in names},
         prompt_template=getattr(_template(args.prompt_template), "text", None),
         image_options=image_options(args) or None,
-        repetition_penalty=args.repetition_penalty,
         **more,
     )
 

@@ -28,9 +28,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from lad.data.shapes import BACKGROUND, COLOURS, SHAPES, shapes_vocabulary
 from lad.demo.batches import Example, PreparedItem, Tokens, collate, draw, load_items
 from lad.demo.recipe import Stage, TrainConfig, check_not_shipped
 from lad.errors import LadError
+from lad.io.files import check_not_inputs
 
 ARCH = "qwen2_vl"
 # The TrainConfig fields that are the tiny model's TinySize (same names).
@@ -45,8 +47,6 @@ class _Words:
     """Token ids of the shapes' colour and shape words, and each text's words as a 0/1 vector."""
 
     def __init__(self, tok: Any):
-        from lad.data.shapes import COLOURS, SHAPES
-
         names = [*COLOURS, *SHAPES]
         self.index = {w: i for i, w in enumerate(names)}
         self.ids = torch.tensor([tok.convert_tokens_to_ids("▁" + w) for w in names])
@@ -163,7 +163,6 @@ def _lr_at(step: int, stage: Stage, config: TrainConfig) -> float:
 def _initial_model(config: TrainConfig, out: Path) -> None:
     from transformers import AutoProcessor
 
-    from lad.data.shapes import BACKGROUND, shapes_vocabulary
     from lad.testing.tiny import TinySize, build_tiny_model
 
     size = TinySize(
@@ -296,8 +295,6 @@ def _trained_parameters(model: Any, stage: Stage) -> list[torch.nn.Parameter]:
 
 def _check_out(out: Path, init: str | Path | None) -> None:
     """`out` is replaced at the end: refuse the --init checkpoint and any folder not a model's."""
-    from lad.io.files import check_not_inputs
-
     check_not_inputs({"--out": out}, {"--init": init})
     if out.exists() and (
         not out.is_dir() or (any(out.iterdir()) and not (out / "config.json").is_file())

@@ -17,6 +17,7 @@ import numpy as np
 
 from lad.data.items import cyclic_shift
 from lad.errors import DataError, LadError
+from lad.harness import harness_module
 from lad.harness.circular import AUDIT_METRICS, shifted_dataset
 from lad.io import files
 
@@ -98,8 +99,6 @@ def _metric(name: str, aggregation: str, higher: bool) -> str:
 def write_variant(task_yaml: str | Path, out: str | Path) -> Path:
     """The circular variant of the task in `task_yaml`, written into folder `out` with its
     shim; returns the YAML's path."""
-    from lad.harness import harness_module
-
     load_yaml = harness_module("lm_eval.tasks._yaml_loader", "lm-eval").load_yaml
     task_yaml = Path(task_yaml).resolve()
     try:

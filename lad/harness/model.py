@@ -21,6 +21,7 @@ from lmms_eval.api.model import lmms
 from loguru import logger
 from tqdm import tqdm
 
+from lad.backends.prompting import chat_messages, render
 from lad.errors import LadError
 from lad.harness.adapters import IMAGE_PLACEHOLDER, PictureChoice, picture_choice, undecoded
 from lad.harness.args import read_model_args, unknown_model_args
@@ -112,8 +113,6 @@ class LadModel(lmms):
         """What any lmms-eval model does for a generate_until request: the task's own prompt
         (placeholders removed) after its pictures, the model's chat template, greedy decoding,
         the reply cut before the first stop string of `until`."""
-        from lad.backends.prompting import chat_messages, render
-
         ctx, gen_kwargs, doc_to_visual, doc_id, task, split = request.args
         visuals = doc_to_visual(self.task_dict[task][split][doc_id]) or []
         until = gen_kwargs.get("until") or []

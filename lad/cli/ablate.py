@@ -15,9 +15,9 @@ from lad.cli.flags import (
     add_lad_flags,
     add_whole,
     command,
+    number,
     options_from,
     resolved,
-    temperature,
     whole,
 )
 from lad.errors import LadError
@@ -42,8 +42,7 @@ def _whole_list(flag: str) -> Callable[[str], tuple[int, ...]]:
 
 
 # lad.outputs.ablate.ANALYSIS_FILES' keys, in its order (a test keeps them equal): named here so
-# that
-# `lad --help` need not import lad.outputs.ablate and its plotting.
+# that `lad --help` need not import lad.outputs.ablate and its plotting.
 ANALYSES = ("fig5", "table3", "table4", "fig6a", "fig6b", "table7", "table8")
 
 
@@ -86,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--taus",
-        type=lambda text: _list("float", temperature("--taus"), text),
+        type=lambda text: _list("float", number("--taus", 0.0), text),
         default=(0.0, 1.0, 3.0, 5.0, 7.0, 9.0, math.inf),
         help="τ of Figure 6(b); 'inf' is the limit (default: 0,1,3,5,7,9,inf)",
     )

@@ -1,12 +1,12 @@
 """`lad data shapes|coco|flickr8k|import|mmiu|muirbench|blink|mmlu|judgments|text|text-demo`:
-build benchmark items files (the text ones in lad.cli.data_text)."""
+build benchmark items files; the text ones (mmlu, judgments, text) from the files people have,
+`text-demo` the shipped text demo's held-out items."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from lad.cli.data_text import TEXT_COMMANDS, register_text
 from lad.cli.flags import (
     HelpFormat,
     InputPath,
@@ -26,7 +26,7 @@ from lad.io.files import check_not_inputs, check_output_dir, check_output_file
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lad.data.benchmarks import BENCHMARKS
 
-    names = ("shapes", "coco", "flickr8k", "import", *BENCHMARKS, *TEXT_COMMANDS)
+    names = ("shapes", "coco", "flickr8k", "import", *BENCHMARKS, *_TEXT, "text-demo")
     parser = subparsers.add_parser(
         "data",
         help="build benchmark items: " + ", ".join(names),
@@ -36,12 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     commands = parser.add_subparsers(dest="data_command", required=True, metavar="DATASET")
     _register_shapes(commands)
-    _register_real(commands, "coco")
-    _register_real(commands, "flickr8k")
+    for name, (help_text, example) in _REAL.items():
+        _register_real(commands, name, help_text, example)
     _register_import(commands)
     for benchmark in BENCHMARKS.values():
         _register_released(commands, benchmark)
-    register_text(commands)  # mmlu, judgments, text, text-demo (lad.cli.data_text)
+    _register_text(commands)
 
 
 def _add(commands: argparse._SubParsersAction, name: str, help_text: str, example: str):
@@ -61,13 +61,7 @@ def _common(p: argparse.ArgumentParser, items_default: int) -> None:
 
 
 def _register_shapes(commands: argparse._SubParsersAction) -> None:
-    p = _add(
-        commands,
-        "shapes",
-        "Draw the shapes benchmark: coloured shapes, each query describing exactly one image.",
-        "lad data shapes --num-candidates 4 --setting adversarial --items 200 --split eval "
-        "--seed 0 --out data/shapes-eval",
-    )
+    p = command(commands, "shapes", _run_shapes)
     _common(p, items_default=100)
     p.add_argument(
         "--split",
@@ -97,7 +91,6 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=OutputPath, required=True, help="output folder (items.jsonl and images/)"
     )
-    p.set_defaults(func=_run_shapes)
 
 
 def _floats(text: str) -> list[float]:
@@ -110,6 +103,12 @@ def _floats(text: str) -> list[float]:
 
 
 def _run_shapes(args: argparse.Namespace) -> int:
+    """Draw the shapes benchmark: coloured shapes, each query describing exactly one image.
+
+    Example:
+        lad data shapes --num-candidates 4 --setting adversarial --items 200 --split eval \\
+            --seed 0 --out data/shapes-eval
+    """
     from lad.data.shapes import build_shapes
 
     check_output_dir(args.out)
@@ -120,20 +119,24 @@ def _run_shapes(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_real(commands: argparse._SubParsersAction, name: str) -> None:
-    if name == "coco":
-        help_text = "Build an MS-COCO benchmark from its own annotation files."
-        example = (
-            "lad data coco --images val2014 --captions captions_val2014.json --instances "
-            "instances_val2014.json --setting adversarial --num-candidates 4 --items 1000 "
-            "--out coco-adv-4.jsonl"
-        )
-    else:
-        help_text = "Build a Flickr8k benchmark from its caption token file."
-        example = (
-            "lad data flickr8k --images Flicker8k_Dataset --captions Flickr8k.token.txt "
-            "--setting random --num-candidates 4 --items 1000 --out flickr-random-4.jsonl"
-        )
+_REAL = {  # lad data coco|flickr8k: (help, example)
+    "coco": (
+        "Build an MS-COCO benchmark from its own annotation files.",
+        "lad data coco --images val2014 --captions captions_val2014.json --instances "
+        "instances_val2014.json --setting adversarial --num-candidates 4 --items 1000 "
+        "--out coco-adv-4.jsonl",
+    ),
+    "flickr8k": (
+        "Build a Flickr8k benchmark from its caption token file.",
+        "lad data flickr8k --images Flicker8k_Dataset --captions Flickr8k.token.txt "
+        "--setting random --num-candidates 4 --items 1000 --out flickr-random-4.jsonl",
+    ),
+}
+
+
+def _register_real(
+    commands: argparse._SubParsersAction, name: str, help_text: str, example: str
+) -> None:
     p = _add(commands, name, help_text, example)
     p.add_argument(
         "--images", type=InputPath, required=True, help="folder holding the dataset's images"
@@ -209,8 +212,9 @@ def _calibration_split(args: argparse.Namespace) -> tuple[dict, dict]:
 
 
 def _released_outputs(args: argparse.Namespace) -> tuple[dict, dict]:
-    """What a released-benchmark converter writes beside --out X.jsonl: X.calibration.jsonl,
-    X.summary.json and, where pictures are extracted, X-pictures/ unless --pictures says."""
+    """What a released-benchmark or text converter writes beside --out X.jsonl:
+    X.calibration.jsonl, X.summary.json and, where pictures are extracted, X-pictures/ unless
+    --pictures says."""
     _, outputs = _calibration_split(args)
     out = Path(args.out)
     outputs["its summary"] = out.with_name(out.stem + ".summary.json")
@@ -222,27 +226,30 @@ def _released_outputs(args: argparse.Namespace) -> tuple[dict, dict]:
 
 
 def _items_out(text: str) -> Path:
+    return check_output_file(_jsonl(text))
+
+
+def _jsonl(text: str) -> str:
     if not text.endswith(".jsonl"):
         raise DataError(f"--out must be a .jsonl file. Got {text!r}.")
-    return check_output_file(text)
+    return text
 
 
 def _register_import(commands: argparse._SubParsersAction) -> None:
-    p = _add(
-        commands,
-        "import",
-        "Convert the paper's official evaluation file (annotations_{N}_1_{mode}.json).",
-        "lad data import annotations_4_1_adversarial.json --images val2014 --out coco-adv-4.jsonl",
-    )
+    p = command(commands, "import", _run_import)
     p.add_argument("file", type=InputPath, help="the official annotations JSON file")
     p.add_argument(
         "--images", type=InputPath, required=True, help="folder holding the images it names"
     )
     p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
-    p.set_defaults(func=_run_import)
 
 
 def _run_import(args: argparse.Namespace) -> int:
+    """Convert the paper's official evaluation file (annotations_{N}_1_{mode}.json).
+
+    Example:
+        lad data import annotations_4_1_adversarial.json --images val2014 --out coco-adv-4.jsonl
+    """
     from lad.data.official import import_official
 
     check_not_inputs({"--out": _items_out(args.out)}, {"the official file": args.file})
@@ -319,5 +326,100 @@ def _run_released(args: argparse.Namespace) -> int:
     if benchmark.one_task and args.task:
         print(f"{benchmark.title} task {task}:")
     for line in summary_lines(written, per_task=not args.quiet):
+        print(line)
+    return 0
+
+
+_TEXT = {
+    "mmlu": (
+        "Convert MMLU- or ARC-style multiple choice as lm-evaluation-harness's datasets store "
+        "them (MMLU: question, subject, choices, answer; ARC: question, choices {text, label}, "
+        "answerKey) into items of text candidates.",
+        "lad data mmlu mmlu/all/test-00000-of-00001.parquet --task astronomy --out astro.jsonl",
+    ),
+    "judgments": (
+        "Convert pairwise judgments (question, answer_a, answer_b, winner; or MT-Bench's "
+        "conversation_a, conversation_b, winner) into items of two text candidates; ties and "
+        "second turns are skipped and counted.",
+        "lad data judgments mt_bench_human_judgments/human.parquet --out judge.jsonl",
+    ),
+    "text": (
+        "Convert a generic file of text multiple-choice questions (one per row: a question, its "
+        "options as a list of texts, its answer as an index, a letter or an option's text) into "
+        "items of text candidates.",
+        "lad data text questions.jsonl --options-field choices --out mcq.jsonl",
+    ),
+}
+
+
+def _register_text(commands: argparse._SubParsersAction) -> None:
+    """The text converters and `text-demo`."""
+    for name, (description, example) in _TEXT.items():
+        p = command(commands, name, description.split(" (")[0], description, example)
+        p.add_argument(
+            "path", type=InputPath, help="a JSON Lines, JSON or .parquet file (or folder)"
+        )
+        if name == "text":
+            p.add_argument("--question-field", default="question", help="default: question")
+            p.add_argument("--options-field", help="default: options, else choices")
+            p.add_argument("--answer-field", default="answer", help="default: answer")
+            p.add_argument("--task-field", help="the field that names a row's task (default: none)")
+        p.add_argument("--task", help="convert only this task (default: every task)")
+        if name != "judgments":
+            p.add_argument(
+                "--num-candidates", "-n", type=int, help="keep only questions with N options"
+            )
+        p.add_argument("--items", type=int, default=None, help="evaluation items (default: all)")
+        p.add_argument(
+            "--calibration-items",
+            type=int,
+            default=5,
+            help="questions held out to OUT's .calibration.jsonl sibling (default 5)",
+        )
+        p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
+        p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
+        p.set_defaults(func=_run_text, converter=name, implied=_released_outputs)
+    p = command(
+        commands,
+        "text-demo",
+        "Write the held-out items of the shipped text demo model",
+        "Write the held-out items of the text demo model shipped with lad (--model text-demo: "
+        "100 questions 'Which option is a fruit?' of 4 word options, drawn when it was trained) "
+        "to OUT, and its 5 calibration items to OUT's .calibration.jsonl sibling "
+        "(docs/demo-model.md, 'The text demo').",
+        "lad data text-demo --out data/text-demo.jsonl",
+    )
+    p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
+    p.set_defaults(func=_run_text_demo, implied=_calibration_split)
+
+
+def _run_text_demo(args: argparse.Namespace) -> int:
+    from lad.demo.text import write_text_demo_items
+
+    _jsonl(str(args.out))
+    for path, count in write_text_demo_items(args.out).items():
+        print(f"written: {path} ({count} items)")
+    return 0
+
+
+def _run_text(args: argparse.Namespace) -> int:
+    from lad.data.judgments import import_judgments
+    from lad.data.mmlu import import_mmlu
+    from lad.data.released import summary_lines
+    from lad.data.textjsonl import import_text
+
+    _jsonl(str(args.out))
+    split = {name: getattr(args, name) for name in ("task", "items", "calibration_items", "seed")}
+    if args.converter == "judgments":
+        written = import_judgments(args.path, args.out, **split)
+    elif args.converter == "mmlu":
+        written = import_mmlu(args.path, args.out, num_candidates=args.num_candidates, **split)
+    else:
+        fields = ("question_field", "options_field", "answer_field", "task_field")
+        named = {name: getattr(args, name) for name in fields}
+        written = import_text(
+            args.path, args.out, num_candidates=args.num_candidates, **named, **split
+        )
+    for line in summary_lines(written):
         print(line)
     return 0

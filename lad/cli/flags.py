@@ -1,8 +1,7 @@
 """Flags shared by several commands, declared once.
 
-Options a preset can set (lad.run.presets) default to None
-here, so `resolved` can tell a stated flag
-from an unstated one: a stated flag wins, then the preset, then lad's default (the paper's).
+Options a preset can set (lad.run.presets) default to None here, so `resolved` can tell a stated
+flag from an unstated one: a stated flag wins, then the preset, then lad's default (the paper's).
 """
 
 from __future__ import annotations
@@ -112,11 +111,6 @@ def number(flag: str, low: float, *, closed: bool = True) -> Callable[[str], flo
     return parse
 
 
-def temperature(flag: str = "--tau") -> Callable[[str], float]:
-    """τ of Eq. 12: a number >= 0, or 'inf' for the limit τ → ∞ (π one-hot)."""
-    return number(flag, 0.0)
-
-
 def add_quiet_flag(
     p: argparse.ArgumentParser,
     help_text: str = "no progress bars (lad's and transformers' loading bars)",
@@ -135,9 +129,10 @@ def add_preset_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-class DefaultsOnce(argparse.HelpFormatter):
-    """Adds "(default: X)" to a flag's help, unless the help already speaks of its default or the
-    flag has none (None, an empty list, an on/off switch): each default is stated once."""
+class HelpFormat(argparse.RawDescriptionHelpFormatter):
+    """Every command's help: its description as written (see `command`), and "(default: X)" after
+    a flag's help unless the help already speaks of its default or the flag has none (None, an
+    empty list, an on/off switch): each default is stated once."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -145,10 +140,6 @@ class DefaultsOnce(argparse.HelpFormatter):
         if "default" in text or none or action.default is argparse.SUPPRESS:
             return text
         return text + " (default: %(default)s)"
-
-
-class HelpFormat(DefaultsOnce, argparse.RawDescriptionHelpFormatter):
-    """Every command's help: its description as written (see `command`), each default once."""
 
 
 def command(
@@ -162,12 +153,13 @@ def command(
 
     `short` may be the command's function instead: its docstring's first line is the one-line
     help, the paragraphs after it the description, and the lines under "Example:" the examples;
-    the function is what the command runs.
+    the function is what the command runs. Without a description, the one-line help is it.
     """
     func = None
     if callable(short):
         func, (short, description, examples) = short, _help_of(short)
-    text = "\n\n".join(textwrap.fill(part, 79) for part in description.split("\n\n"))
+    parts = (description or short).split("\n\n")
+    text = "\n\n".join(textwrap.fill(part, 79) for part in parts)
     p = subparsers.add_parser(
         name,
         help=short,
@@ -212,9 +204,7 @@ def methods_given(
     values: list[tuple[str, ...]] | None, default: tuple[str, ...] = ()
 ) -> tuple[str, ...]:
     """The methods of all --methods/--method flags given, in order, each once (else `default`)."""
-    if not values:
-        return default
-    return tuple(dict.fromkeys(m for group in values for m in group))
+    return tuple(dict.fromkeys(m for group in values for m in group)) if values else default
 
 
 def add_methods_flag(p: argparse.ArgumentParser, default: tuple[str, ...] | None) -> None:
@@ -249,6 +239,15 @@ def add_labels_flag(
     p.add_argument("--labels", default=DEFAULTS.labels, choices=list(LABEL_SCHEMES), help=help)
 
 
+def add_dtype_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dtype",
+        default=DEFAULTS.dtype,
+        choices=["auto", "bfloat16", "float16", "float32"],
+        help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
+    )
+
+
 def add_records_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--records", type=InputPath, required=True, help="evaluation records (.jsonl or .parquet)"
@@ -262,7 +261,7 @@ def add_lad_flags(p: argparse.ArgumentParser) -> None:
     add_whole(p, "--top-k", minimum=1, default=DEFAULTS.top_k, help="K layers selected by Eq. 9")
     p.add_argument(
         "--tau",
-        type=temperature(),
+        type=number("--tau", 0.0),
         default=DEFAULTS.tau,
         help="τ of Eq. 12, >= 0; inf for the limit",
     )
@@ -316,18 +315,10 @@ def add_image_flags(p: argparse.ArgumentParser) -> None:
         help="resize every picture to PIXELS×PIXELS (bicubic) before the processor (default: as "
         "it is; official: 336, 144 tokens per image on Qwen2.5-VL)",
     )
-    add_whole(
-        g,
-        "--max-pixels",
-        minimum=1,
-        help="pixel budget's upper end (Qwen2-VL, Qwen2.5-VL processors)",
-    )
-    add_whole(
-        g,
-        "--min-pixels",
-        minimum=1,
-        help="pixel budget's lower end (Qwen2-VL, Qwen2.5-VL processors)",
-    )
+    for flag, end in (("--max-pixels", "upper"), ("--min-pixels", "lower")):
+        add_whole(
+            g, flag, minimum=1, help=f"pixel budget's {end} end (Qwen2-VL, Qwen2.5-VL processors)"
+        )
     g.add_argument(
         "--image-option",
         action="append",
@@ -392,11 +383,8 @@ _penalty = number_or("model", "a number > 0", _check_penalty)
 
 def image_options(args: argparse.Namespace) -> dict[str, Any]:
     """The processor options the image flags ask for (lad.backends.archs.Arch.processor_options)."""
-    options = dict(args.image_option)
-    for key in ("min_pixels", "max_pixels"):
-        if getattr(args, key) is not None:
-            options[key] = getattr(args, key)
-    return options
+    budget = {k: getattr(args, k) for k in ("min_pixels", "max_pixels")}
+    return {**dict(args.image_option), **{k: v for k, v in budget.items() if v is not None}}
 
 
 def resolved(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
@@ -427,8 +415,6 @@ def _image_option(text: str) -> tuple[str, Any]:
 
 
 def add_calibration_check_flag(p: argparse.ArgumentParser) -> None:
-    """--no-calibration-check: accept a calibration of another model, scheme or prompt, or one
-    that does not say which."""
     p.add_argument(
         "--no-calibration-check",
         dest="check_calibration",

@@ -1,6 +1,5 @@
 """`lad eval`, `lad calibrate`, `lad predict`, `lad report`: thin over lad.evaluate,
-lad.run.debiaser and
-lad.outputs.report."""
+lad.run.debiaser and lad.outputs.report."""
 
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ from lad.cli.flags import (
     InputPath,
     OutputPath,
     add_calibration_check_flag,
+    add_dtype_flag,
     add_image_flags,
     add_labels_flag,
     add_lad_flags,
@@ -55,12 +55,7 @@ def _model_flags(p: argparse.ArgumentParser, default: str | None = DEFAULTS.mode
         choices=["hf", "vllm"],
         help="what makes the records: hf (transformers) or vllm (docs/backends.md)",
     )
-    p.add_argument(
-        "--dtype",
-        default=DEFAULTS.dtype,
-        choices=["auto", "bfloat16", "float16", "float32"],
-        help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
-    )
+    add_dtype_flag(p)
     add_labels_flag(p)
     _setting(p, "--batch-size", minimum=1, help="prompts per forward pass")
     p.add_argument(
@@ -86,10 +81,6 @@ def _setting(p: Any, *names: str, minimum: int, help: str) -> None:
     """A whole-number flag of an EvalConfig setting, its default the setting's (DEFAULTS)."""
     default = getattr(DEFAULTS, names[0].removeprefix("--").replace("-", "_"))
     add_whole(p, *names, minimum=minimum, default=default, help=help)
-
-
-def _quiet_flag(p: argparse.ArgumentParser) -> None:
-    add_quiet_flag(p)
 
 
 def _template(path: str | None) -> Any:
@@ -195,17 +186,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_repetition_penalty_flag(p)
     _baseline_flags(p)
     p.add_argument("--out", type=OutputPath, default="runs/default", help="run directory")
-    _quiet_flag(p)
+    add_quiet_flag(p)
     p.set_defaults(implied=_run_files)
 
-    p = command(
-        subparsers,
-        "calibrate",
-        "fit a calibration.json from a few items (§4.2)",
-        "Run the symmetrised calibration set (every item under all N cyclic shifts) and fit "
-        "the bias matrix and attention prior. The records are kept beside the output.",
-        "lad calibrate --model demo --data cal.jsonl --out calibration.json",
-    )
+    p = command(subparsers, "calibrate", _calibrate)
     _model_flags(p)
     p.add_argument("--data", type=InputPath, required=True, help="items .jsonl file")
     add_whole(p, "--items", minimum=1, default=5, help="how many items of --data to use")
@@ -214,25 +198,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_image_flags(p)
     add_repetition_penalty_flag(p)
     p.add_argument("--out", type=OutputPath, required=True, help="calibration.json to write")
-    _quiet_flag(p)
-    p.set_defaults(func=_calibrate, implied=_calibrate_files)
+    add_quiet_flag(p)
+    p.set_defaults(implied=_calibrate_files)
 
-    p = command(
-        subparsers,
-        "predict",
-        "debias one choice among N images or text options",
-        "Ask the model which image (or, with --text-options, which text option) matches a query "
-        "or answers a question of your own, and debias the answer with a calibration fitted "
-        "under the same prompt (for text options: one fitted on items of text candidates). "
-        "Positions are 1-based in the text output, 0-based with --json.",
-        "lad predict --calibration runs/default/calibration.json --query 'a red circle' "
-        "a.png b.png c.png d.png",
-        "lad predict --model llava-hf/llava-onevision-qwen2-7b-ov-hf --calibration mmiu-cal.json "
-        "--labels image-ordinals --question 'Which image is most likely to be a fake "
-        "photograph?' a.jpg b.jpg c.jpg d.jpg",
-        "lad predict --model text-demo --calibration runs/text-demo/calibration.json "
-        "--question 'Which option is a fruit?' --text-options tiger paris apple copper",
-    )
+    p = command(subparsers, "predict", _predict)
     _model_flags(p)
     p.add_argument(
         "--calibration",
@@ -260,24 +229,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_image_flags(p)
     add_repetition_penalty_flag(p)
     p.add_argument("--json", action="store_true", help="print JSON (positions 0-based)")
-    _quiet_flag(p)
-    p.set_defaults(func=_predict)
+    add_quiet_flag(p)
 
-    p = command(
-        subparsers,
-        "report",
-        "HTML report with figures for run directories",
-        "Write an HTML page with PNG figures for one or more finished runs (runs that differ "
-        "in N also get accuracy against N, one line per method and setting).",
-        "lad report runs/n4 runs/n8 --out runs/report",
-    )
+    p = command(subparsers, "report", _report)
     p.add_argument("runs", type=InputPath, nargs="+", help="run directories")
     p.add_argument(
         "--out",
         type=OutputPath,
         help="folder to write (default: RUN/report for one run; ./report for several)",
     )
-    p.set_defaults(func=_report)
 
 
 def _run_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -349,10 +309,16 @@ def _say(lines: list[str]) -> None:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    """fit a calibration.json from a few items (§4.2)
+
+    Run the symmetrised calibration set (every item under all N cyclic shifts) and fit the bias
+    matrix and attention prior. The records are kept beside the output.
+
+    Example:
+        lad calibrate --model demo --data cal.jsonl --out calibration.json
+    """
     from lad.data.items import read_items
 
-    if args.items < 1:
-        raise LadError(f"--items must be >= 1. Got {args.items}.")
     out = check_output_file(args.out)
     records_out = out.with_name(out.stem + ".records.jsonl")
     items = read_items(args.data)[: args.items]
@@ -360,7 +326,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     check_not_inputs(
         {"--out": out, "its records file": records_out}, {"--data": args.data, "image": images}
     )
-    debiaser = _debiaser(args, obs_mean=args.obs_mean, batch_size=args.batch_size)
+    debiaser = build_debiaser(args, obs_mean=args.obs_mean, batch_size=args.batch_size)
     debiaser.fit(items, records_path=records_out)
     debiaser.save(out)
     cal = debiaser.calibration_
@@ -372,19 +338,30 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
+    """debias one choice among N images or text options
+
+    Ask the model which image (or, with --text-options, which text option) matches a query or
+    answers a question of your own, and debias the answer with a calibration fitted under the
+    same prompt (for text options: one fitted on items of text candidates). Positions are
+    1-based in the text output, 0-based with --json.
+
+    Example:
+        lad predict --calibration runs/default/calibration.json --query 'a red circle' \\
+            a.png b.png c.png d.png
+        lad predict --model llava-hf/llava-onevision-qwen2-7b-ov-hf \\
+            --calibration mmiu-cal.json --labels image-ordinals \\
+            --question 'Which image is most likely to be a fake photograph?' \\
+            a.jpg b.jpg c.jpg d.jpg
+        lad predict --model text-demo --calibration runs/text-demo/calibration.json \\
+            --question 'Which option is a fruit?' --text-options tiger paris apple copper
+    """
     if bool(args.images) == (args.text_options is not None):
         raise LadError(
             "lad predict takes the candidate images or --text-options TEXT ..., "
             + ("not both" if args.images else "and got neither")
         )
-    debiaser = _debiaser(
-        args,
-        top_k=args.top_k,
-        tau=args.tau,
-        check_calibration=args.check_calibration,
-        **{name: getattr(args, name) for name in ("obs_mean", "mixture", "attn_mean")},
-        layer_range=args.layer_range,
-    ).load(args.calibration)
+    names = ("top_k", "tau", "check_calibration", "obs_mean", "mixture", "attn_mean", "layer_range")
+    debiaser = build_debiaser(args, **{n: getattr(args, n) for n in names}).load(args.calibration)
     from lad.run.preflight import check_top_k
 
     layers = debiaser.calibration_.num_layers  # the model's, as far as can be known before it loads
@@ -403,24 +380,31 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _debiaser(args: argparse.Namespace, **more: Any) -> Any:
+def build_debiaser(args: argparse.Namespace, **more: Any) -> Any:
     """The Debiaser of a command's model, spec and --preset flags (stated flags win)."""
     from lad.run.debiaser import Debiaser
 
     names = ("labels", "device", "dtype", "quiet", "chat_template", "image_size", "engine")
-    names += ("trust_remote_code",)
+    names += ("trust_remote_code", "repetition_penalty")
     return Debiaser(
         args.model,
         preset=args.preset,
         **{name: getattr(args, name) for name in names},
         prompt_template=getattr(_template(args.prompt_template), "text", None),
         image_options=image_options(args) or None,
-        repetition_penalty=args.repetition_penalty,
         **more,
     )
 
 
 def _report(args: argparse.Namespace) -> int:
+    """HTML report with figures for run directories
+
+    Write an HTML page with PNG figures for one or more finished runs (runs that differ in N also
+    get accuracy against N, one line per method and setting).
+
+    Example:
+        lad report runs/n4 runs/n8 --out runs/report
+    """
     from lad.outputs.report import write_report
 
     runs = [Path(r) for r in args.runs]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from lad.cli.flags import (
     add_whole,
     command,
     methods_given,
+    options_from,
     resolved,
 )
 from lad.core.audit import Bootstrap
@@ -55,14 +56,7 @@ def _layers(text: str) -> str | tuple[int, ...]:
 
 
 def _register_score(subparsers: argparse._SubParsersAction) -> None:
-    p = command(
-        subparsers,
-        "score",
-        "score stored records with methods, write predictions",
-        "Score stored records with one or more methods and write predictions.jsonl.",
-        "lad score --records runs/default/records.jsonl --calibration-records "
-        "runs/default/calibration.jsonl --methods vanilla,lad --out predictions.jsonl",
-    )
+    p = command(subparsers, "score", run_score)
     add_records_flag(p)
     source = p.add_mutually_exclusive_group()
     source.add_argument(
@@ -98,20 +92,22 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=OutputPath, required=True, help="predictions file to write (.jsonl)"
     )
-    p.set_defaults(func=run_score)
 
 
 def run_score(args: argparse.Namespace) -> int:
+    """score stored records with methods, write predictions
+
+    Score stored records with one or more methods and write predictions.jsonl.
+
+    Example:
+        lad score --records runs/default/records.jsonl --calibration-records \\
+            runs/default/calibration.jsonl --methods vanilla,lad --out predictions.jsonl
+    """
     values = resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range"))
     out = check_output_file(args.out)
     save = args.save_calibration and check_output_file(args.save_calibration, "--save-calibration")
-    inputs = {
-        "--records": args.records,
-        "--calibration-records": args.calibration_records,
-        "--calibration": args.calibration,
-        "--perm-records": args.perm_records,
-        "--blank-records": args.blank_records,
-    }
+    read = ("records", "calibration_records", "calibration", "perm_records", "blank_records")
+    inputs = {"--" + name.replace("_", "-"): getattr(args, name) for name in read}
     check_not_inputs({"--out": out, "--save-calibration": save or None}, inputs)
     check_not_inputs({"--save-calibration": save or None}, {"--out": out})
     records = read_records(args.records)
@@ -126,15 +122,7 @@ def run_score(args: argparse.Namespace) -> int:
         calibration = Calibration(obs_mean=values.get("obs_mean", "prob")).fit(
             read_records(args.calibration_records), allow_partial=args.allow_partial
         )
-    options = MethodOptions(
-        top_k=args.top_k,
-        tau=args.tau,
-        layers=args.layers,
-        use_prior=not args.no_prior,
-        labels=args.labels,
-        blank_alpha=args.blank_alpha,
-        **values,
-    )
+    options = options_from(MethodOptions, args, use_prior=not args.no_prior, **values)
     if args.save_calibration:
         if calibration is None:
             raise LadError("--save-calibration needs --calibration-records to fit one")
@@ -149,7 +137,9 @@ def run_score(args: argparse.Namespace) -> int:
     )
     write_predictions(args.out, scored.predictions)
     print(format_table(scored.metrics))
-    _print_cells(args.records, records, scored.chosen)
+    cells = cells_of_part(args.records)
+    if cells:  # a part of a mixed run: each of its cells' numbers, and the groups
+        print("\n" + format_cells_table(measure_cells(cells, records, scored.chosen)))
     count = f"{len(methods)} method{'s' if len(methods) > 1 else ''}"
     print(f"written: {args.out} ({len(records)} records × {count})")
     return 0
@@ -157,8 +147,6 @@ def run_score(args: argparse.Namespace) -> int:
 
 def warn_if_running(records: str, count: int) -> None:
     """Records of a run directory a lad eval is still writing are a part of the run: say so."""
-    from pathlib import Path
-
     from lad.run.lock import running_holder
 
     holder = running_holder(Path(records).parent)
@@ -176,17 +164,13 @@ def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--predictions", type=InputPath, required=True, help="predictions.jsonl from lad score"
     )
-    p.add_argument(
-        "--repeat-predictions",
-        type=InputPath,
-        help="predictions of the same records asked again (e.g. records made with another "
-        "--batch-size, scored by lad score): their disagreement is the noise floor",
-    )
-    p.add_argument(
-        "--repeat-records",
-        type=InputPath,
-        help="the records --repeat-predictions scored (default: --records)",
-    )
+    repeats = {  # the noise floor's flags
+        "--repeat-predictions": "predictions of the same records asked again (e.g. records made "
+        "with another --batch-size, scored by lad score): their disagreement is the noise floor",
+        "--repeat-records": "the records --repeat-predictions scored (default: --records)",
+    }
+    for flag, help_text in repeats.items():
+        p.add_argument(flag, type=InputPath, help=help_text)
     add_whole(
         p,
         "--bootstrap",
@@ -252,10 +236,3 @@ def _repeats(args: argparse.Namespace, records: RecordSet) -> dict:
     if not predictions:
         raise LadError(f"{args.repeat_predictions}: holds no predictions; nothing to compare")
     return predictions_by_method(again, predictions, args.repeat_predictions)
-
-
-def _print_cells(path: str, records: Any, chosen: dict[str, Any]) -> None:
-    """Records of a mixed run's part: each of its cells' numbers, and the groups."""
-    cells = cells_of_part(path)
-    if cells:
-        print("\n" + format_cells_table(measure_cells(cells, records, chosen)))

@@ -6,6 +6,7 @@ import argparse
 
 from lad.cli.flags import (
     InputPath,
+    add_dtype_flag,
     add_image_flags,
     add_labels_flag,
     add_lad_flags,
@@ -17,26 +18,10 @@ from lad.cli.flags import (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = command(
-        subparsers,
-        "serve",
-        "serve debiased N-way choices over HTTP (vLLM)",
-        'Load the model in vLLM\'s async engine and answer POST /choose with JSON {"query" or '
-        '"question", "images" (paths inside --image-root) or "texts"}: lad predict --json\'s '
-        "answer. Concurrent requests are batched by the engine; past --max-queue in flight the "
-        "answer is 503. docs/backends.md, 'Serving'.",
-        "lad serve --model Qwen/Qwen2.5-VL-3B-Instruct --calibration cal.json --port 8000",
-        'curl -s localhost:8000/choose -d \'{"query": "a red circle", "images": '
-        '["a.png", "b.png", "c.png", "d.png"]}\'',
-    )
+    p = command(subparsers, "serve", _serve)
     p.add_argument("--model", type=model_path, default="demo", help="hub id, local path or 'demo'")
     add_trust_remote_code_flag(p)
-    p.add_argument(
-        "--dtype",
-        default="auto",
-        choices=["auto", "bfloat16", "float16", "float32"],
-        help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
-    )
+    add_dtype_flag(p)
     add_labels_flag(p)
     for flag, what in (("--prompt-template", "prompt text"), ("--chat-template", "Jinja file")):
         p.add_argument(flag, type=InputPath, metavar="FILE", help=f"as lad predict's ({what})")
@@ -55,14 +40,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_whole(p, "--port", minimum=1, default=8000, help="port to listen on")
     add_whole(p, "--max-queue", minimum=1, default=64, help="requests in flight before 503")
     add_lad_flags(p)
-    p.set_defaults(func=_serve, engine="vllm", device="auto", quiet=True, repetition_penalty=None)
+    p.set_defaults(engine="vllm", device="auto", quiet=True, repetition_penalty=None)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from lad.cli.run import _debiaser
+    """serve debiased N-way choices over HTTP (vLLM)
+
+    Load the model in vLLM's async engine and answer POST /choose with JSON {"query" or
+    "question", "images" (paths inside --image-root) or "texts"}: lad predict --json's answer.
+    Concurrent requests are batched by the engine; past --max-queue in flight the answer is 503.
+    docs/backends.md, 'Serving'.
+
+    Example:
+        lad serve --model Qwen/Qwen2.5-VL-3B-Instruct --calibration cal.json --port 8000
+        curl -s localhost:8000/choose -d '{"query": "a red circle", "images": \\
+            ["a.png", "b.png", "c.png", "d.png"]}'
+    """
+    from lad.cli.run import build_debiaser
     from lad.run.serve import serve
 
-    debiaser = _debiaser(args, top_k=args.top_k, tau=args.tau).load(args.calibration)
+    debiaser = build_debiaser(args, top_k=args.top_k, tau=args.tau).load(args.calibration)
     serve(
         debiaser,
         host=args.host,

@@ -13,19 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "suite", help="run a suite of cells (the paper's tables) and print one table"
     )
     commands = p.add_subparsers(dest="suite_command", required=True, metavar="COMMAND")
-    run = command(
-        commands,
-        "run",
-        "run every cell of a suite, resumably, and print its table",
-        "Run every (task, N, setting) cell of a suite for its models (or --model alone): each "
-        "cell's data converted once from your download into OUT/data/, one lad eval run "
-        "directory per model and cell in OUT/<model>/<cell>/ (a finished one is skipped), then "
-        "one table with the paper's published numbers beside lad's and the difference. "
-        "Built-in suites: table1, table5, blink, muirbench (lad suite list).",
-        "lad suite run table5 --model llava-hf/llava-onevision-qwen2-7b-ov-hf --data-root MMIU "
-        "--out runs/table5",
-        "lad suite run table1 --data-root coco=COCO --data-root flickr8k=Flickr8k --out runs/t1",
-    )
+    run = command(commands, "run", _run)
     run.add_argument("suite", type=InputPath, help="a built-in suite's name, or a suite .toml")
     run.add_argument(
         "--data-root",
@@ -46,15 +34,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--compare", metavar="NAME", help="the paper's model the difference line is against"
     )
     run.add_argument("--out", type=OutputPath, required=True, help="folder of the suite's runs")
-    run.set_defaults(func=_run)
-    listed = command(
-        commands, "list", "list the built-in suites", "The built-in suites and what they run.",
-        "lad suite list",
-    )  # fmt: skip
-    listed.set_defaults(func=_list)
+    command(commands, "list", _list)
 
 
 def _run(args: argparse.Namespace) -> int:
+    """run every cell of a suite, resumably, and print its table
+
+    Run every (task, N, setting) cell of a suite for its models (or --model alone): each cell's
+    data converted once from your download into OUT/data/, one lad eval run directory per model
+    and cell in OUT/<model>/<cell>/ (a finished one is skipped), then one table with the paper's
+    published numbers beside lad's and the difference. Built-in suites: table1, table5, blink,
+    muirbench (lad suite list).
+
+    Example:
+        lad suite run table5 --model llava-hf/llava-onevision-qwen2-7b-ov-hf --data-root MMIU \\
+            --out runs/table5
+        lad suite run table1 --data-root coco=COCO --data-root flickr8k=Flickr8k --out runs/t1
+    """
     from lad.evaluate import run_suite
     from lad.io.files import check_output_dir
     from lad.suites import load_suite
@@ -75,6 +71,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    """list the built-in suites
+
+    The built-in suites and what they run.
+
+    Example:
+        lad suite list
+    """
     from lad.suites import built_in_names, load_suite
 
     for name in built_in_names():

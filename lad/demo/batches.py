@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from lad.backends.prompting import chat_text  # exactly the backend's prompt building
+from lad.core.labels import get_scheme
+from lad.core.prompts import render_prompt
+from lad.data.items import read_items
+from lad.data.shapes import build_shapes
 from lad.demo.recipe import Stage, TrainConfig
+from lad.io.images import open_image
 
 LABELS = "digits"
 REFER_PROMPT = "What is in picture {k}?"
@@ -35,10 +41,6 @@ def load_items(
     processor: Any, work: Path, split: str, settings: Sequence[str], items: int, config: TrainConfig
 ) -> list[PreparedItem]:
     """A shapes split (4 candidates per item), pictures preprocessed once by the processor."""
-    from lad.data.items import read_items
-    from lad.data.shapes import build_shapes
-    from lad.io.images import open_image
-
     out = []
     for setting in settings:
         path = build_shapes(
@@ -105,10 +107,6 @@ def draw(items: list[PreparedItem], config: TrainConfig, stage: Stage, rng: np.r
 
 def prompt_text(processor: Any, query: str, num_candidates: int) -> str:
     """The chat-formatted vanilla prompt, ending where the answer label starts."""
-    from lad.backends.prompting import chat_text  # exactly the backend's prompt building
-    from lad.core.labels import get_scheme
-    from lad.core.prompts import render_prompt
-
     text = render_prompt("vanilla", query, get_scheme(LABELS), num_candidates)
     return chat_text(processor, text, num_candidates)
 
@@ -124,8 +122,6 @@ class Tokens:
         self.cache: dict[tuple[str, str, int], list[int]] = {}
 
     def prompt(self, kind: str, text: str, n: int) -> list[int]:
-        from lad.backends.prompting import chat_text
-
         key = (kind, text, n)
         if key not in self.cache:
             full = (

@@ -3,23 +3,13 @@
     lad demo train --out runs/demo-model
     lad demo train --out lad/demo/model --replace-shipped-model      (the shipped one)
 
-`train(TrainConfig(), out)` does it from Python. Recipe (docs/demo-model.md). A random-init
-Qwen2-VL (lad.testing.tiny) learns the shapes training split as a causal LM on three kinds of
-multi-image prompt (lad.demo.batches), built exactly as the backend builds them: caption matching
-(the vanilla prompt → the answer's label), referring ("What is in picture k?" → its description)
-and finding ("Describe the picture with a red circle." → that picture's description), each
-example weighing the same. Two auxiliary losses give the small model the grounding a real MLLM
-gets from pretraining: each image's vision tokens must name its colours and shapes in the
-word-embedding space (alignment), and after `grounding_layer` decoder layers each image token
-must name its picture's index and the prompt's last token the caption's words.
-
-Stages: N = 2 only (matching is learned there, never at N = 4 from scratch), then 2..4 images,
-both with the answer at uniform positions and true labels; then a short matching stage whose
-annotations drift one picture earlier the later the true answer sits (an answer at 0-based
-position p keeps its label with probability `keep_label`**p, else names picture p - 1), and
-which trains only the output mapping (the last layer's MLP and the LM head): the position bias
-is learned last, from data alone, and every attention map stays as the grounded model left it.
-Nothing is edited after training. CPU only, seeded, deterministic.
+`train(TrainConfig(), out)` does it from Python; the recipe is docs/demo-model.md's ("Recipe"): a
+random-init Qwen2-VL (lad.testing.tiny) learns the shapes training split as a causal LM on three
+kinds of multi-image prompt (lad.demo.batches), with two auxiliary losses that give the small
+model the grounding a real MLLM gets from pretraining. The last stage trains only the output
+mapping on drifting annotations, so the position bias is learned last, from data alone, and every
+attention map stays as the grounded model left it. Nothing is edited after training. CPU only,
+seeded, deterministic.
 """
 
 from __future__ import annotations
@@ -38,9 +28,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from lad.data.shapes import BACKGROUND, COLOURS, SHAPES, shapes_vocabulary
 from lad.demo.batches import Example, PreparedItem, Tokens, collate, draw, load_items
 from lad.demo.recipe import Stage, TrainConfig, check_not_shipped
 from lad.errors import LadError
+from lad.io.files import check_not_inputs
 
 ARCH = "qwen2_vl"
 # The TrainConfig fields that are the tiny model's TinySize (same names).
@@ -55,8 +47,6 @@ class _Words:
     """Token ids of the shapes' colour and shape words, and each text's words as a 0/1 vector."""
 
     def __init__(self, tok: Any):
-        from lad.data.shapes import COLOURS, SHAPES
-
         names = [*COLOURS, *SHAPES]
         self.index = {w: i for i, w in enumerate(names)}
         self.ids = torch.tensor([tok.convert_tokens_to_ids("▁" + w) for w in names])
@@ -173,7 +163,6 @@ def _lr_at(step: int, stage: Stage, config: TrainConfig) -> float:
 def _initial_model(config: TrainConfig, out: Path) -> None:
     from transformers import AutoProcessor
 
-    from lad.data.shapes import BACKGROUND, shapes_vocabulary
     from lad.testing.tiny import TinySize, build_tiny_model
 
     size = TinySize(
@@ -306,8 +295,6 @@ def _trained_parameters(model: Any, stage: Stage) -> list[torch.nn.Parameter]:
 
 def _check_out(out: Path, init: str | Path | None) -> None:
     """`out` is replaced at the end: refuse the --init checkpoint and any folder not a model's."""
-    from lad.io.files import check_not_inputs
-
     check_not_inputs({"--out": out}, {"--init": init})
     if out.exists() and (
         not out.is_dir() or (any(out.iterdir()) and not (out / "config.json").is_file())

@@ -17,14 +17,12 @@ from typing import Any
 
 from lad.errors import LadError
 
-MODEL_CLASS = "lad.harness.model.LadModel"
-
 
 def manifests() -> list[Any]:
     """lmms-eval's ModelManifest of `--model lad` (its entry-point payload)."""
     from lmms_eval.models.registry_v2 import ModelManifest
 
-    return [ModelManifest(model_id="lad", simple_class_path=MODEL_CLASS)]
+    return [ModelManifest(model_id="lad", simple_class_path="lad.harness.model.LadModel")]
 
 
 def tasks_folder() -> Path:

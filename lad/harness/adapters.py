@@ -1,26 +1,19 @@
-"""Per-task adapters: which of a harness document's pictures are the options of its question.
+"""Per-task adapters: which of a harness document's pictures are the options of its question
+(docs/harness.md, "Adapters").
 
-An adapter reads one document of an lmms-eval task (a dict, as `lm.task_dict[task][split][i]`
-holds it; `--model lad` hands its pictures over undecoded, {"bytes", "path"}, and the circular
-variants move them the same way) and returns a `PictureChoice` when every option of the question
-is one of the document's pictures, else None (the question is then answered by generation).
-Adapters are pure functions of the document; none imports lmms-eval. Each calls its benchmark's
-one rule (`choose` of lad.data.muirbench and lad.data.blink, registered in lad.data.benchmarks),
-the rule `lad data muirbench|blink` converts with, so `lad eval` on a converted file asks the same
-items in the same way; a document the rule skips or refuses is answered by generation.
-
-MuirBench (MUIRBENCH/MUIRBENCH): `question` (with an `<image>` placeholder per question
-picture), `options` (an option that is a picture is exactly "<image>"), `answer` (a letter),
-`image_list` (the question's pictures, then the options' pictures, in text order), `idx`.
-BLINK (BLINK-Benchmark/BLINK): `question`, `choices` ("the second image", …), `answer` ("(B)"),
-`image_1` … `image_4` (None where absent), `idx`.
-
-Documents of lad's circular variants (lad.harness.circular) carry `lad_item` (the original
-document's id) and `lad_shift` (the cyclic shift s applied to the option pictures).
+An adapter is a pure function of one lmms-eval document (a dict; `--model lad` and the circular
+variants hand its pictures over undecoded, {"bytes", "path"}) and imports no lmms-eval: a
+`PictureChoice` when every option is one of the document's pictures, else None (the question is
+then answered by generation). Each calls its benchmark's one rule (`choose`, registered in
+lad.data.benchmarks), the rule `lad data muirbench|blink` converts with, so `lad eval` on a
+converted file asks the same items in the same way; a document the rule skips or refuses is
+answered by generation. Documents of lad's circular variants (lad.harness.circular) carry
+`lad_item` (the original document's id) and `lad_shift` (the cyclic shift s of the options).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +23,7 @@ from lad.data.blink import PICTURE_FIELDS as BLINK_PICTURES
 from lad.data.blink import named_pictures
 from lad.data.items import CONTEXT_PLACEHOLDER, cyclic_shift
 from lad.data.questions import Benchmark, Row
-from lad.data.rules import Choice, answer_position, option_letters
+from lad.data.rules import Choice
 from lad.errors import LadError
 
 IMAGE_PLACEHOLDER = CONTEXT_PLACEHOLDER  # "<image>": where a text shows a picture
@@ -72,12 +65,6 @@ class PictureChoice:
         for p, i in enumerate(self.order):
             out[i] = self.candidates[p]
         return out
-
-
-def answer_letter(answer: Any, n: int) -> int | None:
-    """The option an answer ("B", "(B)") names, as lad's converters read it; None if none."""
-    position = answer_position(answer, option_letters(n))
-    return position if isinstance(position, int) else None
 
 
 def _choice(benchmark: Benchmark, doc: dict[str, Any]) -> Choice | None:
@@ -131,17 +118,30 @@ ADAPTERS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], PictureCho
 }
 
 
-def adapter_for(doc: dict[str, Any]) -> str | None:
-    """The name of the adapter whose schema `doc` has (None: no adapter knows it)."""
-    for name, (keys, _) in ADAPTERS.items():
-        if all(k in doc for k in keys):
-            return name
-    return None
-
-
 def picture_choice(doc: dict[str, Any], adapter: str | None = None) -> PictureChoice | None:
-    """`doc` as a picture choice by `adapter` (None: the one whose schema it has)."""
-    name = adapter or adapter_for(doc)
-    if name is None:
-        return None
-    return ADAPTERS[name][1](doc)
+    """`doc` as a picture choice by `adapter` (None: the one whose schema it has, if any)."""
+    known = (name for name, (keys, _) in ADAPTERS.items() if all(k in doc for k in keys))
+    name = adapter or next(known, None)
+    return None if name is None else ADAPTERS[name][1](doc)
+
+
+def undecoded(dataset: Any) -> Any:
+    """`dataset` (a datasets.Dataset) with every picture column, or list of pictures, not
+    decoded (the storage unchanged), so lad reads the very bytes `lad data muirbench|blink`
+    would write out (lad.harness.pictures), and nothing is decoded just to be checked."""
+    import datasets
+
+    def plain(feature: Any) -> Any:
+        if isinstance(feature, datasets.Image):
+            return datasets.Image(decode=False)
+        if isinstance(getattr(feature, "feature", None), datasets.Image):
+            out = copy.copy(feature)
+            out.feature = datasets.Image(decode=False)
+            return out
+        return feature
+
+    features = dataset.features.copy()
+    changed = {k: plain(f) for k, f in features.items()}
+    if all(changed[k] is features[k] for k in features):
+        return dataset
+    return dataset.cast(datasets.Features(changed))

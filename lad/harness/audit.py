@@ -1,23 +1,11 @@
-"""lad's metrics for harness runs: the audit file and folders.
+"""lad's metrics for harness runs: the audit file and folders (docs/harness.md, "The audit file").
 
-Two sources:
-
-- `--model lad` writes, at the end of its requests, one lad run folder per (task, N) under its
-  `output` model_arg (records.jsonl, predictions.jsonl of vanilla, the chosen method and LAD,
-  metrics.json, calibration.json, run.json: `lad report` and `lad metrics` read them) and
-  `lad_audit.json` summing them up.
-- Any model on a circular variant (lad.harness.circular): each document's result carries the
-  row {item, ordering, order, answer, prediction}; the task's `lad_acc`, `lad_rstd`, `lad_cons`
-  metrics aggregate them in lmms-eval's own results, and `lad harness audit OUTPUT_PATH` reads
-  the samples lmms-eval logged (`--log_samples`) and writes `lad_audit.json` and one folder per
-  (task, N) (metrics.json, run.json: `lad report` reads them) beside lmms-eval's results.
-
-lad_audit.json's format (its "tasks" and the item-weighted "pooled" numbers) is docs/harness.md's
-"The audit file".
-
-A row with `repeat` r > 0 is its (item, ordering) asked again (a circular task's `repeats`): the
-metrics are those of the first askings, and the share of repeats whose choice differs from the
-first asking's is the method's noise floor.
+`--model lad` writes one lad run folder per (task, N) under its `output` model_arg, which `lad
+report` and `lad metrics` read, and `lad_audit.json` summing them up. Any model on a circular
+variant (lad.harness.circular) leaves a row {item, ordering, order, answer, prediction} per
+document, which the tasks' lad_* metrics aggregate and `lad harness audit` reads back. A row
+with `repeat` r > 0 is its (item, ordering) asked again: the metrics are those of the first
+askings, and the share of repeats whose choice differs is the method's noise floor.
 """
 
 from __future__ import annotations

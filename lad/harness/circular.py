@@ -1,17 +1,12 @@
 """Circular variants of the picture-option tasks, for any model (task YAMLs in
-lad/harness/tasks, loaded with `--include_path`).
+lad/harness/tasks, loaded with `--include_path`; docs/harness.md).
 
-`process_docs` keeps a task's picture questions (lad.harness.adapters) and asks each N times,
-its option pictures cyclically shifted as lad's evaluation does (lad.data.items.cyclic_shift: at
-shift s, position p shows the original option (p + s) mod N, and the answer letter moves with
-its picture); question pictures and option texts stay. Each document gains `lad_item` (the
-original id) and `lad_shift` (s). The `*_docs_repeated` variants (tasks `*_circular_repeat`) ask
-every shift twice, the second document with `lad_repeat` 1: for a model that samples, how often
-the same question in the same order gets another answer is the noise floor of its flip rate
-(`lad harness audit`; docs/metrics.md). `*_results` score a document with the task's own
-process_results, unchanged, and add the row lad's metrics need (lad.harness.audit); the
-`lad_acc`, `lad_rstd`, `lad_cons`, `lad_flip` and `lad_circular` aggregations put Acc, RStd,
-Cons., the flip rate and CircularEval accuracy (docs/metrics.md) in lmms-eval's table.
+`process_docs` keeps a task's picture questions (lad.harness.adapters) and asks each under all N
+cyclic shifts of its option pictures (lad.data.items.cyclic_shift; the answer letter moves with
+its picture), each document gaining `lad_item` and `lad_shift`; the `*_docs_repeated` variants
+ask every shift twice (`lad_repeat` 1), for a sampling model's noise floor. `*_results` run the
+task's own process_results unchanged and add lad's audit row (lad.harness.audit), which the
+`lad_*` aggregations turn into lad's metrics in lmms-eval's table.
 """
 
 from __future__ import annotations
@@ -23,7 +18,13 @@ from typing import Any
 from lad.data.blink import PICTURE_FIELDS as BLINK_PICTURES
 from lad.data.items import cyclic_shift
 from lad.data.mmiu import ordinal_image
-from lad.harness.adapters import IMAGE_PLACEHOLDER, PictureChoice, blink_option_keys, picture_choice
+from lad.harness.adapters import (
+    IMAGE_PLACEHOLDER,
+    PictureChoice,
+    blink_option_keys,
+    picture_choice,
+    undecoded,
+)
 from lad.harness.audit import pooled
 
 AUDIT_METRICS = ("lad_acc", "lad_rstd", "lad_cons", "lad_flip", "lad_circular")
@@ -38,10 +39,6 @@ def _expand(
     """Each picture question of `dataset` (a datasets.Dataset) under all N cyclic shifts, each
     shift `repeats` times (documents in a row, `lad_repeat` 0, 1, … when more than once); the
     pictures' bytes are moved, never re-encoded."""
-    import datasets
-
-    from lad.harness.undecoded import undecoded
-
     rows = []
     for doc in undecoded(dataset):
         choice = picture_choice(doc, adapter)
@@ -50,10 +47,18 @@ def _expand(
         for s in range(choice.num_candidates):
             row = {**shifted(dict(doc), choice, s), "lad_item": choice.item, "lad_shift": s}
             rows += [row] if repeats == 1 else [{**row, "lad_repeat": r} for r in range(repeats)]
+    return shifted_dataset(dataset, rows, repeats > 1)
+
+
+def shifted_dataset(dataset: Any, rows: list[dict], repeated: bool = False) -> Any:
+    """`rows` as a datasets.Dataset of `dataset`'s features and lad's (`lad_item`, `lad_shift`,
+    and `lad_repeat` when `repeated`)."""
+    import datasets
+
     features = dataset.features.copy()
     features["lad_item"] = datasets.Value("string")
     features["lad_shift"] = datasets.Value("int64")
-    if repeats > 1:
+    if repeated:
         features["lad_repeat"] = datasets.Value("int64")
     return datasets.Dataset.from_list(rows, features=features)
 
@@ -150,21 +155,15 @@ def blink_results(doc: dict, results: list[str]) -> dict[str, Any]:
     return _with_audit(scored, audit_row(doc, blink_positions(doc["choices"]), parsed))
 
 
-def lad_acc(rows: list[dict[str, Any]]) -> float:
-    return pooled(rows, "acc")
+def _aggregation(name: str, key: str) -> Callable[[list[dict[str, Any]]], float]:
+    """lmms-eval's aggregation `name` (a task YAML's `!function`): `pooled` of metric `key`."""
+
+    def aggregate(rows: list[dict[str, Any]]) -> float:
+        return pooled(rows, key)
+
+    aggregate.__name__ = aggregate.__qualname__ = name
+    return aggregate
 
 
-def lad_rstd(rows: list[dict[str, Any]]) -> float:
-    return pooled(rows, "rstd")
-
-
-def lad_cons(rows: list[dict[str, Any]]) -> float:
-    return pooled(rows, "cons")
-
-
-def lad_flip(rows: list[dict[str, Any]]) -> float:
-    return pooled(rows, "flip_rate")
-
-
-def lad_circular(rows: list[dict[str, Any]]) -> float:
-    return pooled(rows, "circular_acc")
+_KEYS = ("acc", "rstd", "cons", "flip_rate", "circular_acc")  # of AUDIT_METRICS, in order
+lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular = map(_aggregation, AUDIT_METRICS, _KEYS)

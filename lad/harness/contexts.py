@@ -1,22 +1,13 @@
-"""lm-evaluation-harness's multiple-choice requests as lad questions, without lm-eval.
+"""lm-evaluation-harness's multiple-choice requests as lad questions, without lm-eval
+(docs/harness.md, "What `--model lad` does with the requests").
 
-A `multiple_choice` task sends one loglikelihood request (context, continuation) per choice. lad
-scores the tasks that list their options in the context and answer with a label, as MMLU's
-prompt does:
-
-    <question>
-    A. <option 1>
-    B. <option 2>
-    ...
-    Answer:            continuations " A", " B", ...
-
-The requests of one document are regrouped (`questions`) into one `ContextQuestion`: the labels
-(a lad label scheme's, read from the continuations), the options' texts and what comes before and
-after them. It is asked as a lad item of text candidates under the template
-"{question}\\n{options}<tail>" whose rendering is checked to give the context back character for
-character, so the model reads exactly the prompt lm-eval built, and each option's span is its
-text's tokens, as for any text candidate (lad.backends.text). A task of any other shape is
-refused with the document it failed on, never guessed at.
+lad scores the `multiple_choice` tasks that list their options in the context and answer with a
+label, as MMLU's prompt does ("<question>\nA. <option 1>\nB. <option 2>\n...\nAnswer:",
+continuations " A", " B", ...). The requests of one document become one `ContextQuestion`, asked
+as a lad item of text candidates under the template "{question}\n{options}<tail>" whose rendering
+is checked to give the context back character for character, so the model reads exactly the
+prompt lm-eval built. A task of any other shape is refused with the document it failed on, never
+guessed at.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from inspect_ai.scorer import (
@@ -155,45 +156,32 @@ def _by_n(scores: list[SampleScore]) -> dict[int, dict[str, Any]]:
     return _cache[key]
 
 
-def _pooled(key: str) -> Metric:
-    """The metric `key` of lad's metrics, pooled over N (lad.harness.audit.pooled_metrics)."""
+def _pooled(name: str, key: str) -> Callable[[], Metric]:
+    """Inspect's metric `name`: lad's metric `key`, pooled over N (lad.harness.audit.
+    pooled_metrics)."""
 
-    def value(scores: list[SampleScore]) -> float:  # annotated: Inspect passes SampleScores
-        pooled = pooled_metrics(_by_n(scores), key)
-        return math.nan if pooled is None else pooled
+    def factory() -> Metric:
+        def value(scores: list[SampleScore]) -> float:  # annotated: Inspect passes SampleScores
+            pooled = pooled_metrics(_by_n(scores), key)
+            return math.nan if pooled is None else pooled
 
-    return value
+        return value
 
-
-@metric(scores="unreduced")
-def lad_acc() -> Metric:
-    """Acc (%): accuracy per shift, averaged over the shifts (lad.core.metrics)."""
-    return _pooled("acc")
+    return metric(name=name, scores="unreduced")(factory)
 
 
-@metric(scores="unreduced")
-def lad_rstd() -> Metric:
-    """RStd: the std of the recall at each answer position."""
-    return _pooled("rstd")
-
-
-@metric(scores="unreduced")
-def lad_cons() -> Metric:
-    """Cons. (%): questions whose chosen option is the same under every shift (for a pair: the
-    share of agreeing judgments)."""
-    return _pooled("cons")
-
-
-@metric(scores="unreduced")
-def lad_flip() -> Metric:
-    """Flip rate (%): the share of pairs of shifts of a question whose choices differ."""
-    return _pooled("flip_rate")
-
-
-@metric(scores="unreduced")
-def lad_circular() -> Metric:
-    """CircularEval accuracy (%): questions right under every shift."""
-    return _pooled("circular_acc")
+# Acc (%): accuracy per shift, averaged over the shifts; RStd: the std of the recall at each
+# answer position; Cons. (%): questions whose chosen option is the same under every shift (for a
+# pair: the share of agreeing judgments); flip rate (%): the share of pairs of shifts of a
+# question whose choices differ; CircularEval accuracy (%): questions right under every shift.
+_POOLED = {
+    "lad_acc": "acc",
+    "lad_rstd": "rstd",
+    "lad_cons": "cons",
+    "lad_flip": "flip_rate",
+    "lad_circular": "circular_acc",
+}
+lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular = map(_pooled, _POOLED, _POOLED.values())
 
 
 @metric(scores="unreduced")

@@ -1,16 +1,10 @@
 """`--model lad` for lm-evaluation-harness 0.4.x (imported only where lm-eval is installed).
 
-    lad harness lm-eval --model lad \
-        --model_args pretrained=Qwen/Qwen3-0.6B,calibration_items=mmlu.calibration.jsonl \
-        --tasks mmlu_abstract_algebra --output_path out
-
 Importing this module registers the model `lad` in lm-eval's registry (so, in Python,
 `lm_eval.simple_evaluate(model="lad", ...)` works after `import lad.harness.lm_eval`).
 lm-eval 0.4.13 finds no model outside its own source tree from the command line (its plugin
 discovery, PR #4013, came after that release), so `lad harness lm-eval ARGS` is lm-eval's own
-command line with `lad` registered: every flag is lm-eval's. A multiple-choice task's requests
-are regrouped per document (lad.harness.contexts) and scored by lad (lad.harness.text_scorer):
-one forward pass per question, the options' spans read in the same pass.
+command line with `lad` registered: every flag is lm-eval's (docs/harness.md).
 """
 
 from __future__ import annotations

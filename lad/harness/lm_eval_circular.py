@@ -1,15 +1,10 @@
 """Circular variants of lm-evaluation-harness multiple-choice tasks, for any model
-(`lad harness lm-eval-circular TASK.yaml --out DIR`).
+(`lad harness lm-eval-circular TASK.yaml --out DIR`; docs/harness.md, "Circular variants").
 
-A variant includes the task's own YAML and changes two things: `process_docs` asks each question
-N times, its options cyclically shifted as lad's evaluation shifts them (lad.data.items.
-cyclic_shift: at shift s, position p shows the original option (p + s) mod N, and the answer
-moves with its option), and `process_results` adds to acc the row lad's metrics read, so
-lm-eval's table gains lad's Acc, RStd, Cons., flip rate and CircularEval accuracy (the
-aggregations of lad.harness.circular) and `lad harness audit` reads the logged samples. The
-task's documents must hold MMLU's fields: `question`, `choices` (a list of texts) and `answer`
-(the right choice's index, or its letter). lm-eval resolves `!function` in a file beside the YAML,
-so the variant is written with `lad_circular.py`, which imports these functions from lad.
+A variant includes the task's own YAML; its `process_docs` asks each question under all N cyclic
+shifts of its choices (lad.data.items.cyclic_shift) and its `process_results` adds lad's audit row
+to acc. lm-eval resolves `!function` in a file beside the YAML, so the variant is written with
+`lad_circular.py`, which imports these functions from lad.
 """
 
 from __future__ import annotations
@@ -22,7 +17,8 @@ import numpy as np
 
 from lad.data.items import cyclic_shift
 from lad.errors import DataError, LadError
-from lad.harness.circular import AUDIT_METRICS
+from lad.harness import harness_module
+from lad.harness.circular import AUDIT_METRICS, shifted_dataset
 from lad.io import files
 
 SHIM = "lad_circular.py"
@@ -61,8 +57,6 @@ def _choices(doc: dict[str, Any], k: int) -> list[str]:
 def circular_docs(dataset: Any) -> Any:
     """Each question of `dataset` (a datasets.Dataset) under all N cyclic shifts of its choices,
     with `lad_item` (its row in the split) and `lad_shift`."""
-    import datasets
-
     rows = []
     for k, doc in enumerate(dataset):
         choices = _choices(doc, k)
@@ -75,10 +69,7 @@ def circular_docs(dataset: Any) -> Any:
                 {**doc, "choices": [choices[i] for i in order], "answer": shown,
                  "lad_item": str(k), "lad_shift": s}
             )  # fmt: skip
-    features = dataset.features.copy()
-    features["lad_item"] = datasets.Value("string")
-    features["lad_shift"] = datasets.Value("int64")
-    return datasets.Dataset.from_list(rows, features=features)
+    return shifted_dataset(dataset, rows)
 
 
 def circular_results(doc: dict[str, Any], results: list[tuple[float, bool]]) -> dict[str, Any]:
@@ -108,8 +99,6 @@ def _metric(name: str, aggregation: str, higher: bool) -> str:
 def write_variant(task_yaml: str | Path, out: str | Path) -> Path:
     """The circular variant of the task in `task_yaml`, written into folder `out` with its
     shim; returns the YAML's path."""
-    from lad.harness import harness_module
-
     load_yaml = harness_module("lm_eval.tasks._yaml_loader", "lm-eval").load_yaml
     task_yaml = Path(task_yaml).resolve()
     try:

@@ -1,20 +1,18 @@
 """`--model lad` for lmms-eval (imported only by lmms-eval, through the entry point).
 
-    python -m lmms_eval --model lad --model_args model=demo,method=lad,calibration_docs=5 \
-        --tasks muirbench --include_path $(python -m lad harness tasks) --output_path out/
-
 A generate_until request whose document is a picture question (lad.harness.adapters) is scored
-by lad (lad.harness.runner): the option labels exactly, from one forward pass, the chosen method
-applied, and the reply is the option letter the task's own parser reads, so the task's metric is
-unchanged. Any other request is answered by the model's plain greedy generation. At the end each
-(task, N) gets an audit folder under `output` (lad.harness.audit) and `lad_audit.json` beside
-them, with vanilla and the method side by side.
+by lad (lad.harness.runner) and answered with the option letter the task's own parser reads, so
+the task's metric is unchanged; any other request gets the model's plain greedy generation. At
+the end each (task, N) gets an audit folder under `output` (lad.harness.audit). docs/harness.md,
+"What `--model lad` does with a request".
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +21,9 @@ from lmms_eval.api.model import lmms
 from loguru import logger
 from tqdm import tqdm
 
+from lad.backends.prompting import chat_messages, render
 from lad.errors import LadError
-from lad.harness.adapters import PictureChoice, picture_choice
+from lad.harness.adapters import IMAGE_PLACEHOLDER, PictureChoice, picture_choice, undecoded
 from lad.harness.args import read_model_args, unknown_model_args
 from lad.harness.audit import write_model_audit
 from lad.harness.runner import HarnessOptions, PictureScorer
@@ -92,10 +91,10 @@ class LadModel(lmms):
             debiaser, source = self.scorer.calibrated(
                 task, n, self._calibration_docs(task, split, n)
             )
-            scored = {doc_id for _, doc_id, _ in group}
-            self._say_calibration(task, n, source, scored, split)
-            result = self.scorer.score(task, [c for _, _, c in group], debiaser, source)
-            chosen = result.chosen[self.options.method]
+            choices = [c for _, _, c in group]
+            self._say_calibration(task, n, source, choices, split)
+            result = self.scorer.score(task, choices, debiaser, source)
+            chosen = result.scored.chosen[self.options.method]
             for (r, _, choice), p in zip(group, chosen, strict=True):
                 replies[r] = choice.replies[int(p)]
             results.append(result)
@@ -111,19 +110,28 @@ class LadModel(lmms):
     # ------------------------------------------------------------ helpers
 
     def _generate(self, request: Instance) -> str:
-        from lad.harness.generation import generate_reply
-
+        """What any lmms-eval model does for a generate_until request: the task's own prompt
+        (placeholders removed) after its pictures, the model's chat template, greedy decoding,
+        the reply cut before the first stop string of `until`."""
         ctx, gen_kwargs, doc_to_visual, doc_id, task, split = request.args
         visuals = doc_to_visual(self.task_dict[task][split][doc_id]) or []
         until = gen_kwargs.get("until") or []
         until = [until] if isinstance(until, str) else list(until)
         max_new = int(gen_kwargs.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS)
-        return generate_reply(self.scorer.backend, ctx, list(visuals), max_new, until)
+        backend, images = self.scorer.backend, [im.convert("RGB") for im in visuals]
+        text = re.sub(r"[ \t]*" + re.escape(IMAGE_PLACEHOLDER) + r"[ \t]*", " ", ctx).strip()
+        prompt = render(backend.processor, chat_messages(text, len(images)), True, backend.model_id)
+        inputs = backend.processor(text=[prompt], images=images or None, return_tensors="pt")
+        inputs = backend.to_device(dict(inputs))
+        out = backend.model.generate(**inputs, max_new_tokens=max_new, do_sample=False)
+        new = out[0, inputs["input_ids"].shape[1] :]  # (T_new,); generate runs without grad
+        reply = backend.processor.tokenizer.decode(new, skip_special_tokens=True)
+        for stop in filter(None, until):
+            reply = reply.split(stop, 1)[0]
+        return reply
 
     def _docs(self, task: str, split: str) -> Any:
-        """The task's documents with their pictures undecoded (lad.harness.undecoded)."""
-        from lad.harness.undecoded import undecoded
-
+        """The task's documents with their pictures undecoded (lad.harness.adapters.undecoded)."""
         key = (task, split)
         if key not in self._undecoded:
             self._undecoded[key] = undecoded(self.task_dict[task][split])
@@ -136,19 +144,16 @@ class LadModel(lmms):
         if not k:
             return []
         docs = self._docs(task, split)
-        found: list[tuple[int, PictureChoice]] = []
-        for doc_id in range(len(docs)):
-            choice = picture_choice(docs[doc_id], self.adapter)
-            if choice is None or choice.answer is None:
-                continue
-            if choice.num_candidates == n and choice.ordering == 0:
-                found.append((doc_id, choice))
-                if len(found) == k:
-                    break
-        return found
+        asked = ((d, picture_choice(docs[d], self.adapter)) for d in range(len(docs)))
+        usable = (
+            (d, c)
+            for d, c in asked
+            if c is not None and c.answer is not None and c.num_candidates == n and c.ordering == 0
+        )
+        return list(islice(usable, k))  # lazily: the first K only
 
     def _say_calibration(
-        self, task: str, n: int, source: Any, scored: set[int], split: str
+        self, task: str, n: int, source: Any, scored: list[PictureChoice], split: str
     ) -> None:
         if source.kind == "file":
             logger.info(f"lad: {task} N={n}: calibration {source.path}")
@@ -165,13 +170,7 @@ class LadModel(lmms):
                 break
             last += 1
         source.exclude_offset = last + 1
-        also = sorted(
-            {
-                c.item
-                for d in scored
-                if (c := picture_choice(docs[d], self.adapter)) is not None and c.item in items
-            }
-        )
+        also = sorted({c.item for c in scored if c.item in items})
         source.also_scored = also
         if also:
             logger.warning(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.io.files import content_path, replacing, write_once
+from lad.io.images import format_suffix
 
 
 class PictureFiles:
@@ -21,8 +22,8 @@ class PictureFiles:
 
     def path(self, image: Any) -> Path:
         if isinstance(image, dict) and image.get("bytes") is not None:
-            data = image["bytes"]
-            path = content_path(self.folder, data, _suffix(data))
+            data = image["bytes"]  # a format lad.io.images does not decode gets ".img": refused
+            path = content_path(self.folder, data, format_suffix(data) or ".img")
             write_once(path, data)
             return path
         if isinstance(image, dict):  # stored as a path only
@@ -34,17 +35,7 @@ class PictureFiles:
         return path
 
 
-def _suffix(data: bytes) -> str:
-    """The picture format's usual suffix (lad.io.images.FORMATS; ".img" for any other, which
-    lad.io.images then refuses to decode)."""
-    from lad.io.images import format_suffix
-
-    return format_suffix(data) or ".img"
-
-
 def picture_sha256(image: Any) -> str:
     """SHA-256 of a PIL image's mode, size and pixel bytes."""
-    h = hashlib.sha256()
-    h.update(f"{image.mode}\n{image.size[0]}x{image.size[1]}\n".encode())
-    h.update(image.tobytes())
-    return h.hexdigest()
+    head = f"{image.mode}\n{image.size[0]}x{image.size[1]}\n".encode()
+    return hashlib.sha256(head + image.tobytes()).hexdigest()

@@ -1,11 +1,7 @@
-"""What `--model lad` does with a task's picture questions, without lmms-eval: records from lad's
-backend, a checked calibration, the chosen method's answers, and the audit folders.
-
-For each (task, N): the picture questions become lad items (their pictures as PNG files,
-lad.harness.pictures), each asked in the order the document shows its options, with lad's
-question template (or `prompt_template`) and label scheme, in one forward pass per question
-(perm-avg: N). Every record-based method is then a pure function of those records, so vanilla
-and LAD come from the same passes and are reported side by side.
+"""What `--model lad` does with a task's picture questions, without lmms-eval: for each (task, N),
+lad items (pictures as files, lad.harness.pictures) asked in the order the document shows them,
+one forward pass per question (perm-avg: N); every method is a pure function of those records,
+so vanilla and LAD come from the same passes and are reported side by side.
 """
 
 from __future__ import annotations
@@ -15,8 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from lad.core.calibrate import FORMAT as CALIBRATION_FORMAT
 from lad.core.calibrate import Calibration
@@ -80,10 +74,6 @@ class TaskResult:
     perm_records: RecordSet | None = None
     answers_known: bool = True  # every document gave its answer (else no audit: unknown)
 
-    @property
-    def chosen(self) -> dict[str, np.ndarray]:
-        return self.scored.chosen
-
 
 class PictureScorer:
     """Scores picture questions with lad's backend; one instance per harness run."""
@@ -106,9 +96,6 @@ class PictureScorer:
         self._loaded: dict[int, Debiaser] = {}
         if options.calibration:
             self._loaded = load_calibrations(Path(options.calibration), self.base)
-
-    def _debiaser(self) -> Debiaser:
-        return self.base.clone()
 
     @property
     def backend(self) -> Any:
@@ -151,7 +138,7 @@ class PictureScorer:
                 f"calibration_docs={self.options.calibration_docs}: task {task} has no picture "
                 f"question of N = {n} with a known answer to calibrate on"
             )
-        debiaser = self._debiaser()
+        debiaser = self.base.clone()
         debiaser._backend = self.backend
         items = [self.item(c) for _, c in calibration_docs]
         debiaser.fit(items)
@@ -170,35 +157,48 @@ class PictureScorer:
         """Records of `choices` (one N) and every harness method's positions."""
         items = [self.item(c) for c in choices]
         requests = [(it, c.ordering, list(c.order)) for it, c in zip(items, choices, strict=True)]
-        template = self.template()
-        scheme = get_scheme(self.options.labels)
-        made = self.backend.records(
-            requests, template=template, scheme=scheme, batch_size=self.options.batch_size
-        )
-        records = RecordSet.from_records(list(made))
-        calibration = debiaser.calibration_ if debiaser is not None else None
-        if calibration is not None:
-            calibration.check_compatible(records, strict=False)
-        perm = None
-        if self.options.method == "perm-avg":
-            unique = list({it.id: it for it in items}.values())
-            made = self.backend.records(
-                cyclic_requests(unique),
-                template=template,
-                scheme=scheme,
-                batch_size=self.options.batch_size,
-            )
-            perm = RecordSet.from_records(list(made))
-        options = (debiaser or self.base).options
-        methods = self.methods(calibration is not None)
-        scored = score_records(records, methods, calibration, options, perm_records=perm)
+        unique = list({it.id: it for it in items}.values())  # a circular variant's shifts share one
+        methods = self.methods(debiaser is not None)
+        asked = (requests, self.template(), get_scheme(self.options.labels))
+        records, perm, scored = score_asked(self, *asked, debiaser, methods, unique)
         known = all(c.answer is not None for c in choices)
+        calibration = debiaser.calibration_ if debiaser is not None else None
         return TaskResult(task, records, scored, calibration, source, perm, known)
 
     def methods(self, calibrated: bool) -> list[str]:
         """vanilla, the chosen method, and LAD beside them when a calibration is there."""
         names = ["vanilla", self.options.method] + (["lad"] if calibrated else [])
         return list(dict.fromkeys(names))
+
+
+def score_asked(
+    scorer: Any,
+    requests: list,
+    template: PromptTemplate,
+    scheme: Any,
+    debiaser: Debiaser | None,
+    methods: list[str],
+    perm_items: list[Item],
+    **score: Any,
+) -> tuple[RecordSet, RecordSet | None, Scored]:
+    """The records of `requests` from a harness scorer's backend (and, for perm-avg, of
+    `perm_items` under all N cyclic shifts), checked against the debiaser's calibration, and
+    `methods` scored on them."""
+
+    def records(asked: list) -> RecordSet:
+        made = scorer.backend.records(
+            asked, template=template, scheme=scheme, batch_size=scorer.options.batch_size
+        )
+        return RecordSet.from_records(list(made))
+
+    shown = records(requests)
+    calibration = debiaser.calibration_ if debiaser is not None else None
+    if calibration is not None:
+        calibration.check_compatible(shown, strict=False)
+    perm = records(cyclic_requests(perm_items)) if scorer.options.method == "perm-avg" else None
+    options = (debiaser or scorer.base).options
+    scored = score_records(shown, methods, calibration, options, perm_records=perm, **score)
+    return shown, perm, scored
 
 
 def load_calibrations(path: Path, base: Debiaser) -> dict[int, Debiaser]:

@@ -1,10 +1,7 @@
 """Rows of lad's audit from the samples lmms-eval or lm-eval logs (`--log_samples`): one jsonl file
-per task and run (`<date>_samples_<task>.jsonl`, lm-eval's `samples_<task>_<date>.jsonl`, in a
-folder per model), each line a document's result,
-holding the `lad_acc` row that lad.harness.circular added. Each row is checked (types, `order` a
-permutation, `answer` and `prediction` in range, each (item, shift, repeat) once, each shift of an
-item another order, a repeat asking what its first asking asked); a bad line is one error naming
-the file and line."""
+per task and run, in a folder per model, each line a document's result holding the `lad_acc` row
+that lad.harness.circular added. Each row is checked (`checked_rows`); a bad line is one error
+naming the file and line."""
 
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
-"""What `--model lad` does inside lm-evaluation-harness, without lm-eval: the questions of
-lad.harness.contexts scored by lad's backend, one forward pass each (perm-avg: N), the chosen
-method applied.
-
-The prompt is lm-eval's context as it is, through lad's plain chat template
-(lm_eval_files/plain.jinja: the text itself, the label after one space, as lm-eval scores a
-continuation " A"), so a record's label log-probabilities are lm-eval's loglikelihoods of the
-continuations, and its span attention is over the options' texts in that context. What comes back
-for choice k is the method's score of option k (lad.core.methods): for vanilla the label's
-log-probability renormalised over the N labels (lm-eval's own `--model hf` returns it before
-renormalising: less one constant per question, the same argmax); for LAD Eq. 14's debiased score;
-for PriDe its debiased log-probability. Their argmax is the method's choice, so lm-eval's acc is
-the method's accuracy; acc_norm divides the scores by the choices' lengths, equal for one-letter
-labels, and is acc.
+"""What `--model lad` does inside lm-evaluation-harness, without lm-eval (docs/harness.md, "What
+`--model lad` does with the requests"): the questions of lad.harness.contexts scored by lad's
+backend, one forward pass each (perm-avg: N), through lad's plain chat template
+(lm_eval_files/plain.jinja), so a record's label log-probabilities are lm-eval's loglikelihoods
+of the continuations " A", " B", ...; choice k gets the method's score of option k.
 """
 
 from __future__ import annotations
@@ -25,14 +16,11 @@ from typing import Any
 import numpy as np
 
 from lad.core.labels import get_scheme
-from lad.core.records import RecordSet
-from lad.core.scoring import score_records
 from lad.data.items import Item, read_items
-from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, LadError
 from lad.harness.args import ModelArgs, check_model_args
 from lad.harness.contexts import ContextQuestion
-from lad.harness.runner import load_calibrations
+from lad.harness.runner import load_calibrations, score_asked
 from lad.run.debiaser import Debiaser
 from lad.run.spec import RecordSpec
 
@@ -126,33 +114,14 @@ class ContextScorer:
             for members in groups.values():
                 self.calibrated(questions[members[0]])
         out: list[tuple[np.ndarray, int]] = [(np.zeros(0), -1)] * len(questions)
+        method = self.options.method
         for members in groups.values():
             first = questions[members[0]]
-            debiaser = self.calibrated(first)
             items = [questions[q].item() for q in members]
-            scores, chosen = self._scores(first, items, debiaser)
+            shown = [(it, 0, list(range(it.num_candidates))) for it in items]
+            asked = (shown, first.template, get_scheme(first.scheme), self.calibrated(first))
+            _, _, scored = score_asked(self, *asked, [method], items, bootstrap=None)
             for row, q in enumerate(members):
-                out[q] = (np.asarray(scores[row], dtype=np.float64), int(chosen[row]))
+                scores = np.asarray(scored.scores[method][row], dtype=np.float64)
+                out[q] = (scores, int(scored.chosen[method][row]))
         return out
-
-    def _scores(
-        self, question: ContextQuestion, items: list[Item], debiaser: Debiaser | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        template, scheme = question.template, get_scheme(question.scheme)
-        method = self.options.method
-
-        def records(requests: list) -> RecordSet:
-            made = self.backend.records(
-                requests, template=template, scheme=scheme, batch_size=self.options.batch_size
-            )
-            return RecordSet.from_records(list(made))
-
-        shown = records([(it, 0, list(range(it.num_candidates))) for it in items])
-        calibration = debiaser.calibration_ if debiaser is not None else None
-        if calibration is not None:
-            calibration.check_compatible(shown, strict=False)
-        perm = records(cyclic_requests(items)) if method == "perm-avg" else None
-        options = (debiaser or self.base).options
-        scored = score_records(shown, [method], calibration, options, perm_records=perm,
-                               bootstrap=None)  # fmt: skip
-        return scored.scores[method], scored.chosen[method]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 
 def shrink_vision_language(source: str | Path, out: str | Path, *, layers: int = 2) -> Path:
@@ -34,7 +33,9 @@ def shrink_vision_language(source: str | Path, out: str | Path, *, layers: int =
     vision.fullatt_block_indexes = [1]
     torch.manual_seed(0)
     AutoModelForImageTextToText.from_config(config).save_pretrained(out)
-    _copy_files(source, out)
+    for path in source.iterdir():  # the checkpoint's own tokenizer, template, processor files
+        if path.is_file() and path.name != "config.json" and path.suffix != ".safetensors":
+            shutil.copy(path, out / path.name)
     return out
 
 
@@ -46,9 +47,3 @@ def shrink_text(tokenizer: str | Path, out: str | Path, *, layers: int = 2) -> P
 
     size = TinySize(text_layers=layers, hidden=256, heads=4, kv_heads=2, intermediate=256)
     return build_tiny_text_model("qwen2", out, tokenizer=tokenizer, size=size)
-
-
-def _copy_files(source: Path, out: Path) -> Any:
-    for path in source.iterdir():  # the checkpoint's own tokenizer, template, processor files
-        if path.is_file() and path.name != "config.json" and path.suffix != ".safetensors":
-            shutil.copy(path, out / path.name)

@@ -13,6 +13,7 @@ from typing import Any
 
 from lad.errors import BackendError
 from lad.testing.tiny import TinySize, build_tokenizer
+from lad.testing.tiny_parts import CHATML, text_kwargs
 
 TEXT_ARCHITECTURES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
@@ -26,9 +27,7 @@ _CHATML = (
 
 def build_text_tokenizer(words: Iterable[str] = ()) -> Any:
     """lad's tiny word tokenizer (lad.testing.tiny) with ChatML turns over string contents."""
-    tok = build_tokenizer(
-        {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, ("<|im_start|>",), words
-    )
+    tok = build_tokenizer(CHATML, ("<|im_start|>",), words)
     tok.chat_template = _CHATML
     return tok
 
@@ -63,20 +62,8 @@ def build_tiny_text_model(
         tok = build_text_tokenizer(words)
     else:
         tok = AutoTokenizer.from_pretrained(tokenizer)
-    s = size or TinySize()
     config_name, model_name = TEXT_ARCHITECTURES[arch]
-    config = getattr(transformers, config_name)(
-        vocab_size=len(tok),
-        hidden_size=s.hidden,
-        intermediate_size=s.intermediate,
-        num_hidden_layers=s.text_layers,
-        num_attention_heads=s.heads,
-        num_key_value_heads=s.kv_heads,
-        max_position_embeddings=s.max_positions,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
+    config = getattr(transformers, config_name)(**text_kwargs(tok, size or TinySize()))
     torch.manual_seed(seed)
     model = getattr(transformers, model_name)(config).eval()
     path = Path(path)

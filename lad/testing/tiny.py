@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 
 from lad.errors import BackendError
 from lad.testing.tiny_parts import (
@@ -32,12 +33,10 @@ __all__ = ["ARCHITECTURES", "TinySize", "build_tiny_model", "build_tiny_parts"]
 
 
 def _llava_config(tok: Any, s: TinySize) -> Any:
-    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
-
-    vision = CLIPVisionConfig(**vision_kwargs(s), projection_dim=s.vision_hidden)
-    return LlavaConfig(
+    vision = transformers.CLIPVisionConfig(**vision_kwargs(s), projection_dim=s.vision_hidden)
+    return transformers.LlavaConfig(
         vision_config=vision,
-        text_config=LlamaConfig(**text_kwargs(tok, s)),
+        text_config=transformers.LlamaConfig(**text_kwargs(tok, s)),
         image_token_id=tok.convert_tokens_to_ids("<image>"),
         vision_feature_layer=-1,
         vision_feature_select_strategy="default",
@@ -45,13 +44,11 @@ def _llava_config(tok: Any, s: TinySize) -> Any:
 
 
 def _llava_processor(tok: Any, s: TinySize, template: str) -> Any:
-    from transformers import CLIPImageProcessor, LlavaProcessor
-
-    images = CLIPImageProcessor(
+    images = transformers.CLIPImageProcessor(
         size={"shortest_edge": s.image_side},
         crop_size={"height": s.image_side, "width": s.image_side},
     )
-    return LlavaProcessor(
+    return transformers.LlavaProcessor(
         image_processor=images,
         tokenizer=tok,
         patch_size=s.patch,
@@ -62,21 +59,15 @@ def _llava_processor(tok: Any, s: TinySize, template: str) -> Any:
 
 
 def _siglip(s: TinySize) -> Any:
-    from transformers import SiglipVisionConfig
-
-    return SiglipVisionConfig(**vision_kwargs(s))
+    return transformers.SiglipVisionConfig(**vision_kwargs(s))
 
 
 def _qwen2_text(tok: Any, s: TinySize) -> Any:
-    from transformers import Qwen2Config
-
-    return Qwen2Config(**text_kwargs(tok, s))
+    return transformers.Qwen2Config(**text_kwargs(tok, s))
 
 
 def _onevision_config(tok: Any, s: TinySize) -> Any:
-    from transformers import LlavaOnevisionConfig
-
-    return LlavaOnevisionConfig(
+    return transformers.LlavaOnevisionConfig(
         vision_config=_siglip(s),
         text_config=_qwen2_text(tok, s),
         image_token_index=tok.convert_tokens_to_ids("<image>"),
@@ -88,17 +79,13 @@ def _onevision_config(tok: Any, s: TinySize) -> Any:
 
 
 def _onevision_processor(tok: Any, s: TinySize, template: str) -> Any:
-    from transformers import (
-        LlavaOnevisionImageProcessor,
-        LlavaOnevisionProcessor,
-        LlavaOnevisionVideoProcessor,
-    )
-
     side = {"height": s.image_side, "width": s.image_side}
     grid = [[s.image_side, s.image_side]]
-    return LlavaOnevisionProcessor(
-        image_processor=LlavaOnevisionImageProcessor(size=side, image_grid_pinpoints=grid),
-        video_processor=LlavaOnevisionVideoProcessor(size=side),
+    return transformers.LlavaOnevisionProcessor(
+        image_processor=transformers.LlavaOnevisionImageProcessor(
+            size=side, image_grid_pinpoints=grid
+        ),
+        video_processor=transformers.LlavaOnevisionVideoProcessor(size=side),
         tokenizer=tok,
         num_image_tokens=(s.image_side // s.patch) ** 2,
         vision_feature_select_strategy="full",
@@ -107,11 +94,9 @@ def _onevision_processor(tok: Any, s: TinySize, template: str) -> Any:
 
 
 def _internvl_config(tok: Any, s: TinySize) -> Any:
-    from transformers import InternVLConfig, InternVLVisionConfig
-
     square = {"image_size": (s.image_side, s.image_side), "patch_size": (s.patch, s.patch)}
-    vision = InternVLVisionConfig(**{**vision_kwargs(s), **square})
-    return InternVLConfig(
+    vision = transformers.InternVLVisionConfig(**{**vision_kwargs(s), **square})
+    return transformers.InternVLConfig(
         vision_config=vision,
         text_config=_qwen2_text(tok, s),
         image_token_id=tok.convert_tokens_to_ids("<IMG_CONTEXT>"),
@@ -121,12 +106,12 @@ def _internvl_config(tok: Any, s: TinySize) -> Any:
 
 
 def _internvl_processor(tok: Any, s: TinySize, template: str) -> Any:
-    from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
-
     side = {"height": s.image_side, "width": s.image_side}
-    return InternVLProcessor(
-        image_processor=GotOcr2ImageProcessor(size=side, crop_to_patches=True, max_patches=4),
-        video_processor=InternVLVideoProcessor(size=side),
+    return transformers.InternVLProcessor(
+        image_processor=transformers.GotOcr2ImageProcessor(
+            size=side, crop_to_patches=True, max_patches=4
+        ),
+        video_processor=transformers.InternVLVideoProcessor(size=side),
         tokenizer=tok,
         image_seq_length=(s.image_side // s.patch) ** 2 // 4,
         chat_template=template,
@@ -134,25 +119,21 @@ def _internvl_processor(tok: Any, s: TinySize, template: str) -> Any:
 
 
 def _idefics3_config(tok: Any, s: TinySize) -> Any:
-    from transformers import Idefics3Config, Idefics3VisionConfig, LlamaConfig
-
-    vision = Idefics3VisionConfig(**vision_kwargs(s))
-    return Idefics3Config(
+    vision = transformers.Idefics3VisionConfig(**vision_kwargs(s))
+    return transformers.Idefics3Config(
         vision_config=vision,
-        text_config=LlamaConfig(**text_kwargs(tok, s)),
+        text_config=transformers.LlamaConfig(**text_kwargs(tok, s)),
         image_token_id=tok.convert_tokens_to_ids("<image>"),
         scale_factor=2,
     )
 
 
 def _idefics3_processor(tok: Any, s: TinySize, template: str) -> Any:
-    from transformers import Idefics3ImageProcessor, Idefics3Processor
-
     edge = {"longest_edge": s.image_side}
-    images = Idefics3ImageProcessor(
+    images = transformers.Idefics3ImageProcessor(
         size={"longest_edge": 2 * s.image_side}, max_image_size=edge, do_image_splitting=True
     )
-    return Idefics3Processor(
+    return transformers.Idefics3Processor(
         image_processor=images,
         tokenizer=tok,
         image_seq_len=(s.image_side // s.patch) ** 2 // 4,
@@ -161,16 +142,14 @@ def _idefics3_processor(tok: Any, s: TinySize, template: str) -> Any:
 
 
 def _gemma3_config(tok: Any, s: TinySize) -> Any:
-    from transformers import Gemma3Config, Gemma3TextConfig
-
     head_dim = s.hidden // s.heads
-    text = Gemma3TextConfig(
+    text = transformers.Gemma3TextConfig(
         **text_kwargs(tok, s),
         head_dim=head_dim,
         query_pre_attn_scalar=head_dim,
         sliding_window=s.sliding_window,
     )
-    return Gemma3Config(
+    return transformers.Gemma3Config(
         text_config=text,
         vision_config=_siglip(s),
         mm_tokens_per_image=(s.image_side // s.patch // 2) ** 2,
@@ -181,11 +160,9 @@ def _gemma3_config(tok: Any, s: TinySize) -> Any:
 
 
 def _gemma3_processor(tok: Any, s: TinySize, template: str) -> Any:
-    from transformers import Gemma3ImageProcessor, Gemma3Processor
-
     side = {"height": s.image_side, "width": s.image_side}
-    return Gemma3Processor(
-        image_processor=Gemma3ImageProcessor(size=side),
+    return transformers.Gemma3Processor(
+        image_processor=transformers.Gemma3ImageProcessor(size=side),
         tokenizer=tok,
         image_seq_length=(s.image_side // s.patch // 2) ** 2,
         chat_template=template,
@@ -295,8 +272,6 @@ def build_tiny_model(
     words: extra vocabulary (e.g. a benchmark's captions) learned as whole tokens.
     seed: the weights depend only on (arch, size, words, seed).
     """
-    import transformers
-
     config, processor = build_tiny_parts(arch, size=size, words=words)
     path = Path(path)
     torch.manual_seed(seed)

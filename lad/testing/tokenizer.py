@@ -25,16 +25,17 @@ _COMMON_WORDS = (
 )
 
 
-def _default_words() -> set[str]:
-    words: set[str] = set()
+def _vocabulary(more: Iterable[str]) -> list[str]:
+    """The words that are one token each, sorted: the default ones and `more`, letters only
+    (digits and punctuation stay single characters)."""
+    words = set(_COMMON_WORDS.split()) | set(more)
     for text in TEMPLATES.values():
         words.update(re.findall(r"[A-Za-z]+", text))
     for scheme in LABEL_SCHEMES.values():
         if scheme.name != "roman":  # roman numerals stay multi-token, as in real tokenizers
             words.update(scheme.labels(scheme.max_candidates))
         words.add(scheme.noun)
-    words.update(_COMMON_WORDS.split())
-    return words
+    return sorted(w for w in words if re.fullmatch(r"[A-Za-z]+", w))
 
 
 def build_tokenizer(
@@ -59,11 +60,9 @@ def build_tokenizer(
         vocab.setdefault(ch, len(vocab))
     for ch in string.ascii_letters:
         vocab.setdefault(_SPACE + ch, len(vocab))
-    all_words = _default_words() | {w for w in words if w}
-    for word in sorted(all_words):
-        if re.fullmatch(r"[A-Za-z]+", word):  # digits and punctuation stay single characters
-            vocab.setdefault(word, len(vocab))
-            vocab.setdefault(_SPACE + word, len(vocab))
+    for word in _vocabulary(words):
+        vocab.setdefault(word, len(vocab))
+        vocab.setdefault(_SPACE + word, len(vocab))
     # Greedy longest match: a known word is one token, an unknown one falls back to pieces.
     model = models.WordPiece(
         vocab=vocab, unk_token=unk, continuing_subword_prefix="", max_input_chars_per_word=200
@@ -106,8 +105,7 @@ def build_byte_level_tokenizer(
         vocab.setdefault(symbol, len(vocab))
     to_bytes = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     merges: dict[tuple[str, str], None] = {}
-    all_words = _default_words() | {w for w in words if w}
-    for word in sorted(w for w in all_words if re.fullmatch(r"[A-Za-z]+", w)):
+    for word in _vocabulary(words):
         for text in (word, " " + word):
             ((symbols, _),) = to_bytes.pre_tokenize_str(text)
             for k in range(2, len(symbols) + 1):

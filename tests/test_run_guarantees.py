@@ -17,7 +17,7 @@ def _audit(folder, listed: str) -> None:
     (folder / "lad_audit.json").write_text(json.dumps(audit))
 
 
-@pytest.mark.parametrize("listed", ["../elsewhere", "/etc", "link"])
+@pytest.mark.parametrize("listed", ["../elsewhere", "/etc", "link", "", "a/\u0000", "."])
 def test_an_audit_may_not_point_outside_itself(tmp_path, capsys, listed):
     (tmp_path / "elsewhere").mkdir()
     audit = tmp_path / "audit"
@@ -38,6 +38,19 @@ def test_an_audit_whose_tasks_are_not_objects_is_one_error_line(tmp_path, capsys
     assert main(["report", str(audit), "--out", str(tmp_path / "r")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'tasks' must be an object of objects" in err[0], err
+
+
+@pytest.mark.parametrize("entry", [3, None, {"folder": 1}, {}])
+def test_an_audit_entry_without_a_folder_name_is_one_error_line(tmp_path, capsys, entry):
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    tasks = {"t": {"4": entry}}
+    (audit / "lad_audit.json").write_text(
+        json.dumps({"format": "lad-harness-audit/1", "tasks": tasks})
+    )
+    assert main(["report", str(audit), "--out", str(tmp_path / "r")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "must be an object with a 'folder'" in err[0], err
 
 
 @pytest.mark.parametrize("penalty", ["1e308", "1e-300", "inf"])

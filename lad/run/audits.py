@@ -46,22 +46,30 @@ def audit_folders(path: Path) -> list[Path]:
     tasks = audit.get("tasks")
     if not isinstance(tasks, dict) or not all(isinstance(t, dict) for t in tasks.values()):
         raise RunError(f"{audit_path}: 'tasks' must be an object of objects, one per task and N")
-    listed = [
-        entry["folder"]
-        for by_n in tasks.values()
-        for entry in by_n.values()
-        if isinstance(entry, dict) and isinstance(entry.get("folder"), str)
-    ]
-    if not listed:
+    entries = [entry for by_n in tasks.values() for entry in by_n.values()]
+    if not all(isinstance(e, dict) and isinstance(e.get("folder"), str) for e in entries):
+        raise RunError(f"{audit_path}: each task's entry per N must be an object with a 'folder'")
+    if not entries:
         raise RunError(f"{audit_path}: lists no task folder")
-    root = path.resolve()
-    for name in listed:  # an audit names its own folders, never another place on the machine
-        if not (path / name).resolve().is_relative_to(root):
-            raise RunError(
-                f"{audit_path}: lists the folder {name!r}, which is outside the audit's folder "
-                f"{path}; an audit lists only folders inside it"
-            )
-    return [path / name for name in listed]
+    return [_listed_folder(path, audit_path, entry["folder"]) for entry in entries]
+
+
+def _listed_folder(path: Path, audit_path: Path, name: str) -> Path:
+    """An audit names its own folders, never another place on the machine: each part of `name`
+    a plain name (lad.io.files.child), and no symlink out of the audit's folder."""
+    try:
+        folder = path
+        for part in name.split("/"):
+            folder = child(folder, part, RunError)
+        ok = folder.resolve().is_relative_to(path.resolve())
+    except RunError:
+        ok = False
+    if not ok:
+        raise RunError(
+            f"{audit_path}: lists the folder {name!r}, which is outside the audit's folder "
+            f"{path}; an audit lists only folders inside it, by relative names"
+        )
+    return folder
 
 
 def check_audit_destination(output: Path, source: str) -> None:

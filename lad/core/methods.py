@@ -284,8 +284,8 @@ def _generated_choice(
     labels = get_scheme(options.labels).labels(records.num_candidates)
     paths = parsed_paths(method, records, labels)
     votes = np.zeros((len(records), records.num_candidates))
-    for r, positions in enumerate(paths):
-        np.add.at(votes[r], [p for p in positions if p != UNPARSEABLE], 1)
+    counted = [(r, p) for r, positions in enumerate(paths) for p in positions if p != UNPARSEABLE]
+    np.add.at(votes, tuple(np.array(counted, dtype=np.int64).reshape(-1, 2).T), 1)
     prediction = np.array([majority_vote(p) for p in paths], dtype=np.int64)
     return votes, prediction
 
@@ -379,6 +379,8 @@ def choose(
         calibration.check_compatible(obs_mean=options.obs_mean)  # Eq. 1 as the options say
     if not len(records):
         return np.zeros((0, records.num_candidates)), np.zeros(0, dtype=np.int64)
+    if METHODS[method].parse is not None:  # votes and majority from one parse of the replies
+        return _generated_choice(method, records, options)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below, once
         scores = METHODS[method].scores(records, calibration, options, perm_records)
     if not np.isfinite(scores).all():  # e.g. tau = 1e308 overflows Eq. 12
@@ -386,8 +388,6 @@ def choose(
             f"method {method!r}: its scores overflow to infinity or NaN with tau = {options.tau:g}"
             f" and top_k = {options.top_k}; use a smaller --tau"
         )
-    if METHODS[method].parse is not None:
-        return scores, _generated_choice(method, records, options)[1]
     return scores, scores.argmax(axis=1)
 
 

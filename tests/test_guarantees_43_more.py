@@ -50,6 +50,9 @@ def test_generated_benchmarks_are_bounded(tmp_path, capsys):
     # lad eval draws them into its run: refused before the run is begun.
     one_error(capsys, ["eval", "--items", 10**9, "--out", tmp_path / "run"], "--items 1000000000")
     assert not (tmp_path / "run").exists()
+    one_error(capsys, ["eval", "--calibration-items", 200_000, "--out", tmp_path / "run"],
+              "--calibration-items 200000: a generated benchmark of 200,000 items")  # fmt: skip
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_runs_own_files_are_no_other_commands_output(tmp_path, capsys):

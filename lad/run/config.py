@@ -105,8 +105,11 @@ class EvalConfig:
             (limits.BATCH, "--batch-size", self.batch_size),
         ):  # the settings that size the model work (lad.io.limits)
             limit.check(value, f"{flag} {value}")
-        if self.data == "shapes" and self.items is not None:  # drawn into the run, after begin
-            limits.GENERATED_ITEMS.check(self.items, f"--items {self.items}")
+        if self.data == "shapes":  # drawn into the run, after begin
+            drawn = None if self.calibration_data or self.calibration else cal_items
+            for flag, value in (("--items", self.items), ("--calibration-items", drawn)):
+                if value is not None:
+                    limits.GENERATED_ITEMS.check(value, f"{flag} {value}")
         if not self.sc_temperature > 0:
             raise RunError(f"--sc-temperature must be > 0. Got {self.sc_temperature}.")
         sigma = self.sofa_sigma

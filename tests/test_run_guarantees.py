@@ -60,3 +60,23 @@ def test_a_penalty_the_logits_cannot_take_is_refused_before_the_model(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--repetition-penalty must be a number > 0" in err[0], err
     assert not out.exists()  # refused before the run directory or the model
+
+
+def test_a_calibration_file_mixing_questions_and_captions_is_refused_before_the_run(
+    tmp_path, capsys
+):
+    """Caption items evaluated, a calibration file whose items are partly questions: refused as
+    one line before the run begins (it was refused only after the model loaded)."""
+    for name, split in (("ev", "eval"), ("cal", "calibration")):
+        argv = ["data", "shapes", "--items", "5", "-n", "2", "--split", split]
+        assert main([*argv, "--out", str(tmp_path / name)]) == 0
+    cal = tmp_path / "cal" / "items.jsonl"
+    rows = [json.loads(line) for line in cal.read_text().splitlines()]
+    rows[0]["question"] = "Which picture shows two shapes?"
+    cal.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    capsys.readouterr()
+    argv = ["eval", "--data", str(tmp_path / "ev" / "items.jsonl"), "--calibration-data", str(cal)]
+    assert main([*argv, "-n", "2", "--quiet", "--out", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds question and caption items but --data" in err[0], err
+    assert not (tmp_path / "run").exists()

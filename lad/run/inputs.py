@@ -162,9 +162,10 @@ def _same_kind(items: Sequence[Item], calibration: Sequence[Item], config: EvalC
     kind = {True: "question items", False: "caption items"}
     asked = {it.question is not None for it in items}
     calibrated = {it.question is not None for it in calibration}
-    if len(asked) == len(calibrated) == 1 and asked != calibrated:
+    if len(asked) == 1 and asked != calibrated:  # (mixed --data is refused with its template)
+        held = kind[calibrated.pop()] if len(calibrated) == 1 else "question and caption items"
         raise DataError(
-            f"--calibration-data {config.calibration_data} holds {kind[calibrated.pop()]} but "
-            f"--data {config.data} holds {kind[asked.pop()]}; calibrate with items of the same "
-            "kind, asked with the same prompt"
+            f"--calibration-data {config.calibration_data} holds {held} but --data "
+            f"{config.data} holds {kind[asked.pop()]}; calibrate with items of the same kind, "
+            "asked with the same prompt"
         )

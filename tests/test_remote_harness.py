@@ -14,9 +14,11 @@ a harness is missing or LAD_REAL_CHECKPOINTS does not name the folder.
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +32,20 @@ if int(transformers.__version__.split(".")[0]) >= 5:
         "(.ci/run's .venv-remote; docs/backends.md, 'Remote code')",
         allow_module_level=True,
     )
-pytest.importorskip("lmms_eval", reason="lmms-eval not installed beside transformers 4.53")
-pytest.importorskip("lm_eval", reason="lm-eval not installed beside transformers 4.53")
+for _harness in ("lmms-eval", "lm-eval"):  # installed but broken: an error here, not a skip
+    try:
+        metadata.version(_harness)
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"{_harness} not installed beside transformers 4.53", allow_module_level=True)
+    importlib.import_module(_harness.replace("-", "_"))
 
-from lad.core.records import read_records
-from lad.data.items import cyclic_shift, read_items
-from lad.harness.text_scorer import FILES
-from tests import test_harness as lmms
-from tests import test_lm_eval as lm
-from tests.harness_fixtures import local_task, shapes_muirbench
+# After the checks above: the harness tests' modules import lmms-eval and lm-eval themselves.
+from lad.core.records import read_records  # noqa: E402
+from lad.data.items import cyclic_shift, read_items  # noqa: E402
+from lad.harness.text_scorer import FILES  # noqa: E402
+from tests import test_harness as lmms  # noqa: E402
+from tests import test_lm_eval as lm  # noqa: E402
+from tests.harness_fixtures import local_task, shapes_muirbench  # noqa: E402
 
 N, EVAL_ITEMS, CAL_ITEMS = 3, 3, 2
 PLAIN, CIRCULAR = "muir_local", "muir_local_circular"
@@ -144,8 +151,9 @@ def test_lmms_eval_text_question_is_the_models_own_greedy_reply(
 ) -> None:
     """The question with text options is answered by plain generation: the reply is what the
     checkpoint's own code generates greedily (16 new tokens, MuirBench's generation_kwargs) from
-    its chat template with the question's picture first and its text, `<image>` taken out,
-    through MuirBench's own filter (a leading "X." becomes X)."""
+    its ChatML turn written out here by hand (no lad code), the question's picture first and its
+    text with `<image>` taken out; lmms-eval logs that reply as it is and after MuirBench's own
+    filter (a leading "X." becomes X)."""
     import torch
     from lmms_eval.tasks.muirbench.utils import MultiChoiceRegexFilter
     from PIL import Image

@@ -183,6 +183,8 @@ def test_lmms_eval_text_question_is_the_models_own_greedy_reply(
     reply = processor.tokenizer.decode(out[0, inputs["input_ids"].shape[1] :],
                                        skip_special_tokens=True)  # fmt: skip
     assert reply.strip()
+    # The reply as generated: lmms-eval logs it unless the filter left it as it was.
+    assert sample.get("resps", [sample["filtered_resps"]]) == [reply]
     assert sample["filtered_resps"] == MultiChoiceRegexFilter().apply([[reply]], [None])[0]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from lad.data.items import Item
 from lad.data.released import Row, Written
-from lad.data.textjsonl import EMPTY_QUESTION, convert_rows, text_item
+from lad.data.textjsonl import EMPTY_QUESTION, convert_rows, field_task, text_item
 from lad.errors import DataError
 
 JUDGE_QUESTION = (
@@ -79,12 +79,8 @@ def convert_row(row: Row, k: int) -> Item | str:
     return text_item(f"judgment-{name}-{k}", query, answers, winner, extra, row.where)
 
 
-def _task(row: Row) -> str:
-    return str(row.fields.get("judge") or "all")
-
-
 def import_judgments(path: str | Path, out: str | Path, **options: Any) -> Written:
     """`lad data judgments` (lad.data.textjsonl.convert_rows; options: task, a judge, ...)."""
     return convert_rows(
-        path, out, benchmark="judgments", rule=convert_row, task_of=_task, **options
+        path, out, benchmark="judgments", rule=convert_row, task_of=field_task("judge"), **options
     )

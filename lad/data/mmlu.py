@@ -12,7 +12,7 @@ from typing import Any
 
 from lad.data.items import Item
 from lad.data.released import Row, Written
-from lad.data.textjsonl import answer_index, convert_rows, text_item
+from lad.data.textjsonl import answer_index, convert_rows, field_task, text_item
 from lad.errors import DataError
 
 
@@ -42,10 +42,8 @@ def convert_row(row: Row, k: int) -> Item | str:
     return text_item(f"mmlu-{subject}-{k}", question, choices, answer, extra, row.where)
 
 
-def _task(row: Row) -> str:
-    return str(row.fields.get("subject") or "all")
-
-
 def import_mmlu(path: str | Path, out: str | Path, **options: Any) -> Written:
     """`lad data mmlu` (lad.data.textjsonl.convert_rows; options: task, an MMLU subject, ...)."""
-    return convert_rows(path, out, benchmark="mmlu", rule=convert_row, task_of=_task, **options)
+    return convert_rows(
+        path, out, benchmark="mmlu", rule=convert_row, task_of=field_task("subject"), **options
+    )

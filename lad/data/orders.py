@@ -18,28 +18,27 @@ from lad.io.files import read_text
 
 def shuffled_requests(items: Sequence[Item], num_shuffles: int, seed: int) -> list[Request]:
     """Each item under T orderings: the identity first, then seeded random permutations (§5.2)."""
-    return [
-        Request(item, t, order)
-        for item in items
-        for t, order in enumerate(shuffle_orders(item.id, item.num_candidates, num_shuffles, seed))
-    ]
+    return _requests(
+        items, [shuffle_orders(it.id, it.num_candidates, num_shuffles, seed) for it in items]
+    )
 
 
 def cyclic_requests(items: Sequence[Item]) -> list[Request]:
     """Each item under all N cyclic left-shifts: the symmetrised set of §4.2 (and of perm-avg)."""
-    return [
-        Request(item, s, cyclic_shift(item.num_candidates, s))
-        for item in items
-        for s in range(item.num_candidates)
-    ]
+    n = [it.num_candidates for it in items]
+    return _requests(items, [[cyclic_shift(size, s) for s in range(size)] for size in n])
 
 
 def given_requests(items: Sequence[Item], path: str | Path, num_candidates: int) -> list[Request]:
     """Each item under the orderings an orders file gives it (`lad eval --orders FILE`)."""
-    given = orders_for(items, read_orders(path, num_candidates), path)
+    return _requests(items, orders_for(items, read_orders(path, num_candidates), path))
+
+
+def _requests(items: Sequence[Item], orders: Sequence[list[list[int]]]) -> list[Request]:
+    """Each item under its orders, numbered in their order."""
     return [
         Request(item, t, order)
-        for item, mine in zip(items, given, strict=True)
+        for item, mine in zip(items, orders, strict=True)
         for t, order in enumerate(mine)
     ]
 

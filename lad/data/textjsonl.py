@@ -82,6 +82,11 @@ def text_item(
     return item
 
 
+def field_task(name: str) -> Callable[[Row], str]:
+    """A row's task: its field `name`, "all" where that is missing or empty."""
+    return lambda row: str(row.fields.get(name) or "all")
+
+
 # The rows of a file of text questions, as lad.data.questions reads any released file.
 _ANY_ROWS = Benchmark("text", "text questions", lambda row: "", embedded=False)
 

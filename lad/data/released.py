@@ -42,10 +42,10 @@ from lad.io.images import UndecodedPicture, picture_suffix
 # ----------------------------------------------------------------------------- pictures
 
 
-def picture_bytes(value: Any, where: str) -> bytes | None:
-    """The encoded bytes of a `datasets` Image cell ({"bytes", "path"}), None when empty."""
+def picture_bytes(value: Any, where: str) -> bytes:
+    """The encoded bytes of a `datasets` Image cell ({"bytes", "path"}); an empty one is refused."""
     if value is None:
-        return None
+        raise DataError(f"{where}a picture the question shows is empty")
     if isinstance(value, dict) and isinstance(value.get("bytes"), bytes | bytearray):
         return bytes(value["bytes"])
     if isinstance(value, bytes | bytearray):
@@ -76,8 +76,6 @@ class _Pictures:
             self.pending = {}  # a question skipped after `locate` writes nothing
             for cell in refs:
                 data = picture_bytes(cell, where)
-                if data is None:
-                    raise DataError(f"{where}a picture the question shows is empty")
                 try:
                     suffix = picture_suffix(data, where)
                 except UndecodedPicture:

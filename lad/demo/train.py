@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from lad.data.items import cyclic_shift
 from lad.data.shapes import BACKGROUND, COLOURS, SHAPES, shapes_vocabulary
 from lad.demo.batches import Example, PreparedItem, Tokens, collate, draw, load_items
 from lad.demo.recipe import Stage, TrainConfig, check_not_shipped
@@ -47,16 +48,12 @@ class _Words:
     """Token ids of the shapes' colour and shape words, and each text's words as a 0/1 vector."""
 
     def __init__(self, tok: Any):
-        names = [*COLOURS, *SHAPES]
-        self.index = {w: i for i, w in enumerate(names)}
-        self.ids = torch.tensor([tok.convert_tokens_to_ids("▁" + w) for w in names])
+        self.names = [*COLOURS, *SHAPES]
+        self.ids = torch.tensor([tok.convert_tokens_to_ids("▁" + w) for w in self.names])
 
     def vector(self, text: str) -> torch.Tensor:
-        v = torch.zeros(len(self.index))
-        for w in text.split():
-            if w in self.index:
-                v[self.index[w]] = 1
-        return v
+        said = set(text.split())
+        return torch.tensor([float(w in said) for w in self.names])
 
 
 def _losses(model, batch, labels, last, examples, words, tokens, config):
@@ -111,7 +108,7 @@ def monitor(model: Any, tokens: Tokens, items: list[PreparedItem], n: int = 4) -
     labels = [tokens.tok.convert_tokens_to_ids(str(k + 1)) for k in range(n)]
     logp, attention, gold = [], [], []
     for it in items:
-        shifts = [[(j + s) % n for j in range(n)] for s in range(n)]
+        shifts = [cyclic_shift(n, s) for s in range(n)]
         examples = [
             Example("match", it.query, [it.pixels[i] for i in order], "", []) for order in shifts
         ]

@@ -237,19 +237,12 @@ def _why_skipped(
 
 
 def write_split(
-    converted: Converted,
-    out: str | Path,
-    *,
-    benchmark: str,
-    source: str | Path,
-    items: int | None,
-    calibration_items: int,
-    seed: int,
+    converted: Converted, out: str | Path, benchmark: str, source: str | Path, options: Options
 ) -> Written:
-    """Hold out `calibration_items` converted questions of each N (a seeded choice across its
-    tasks, lad.data.heldout) to OUT's .calibration.jsonl sibling, write the first `items` of the
-    rest to OUT, and the summary (per task, and per (task, N) cell)."""
-    made = converted.items
+    """Hold out `options.calibration_items` converted questions of each N (a seeded choice across
+    its tasks, lad.data.heldout) to OUT's .calibration.jsonl sibling, write the first
+    `options.items` of the rest to OUT, and the summary (per task, and per (task, N) cell)."""
+    made, calibration_items = converted.items, options.calibration_items
     if len(made) <= calibration_items:
         total = sum(converted.skipped.values(), Counter())
         reasons = ", ".join(f"{r}: {c}" for r, c in sorted(total.items())) or "none skipped"
@@ -257,11 +250,11 @@ def write_split(
             f"{source}: {len(made)} questions converted ({reasons}), too few to hold "
             f"out --calibration-items {calibration_items} and evaluate on the rest"
         )
-    rng = seeded_rng(seed, benchmark, *converted.tasks())
+    rng = seeded_rng(options.seed, benchmark, *converted.tasks())
     tasks, sizes = [c[0] for c in converted.cells], [c[1] for c in converted.cells]
     held = held_out(tasks, sizes, calibration_items, rng, source)
     calibration = [it for k, it in enumerate(made) if k in held]
-    kept = [k for k in range(len(made)) if k not in held][:items]
+    kept = [k for k in range(len(made)) if k not in held][: options.items]
     evaluation = [made[k] for k in kept]
     out = Path(out)
     cal_path = write_split_items(out, evaluation, calibration)
@@ -372,15 +365,7 @@ def convert(
     check_split(options.items, options.calibration_items)
     task, converted, pictures = read(benchmark, path, options, out)
     try:
-        written = write_split(
-            converted,
-            out,
-            benchmark=benchmark.name,
-            source=path,
-            items=options.items,
-            calibration_items=options.calibration_items,
-            seed=options.seed,
-        )
+        written = write_split(converted, out, benchmark.name, path, options)
     except LadError:
         pictures.undo()
         raise

@@ -14,7 +14,7 @@ from typing import Any
 from lad.core.prompts import CONTEXT_PLACEHOLDER
 from lad.data.items import ITEM_KEYS, Item, ItemRuleError, check_item, item_object
 from lad.data.questions import Benchmark, Questions, Row
-from lad.data.released import Converted, Written, check_split, write_split
+from lad.data.released import Converted, Options, Written, check_split, write_split
 from lad.data.rules import ANSWER_NOT_AN_OPTION, EMPTY_QUESTION, NO_ANSWER, OTHER_N
 from lad.data.screen import text_question_reason
 from lad.errors import DataError
@@ -130,15 +130,8 @@ def convert_rows(
         if it.id in seen:
             raise DataError(f"{path}: two questions have the id {it.id!r}; ids must be unique")
         seen.add(it.id)
-    return write_split(
-        converted,
-        out,
-        benchmark=benchmark,
-        source=path,
-        items=items,
-        calibration_items=calibration_items,
-        seed=seed,
-    )
+    split = Options(items=items, calibration_items=calibration_items, seed=seed)
+    return write_split(converted, out, benchmark, path, split)
 
 
 def import_text(

@@ -167,22 +167,21 @@ def collect(
     benchmark: Benchmark,
     questions: Questions,
     pictures: _Pictures,
-    *,
     task: str | None,
-    num_candidates: int | None,
     base: Path,
-    one_task: bool = False,
+    options: Options,
+    one_task: bool,
 ) -> Converted:
     """Every row of `task` (None: of every task) through the benchmark's rule, keeping the
-    questions of `num_candidates` candidates (None: of every N; of the one N there must be for a
-    one-task benchmark) whose item the items reader accepts and whose id no earlier question
+    questions of `options.num_candidates` candidates (None: of every N; of the one N there must
+    be when `one_task`) whose item the items reader accepts and whose id no earlier question
     has; each item keeps its task under "task" (lad eval's cells); `base`: the output's folder."""
     converted = Converted()
     seen: set[str] = set()
     for row in questions.rows(benchmark, task):
         made = benchmark.choose(row)
         name = made.task if isinstance(made, Choice) else benchmark.task(row.fields)
-        why = _why_skipped(made, row, pictures, num_candidates, seen, base)
+        why = _why_skipped(made, row, pictures, options.num_candidates, seen, base)
         if isinstance(why, str):
             converted.skip(name, why, made.num_candidates if isinstance(made, Choice) else None)
         else:
@@ -324,15 +323,7 @@ def read(
     base = Path(out if out is not None else path).absolute().parent
     pictures = _Pictures(*_places(benchmark, questions, options, out), options.skip_missing)
     try:
-        converted = collect(
-            benchmark,
-            questions,
-            pictures,
-            task=task,
-            num_candidates=options.num_candidates,
-            base=base.resolve(),
-            one_task=one_task,
-        )
+        converted = collect(benchmark, questions, pictures, task, base.resolve(), options, one_task)
     except LadError:  # a refusal; an interrupted conversion keeps what it wrote (a rerun reuses it)
         pictures.undo()
         raise

@@ -22,16 +22,15 @@ from lad.errors import DataError
 
 
 def held_out(
-    tasks: Sequence[str],
-    sizes: Sequence[int],
+    cells: Sequence[tuple[str, int]],
     calibration_items: int,
     rng: np.random.Generator,
     source: object,
 ) -> set[int]:
-    """The positions (into the converted items, whose tasks and N are `tasks`, `sizes`) held out:
+    """The positions (into the converted items, whose (task, N) are `cells`) held out:
     `calibration_items` of each N, taken from its tasks in turn."""
     by_n: dict[int, dict[str, list[int]]] = {}
-    for k, (task, n) in enumerate(zip(tasks, sizes, strict=True)):
+    for k, (task, n) in enumerate(cells):
         by_n.setdefault(n, {}).setdefault(task, []).append(k)
     held: set[int] = set()
     for n in sorted(by_n):

@@ -250,8 +250,7 @@ def write_split(
             f"out --calibration-items {calibration_items} and evaluate on the rest"
         )
     rng = seeded_rng(options.seed, benchmark, *converted.tasks())
-    tasks, sizes = [c[0] for c in converted.cells], [c[1] for c in converted.cells]
-    held = held_out(tasks, sizes, calibration_items, rng, source)
+    held = held_out(converted.cells, calibration_items, rng, source)
     calibration = [it for k, it in enumerate(made) if k in held]
     kept = [k for k in range(len(made)) if k not in held][: options.items]
     evaluation = [made[k] for k in kept]

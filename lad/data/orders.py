@@ -25,8 +25,8 @@ def shuffled_requests(items: Sequence[Item], num_shuffles: int, seed: int) -> li
 
 def cyclic_requests(items: Sequence[Item]) -> list[Request]:
     """Each item under all N cyclic left-shifts: the symmetrised set of §4.2 (and of perm-avg)."""
-    n = [it.num_candidates for it in items]
-    return _requests(items, [[cyclic_shift(size, s) for s in range(size)] for size in n])
+    sizes = [it.num_candidates for it in items]
+    return _requests(items, [[cyclic_shift(n, s) for s in range(n)] for n in sizes])
 
 
 def given_requests(items: Sequence[Item], path: str | Path, num_candidates: int) -> list[Request]:

@@ -16,13 +16,13 @@ from lad.errors import DataError
 from lad.io import files
 
 
-def field(obj: Any, key: str, kind: type, path: Path, where: str) -> Any:
-    """obj[key], which must be of `kind`; otherwise an error naming the file and the entry."""
+def field(obj: Any, key: str, kind: type, where: str) -> Any:
+    """obj[key], which must be of `kind`; otherwise an error after `where` (file: entry)."""
     if not isinstance(obj, dict) or key not in obj:
-        raise DataError(f"{path}: {where}: missing key {key!r}")
+        raise DataError(f"{where}: missing key {key!r}")
     value = obj[key]
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise DataError(f"{path}: {where}: {key!r} must be a {kind.__name__}, got {value!r}")
+        raise DataError(f"{where}: {key!r} must be a {kind.__name__}, got {value!r}")
     return value
 
 
@@ -56,18 +56,16 @@ def load_coco(
     captions_file = Path(captions_file)
     data = files.read_json(captions_file, DataError, "JSON annotation file")
     names: dict[int, str] = {}
-    for i, entry in enumerate(field(data, "images", list, captions_file, "top level")):
-        where = f"images[{i}]"
-        names[field(entry, "id", int, captions_file, where)] = field(
-            entry, "file_name", str, captions_file, where
-        )
+    for i, entry in enumerate(field(data, "images", list, f"{captions_file}: top level")):
+        where = f"{captions_file}: images[{i}]"
+        names[field(entry, "id", int, where)] = field(entry, "file_name", str, where)
     captions: dict[int, list[str]] = defaultdict(list)
-    for i, entry in enumerate(field(data, "annotations", list, captions_file, "top level")):
-        where = f"annotations[{i}]"
-        image_id = field(entry, "image_id", int, captions_file, where)
+    for i, entry in enumerate(field(data, "annotations", list, f"{captions_file}: top level")):
+        where = f"{captions_file}: annotations[{i}]"
+        image_id = field(entry, "image_id", int, where)
         if image_id not in names:
-            raise DataError(f"{captions_file}: {where}: image_id {image_id} is not in 'images'")
-        captions[image_id].append(field(entry, "caption", str, captions_file, where).strip())
+            raise DataError(f"{where}: image_id {image_id} is not in 'images'")
+        captions[image_id].append(field(entry, "caption", str, where).strip())
     ids = sorted(i for i in names if captions[i])
     present = existing_images(images_dir, [names[i] for i in ids], captions_file, skip_missing)
     ids = [i for i, ok in zip(ids, present, strict=True) if ok]
@@ -84,10 +82,10 @@ def load_coco(
 def _categories(path: Path, names: dict[int, str]) -> dict[int, set[int]]:
     data = files.read_json(path, DataError, "JSON annotation file")
     categories: dict[int, set[int]] = defaultdict(set)
-    for i, entry in enumerate(field(data, "annotations", list, path, "top level")):
-        where = f"annotations[{i}]"
-        image_id = field(entry, "image_id", int, path, where)
-        categories[image_id].add(field(entry, "category_id", int, path, where))
+    for i, entry in enumerate(field(data, "annotations", list, f"{path}: top level")):
+        where = f"{path}: annotations[{i}]"
+        image_id = field(entry, "image_id", int, where)
+        categories[image_id].add(field(entry, "category_id", int, where))
     if categories and not set(categories) & set(names):
         raise DataError(f"{path}: no image_id matches the captions file; is it the same split?")
     return categories

@@ -272,3 +272,21 @@ def test_what_cannot_be_read_is_named(release, tmp_path, capsys):
         read_mmiu(both, task=FORGERY, images_dir=root)
     _, two = read_mmiu(both, task=FORGERY, images_dir=root, num_candidates=2)
     assert len(two.items) == 1 and two.skipped[FORGERY]["other N"] == 4
+
+
+def test_a_null_top_level_task_is_the_nested_one(release, tmp_path):
+    """The task a nested row is filtered by is the one its items carry (and build their prompt
+    by): a top-level "task": null falls back to input.task for both."""
+    root, rows = release
+    path = tmp_path / "nested.jsonl"
+    nested = []
+    for r in rows:
+        row = _nested(r)
+        row["input"]["task"], row["task"] = row["task"], None
+        nested.append(row)
+    path.write_text("".join(json.dumps(r) + "\n" for r in nested))
+    task, converted = read_mmiu(path, task=I2I, images_dir=root)
+    assert task == I2I and converted.items
+    assert {item.extra["task"] for item in converted.items} == {I2I}
+    assert all(item.id.startswith(I2I) for item in converted.items)
+    assert all(item.question == I2I_QUESTION for item in converted.items)

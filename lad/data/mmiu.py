@@ -115,7 +115,7 @@ def flatten(row: Row) -> dict[str, Any]:
     context = source.get("context") or ""
     options = source.get("options") or _options_in(str(context))
     return {
-        "task": str(source.get("task") or ""),
+        "task": _task_of(f),  # a null top-level task falls back to the nested one
         "question": "" if source["question"] is None else str(source["question"]),
         "context": str(context),
         "options": str(options),

@@ -25,7 +25,7 @@ from lad.data.orders import Request, cyclic_requests
 from lad.errors import LadError
 from lad.io.files import child
 from lad.run.config import EvalConfig, eval_config
-from lad.run.inputs import RunData, load_items, read_data, resolved, run_requests
+from lad.run.inputs import RunData, RunItems, read_data, resolved, run_items
 from lad.run.lock import RunLock
 from lad.run.mixed import part_config, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
@@ -87,14 +87,13 @@ def evaluate(
     config = resolved(config, data)
     if not world.is_main:
         return _evaluate(config, run_dir, world, backends=backends, data=data)
-    items = None if config.data == "shapes" else load_items(config, run_dir, data)
-    if items is not None:
-        run_requests(config, items[0])  # a bad --orders file is refused before the first write
-    inputs = check_inputs(config, run_dir, items)
+    # The items and requests, made once: a bad --orders file is refused before the first write.
+    work = None if config.data == "shapes" else run_items(config, run_dir, data)
+    inputs = check_inputs(config, run_dir, work)
     if after_checks is not None:
         after_checks()
     with RunLock(run_dir):
-        return _evaluate(config, run_dir, world, inputs, backends=backends, data=data)
+        return _evaluate(config, run_dir, world, inputs, work, backends=backends)
 
 
 def _evaluate(
@@ -102,17 +101,22 @@ def _evaluate(
     run_dir: Path,
     world: World,
     inputs: dict[str, Any] | None = None,
+    work: RunItems | None = None,
     report: bool = True,
     backends: dict | None = None,
     data: RunData | None = None,
 ) -> RunResult | None:
+    """The stages and scoring of a run whose inputs passed their checks. `work`: its items and
+    requests, made already by the main process (None for generated shapes, built here once
+    before the other processes read them, and in every process but the main one)."""
     if world.is_main:
         RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), inputs)
-        if config.data == "shapes":
-            load_items(config, run_dir, RunData())  # built once, before the others read it
+        if work is None:
+            work = run_items(config, run_dir, RunData())
     world.barrier()
-    data = read_data(config) if data is None else data  # a part's files exist from here on
-    eval_items, cal_items = load_items(config, run_dir, data)
+    if work is None:  # a part's files exist from here on
+        work = run_items(config, run_dir, read_data(config) if data is None else data)
+    eval_items, cal_items, requests = work
     device = world.device(config.device)
     make_backend = LazyBackend(config, device, run_dir, backends, eval_items + cal_items)
     clock = Clock(run_dir, world, make_backend)
@@ -123,7 +127,6 @@ def _evaluate(
             args = (requests, path, config, desc or name, world, kind, acc_label)
             return run_stage(make_backend, *args)
 
-    requests = run_requests(config, eval_items)  # a bad --orders file fails before model work
     cal_records = None
     if not config.calibration:
         cal_records = stage(cyclic_requests(cal_items), "calibration", "calibration")
@@ -235,10 +238,11 @@ def evaluate_mixed(
     try:
         write_part_inputs(config, items, parts, data.calibration)
         part_data = {n: read_data(p) for n, p in parts.items()}
-        inputs = {}
+        work, inputs = {}, {}
         for n, part in parts.items():
             folder = run.part(n).path
-            inputs[n] = check_inputs(part, folder, load_items(part, folder, part_data[n]))
+            work[n] = run_items(part, folder, part_data[n])  # a bad --orders refused here too
+            inputs[n] = check_inputs(part, folder, work[n])
     except LadError as e:
         if existed:
             raise
@@ -251,7 +255,7 @@ def evaluate_mixed(
         run.write_cells(cells_json(cells, {n: RunDir.part_name(n) for n in parts}))
         for n, part in parts.items():
             with RunLock(run.part(n).path):
-                _evaluate(part, run.part(n).path, world, inputs[n], False, backends, part_data[n])
+                _evaluate(part, run.part(n).path, world, inputs[n], work[n], False, backends)
         return _score(config, run_dir)
 
 

@@ -23,6 +23,7 @@ from lad.run import resume
 from lad.run.config import EvalConfig
 from lad.run.resume import World
 from lad.run.rundir import RunDir
+from lad.run.runjson import summed_times
 
 SOFA_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -203,15 +204,20 @@ class Clock:
         finally:  # an interrupted session's time counts too: it was spent
             load = self.backend.load_seconds - loaded
             times = {"model_load": load} if load else {}
+            times[name] = time.perf_counter() - start - load
             run = RunDir(self.run_dir)
-            run.add_times({**times, name: time.perf_counter() - start - load})
-            if load:  # which decoder layers the records' attention rows are
-                run.set_attention_layers(getattr(self.backend.backend, "attention_layers", None))
+            run.update("timing", lambda timing: summed_times(timing, times))
+            # The decoder layers of the records' attention rows, in order (all but in a hybrid
+            # model; lad.backends.archs.attention_layers).
+            layers = getattr(self.backend.backend, "attention_layers", None)
+            if load and layers is not None:
+                run.update("attention_layers", lambda _: list(layers))
             choice = getattr(self.backend.backend, "threads", None)  # None on an accelerator
             if load and choice is not None:
                 from lad.backends.threads import record_choice
 
-                run.set_threads(record_choice(self.backend.recorded, choice))
+                threads = record_choice(self.backend.recorded, choice)
+                run.update("threads", lambda _: dict(threads))
 
 
 def sofa_sigma(

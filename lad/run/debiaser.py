@@ -31,7 +31,7 @@ from lad.data.items import Item, check_texts
 from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, DataError, LadError
 from lad.io import limits
-from lad.io.images import check_image
+from lad.io.images import check_image, check_images
 from lad.run.config import OPTION_FIELDS, SPEC_FIELDS
 from lad.run.presets import with_preset
 from lad.run.spec import RecordSpec
@@ -89,6 +89,10 @@ def _shortened(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
+# What a Debiaser runs with, beside its spec and options: a clone keeps them.
+_SESSION = ("batch_size", "device", "dtype", "quiet", "check_calibration", "pictures", "engine")
+
+
 class Debiaser:
     """Attention-guided debiasing for one model (sklearn-like: `fit`, then `predict` many).
 
@@ -144,24 +148,17 @@ class Debiaser:
         changed = {k: v for k, v in values.items() if k in OPTION_FIELDS}
         self.obs_mean = changed.get("obs_mean", None if options is None else base.obs_mean)
         self._options = dataclasses.replace(base, **changed)
-        self._session = {
-            "batch_size": batch_size,
-            "device": device,
-            "dtype": dtype,
-            "quiet": quiet,
-            "check_calibration": check_calibration,
-            "pictures": pictures,
-            "engine": check_engine(engine),
-        }
         self.batch_size, self.device, self.dtype, self.quiet = batch_size, device, dtype, quiet
-        self.check_calibration = check_calibration
+        self.check_calibration, self.pictures = check_calibration, pictures
+        self.engine = check_engine(engine)
         self._backend = backend
 
     def clone(self, **spec_changes: Any) -> Debiaser:
         """An unfitted Debiaser of the same spec (less `spec_changes`, RecordSpec fields such as
         labels= or prompt_template=), options and settings, sharing the loaded model."""
         spec = self.spec.replace(**spec_changes).check() if spec_changes else self.spec
-        twin = Debiaser(spec, self._options, backend=self._backend, **self._session)
+        session = {name: getattr(self, name) for name in _SESSION}
+        twin = Debiaser(spec, self._options, backend=self._backend, **session)
         twin.obs_mean = self.obs_mean
         return twin
 
@@ -185,8 +182,8 @@ class Debiaser:
                 device=self.device,
                 dtype=self.dtype,
                 quiet=self.quiet,
-                pictures=self._session["pictures"],
-                engine=self._session["engine"],
+                pictures=self.pictures,
+                engine=self.engine,
             )
         return self._backend
 
@@ -228,8 +225,7 @@ class Debiaser:
         if len(sizes) != 1:
             raise DataError(f"calibration items must all have the same N; got N in {sorted(sizes)}")
         self.spec.scheme.labels(sizes.pop())  # N within the label scheme, before the model
-        for path in dict.fromkeys(p for it in items for p in it.pictures):
-            check_image(path)  # before the model loads
+        check_images(items)  # before the model loads
         template = self._template(items)
         path = Path(records_path) if records_path else None
         records = self._records(cyclic_requests(items), template, path)

@@ -18,7 +18,7 @@ from lad.core.prompts import check_text_labels
 from lad.data.items import Item
 from lad.errors import CalibrationError, RunError
 from lad.io.files import check_not_inputs, check_output_dir, read_json
-from lad.io.images import check_image
+from lad.io.images import check_images
 from lad.run.config import EvalConfig
 from lad.run.rundir import RUN_OUTPUTS, RunDir
 from lad.run.runjson import file_digest
@@ -89,12 +89,6 @@ def check_kind(config: EvalConfig, items: Sequence[Item]) -> None:
             f"item {pictures!r} of the data has picture candidates; give items with text "
             "'candidates' or a multimodal model"
         )
-
-
-def check_images(items: Sequence[Item]) -> None:
-    """Every image opens within lad.io.images' limits (header only: no pixel is decoded)."""
-    for path in dict.fromkeys(p for it in items for p in it.pictures):
-        check_image(path)
 
 
 def check_device(device: str) -> None:

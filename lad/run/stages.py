@@ -46,16 +46,8 @@ def run_stage(
     def make(todo: Sequence[Request]) -> Iterator[Record]:
         return _stage_records(make_backend(), todo, config, kind)
 
-    return resume.run_stage(
-        path,
-        requests,
-        make,
-        batch_size=config.batch_size,
-        desc=desc,
-        quiet=config.quiet,
-        world=world,
-        acc_label=acc_label,
-    )
+    how = {"batch_size": config.batch_size, "quiet": config.quiet, "world": world}
+    return resume.run_stage(path, requests, make, desc=desc, acc_label=acc_label, **how)
 
 
 def acc_label_for(kind: Stage) -> str | None:
@@ -64,12 +56,6 @@ def acc_label_for(kind: Stage) -> str | None:
     if kind.template != "vanilla":
         return None
     return "vanilla acc" if kind.sofa_sigma is None else "sofa acc"
-
-
-def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> Iterator[Record]:
-    return backend.records(
-        requests, template=config.template, scheme=config.scheme, batch_size=config.batch_size
-    )
 
 
 @dataclass(frozen=True)
@@ -85,18 +71,12 @@ class Stage:
 def _stage_records(
     backend: Any, requests: Sequence[Request], config: EvalConfig, kind: Stage
 ) -> Iterator[Record]:
+    common = {"scheme": config.scheme, "batch_size": config.batch_size}
     if kind.template != "vanilla":
         from lad.backends.generate import generation_records
 
-        options = generation_options(config, kind.template)
-        yield from generation_records(
-            backend,
-            requests,
-            template=kind.template,
-            scheme=config.scheme,
-            options=options,
-            batch_size=config.batch_size,
-        )
+        made = {"template": kind.template, "options": generation_options(config, kind.template)}
+        yield from generation_records(backend, requests, **made, **common)
         return
     sofa = None
     if kind.sofa_sigma is not None:
@@ -104,7 +84,7 @@ def _stage_records(
 
         sofa = SofaOptions(kind.sofa_sigma, config.sofa_within_image)
     with nullcontext() if sofa is None else sofa_applied(backend, sofa):
-        for rec in _records(backend, requests, config):
+        for rec in backend.records(requests, template=config.template, **common):
             if sofa is not None:
                 rec.extra["sofa_sigma"] = sofa.sigma
             yield rec

@@ -30,7 +30,7 @@ from lad.run.lock import RunLock
 from lad.run.mixed import part_config, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
 from lad.run.resume import World
-from lad.run.rundir import RunDir
+from lad.run.rundir import PART_INPUTS, RunDir
 from lad.run.runjson import file_digest, summed_times
 from lad.run.stages import Clock, LazyBackend, Stage, run_stage, sofa_sigma
 from lad.suites import slug
@@ -136,8 +136,12 @@ def _evaluate(
         shifts = cyclic_requests(eval_items)
         stage(shifts, "perm-avg", "perm-avg", acc_label="vanilla acc per shift")
     if "blank" in config.methods:
-        # CapCal's extra pass: each request again, every candidate blanked (lad.data.blank).
-        blanked = _blank_requests(requests, run_dir)
+        # CapCal's extra pass: each request again, every candidate blanked (lad.data.blank). A
+        # finished blank stage is only read back, by the same keys and orders: a rescoring
+        # neither decodes a picture nor writes a grey one.
+        blanked = requests
+        if not RunDir.made(RunDir(run_dir).records_file("blank"), len(requests)):
+            blanked = blank_requests(requests, RunDir(run_dir).blank_folder)
         stage(blanked, "blank", "blank", acc_label="blank-prompt acc")
     for template in ("instruction", "cot", "self-consistency"):
         if template in config.methods:
@@ -158,16 +162,6 @@ def _score(config: EvalConfig, run_dir: Path, report: bool = True) -> RunResult:
     return score_run(
         run_dir, config.methods, config.options, write_report=report, check_calibration=check
     )
-
-
-def _blank_requests(requests: list[Request], run_dir: Path) -> list[Request]:
-    """The blank prompts of `requests` (same keys and orders). A finished blank stage is only
-    read back, by those keys: a rescoring neither decodes a picture nor writes a grey one."""
-    run = RunDir(run_dir)
-    path = run.records_file("blank")
-    if RunDir.made(path, len(requests)):
-        return requests
-    return blank_requests(requests, run.blank_folder)
 
 
 def score_run(
@@ -230,8 +224,7 @@ def evaluate_mixed(
         for n, part in parts.items():
             _evaluate(part, run.part(n).path, world, backends=backends)
         return None
-    named = ("data", "calibration_data", "orders")
-    own = {k: file_digest(getattr(config, k)) for k in named if getattr(config, k)}
+    own = {k: file_digest(getattr(config, k)) for k in PART_INPUTS if getattr(config, k)}
     # Refused before the first write: a live run, or another run's directory.
     run.begin(config.identity(), EvalConfig().identity(), own, write=False)
     existed = run_dir.exists()
@@ -262,7 +255,7 @@ def evaluate_mixed(
 def _named_as_given(message: str, config: EvalConfig, parts: dict[int, EvalConfig]) -> str:
     """A refusal's message naming the user's files, not the parts' copies it removed."""
     for n, part in parts.items():
-        for key in ("data", "calibration_data", "orders"):
+        for key in PART_INPUTS:
             copy = getattr(part, key)
             if copy and getattr(config, key) and copy != getattr(config, key):
                 message = message.replace(copy, f"{getattr(config, key)} (its N = {n} items)")

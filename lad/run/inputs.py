@@ -112,12 +112,8 @@ def load_items(
         if on_eval:
             items = read_items(eval_path, n)
             return items, items[: config.calibration_items]
-        cal_path = build_shapes(
-            folder("calibration"),
-            items=config.calibration_items,
-            split="calibration",
-            **common,
-        )
+        size = config.calibration_items
+        cal_path = build_shapes(folder("calibration"), items=size, split="calibration", **common)
         return read_items(eval_path, n), read_items(cal_path, n)
     data = read_data(config) if data is None else data
     items = _with_n(data.items, n, config.data) if data.items else read_items(config.data, n)

@@ -112,7 +112,8 @@ def run_stage(
         make(requests, path, desc)
         return read_records(path)
     if not (path.exists() and len(read_records(path)) == len(requests)):
-        batches = _batch_ranges(len(requests), batch_size)
+        count = len(requests)
+        batches = [range(i, min(i + batch_size, count)) for i in range(0, count, batch_size)]
         mine = [requests[i] for b in batches[world.rank :: world.size] for i in b]
         make(mine, _shard_path(path, world.rank, world.size), f"{desc} [{world.rank}/{world.size}]")
         world.barrier()
@@ -146,10 +147,6 @@ def resume_point(path: Path, requests: Sequence[Request], batch_size: int) -> in
 
 
 # ---------------------------------------------------------------- shards
-
-
-def _batch_ranges(count: int, batch_size: int) -> list[range]:
-    return [range(i, min(i + batch_size, count)) for i in range(0, count, batch_size)]
 
 
 def _shard_path(path: Path, rank: int, size: int) -> Path:

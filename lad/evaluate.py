@@ -11,6 +11,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -176,28 +177,29 @@ def score_run(
     run: each part's, each cell's and the groups'); check_calibration: RunDir.calibration's."""
     run = RunDir(run_dir)
     if run.is_mixed:
-        return _score_mixed(run, methods, options, write_report, check_calibration)
-    part = scoring_inputs(run, methods, options, check_calibration)
-    start = time.perf_counter()
-    scored = score_records(
-        part.records,
-        methods,
-        part.calibration,
-        part.options,
-        perm_records=part.perm_records,
-        stages=part.stages,
-    )
-    # Wall seconds per stage (run.json's, summed over sessions) and of this scoring.
-    timing = {**run.timing(), "scoring": round(time.perf_counter() - start, 3)}
-    metrics = run.write_scored(scored, timing=timing)
-    table = "\n".join(filter(None, (format_table(metrics), format_panel(metrics))))
-    return RunResult(run_dir, metrics, table, _report(run_dir) if write_report else None)
+        metrics = _score_mixed(run, methods, options, check_calibration)
+        table = format_cells_table(metrics, methods)
+    else:
+        part = scoring_inputs(run, methods, options, check_calibration)
+        start = time.perf_counter()
+        scored = score_records(
+            part.records,
+            methods,
+            part.calibration,
+            part.options,
+            perm_records=part.perm_records,
+            stages=part.stages,
+        )
+        # Wall seconds per stage (run.json's, summed over sessions) and of this scoring.
+        timing = {**run.timing(), "scoring": round(time.perf_counter() - start, 3)}
+        metrics = run.write_scored(scored, timing=timing)
+        table = "\n".join(filter(None, (format_table(metrics), format_panel(metrics))))
+    report = None
+    if write_report:
+        from lad.outputs.report import write_report as write
 
-
-def _report(run_dir: Path) -> Path:
-    from lad.outputs.report import write_report
-
-    return write_report([run_dir], RunDir(run_dir).report_folder)
+        report = write([run_dir], run.report_folder)
+    return RunResult(run_dir, metrics, table, report)
 
 
 # ---------------------------------------------------------------- a mixed items file
@@ -263,28 +265,17 @@ def _named_as_given(message: str, config: EvalConfig, parts: dict[int, EvalConfi
 
 
 def _score_mixed(
-    run: RunDir,
-    methods: Sequence[str],
-    options: MethodOptions,
-    write_report: bool,
-    check_calibration: bool,
-) -> RunResult:
+    run: RunDir, methods: Sequence[str], options: MethodOptions, check_calibration: bool
+) -> dict[str, Any]:
     """metrics.json of a mixed run (each cell's and the groups'), from its parts' files alone."""
-    run_dir = run.path
-    parts = {
-        n: scoring_inputs(part, methods, options, check_calibration)
-        for n, part in run.parts().items()
-    }
+    folders = run.parts()
+    parts = {n: scoring_inputs(f, methods, options, check_calibration) for n, f in folders.items()}
     metrics: dict[str, Any] = {"num_candidates": sorted(parts), "methods_scored": list(methods)}
     metrics.update(score_cells(run.cells(), parts, methods))
-    timing: dict[str, float] = {}
-    for part in run.parts().values():
-        timing = summed_times(timing, part.timing())
-    metrics["timing"] = timing
+    metrics["timing"] = reduce(summed_times, [f.timing() for f in folders.values()], {})
     metrics["source"] = run.source()
     run.write_metrics(metrics)
-    report = _report(run_dir) if write_report else None
-    return RunResult(run_dir, metrics, format_cells_table(metrics, methods), report)
+    return metrics
 
 
 # ---------------------------------------------------------------- suites

@@ -91,6 +91,7 @@ def _shortened(text: str, width: int) -> str:
 
 # What a Debiaser runs with, beside its spec and options: a clone keeps them.
 _SESSION = ("batch_size", "device", "dtype", "quiet", "check_calibration", "pictures", "engine")
+_LOADING = ("device", "dtype", "quiet", "pictures", "engine")  # how its model is loaded
 
 
 class Debiaser:
@@ -178,13 +179,8 @@ class Debiaser:
     @property
     def backend(self) -> Any:
         if self._backend is None:
-            self._backend = self.spec.load_backend(
-                device=self.device,
-                dtype=self.dtype,
-                quiet=self.quiet,
-                pictures=self.pictures,
-                engine=self.engine,
-            )
+            loading = {name: getattr(self, name) for name in _LOADING}
+            self._backend = self.spec.load_backend(**loading)
         return self._backend
 
     @property
@@ -201,12 +197,8 @@ class Debiaser:
     def _records(
         self, requests: list, template: PromptTemplate, path: Path | None = None
     ) -> RecordSet:
-        stream = self.backend.records(
-            requests,
-            template=template,
-            scheme=self.spec.scheme,
-            batch_size=self.batch_size,
-        )
+        batches = {"scheme": self.spec.scheme, "batch_size": self.batch_size}
+        stream = self.backend.records(requests, template=template, **batches)
         if path is None:
             return RecordSet.from_records(list(stream))
         path.unlink(missing_ok=True)

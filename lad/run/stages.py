@@ -58,6 +58,12 @@ def acc_label_for(kind: Stage) -> str | None:
     return "vanilla acc" if kind.sofa_sigma is None else "sofa acc"
 
 
+def _records(backend: Any, requests: Sequence[Request], config: EvalConfig) -> Iterator[Record]:
+    return backend.records(
+        requests, template=config.template, scheme=config.scheme, batch_size=config.batch_size
+    )
+
+
 @dataclass(frozen=True)
 class Stage:
     """How a stage's records are made: `template` of lad.core.prompts ("vanilla", "instruction",
@@ -71,11 +77,11 @@ class Stage:
 def _stage_records(
     backend: Any, requests: Sequence[Request], config: EvalConfig, kind: Stage
 ) -> Iterator[Record]:
-    common = {"scheme": config.scheme, "batch_size": config.batch_size}
     if kind.template != "vanilla":
         from lad.backends.generate import generation_records
 
         made = {"template": kind.template, "options": generation_options(config, kind.template)}
+        common = {"scheme": config.scheme, "batch_size": config.batch_size}
         yield from generation_records(backend, requests, **made, **common)
         return
     sofa = None
@@ -84,7 +90,7 @@ def _stage_records(
 
         sofa = SofaOptions(kind.sofa_sigma, config.sofa_within_image)
     with nullcontext() if sofa is None else sofa_applied(backend, sofa):
-        for rec in backend.records(requests, template=config.template, **common):
+        for rec in _records(backend, requests, config):
             if sofa is not None:
                 rec.extra["sofa_sigma"] = sofa.sigma
             yield rec

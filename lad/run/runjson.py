@@ -151,14 +151,11 @@ class RunJson:
         which no record was made yet (a run that failed at its start) does not bind: it is
         replaced. `write` False: the checks alone, a live `lad eval` here among them (a refusal
         before the first write; the writer holds the lock)."""
-        from lad.run.lock import running_holder
+        from lad.run.lock import in_use, running_holder
 
         holder = None if write else running_holder(self.path)
         if holder is not None:
-            raise RunError(
-                f"{self.path} is in use by another lad eval ({holder}); wait for it to finish, "
-                "or use another --out"
-            )
+            raise in_use(self.path, holder)
         path = self.file("run.json")
         wanted = {"format": RUN_FORMAT, "arguments": json.loads(json.dumps(dict(arguments)))}
         wanted["inputs"] = dict(inputs or {})

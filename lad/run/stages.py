@@ -111,30 +111,26 @@ def generation_options(config: EvalConfig, template: str) -> Any:
     return GenerationOptions(max_new_tokens=config.max_new_tokens)
 
 
+@dataclass
 class LazyBackend:
     """Loads the model on first use, so a finished run is rescored without touching it.
 
     shared: models loaded already, by what they were loaded with, for runs one after another in
     one process (a mixed run's parts, a suite's cells): the model does not depend on N."""
 
-    def __init__(
-        self,
-        config: EvalConfig,
-        device: str,
-        run_dir: Path,
-        shared: dict | None = None,
-        items: Sequence[Item] = (),
-    ) -> None:
-        self.config = config
-        self.device = device
-        self.run_dir = run_dir
-        self.backend: Any = None
-        self.load_seconds = 0.0
-        self.recorded = None  # run.json's "threads" when the model loaded, None before records
-        self.shared = {} if shared is None else shared
-        self.items = items  # the run's items: their text checked once the model loads
+    config: EvalConfig
+    device: str
+    run_dir: Path
+    shared: dict | None = None
+    items: Sequence[Item] = ()  # the run's items: their text checked once the model loads
+    backend: Any = None
+    load_seconds: float = 0.0
+    recorded: Any = None  # run.json's "threads" when the model loaded, None before records
+
+    def __post_init__(self) -> None:
+        self.shared = {} if self.shared is None else self.shared
         # False: text options only (lad.backends.settings.LoadSettings)
-        self.pictures = not all(it.is_text for it in items)
+        self.pictures = not all(it.is_text for it in self.items)
 
     def __call__(self) -> Any:
         if self.backend is None:

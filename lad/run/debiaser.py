@@ -57,7 +57,8 @@ class Choice:
     def summary(self, images: Sequence[str | Path], noun: str = "image") -> str:
         """A table for a person: positions 1-based, as the prompt counts them; `noun` heads the
         candidates' column ("option" for text options)."""
-        names = [_shortened(str(image), 40) for image in images]
+        # A long path shows its end behind an ellipsis: a file's name matters more than its folders.
+        names = [n if len(n) <= 40 else "…" + n[-39:] for n in map(str, images)]
         lw = max(len("label"), *(len(label) for label in self.labels))
         iw = max(len(noun), *(len(name) for name in names))
         lines = [
@@ -81,12 +82,6 @@ class Choice:
             "(0-based). Positions count from 1 here, from 0 in --json.",
         ]
         return "\n".join(lines)
-
-
-def _shortened(text: str, width: int) -> str:
-    """`text`, or its end behind an ellipsis when longer than `width` (a file's name matters
-    more than its folders)."""
-    return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
 # What a Debiaser runs with, beside its spec and options: a clone keeps them.

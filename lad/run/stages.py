@@ -228,10 +228,6 @@ def sofa_sigma(
         accuracy[sigma] = float(np.mean(recs.logprobs.argmax(axis=1) == recs.answer))
     best = max(SOFA_GRID, key=lambda s: (accuracy[s], -abs(s - 0.5), -s))
     if world.is_main:
-        choice = {
-            "grid": list(SOFA_GRID),
-            "accuracy": [accuracy[s] for s in SOFA_GRID],
-            "sigma": best,
-        }
-        RunDir(run_dir).write_sofa_choice(choice)
+        choice = {"grid": list(SOFA_GRID), "accuracy": [accuracy[s] for s in SOFA_GRID]}
+        RunDir(run_dir).write_sofa_choice({**choice, "sigma": best})
     return best

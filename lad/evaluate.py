@@ -11,6 +11,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,12 @@ from lad.data.orders import Request, cyclic_requests
 from lad.errors import LadError
 from lad.io.files import child
 from lad.run.config import EvalConfig, eval_config
-from lad.run.inputs import RunData, load_items, read_data, resolved, run_requests
+from lad.run.inputs import RunData, RunItems, read_data, resolved, run_items
 from lad.run.lock import RunLock
 from lad.run.mixed import part_config, scoring_inputs, write_part_inputs
 from lad.run.preflight import check_inputs
 from lad.run.resume import World
-from lad.run.rundir import RunDir
+from lad.run.rundir import PART_INPUTS, RunDir
 from lad.run.runjson import file_digest, summed_times
 from lad.run.stages import Clock, LazyBackend, Stage, run_stage, sofa_sigma
 from lad.suites import slug
@@ -87,14 +88,13 @@ def evaluate(
     config = resolved(config, data)
     if not world.is_main:
         return _evaluate(config, run_dir, world, backends=backends, data=data)
-    items = None if config.data == "shapes" else load_items(config, run_dir, data)
-    if items is not None:
-        run_requests(config, items[0])  # a bad --orders file is refused before the first write
-    inputs = check_inputs(config, run_dir, items)
+    # The items and requests, made once: a bad --orders file is refused before the first write.
+    work = None if config.data == "shapes" else run_items(config, run_dir, data)
+    inputs = check_inputs(config, run_dir, work)
     if after_checks is not None:
         after_checks()
     with RunLock(run_dir):
-        return _evaluate(config, run_dir, world, inputs, backends=backends, data=data)
+        return _evaluate(config, run_dir, world, inputs, work, backends=backends)
 
 
 def _evaluate(
@@ -102,17 +102,22 @@ def _evaluate(
     run_dir: Path,
     world: World,
     inputs: dict[str, Any] | None = None,
+    work: RunItems | None = None,
     report: bool = True,
     backends: dict | None = None,
     data: RunData | None = None,
 ) -> RunResult | None:
+    """The stages and scoring of a run whose inputs passed their checks. `work`: its items and
+    requests, made already by the main process (None for generated shapes, built here once
+    before the other processes read them, and in every process but the main one)."""
     if world.is_main:
         RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), inputs)
-        if config.data == "shapes":
-            load_items(config, run_dir, RunData())  # built once, before the others read it
+        if work is None:
+            work = run_items(config, run_dir, RunData())
     world.barrier()
-    data = read_data(config) if data is None else data  # a part's files exist from here on
-    eval_items, cal_items = load_items(config, run_dir, data)
+    if work is None:  # a part's files exist from here on
+        work = run_items(config, run_dir, read_data(config) if data is None else data)
+    eval_items, cal_items, requests = work
     device = world.device(config.device)
     make_backend = LazyBackend(config, device, run_dir, backends, eval_items + cal_items)
     clock = Clock(run_dir, world, make_backend)
@@ -123,7 +128,6 @@ def _evaluate(
             args = (requests, path, config, desc or name, world, kind, acc_label)
             return run_stage(make_backend, *args)
 
-    requests = run_requests(config, eval_items)  # a bad --orders file fails before model work
     cal_records = None
     if not config.calibration:
         cal_records = stage(cyclic_requests(cal_items), "calibration", "calibration")
@@ -133,8 +137,12 @@ def _evaluate(
         shifts = cyclic_requests(eval_items)
         stage(shifts, "perm-avg", "perm-avg", acc_label="vanilla acc per shift")
     if "blank" in config.methods:
-        # CapCal's extra pass: each request again, every candidate blanked (lad.data.blank).
-        blanked = _blank_requests(requests, run_dir)
+        # CapCal's extra pass: each request again, every candidate blanked (lad.data.blank). A
+        # finished blank stage is only read back, by the same keys and orders: a rescoring
+        # neither decodes a picture nor writes a grey one.
+        blanked = requests
+        if not RunDir.made(RunDir(run_dir).records_file("blank"), len(requests)):
+            blanked = blank_requests(requests, RunDir(run_dir).blank_folder)
         stage(blanked, "blank", "blank", acc_label="blank-prompt acc")
     for template in ("instruction", "cot", "self-consistency"):
         if template in config.methods:
@@ -157,16 +165,6 @@ def _score(config: EvalConfig, run_dir: Path, report: bool = True) -> RunResult:
     )
 
 
-def _blank_requests(requests: list[Request], run_dir: Path) -> list[Request]:
-    """The blank prompts of `requests` (same keys and orders). A finished blank stage is only
-    read back, by those keys: a rescoring neither decodes a picture nor writes a grey one."""
-    run = RunDir(run_dir)
-    path = run.records_file("blank")
-    if RunDir.made(path, len(requests)):
-        return requests
-    return blank_requests(requests, run.blank_folder)
-
-
 def score_run(
     run_dir: Path,
     methods: Sequence[str],
@@ -179,28 +177,29 @@ def score_run(
     run: each part's, each cell's and the groups'); check_calibration: RunDir.calibration's."""
     run = RunDir(run_dir)
     if run.is_mixed:
-        return _score_mixed(run, methods, options, write_report, check_calibration)
-    part = scoring_inputs(run, methods, options, check_calibration)
-    start = time.perf_counter()
-    scored = score_records(
-        part.records,
-        methods,
-        part.calibration,
-        part.options,
-        perm_records=part.perm_records,
-        stages=part.stages,
-    )
-    # Wall seconds per stage (run.json's, summed over sessions) and of this scoring.
-    timing = {**run.timing(), "scoring": round(time.perf_counter() - start, 3)}
-    metrics = run.write_scored(scored, timing=timing)
-    table = "\n".join(filter(None, (format_table(metrics), format_panel(metrics))))
-    return RunResult(run_dir, metrics, table, _report(run_dir) if write_report else None)
+        metrics = _score_mixed(run, methods, options, check_calibration)
+        table = format_cells_table(metrics, methods)
+    else:
+        part = scoring_inputs(run, methods, options, check_calibration)
+        start = time.perf_counter()
+        scored = score_records(
+            part.records,
+            methods,
+            part.calibration,
+            part.options,
+            perm_records=part.perm_records,
+            stages=part.stages,
+        )
+        # Wall seconds per stage (run.json's, summed over sessions) and of this scoring.
+        timing = {**run.timing(), "scoring": round(time.perf_counter() - start, 3)}
+        metrics = run.write_scored(scored, timing=timing)
+        table = "\n".join(filter(None, (format_table(metrics), format_panel(metrics))))
+    report = None
+    if write_report:
+        from lad.outputs.report import write_report as write
 
-
-def _report(run_dir: Path) -> Path:
-    from lad.outputs.report import write_report
-
-    return write_report([run_dir], RunDir(run_dir).report_folder)
+        report = write([run_dir], run.report_folder)
+    return RunResult(run_dir, metrics, table, report)
 
 
 # ---------------------------------------------------------------- a mixed items file
@@ -227,18 +226,18 @@ def evaluate_mixed(
         for n, part in parts.items():
             _evaluate(part, run.part(n).path, world, backends=backends)
         return None
-    named = ("data", "calibration_data", "orders")
-    own = {k: file_digest(getattr(config, k)) for k in named if getattr(config, k)}
+    own = {k: file_digest(getattr(config, k)) for k in PART_INPUTS if getattr(config, k)}
     # Refused before the first write: a live run, or another run's directory.
     run.begin(config.identity(), EvalConfig().identity(), own, write=False)
     existed = run_dir.exists()
     try:
         write_part_inputs(config, items, parts, data.calibration)
         part_data = {n: read_data(p) for n, p in parts.items()}
-        inputs = {}
+        work, inputs = {}, {}
         for n, part in parts.items():
             folder = run.part(n).path
-            inputs[n] = check_inputs(part, folder, load_items(part, folder, part_data[n]))
+            work[n] = run_items(part, folder, part_data[n])  # a bad --orders refused here too
+            inputs[n] = check_inputs(part, folder, work[n])
     except LadError as e:
         if existed:
             raise
@@ -251,14 +250,14 @@ def evaluate_mixed(
         run.write_cells(cells_json(cells, {n: RunDir.part_name(n) for n in parts}))
         for n, part in parts.items():
             with RunLock(run.part(n).path):
-                _evaluate(part, run.part(n).path, world, inputs[n], False, backends, part_data[n])
+                _evaluate(part, run.part(n).path, world, inputs[n], work[n], False, backends)
         return _score(config, run_dir)
 
 
 def _named_as_given(message: str, config: EvalConfig, parts: dict[int, EvalConfig]) -> str:
     """A refusal's message naming the user's files, not the parts' copies it removed."""
     for n, part in parts.items():
-        for key in ("data", "calibration_data", "orders"):
+        for key in PART_INPUTS:
             copy = getattr(part, key)
             if copy and getattr(config, key) and copy != getattr(config, key):
                 message = message.replace(copy, f"{getattr(config, key)} (its N = {n} items)")
@@ -266,28 +265,17 @@ def _named_as_given(message: str, config: EvalConfig, parts: dict[int, EvalConfi
 
 
 def _score_mixed(
-    run: RunDir,
-    methods: Sequence[str],
-    options: MethodOptions,
-    write_report: bool,
-    check_calibration: bool,
-) -> RunResult:
+    run: RunDir, methods: Sequence[str], options: MethodOptions, check_calibration: bool
+) -> dict[str, Any]:
     """metrics.json of a mixed run (each cell's and the groups'), from its parts' files alone."""
-    run_dir = run.path
-    parts = {
-        n: scoring_inputs(part, methods, options, check_calibration)
-        for n, part in run.parts().items()
-    }
+    folders = run.parts()
+    parts = {n: scoring_inputs(f, methods, options, check_calibration) for n, f in folders.items()}
     metrics: dict[str, Any] = {"num_candidates": sorted(parts), "methods_scored": list(methods)}
     metrics.update(score_cells(run.cells(), parts, methods))
-    timing: dict[str, float] = {}
-    for part in run.parts().values():
-        timing = summed_times(timing, part.timing())
-    metrics["timing"] = timing
+    metrics["timing"] = reduce(summed_times, [f.timing() for f in folders.values()], {})
     metrics["source"] = run.source()
     run.write_metrics(metrics)
-    report = _report(run_dir) if write_report else None
-    return RunResult(run_dir, metrics, format_cells_table(metrics, methods), report)
+    return metrics
 
 
 # ---------------------------------------------------------------- suites

@@ -43,6 +43,23 @@ def _shapes_mixed(root: Path) -> Path:
     return path
 
 
+def test_a_mixed_run_refuses_a_bad_orders_file_before_any_write(tmp_path, capsys):
+    """Each part's requests are made with its items, before the run begins: a bad --orders is
+    refused leaving no run directory, naming the user's file (not the part's copy of it)."""
+    mixed = _shapes_mixed(tmp_path)
+    ids = [json.loads(line)["id"] for line in mixed.read_text().splitlines()]
+    orders = tmp_path / "bad.orders.jsonl"
+    rows = [{"item": i, "order": [0, 1, 2] if i.startswith("n3-") else [0, 1, 2, 3]} for i in ids]
+    rows[-1]["order"] = [0, 0, 1, 2]
+    orders.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = tmp_path / "run"
+    args = ["eval", "--data", str(mixed), "--orders", str(orders), "--out", str(run), *FAST[2:]]
+    assert main(args) == 1
+    error = capsys.readouterr().err
+    assert f"{orders} (its N = 4 items):" in error and "is not a permutation" in error, error
+    assert not run.exists()
+
+
 def test_a_mixed_run_gives_each_cell_as_run_alone(tmp_path, capsys):
     mixed = _shapes_mixed(tmp_path)
     run = tmp_path / "run"

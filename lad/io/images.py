@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,12 @@ def check_image(path: str | Path, *, verify: bool = True) -> tuple[int, int]:
         if verify:
             _decode(im)
         return im.size
+
+
+def check_images(items: Iterable[Any]) -> None:
+    """`check_image` of every picture of `items` (lad.core.items.Item), each once."""
+    for path in dict.fromkeys(p for it in items for p in it.pictures):
+        check_image(path)
 
 
 def picture_suffix(data: bytes, where: str) -> str:

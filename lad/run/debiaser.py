@@ -31,7 +31,7 @@ from lad.data.items import Item, check_texts
 from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, DataError, LadError
 from lad.io import limits
-from lad.io.images import check_image
+from lad.io.images import check_image, check_images
 from lad.run.config import OPTION_FIELDS, SPEC_FIELDS
 from lad.run.presets import with_preset
 from lad.run.spec import RecordSpec
@@ -57,7 +57,8 @@ class Choice:
     def summary(self, images: Sequence[str | Path], noun: str = "image") -> str:
         """A table for a person: positions 1-based, as the prompt counts them; `noun` heads the
         candidates' column ("option" for text options)."""
-        names = [_shortened(str(image), 40) for image in images]
+        # A long path shows its end behind an ellipsis: a file's name matters more than its folders.
+        names = [n if len(n) <= 40 else "…" + n[-39:] for n in map(str, images)]
         lw = max(len("label"), *(len(label) for label in self.labels))
         iw = max(len(noun), *(len(name) for name in names))
         lines = [
@@ -83,10 +84,9 @@ class Choice:
         return "\n".join(lines)
 
 
-def _shortened(text: str, width: int) -> str:
-    """`text`, or its end behind an ellipsis when longer than `width` (a file's name matters
-    more than its folders)."""
-    return text if len(text) <= width else "…" + text[-(width - 1) :]
+# What a Debiaser runs with, beside its spec and options: a clone keeps them.
+_SESSION = ("batch_size", "device", "dtype", "quiet", "check_calibration", "pictures", "engine")
+_LOADING = ("device", "dtype", "quiet", "pictures", "engine")  # how its model is loaded
 
 
 class Debiaser:
@@ -144,24 +144,17 @@ class Debiaser:
         changed = {k: v for k, v in values.items() if k in OPTION_FIELDS}
         self.obs_mean = changed.get("obs_mean", None if options is None else base.obs_mean)
         self._options = dataclasses.replace(base, **changed)
-        self._session = {
-            "batch_size": batch_size,
-            "device": device,
-            "dtype": dtype,
-            "quiet": quiet,
-            "check_calibration": check_calibration,
-            "pictures": pictures,
-            "engine": check_engine(engine),
-        }
         self.batch_size, self.device, self.dtype, self.quiet = batch_size, device, dtype, quiet
-        self.check_calibration = check_calibration
+        self.check_calibration, self.pictures = check_calibration, pictures
+        self.engine = check_engine(engine)
         self._backend = backend
 
     def clone(self, **spec_changes: Any) -> Debiaser:
         """An unfitted Debiaser of the same spec (less `spec_changes`, RecordSpec fields such as
         labels= or prompt_template=), options and settings, sharing the loaded model."""
         spec = self.spec.replace(**spec_changes).check() if spec_changes else self.spec
-        twin = Debiaser(spec, self._options, backend=self._backend, **self._session)
+        session = {name: getattr(self, name) for name in _SESSION}
+        twin = Debiaser(spec, self._options, backend=self._backend, **session)
         twin.obs_mean = self.obs_mean
         return twin
 
@@ -181,13 +174,8 @@ class Debiaser:
     @property
     def backend(self) -> Any:
         if self._backend is None:
-            self._backend = self.spec.load_backend(
-                device=self.device,
-                dtype=self.dtype,
-                quiet=self.quiet,
-                pictures=self._session["pictures"],
-                engine=self._session["engine"],
-            )
+            loading = {name: getattr(self, name) for name in _LOADING}
+            self._backend = self.spec.load_backend(**loading)
         return self._backend
 
     @property
@@ -204,12 +192,8 @@ class Debiaser:
     def _records(
         self, requests: list, template: PromptTemplate, path: Path | None = None
     ) -> RecordSet:
-        stream = self.backend.records(
-            requests,
-            template=template,
-            scheme=self.spec.scheme,
-            batch_size=self.batch_size,
-        )
+        batches = {"scheme": self.spec.scheme, "batch_size": self.batch_size}
+        stream = self.backend.records(requests, template=template, **batches)
         if path is None:
             return RecordSet.from_records(list(stream))
         path.unlink(missing_ok=True)
@@ -228,8 +212,7 @@ class Debiaser:
         if len(sizes) != 1:
             raise DataError(f"calibration items must all have the same N; got N in {sorted(sizes)}")
         self.spec.scheme.labels(sizes.pop())  # N within the label scheme, before the model
-        for path in dict.fromkeys(p for it in items for p in it.pictures):
-            check_image(path)  # before the model loads
+        check_images(items)  # before the model loads
         template = self._template(items)
         path = Path(records_path) if records_path else None
         records = self._records(cyclic_requests(items), template, path)

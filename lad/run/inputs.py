@@ -1,7 +1,7 @@
 """A run's inputs, read and checked once and handed down: the items of --data and
 --calibration-data (`read_data`: each file parsed once), the settings decided from them (|D_cal|,
 the vanilla prompt, the repetition penalty: `resolved`), the evaluation and calibration items
-(`load_items`) and the requests (`run_requests`)."""
+(`load_items`) and the requests: `run_items`, made once and handed down to the stages."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,15 +42,23 @@ def _with_n(items: list[Item], n: int, path: str) -> list[Item]:
     return items if all(it.num_candidates == n for it in items) else read_items(path, n)
 
 
-# ---------------------------------------------------------------- requests
+class RunItems(NamedTuple):
+    """A run's evaluation and calibration items (`load_items`) and its evaluation requests: each
+    item under the orders of --orders when given (lad.data.orders), else under T seeded
+    shuffles. Made once, so the orders file is read once, and a bad one refused with the items."""
+
+    items: list[Item]
+    calibration: list[Item]
+    requests: list[Request]
 
 
-def run_requests(config: EvalConfig, items: Sequence[Item]) -> list[Request]:
-    """The evaluation requests of a run: each item under the orders of `config.orders` when
-    given (lad.data.orders), else under T seeded shuffles."""
+def run_items(config: EvalConfig, run_dir: Path, data: RunData | None = None) -> RunItems:
+    items, calibration = load_items(config, run_dir, data)
     if config.orders is None:
-        return shuffled_requests(items, config.num_shuffles, config.seed)
-    return given_requests(items, config.orders, config.num_candidates)
+        requests = shuffled_requests(items, config.num_shuffles, config.seed)
+    else:
+        requests = given_requests(items, config.orders, config.num_candidates)
+    return RunItems(items, calibration, requests)
 
 
 def resolve_calibration_items(config: EvalConfig, data: RunData) -> tuple[EvalConfig, str | None]:
@@ -103,12 +112,8 @@ def load_items(
         if on_eval:
             items = read_items(eval_path, n)
             return items, items[: config.calibration_items]
-        cal_path = build_shapes(
-            folder("calibration"),
-            items=config.calibration_items,
-            split="calibration",
-            **common,
-        )
+        size = config.calibration_items
+        cal_path = build_shapes(folder("calibration"), items=size, split="calibration", **common)
         return read_items(eval_path, n), read_items(cal_path, n)
     data = read_data(config) if data is None else data
     items = _with_n(data.items, n, config.data) if data.items else read_items(config.data, n)

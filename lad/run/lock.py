@@ -34,10 +34,7 @@ class RunLock:
             except BlockingIOError:
                 holder = _holder_text(os.pread(fd, 4096, 0))
                 os.close(fd)
-                raise RunError(
-                    f"{self.run_dir} is in use by another lad eval ({holder}); wait for it to "
-                    f"finish, or use another --out"
-                ) from None
+                raise in_use(self.run_dir, holder) from None
             if _still_there(fd, self.path):
                 break
             os.close(fd)  # a finishing holder removed the file we opened: lock the new one
@@ -63,6 +60,13 @@ class RunLock:
         if fd is not None:
             self.path.unlink(missing_ok=True)
             os.close(fd)
+
+
+def in_use(run_dir: Path, holder: str) -> RunError:
+    return RunError(
+        f"{run_dir} is in use by another lad eval ({holder}); wait for it to finish, or use "
+        "another --out"
+    )
 
 
 def running_holder(run_dir: Path) -> str | None:

@@ -16,7 +16,7 @@ from lad.data.items import Item, read_items, write_items
 from lad.errors import CalibrationError, DataError, RunError
 from lad.io.files import write_text
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig
-from lad.run.rundir import STAGE_FILES, RunDir
+from lad.run.rundir import PART_INPUTS, STAGE_FILES, RunDir
 
 
 def scoring_inputs(
@@ -51,10 +51,8 @@ def part_config(
     """The run of N's items in n{N}/: its inputs the N's share of --data, --calibration-data and
     --orders (written into n{N}/data/), its calibration the N's of --calibration DIR."""
     mine = RunDir(run_dir).part(n)
-    changes: dict[str, Any] = {"num_candidates": n, "data": str(mine.part_input("data"))}
-    for name in ("calibration_data", "orders"):
-        if getattr(config, name):
-            changes[name] = str(mine.part_input(name))
+    given = {k: str(mine.part_input(k)) for k in PART_INPUTS if getattr(config, k)}
+    changes: dict[str, Any] = {**given, "num_candidates": n}
     if config.calibration:
         changes["calibration"] = calibration_for(config.calibration, n)
     part = config.replace(**changes)

@@ -18,19 +18,20 @@ from lad.core.prompts import check_text_labels
 from lad.data.items import Item
 from lad.errors import CalibrationError, RunError
 from lad.io.files import check_not_inputs, check_output_dir, read_json
-from lad.io.images import check_image
+from lad.io.images import check_images
 from lad.run.config import EvalConfig
 from lad.run.rundir import RUN_OUTPUTS, RunDir
 from lad.run.runjson import file_digest
 
 
 def check_inputs(
-    config: EvalConfig, run_dir: Path, items: tuple[list[Item], list[Item]] | None
+    config: EvalConfig, run_dir: Path, items: Sequence[Sequence[Item]] | None
 ) -> dict[str, Any]:
     """Check every argument and input file before any model work and before the run directory
     is touched; return the inputs' digests for run.json (lad.run.runjson.file_digest).
 
-    items: the run's (evaluation, calibration) items from an items file; None for generated data.
+    items: the run's (evaluation, calibration) items from an items file (lad.run.inputs.RunItems);
+    None for generated data.
     """
     check_output_dir(run_dir)
     check_device(config.device)
@@ -42,7 +43,7 @@ def check_inputs(
     check_top_k(config.top_k, model_num_layers(resolve_model(config.model)), config.model)
     inputs = {}
     if items is not None:
-        eval_items, cal_items = items
+        eval_items, cal_items = items[:2]
         check_kind(config, eval_items + cal_items)
         check_images(eval_items + cal_items)
         from_data = eval_items + ([] if config.calibration_data else cal_items)
@@ -88,12 +89,6 @@ def check_kind(config: EvalConfig, items: Sequence[Item]) -> None:
             f"item {pictures!r} of the data has picture candidates; give items with text "
             "'candidates' or a multimodal model"
         )
-
-
-def check_images(items: Sequence[Item]) -> None:
-    """Every image opens within lad.io.images' limits (header only: no pixel is decoded)."""
-    for path in dict.fromkeys(p for it in items for p in it.pictures):
-        check_image(path)
 
 
 def check_device(device: str) -> None:

@@ -92,13 +92,28 @@ def run_stage(
     _check_shards(path, world.size, len(requests))
 
     def make(mine: Sequence[Request], into: Path, where: str) -> None:
-        _append_records(into, mine, make_records, batch_size, where, quiet, acc_label)
+        start = resume_point(into, mine, batch_size)
+        if start == len(mine):
+            return
+        made = make_records(mine[start:])
+        with (
+            RecordWriter(into) as writer,
+            tqdm(total=len(mine), initial=start, desc=where, disable=quiet) as bar,
+        ):
+            correct = 0
+            for done, rec in enumerate(made, 1):
+                writer.write(rec)
+                correct += int(np.argmax(rec.logprobs) == rec.answer)
+                if acc_label:
+                    bar.set_postfix_str(f"{acc_label} {100 * correct / done:.1f}%", refresh=False)
+                bar.update()
 
     if world.size == 1:
         make(requests, path, desc)
         return read_records(path)
     if not (path.exists() and len(read_records(path)) == len(requests)):
-        batches = _batch_ranges(len(requests), batch_size)
+        count = len(requests)
+        batches = [range(i, min(i + batch_size, count)) for i in range(0, count, batch_size)]
         mine = [requests[i] for b in batches[world.rank :: world.size] for i in b]
         make(mine, _shard_path(path, world.rank, world.size), f"{desc} [{world.rank}/{world.size}]")
         world.barrier()
@@ -106,32 +121,6 @@ def run_stage(
             _merge_shards(path, world.size, batches)
     world.barrier()
     return read_records(path)
-
-
-def _append_records(
-    path: Path,
-    requests: Sequence[Request],
-    make_records: Callable[[Sequence[Request]], Iterator[Record]],
-    batch_size: int,
-    desc: str,
-    quiet: bool,
-    acc_label: str | None = "vanilla acc",
-) -> None:
-    start = resume_point(path, requests, batch_size)
-    if start == len(requests):
-        return
-    made = make_records(requests[start:])
-    with (
-        RecordWriter(path) as writer,
-        tqdm(total=len(requests), initial=start, desc=desc, disable=quiet) as bar,
-    ):
-        correct = 0
-        for done, rec in enumerate(made, 1):
-            writer.write(rec)
-            correct += int(np.argmax(rec.logprobs) == rec.answer)
-            if acc_label:
-                bar.set_postfix_str(f"{acc_label} {100 * correct / done:.1f}%", refresh=False)
-            bar.update()
 
 
 def resume_point(path: Path, requests: Sequence[Request], batch_size: int) -> int:
@@ -158,10 +147,6 @@ def resume_point(path: Path, requests: Sequence[Request], batch_size: int) -> in
 
 
 # ---------------------------------------------------------------- shards
-
-
-def _batch_ranges(count: int, batch_size: int) -> list[range]:
-    return [range(i, min(i + batch_size, count)) for i in range(0, count, batch_size)]
 
 
 def _shard_path(path: Path, rank: int, size: int) -> Path:

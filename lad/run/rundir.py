@@ -252,10 +252,9 @@ class RunDir(RunJson):
             fingerprint = self.spec.fingerprint(records.num_candidates, self.inputs)
         except LadError as e:  # run.json's arguments name no label scheme lad knows, ...
             raise RunError(f"{self.file('run.json')}: {e}") from None
-        if self.is_harness:  # made by the harness from the same records: N and L suffice
-            check = False
+        strict = check and not self.is_harness  # a harness made it of these records: N, L suffice
         try:
-            calibration.check_compatible(records, fingerprint, strict=check)
+            calibration.check_compatible(records, fingerprint, strict=strict)
         except CalibrationError as e:
             raise located(e, self.arguments.get("calibration") or "calibration.json") from e
         return calibration

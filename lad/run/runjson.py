@@ -118,7 +118,7 @@ def json_text(obj: Any, indent: int = 2) -> str:
 
 class RunJson:
     """run.json of a run directory (RunDir's part): created or checked by `begin`, read once
-    (`run_json`), updated beside its arguments by `_update_run_json` alone."""
+    (`run_json`), updated beside its arguments by `update` alone."""
 
     path: Path
 
@@ -129,9 +129,10 @@ class RunJson:
         write_text(self.file("run.json"), json_text(dict(run_json)))
         self.__dict__.pop("run_json", None)
 
-    def _update_run_json(self, key: str, change: Any) -> None:
+    def update(self, key: str, change: Any) -> None:
         """run.json with `change(stored[key])` as its `key`, beside "arguments" (a rerun's check
-        never compares it): the one way a begun run's run.json is updated."""
+        never compares it): the one way a begun run's run.json is updated ("timing", "threads",
+        "attention_layers": lad.run.stages.Clock)."""
         stored = read_run_json(self.file("run.json"))
         stored[key] = change(stored.get(key))
         self._write_run_json(stored)
@@ -150,14 +151,11 @@ class RunJson:
         which no record was made yet (a run that failed at its start) does not bind: it is
         replaced. `write` False: the checks alone, a live `lad eval` here among them (a refusal
         before the first write; the writer holds the lock)."""
-        from lad.run.lock import running_holder
+        from lad.run.lock import in_use, running_holder
 
         holder = None if write else running_holder(self.path)
         if holder is not None:
-            raise RunError(
-                f"{self.path} is in use by another lad eval ({holder}); wait for it to finish, "
-                "or use another --out"
-            )
+            raise in_use(self.path, holder)
         path = self.file("run.json")
         wanted = {"format": RUN_FORMAT, "arguments": json.loads(json.dumps(dict(arguments)))}
         wanted["inputs"] = dict(inputs or {})
@@ -229,21 +227,7 @@ class RunJson:
         """run.json's "timing" (empty for a run made before lad recorded it)."""
         return dict(self.run_json.get("timing", {}))
 
-    def add_times(self, seconds: Mapping[str, float]) -> None:
-        """Add wall times (seconds per stage) to run.json's "timing"."""
-        self._update_run_json("timing", lambda timing: summed_times(timing, seconds))
-
     def threads(self) -> Any:
         """run.json's "threads": the CPU threads its records were made with (None on an
         accelerator, or for a run from before lad recorded them)."""
         return self.run_json.get("threads")
-
-    def set_threads(self, threads: Mapping[str, Any]) -> None:
-        """Write run.json's "threads" (lad.backends.threads.record_choice), beside "arguments"."""
-        self._update_run_json("threads", lambda _: dict(threads))
-
-    def set_attention_layers(self, layers: list[int] | None) -> None:
-        """Write run.json's "attention_layers": the decoder layers of the records' attention rows,
-        in order (all but in a hybrid model; lad.backends.archs.attention_layers)."""
-        if layers is not None:
-            self._update_run_json("attention_layers", lambda _: list(layers))

@@ -23,6 +23,7 @@ from lad.run import resume
 from lad.run.config import EvalConfig
 from lad.run.resume import World
 from lad.run.rundir import RunDir
+from lad.run.runjson import summed_times
 
 SOFA_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -45,16 +46,8 @@ def run_stage(
     def make(todo: Sequence[Request]) -> Iterator[Record]:
         return _stage_records(make_backend(), todo, config, kind)
 
-    return resume.run_stage(
-        path,
-        requests,
-        make,
-        batch_size=config.batch_size,
-        desc=desc,
-        quiet=config.quiet,
-        world=world,
-        acc_label=acc_label,
-    )
+    how = {"batch_size": config.batch_size, "quiet": config.quiet, "world": world}
+    return resume.run_stage(path, requests, make, desc=desc, acc_label=acc_label, **how)
 
 
 def acc_label_for(kind: Stage) -> str | None:
@@ -87,15 +80,9 @@ def _stage_records(
     if kind.template != "vanilla":
         from lad.backends.generate import generation_records
 
-        options = generation_options(config, kind.template)
-        yield from generation_records(
-            backend,
-            requests,
-            template=kind.template,
-            scheme=config.scheme,
-            options=options,
-            batch_size=config.batch_size,
-        )
+        made = {"template": kind.template, "options": generation_options(config, kind.template)}
+        common = {"scheme": config.scheme, "batch_size": config.batch_size}
+        yield from generation_records(backend, requests, **made, **common)
         return
     sofa = None
     if kind.sofa_sigma is not None:
@@ -124,30 +111,26 @@ def generation_options(config: EvalConfig, template: str) -> Any:
     return GenerationOptions(max_new_tokens=config.max_new_tokens)
 
 
+@dataclass
 class LazyBackend:
     """Loads the model on first use, so a finished run is rescored without touching it.
 
     shared: models loaded already, by what they were loaded with, for runs one after another in
     one process (a mixed run's parts, a suite's cells): the model does not depend on N."""
 
-    def __init__(
-        self,
-        config: EvalConfig,
-        device: str,
-        run_dir: Path,
-        shared: dict | None = None,
-        items: Sequence[Item] = (),
-    ) -> None:
-        self.config = config
-        self.device = device
-        self.run_dir = run_dir
-        self.backend: Any = None
-        self.load_seconds = 0.0
-        self.recorded = None  # run.json's "threads" when the model loaded, None before records
-        self.shared = {} if shared is None else shared
-        self.items = items  # the run's items: their text checked once the model loads
+    config: EvalConfig
+    device: str
+    run_dir: Path
+    shared: dict | None = None
+    items: Sequence[Item] = ()  # the run's items: their text checked once the model loads
+    backend: Any = None
+    load_seconds: float = 0.0
+    recorded: Any = None  # run.json's "threads" when the model loaded, None before records
+
+    def __post_init__(self) -> None:
+        self.shared = {} if self.shared is None else self.shared
         # False: text options only (lad.backends.settings.LoadSettings)
-        self.pictures = not all(it.is_text for it in items)
+        self.pictures = not all(it.is_text for it in self.items)
 
     def __call__(self) -> Any:
         if self.backend is None:
@@ -203,15 +186,20 @@ class Clock:
         finally:  # an interrupted session's time counts too: it was spent
             load = self.backend.load_seconds - loaded
             times = {"model_load": load} if load else {}
+            times[name] = time.perf_counter() - start - load
             run = RunDir(self.run_dir)
-            run.add_times({**times, name: time.perf_counter() - start - load})
-            if load:  # which decoder layers the records' attention rows are
-                run.set_attention_layers(getattr(self.backend.backend, "attention_layers", None))
+            run.update("timing", lambda timing: summed_times(timing, times))
+            # The decoder layers of the records' attention rows, in order (all but in a hybrid
+            # model; lad.backends.archs.attention_layers).
+            layers = getattr(self.backend.backend, "attention_layers", None)
+            if load and layers is not None:
+                run.update("attention_layers", lambda _: list(layers))
             choice = getattr(self.backend.backend, "threads", None)  # None on an accelerator
             if load and choice is not None:
                 from lad.backends.threads import record_choice
 
-                run.set_threads(record_choice(self.backend.recorded, choice))
+                threads = record_choice(self.backend.recorded, choice)
+                run.update("threads", lambda _: dict(threads))
 
 
 def sofa_sigma(
@@ -240,10 +228,6 @@ def sofa_sigma(
         accuracy[sigma] = float(np.mean(recs.logprobs.argmax(axis=1) == recs.answer))
     best = max(SOFA_GRID, key=lambda s: (accuracy[s], -abs(s - 0.5), -s))
     if world.is_main:
-        choice = {
-            "grid": list(SOFA_GRID),
-            "accuracy": [accuracy[s] for s in SOFA_GRID],
-            "sigma": best,
-        }
-        RunDir(run_dir).write_sofa_choice(choice)
+        choice = {"grid": list(SOFA_GRID), "accuracy": [accuracy[s] for s in SOFA_GRID]}
+        RunDir(run_dir).write_sofa_choice({**choice, "sigma": best})
     return best

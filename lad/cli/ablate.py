@@ -11,8 +11,8 @@ from typing import Any
 from lad.cli.flags import (
     InputPath,
     OutputPath,
-    add_calibration_check_flag,
     add_lad_flags,
+    add_settings,
     add_whole,
     command,
     number,
@@ -89,17 +89,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=(0.0, 1.0, 3.0, 5.0, 7.0, 9.0, math.inf),
         help="τ of Figure 6(b); 'inf' is the limit (default: 0,1,3,5,7,9,inf)",
     )
-    add_whole(
+    add_settings(
         p,
-        "--calibration-items",
-        minimum=1,
+        "calibration_items",
         help="refit each run's calibration on a seeded random subset of this many of its "
         "calibration items, for all but Figure 6(a) (e.g. 5, the paper's |D_cal|, from a run "
         "made with --calibration-items 100; default: the run's calibration.json)",
     )
     add_whole(p, "--subsets", minimum=1, default=5, help="calibration subsets per |D_cal|")
-    add_calibration_check_flag(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the calibration subsets")
+    add_settings(p, "check_calibration")
+    add_settings(p, "seed", help="seed of the calibration subsets")
 
 
 def _ablate(args: argparse.Namespace) -> int:

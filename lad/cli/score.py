@@ -12,10 +12,10 @@ import numpy as np
 from lad.cli.flags import (
     InputPath,
     OutputPath,
-    add_labels_flag,
     add_lad_flags,
     add_methods_flag,
     add_records_flag,
+    add_settings,
     add_whole,
     command,
     methods_given,
@@ -44,17 +44,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_metrics(subparsers)
 
 
-def _layers(text: str) -> str | tuple[int, ...]:
-    if text in ("top-k", "all"):
-        return text
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected 'top-k', 'all' or comma-separated 0-based layer indices, got {text!r}"
-        ) from None
-
-
 def _register_score(subparsers: argparse._SubParsersAction) -> None:
     p = command(subparsers, "score", run_score)
     add_records_flag(p)
@@ -65,12 +54,7 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--calibration", type=InputPath, help="a calibration.json fitted earlier")
     add_methods_flag(p, None)
     add_lad_flags(p)
-    p.add_argument(
-        "--layers",
-        type=_layers,
-        default=MethodOptions.layers,
-        help="top-k (Eq. 9), all, or comma-separated 0-based layer indices",
-    )
+    add_settings(p, "layers")
     p.add_argument("--no-prior", action="store_true", help="do not divide by the attention prior")
     p.add_argument(
         "--perm-records", type=InputPath, help="each item under all N cyclic shifts (for perm-avg)"
@@ -80,9 +64,8 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
         type=InputPath,
         help="each record's prompt with its candidates blanked (for blank; blank_records.jsonl)",
     )
-    add_labels_flag(
-        p, "label scheme of the records (parses replies of instruction, cot, self-consistency)"
-    )
+    labels = "label scheme of the records (parses replies of instruction, cot, self-consistency)"
+    add_settings(p, "labels", help=labels)
     p.add_argument(
         "--allow-partial", action="store_true", help="accept calibration items missing shifts"
     )

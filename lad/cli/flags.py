@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lad.core.methods import MethodOptions
+from lad.core.methods import CHOICES, MethodOptions
 from lad.errors import LadError
 from lad.io.files import InputPath, OutputPath
-from lad.run.config import EvalConfig
+from lad.run.config import EvalConfig, check_methods
 from lad.run.presets import PRESETS, with_preset
 from lad.run.spec import RecordSpec
 
@@ -192,14 +192,7 @@ def _help_of(func: Callable[..., Any]) -> tuple[str, str, tuple[str, ...]]:
 
 def method_list(text: str) -> tuple[str, ...]:
     """--methods a,b (also repeated): names of lad.core.methods.METHODS, checked while parsing."""
-    from lad.core.methods import METHODS
-
-    names = tuple(m.strip() for m in text.split(",") if m.strip())
-    unknown = [m for m in names if m not in METHODS]
-    if unknown or not names:
-        got = ", ".join(unknown) if unknown else "none"
-        raise LadError(f"--methods must name methods of {', '.join(METHODS)}. Got {got}.")
-    return names
+    return check_methods(tuple(m.strip() for m in text.split(",") if m.strip()))
 
 
 def methods_given(
@@ -262,6 +255,8 @@ def add_settings(p: Any, *names: str, **override: Any) -> None:
             options["type"] = number(flags[0], options.pop("above"), closed=False)
         if name in PARSERS:
             options["type"] = PARSERS[name]
+        if name in CHOICES:  # MethodOptions' allowed values
+            options["choices"] = CHOICES[name]
         p.add_argument(*flags, dest=name, **{**options, **override})
 
 
@@ -273,7 +268,7 @@ def add_dtype_flag(p: argparse.ArgumentParser) -> None:
     add_settings(p, "dtype")
 
 
-def add_trust_remote_code_flag(p: Any) -> None:
+def add_trust_remote_code_flag(p: Any) -> None:  # the three: lad serve's (lad.cli.serve)
     add_settings(p, "trust_remote_code")
 
 

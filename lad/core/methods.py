@@ -67,24 +67,19 @@ class MethodOptions:
     use_prior: bool = True
     obs_mean: str = field(
         default="prob",
-        metadata={
-            "help": "Eq. 1 over probabilities (paper, default) or logits (official code)",
-            "choices": CHOICES["obs_mean"],
-        },
+        metadata={"help": "Eq. 1 over probabilities (paper, default) or logits (official code)"},
     )
     mixture: str = field(
         default="prob",
         metadata={
-            "help": "Eq. 13 in probability space (paper, default) or log space (official code)",
-            "choices": CHOICES["mixture"],
+            "help": "Eq. 13 in probability space (paper, default) or log space (official code)"
         },
     )
     attn_mean: str = field(
         default="log",
         metadata={
             "help": "Eq. 11 mean of log attention (paper, default) or log of mean attention "
-            "(official)",
-            "choices": CHOICES["attn_mean"],
+            "(official)"
         },
     )
     layer_range: tuple[int, int] | None = field(

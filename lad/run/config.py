@@ -127,12 +127,7 @@ class EvalConfig:
         return _make(changes, self)
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown or not self.methods:
-            raise RunError(
-                f"--methods must name methods of {', '.join(METHODS)}. "
-                f"Got {', '.join(unknown) if unknown else 'none'}."
-            )
+        check_methods(self.methods)
         if self.items is not None and self.items < 1:
             raise RunError(f"--items must be >= 1 (leave it out for all items). Got {self.items}.")
         if self.num_candidates < 2:
@@ -198,6 +193,15 @@ class EvalConfig:
         return "vanilla" if self.prompt_template is None else PromptTemplate(self.prompt_template)
 
 
+def check_methods(methods: tuple[str, ...]) -> tuple[str, ...]:
+    """Names of lad.core.methods.METHODS, one at least (--methods, as parsed or as given)."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        got = ", ".join(unknown) if unknown else "none"
+        raise RunError(f"--methods must name methods of {', '.join(METHODS)}. Got {got}.")
+    return methods
+
+
 def check_engine_methods(engine: str, methods: tuple[str, ...]) -> None:
     """Only the HF backend generates replies or changes the attention mask (SoFA)."""
     from lad.backends.engines import check_engine
@@ -219,14 +223,8 @@ PLAN_FIELDS = tuple(
 DEFAULTS = EvalConfig()  # every setting's default, declared once in the dataclasses above
 # Every setting of `lad eval` by name, and those that define the records (run.json's order).
 FIELDS = (*SPEC_FIELDS, *PLAN_FIELDS, *OPTION_FIELDS)
-RECORD_FIELDS = (
-    *SPEC_FIELDS,
-    *(
-        f.name
-        for f in dataclasses.fields(EvalConfig)
-        if f.name in PLAN_FIELDS and not f.metadata.get("scoring")
-    ),
-)
+SCORING_FIELDS = {f.name for f in dataclasses.fields(EvalConfig) if f.metadata.get("scoring")}
+RECORD_FIELDS = (*SPEC_FIELDS, *(name for name in PLAN_FIELDS if name not in SCORING_FIELDS))
 
 
 def _make(changes: dict[str, Any], base: EvalConfig | None = None) -> EvalConfig:

@@ -89,21 +89,20 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     )
 
 
-def _check_figure(figure: str, init: str | None) -> None:
-    """Checked before training, not after half an hour of it."""
-    from lad.io.files import check_not_inputs, check_output_file
+def _check_figure(figure: str) -> None:
+    """Checked before training, not after half an hour of it (--figure as --init: lad.cli.main)."""
+    from lad.io.files import check_output_file
 
     if Path(figure).suffix.lower() != ".png":
         raise LadError(f"--figure {figure}: give a .png path")
     check_output_file(figure, "--figure")
-    check_not_inputs({"--figure": figure}, {"--init": init})
 
 
 def _train(args: argparse.Namespace) -> int:
     config = _config(args)
     config.check()  # every flag, before torch loads
     if args.figure:
-        _check_figure(args.figure, args.init)
+        _check_figure(args.figure)
     from lad.demo.train import plot_history, train
 
     path = train(config, args.out, init=args.init, replace_shipped_model=args.replace_shipped_model)

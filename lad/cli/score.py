@@ -35,7 +35,7 @@ from lad.core.predictions import (
 from lad.core.records import RecordSet, read_records
 from lad.core.scoring import score_records
 from lad.errors import LadError
-from lad.io.files import check_not_inputs, check_output_file, write_text
+from lad.io.files import check_output_file, write_text
 from lad.run.rundir import cells_of_part
 
 
@@ -87,12 +87,9 @@ def run_score(args: argparse.Namespace) -> int:
             runs/default/calibration.jsonl --methods vanilla,lad --out predictions.jsonl
     """
     values = resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range"))
-    out = check_output_file(args.out)
-    save = args.save_calibration and check_output_file(args.save_calibration, "--save-calibration")
-    read = ("records", "calibration_records", "calibration", "perm_records", "blank_records")
-    inputs = {"--" + name.replace("_", "-"): getattr(args, name) for name in read}
-    check_not_inputs({"--out": out, "--save-calibration": save or None}, inputs)
-    check_not_inputs({"--save-calibration": save or None}, {"--out": out})
+    check_output_file(args.out)  # an output that is an input: refused by lad.cli.main
+    if args.save_calibration:
+        check_output_file(args.save_calibration, "--save-calibration")
     records = read_records(args.records)
     if not len(records):
         raise LadError(f"{args.records}: holds no records; nothing to score")
@@ -180,9 +177,6 @@ def run_metrics(args: argparse.Namespace) -> int:
     boot = Bootstrap(resamples=args.bootstrap, seed=args.bootstrap_seed)  # its bound first
     if args.out:
         check_output_file(args.out)
-        check_not_inputs(
-            {"--out": args.out}, {"--records": args.records, "--predictions": args.predictions}
-        )
     records = read_records(args.records)
     if not len(records):
         raise LadError(f"{args.records}: holds no records; nothing to measure")

@@ -8,7 +8,6 @@ import argparse
 from pathlib import Path
 
 from lad.cli.flags import (
-    HelpFormat,
     InputPath,
     OutputPath,
     add_quiet_flag,
@@ -27,13 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from lad.data.benchmarks import BENCHMARKS
 
     names = ("shapes", "coco", "flickr8k", "import", *BENCHMARKS, *_TEXT, "text-demo")
-    parser = subparsers.add_parser(
-        "data",
-        help="build benchmark items: " + ", ".join(names),
-        description="Build benchmark items files (the items format: docs/formats.md).",
-        epilog="example:\n  lad data shapes --num-candidates 4 --items 100 --out data/shapes",
-        formatter_class=HelpFormat,
-    )
+    short = "build benchmark items: " + ", ".join(names)
+    about = "Build benchmark items files (the items format: docs/formats.md)."
+    example = "lad data shapes --num-candidates 4 --items 100 --out data/shapes"
+    parser = command(subparsers, "data", short, about, example)
     commands = parser.add_subparsers(dest="data_command", required=True, metavar="DATASET")
     _register_shapes(commands)
     for name, (help_text, example) in _REAL.items():

@@ -89,13 +89,13 @@ class EvalConfig:
         "SoFA also opens later tokens of the same image (else across images only)",
         action="store_true",
     )
-    orders: str | None = flag(  # (item, order) pairs: the orderings to evaluate, not shuffles
+    orders: str | None = flag(
         None,
         "jsonl of {item, order}: evaluate exactly these orderings (a records.jsonl works)",
         type=InputPath,
         metavar="FILE",
     )
-    calibrate_on: str = flag(  # or "evaluation": the first |D_cal| evaluation items
+    calibrate_on: str = flag(
         "held-out",
         "calibration items held out from --data (paper; default) or the first "
         "--calibration-items evaluation items, scored too (official code; warns)",

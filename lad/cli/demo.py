@@ -6,7 +6,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from lad.cli.flags import InputPath, OutputPath, command
+from lad.cli.flags import InputPath, OutputPath, command, options_from
 from lad.demo.recipe import DRIFTS, TrainConfig
 from lad.errors import LadError
 
@@ -78,15 +78,8 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     stages = [replace(s, steps=k) for s, k in zip(d.stages, steps, strict=True)]
     bias = {"position_decay": args.position_decay, "keep_label": args.keep_label}
     stages[-1] = replace(stages[-1], **bias, drift=args.drift)
-    return replace(
-        d,
-        seed=args.seed,
-        stages=tuple(stages),
-        batch_size=args.batch_size,
-        lr=args.lr,
-        train_items=args.train_items,
-        threads=args.threads,
-    )
+    # the flags named as its fields: --seed, --batch-size, --lr, --train-items, --threads
+    return options_from(TrainConfig, args, stages=tuple(stages))
 
 
 def _check_figure(figure: str) -> None:

@@ -312,10 +312,9 @@ def _run_released(args: argparse.Namespace) -> int:
     from lad.data.released import Options, convert, summary_lines
 
     benchmark = BENCHMARKS[args.benchmark]
-    options = {k: getattr(args, k) for k in vars(Options()) if k in vars(args)}
     source = args.path if benchmark.embedded else args.file
-    options["whole"] = True  # no --task or -n: every task and N, a cell each (lad eval)
-    task, written = convert(benchmark, source, _items_out(args.out), Options(**options))
+    options = options_from(Options, args, whole=True)  # every task and N, a cell each (lad eval)
+    task, written = convert(benchmark, source, _items_out(args.out), options)
     if benchmark.one_task and args.task:
         print(f"{benchmark.title} task {task}:")
     for line in summary_lines(written, per_task=not args.quiet):

@@ -29,10 +29,6 @@ DEFAULT_CALIBRATION_ITEMS = 5  # |D_cal| of the paper (§4.2)
 SCORING = {"scoring": True}
 
 
-def scoring(default: Any) -> Any:
-    return field(default=default, metadata=SCORING)
-
-
 @dataclass(frozen=True)
 class EvalConfig:
     """Everything `lad eval` takes: the record spec (`spec`, lad.run.spec.RecordSpec), the plan
@@ -104,8 +100,8 @@ class EvalConfig:
     # How stored records are scored (obs_mean also how calibration.json is fitted); its labels
     # are always the spec's.
     options: MethodOptions = field(default_factory=MethodOptions, metadata=SCORING)
-    methods: tuple[str, ...] = scoring(DEFAULT_METHODS)
-    quiet: bool = scoring(False)
+    methods: tuple[str, ...] = field(default=DEFAULT_METHODS, metadata=SCORING)
+    quiet: bool = field(default=False, metadata=SCORING)
     check_calibration: bool = flag(  # refuse a calibration of another model, scheme, prompt
         True,
         "use a calibration made with another model, label scheme or prompt template, or "

@@ -166,9 +166,6 @@ class EvalConfig:
                 "--calibrate-on evaluation calibrates on the first evaluation items; it cannot "
                 "be combined with --calibration-data or --calibration"
             )
-        size = self.image_size
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
-            raise RunError(f"--image-size must be a positive number of pixels. Got {size!r}.")
         self.spec.check()
         if self.options.labels != self.spec.labels:  # replies are parsed in the spec's labels
             synced = dataclasses.replace(self.options, labels=self.labels)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lad.backends.checkpoint import check_repetition_penalty
 from lad.core.methods import CHOICES, MethodOptions
 from lad.errors import LadError
 from lad.io.files import InputPath, OutputPath
@@ -329,12 +330,7 @@ def number_or(word: str, expected: str, check: Callable[[float, str], None]) -> 
 
 
 def _check_penalty(value: float, text: str) -> None:
-    from lad.backends.checkpoint import check_repetition_penalty
-
     check_repetition_penalty(value)
-
-
-_penalty = number_or("model", "a number > 0", _check_penalty)
 
 
 def _check_sigma(value: float, text: str) -> None:
@@ -410,6 +406,6 @@ PARSERS = {
     "layer_range": _layer_range,
     "layers": _layers,
     "blank_alpha": _blank_alpha,
-    "repetition_penalty": _penalty,
+    "repetition_penalty": number_or("model", "a number > 0", _check_penalty),
     "sofa_sigma": number_or("auto", "a number in [0, 1]", _check_sigma),
 }

@@ -20,6 +20,7 @@ from lad.cli.flags import (
 from lad.data.questions import Benchmark
 from lad.errors import DataError
 from lad.io.files import check_output_dir, check_output_file
+from lad.run.config import SETTINGS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,10 +48,7 @@ def _add(commands: argparse._SubParsersAction, name: str, help_text: str, exampl
 def _common(p: argparse.ArgumentParser, items_default: int) -> None:
     add_whole(p, "--num-candidates", "-n", minimum=2, default=4, help="images per item, N")
     p.add_argument(
-        "--setting",
-        choices=["random", "adversarial"],
-        default="random",
-        help="how distractors are chosen",
+        "--setting", choices=SETTINGS, default="random", help="how distractors are chosen"
     )
     add_whole(p, "--items", minimum=1, default=items_default, help="number of items")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,8 +10,8 @@ from typing import Any
 from lad.cli.flags import (
     InputPath,
     OutputPath,
-    add_calibration_check_flag,
     add_lad_flags,
+    add_settings,
     add_whole,
     command,
     number,
@@ -71,35 +70,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"comma-separated analyses of {','.join(ANALYSES)} (default: all)",
     )
     add_lad_flags(p)
+    # --ks, --sizes, --taus unstated: AblateOptions' defaults (their help states them)
     p.add_argument(
         "--ks",
         type=_whole_list("--ks"),
-        default=(1, 2, 4, 8),
         help="K of Table 4's rows (default: 1,2,4,8)",
     )
     p.add_argument(
         "--sizes",
         type=_whole_list("--sizes"),
-        default=(1, 5, 10, 20, 50, 100),
         help="|D_cal| of Figure 6(a) (default: 1,5,10,20,50,100)",
     )
     p.add_argument(
         "--taus",
         type=lambda text: _list("float", number("--taus", 0.0), text),
-        default=(0.0, 1.0, 3.0, 5.0, 7.0, 9.0, math.inf),
         help="τ of Figure 6(b); 'inf' is the limit (default: 0,1,3,5,7,9,inf)",
     )
-    add_whole(
+    add_settings(
         p,
-        "--calibration-items",
-        minimum=1,
+        "calibration_items",
         help="refit each run's calibration on a seeded random subset of this many of its "
         "calibration items, for all but Figure 6(a) (e.g. 5, the paper's |D_cal|, from a run "
         "made with --calibration-items 100; default: the run's calibration.json)",
     )
     add_whole(p, "--subsets", minimum=1, default=5, help="calibration subsets per |D_cal|")
-    add_calibration_check_flag(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the calibration subsets")
+    add_settings(p, "check_calibration")
+    add_settings(p, "seed", help="seed of the calibration subsets")
 
 
 def _ablate(args: argparse.Namespace) -> int:

@@ -8,7 +8,6 @@ import argparse
 from pathlib import Path
 
 from lad.cli.flags import (
-    HelpFormat,
     InputPath,
     OutputPath,
     add_quiet_flag,
@@ -20,20 +19,18 @@ from lad.cli.flags import (
 )
 from lad.data.questions import Benchmark
 from lad.errors import DataError
-from lad.io.files import check_not_inputs, check_output_dir, check_output_file
+from lad.io.files import check_output_dir, check_output_file
+from lad.run.config import SETTINGS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from lad.data.benchmarks import BENCHMARKS
 
     names = ("shapes", "coco", "flickr8k", "import", *BENCHMARKS, *_TEXT, "text-demo")
-    parser = subparsers.add_parser(
-        "data",
-        help="build benchmark items: " + ", ".join(names),
-        description="Build benchmark items files (the items format: docs/formats.md).",
-        epilog="example:\n  lad data shapes --num-candidates 4 --items 100 --out data/shapes",
-        formatter_class=HelpFormat,
-    )
+    short = "build benchmark items: " + ", ".join(names)
+    about = "Build benchmark items files (the items format: docs/formats.md)."
+    example = "lad data shapes --num-candidates 4 --items 100 --out data/shapes"
+    parser = command(subparsers, "data", short, about, example)
     commands = parser.add_subparsers(dest="data_command", required=True, metavar="DATASET")
     _register_shapes(commands)
     for name, (help_text, example) in _REAL.items():
@@ -51,10 +48,7 @@ def _add(commands: argparse._SubParsersAction, name: str, help_text: str, exampl
 def _common(p: argparse.ArgumentParser, items_default: int) -> None:
     add_whole(p, "--num-candidates", "-n", minimum=2, default=4, help="images per item, N")
     p.add_argument(
-        "--setting",
-        choices=["random", "adversarial"],
-        default="random",
-        help="how distractors are chosen",
+        "--setting", choices=SETTINGS, default="random", help="how distractors are chosen"
     )
     add_whole(p, "--items", minimum=1, default=items_default, help="number of items")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
@@ -174,12 +168,9 @@ def _register_real(
 
 
 def _run_real(args: argparse.Namespace) -> int:
-    from lad.data.builders import BuildOptions, build_benchmark, calibration_path_for
+    from lad.data.builders import BuildOptions, build_benchmark
 
-    out = _items_out(args.out)
-    inputs = {"--captions": args.captions, "--instances": getattr(args, "instances", None)}
-    check_not_inputs({"--out": out, "its calibration file": calibration_path_for(out)}, inputs)
-
+    _items_out(args.out)  # an output that is an input: refused by lad.cli.main
     options = options_from(BuildOptions, args)
     if args.dataset == "coco":
         from lad.data.coco import load_coco
@@ -252,7 +243,7 @@ def _run_import(args: argparse.Namespace) -> int:
     """
     from lad.data.official import import_official
 
-    check_not_inputs({"--out": _items_out(args.out)}, {"the official file": args.file})
+    _items_out(args.out)
     imported = import_official(args.file, args.images, args.out)
     print(f"Wrote {imported.items} items to {args.out}")
     if imported.derived_ids:
@@ -319,10 +310,9 @@ def _run_released(args: argparse.Namespace) -> int:
     from lad.data.released import Options, convert, summary_lines
 
     benchmark = BENCHMARKS[args.benchmark]
-    options = {k: getattr(args, k) for k in vars(Options()) if k in vars(args)}
     source = args.path if benchmark.embedded else args.file
-    options["whole"] = True  # no --task or -n: every task and N, a cell each (lad eval)
-    task, written = convert(benchmark, source, _items_out(args.out), Options(**options))
+    options = options_from(Options, args, whole=True)  # every task and N, a cell each (lad eval)
+    task, written = convert(benchmark, source, _items_out(args.out), options)
     if benchmark.one_task and args.task:
         print(f"{benchmark.title} task {task}:")
     for line in summary_lines(written, per_task=not args.quiet):

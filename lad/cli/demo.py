@@ -6,7 +6,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from lad.cli.flags import InputPath, OutputPath, command
+from lad.cli.flags import InputPath, OutputPath, command, options_from
 from lad.demo.recipe import DRIFTS, TrainConfig
 from lad.errors import LadError
 
@@ -78,32 +78,24 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     stages = [replace(s, steps=k) for s, k in zip(d.stages, steps, strict=True)]
     bias = {"position_decay": args.position_decay, "keep_label": args.keep_label}
     stages[-1] = replace(stages[-1], **bias, drift=args.drift)
-    return replace(
-        d,
-        seed=args.seed,
-        stages=tuple(stages),
-        batch_size=args.batch_size,
-        lr=args.lr,
-        train_items=args.train_items,
-        threads=args.threads,
-    )
+    # the flags named as its fields: --seed, --batch-size, --lr, --train-items, --threads
+    return options_from(TrainConfig, args, stages=tuple(stages))
 
 
-def _check_figure(figure: str, init: str | None) -> None:
-    """Checked before training, not after half an hour of it."""
-    from lad.io.files import check_not_inputs, check_output_file
+def _check_figure(figure: str) -> None:
+    """Checked before training, not after half an hour of it (--figure as --init: lad.cli.main)."""
+    from lad.io.files import check_output_file
 
     if Path(figure).suffix.lower() != ".png":
         raise LadError(f"--figure {figure}: give a .png path")
     check_output_file(figure, "--figure")
-    check_not_inputs({"--figure": figure}, {"--init": init})
 
 
 def _train(args: argparse.Namespace) -> int:
     config = _config(args)
     config.check()  # every flag, before torch loads
     if args.figure:
-        _check_figure(args.figure, args.init)
+        _check_figure(args.figure)
     from lad.demo.train import plot_history, train
 
     path = train(config, args.out, init=args.init, replace_shipped_model=args.replace_shipped_model)

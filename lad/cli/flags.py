@@ -1,4 +1,5 @@
-"""Flags shared by several commands, declared once.
+"""Flags shared by several commands, declared once: a setting's flag is built from its field
+(lad.run.spec.flag, in RecordSpec, EvalConfig and MethodOptions) by `add_settings`.
 
 Options a preset can set (lad.run.presets) default to None here, so `resolved` can tell a stated
 flag from an unstated one: a stated flag wins, then the preset, then lad's default (the paper's).
@@ -15,11 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lad.core.methods import CHOICES
+from lad.backends.checkpoint import check_repetition_penalty
+from lad.core.methods import CHOICES, MethodOptions
 from lad.errors import LadError
 from lad.io.files import InputPath, OutputPath
-from lad.run.config import DEFAULTS
+from lad.run.config import EvalConfig, check_methods
 from lad.run.presets import PRESETS, with_preset
+from lad.run.spec import RecordSpec
 
 # ---------------------------------------------------------------- the files a command touches
 # A flag naming a file or folder the command reads has `type=InputPath`, one it writes
@@ -190,14 +193,7 @@ def _help_of(func: Callable[..., Any]) -> tuple[str, str, tuple[str, ...]]:
 
 def method_list(text: str) -> tuple[str, ...]:
     """--methods a,b (also repeated): names of lad.core.methods.METHODS, checked while parsing."""
-    from lad.core.methods import METHODS
-
-    names = tuple(m.strip() for m in text.split(",") if m.strip())
-    unknown = [m for m in names if m not in METHODS]
-    if unknown or not names:
-        got = ", ".join(unknown) if unknown else "none"
-        raise LadError(f"--methods must name methods of {', '.join(METHODS)}. Got {got}.")
-    return names
+    return check_methods(tuple(m.strip() for m in text.split(",") if m.strip()))
 
 
 def methods_given(
@@ -231,21 +227,51 @@ def options_from(cls: Any, args: argparse.Namespace, **more: Any) -> Any:
     return cls(**given, **more)
 
 
-def add_labels_flag(
-    p: argparse.ArgumentParser, help: str = "how positions are named in the prompt and answer"
-) -> None:
-    from lad.core.labels import LABEL_SCHEMES
+# Every setting declared with its flag (lad.run.spec.flag), by name.
+DECLARED = {
+    f.name: f
+    for cls in (RecordSpec, EvalConfig, MethodOptions)
+    for f in dataclasses.fields(cls)
+    if "help" in f.metadata
+}
+PRESET_SET = {name for preset in PRESETS.values() for name in preset}
 
-    p.add_argument("--labels", default=DEFAULTS.labels, choices=list(LABEL_SCHEMES), help=help)
+
+def add_settings(p: Any, *names: str, **override: Any) -> None:
+    """The flags of declared settings, in order: each field's metadata as add_argument's options,
+    its `minimum` (or `above`) as a bounded number's type, its text read by PARSERS where the
+    setting has one; `override`: this command's own options."""
+    for name in names:
+        declared = DECLARED[name]
+        options = {k: v for k, v in declared.metadata.items() if k != "scoring"}
+        flags = options.pop("flags", ("--" + name.replace("_", "-"),))
+        default = None if name in PRESET_SET else declared.default
+        options["default"] = options.pop("flag_default", default)
+        low = options.pop("minimum", None)
+        if isinstance(low, int):
+            options["type"] = whole(low, flags[0])
+        elif low is not None:
+            options["type"] = number(flags[0], low)
+        if "above" in options:
+            options["type"] = number(flags[0], options.pop("above"), closed=False)
+        if name in PARSERS:
+            options["type"] = PARSERS[name]
+        if name in CHOICES:  # MethodOptions' allowed values
+            options["choices"] = CHOICES[name]
+        p.add_argument(*flags, dest=name, **{**options, **override})
+
+
+# The flags lad serve (lad.cli.serve) adds by name.
+def add_labels_flag(p: argparse.ArgumentParser) -> None:
+    add_settings(p, "labels")
 
 
 def add_dtype_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--dtype",
-        default=DEFAULTS.dtype,
-        choices=["auto", "bfloat16", "float16", "float32"],
-        help="weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
-    )
+    add_settings(p, "dtype")
+
+
+def add_trust_remote_code_flag(p: Any) -> None:
+    add_settings(p, "trust_remote_code")
 
 
 def add_records_flag(p: argparse.ArgumentParser) -> None:
@@ -258,63 +284,18 @@ def add_lad_flags(p: argparse.ArgumentParser) -> None:
     """LAD's inference options (§4.3), their official-code variants (with --obs-mean, how a
     calibration is fitted, Eq. 1) and --preset; defaults are the paper's."""
     add_preset_flag(p)
-    add_whole(p, "--top-k", minimum=1, default=DEFAULTS.top_k, help="K layers selected by Eq. 9")
-    p.add_argument(
-        "--tau",
-        type=number("--tau", 0.0),
-        default=DEFAULTS.tau,
-        help="τ of Eq. 12, >= 0; inf for the limit",
-    )
-    p.add_argument(
-        "--layer-range",
-        type=_layer_range,
-        metavar="FIRST,LAST",
-        help="0-based layers Eq. 9 searches (those with softmax attention: all but on a hybrid "
-        "model such as Qwen3.5); an end past the model's last is cut to it, a start past it is "
-        "refused before model work (default: all; official: 21,35)",
-    )
-    p.add_argument(
-        "--mixture",
-        choices=CHOICES["mixture"],
-        help="Eq. 13 in probability space (paper, default) or log space (official code)",
-    )
-    p.add_argument(
-        "--attn-mean",
-        choices=CHOICES["attn_mean"],
-        help="Eq. 11 mean of log attention (paper, default) or log of mean attention (official)",
-    )
-    p.add_argument(
-        "--blank-alpha",
-        type=_blank_alpha,
-        default=DEFAULTS.blank_alpha,
-        help="α of the blank method (CapCal): a number >= 0, or entropy for α = H(P(·|x)) / "
-        "log N (default: %(default)s)",
-    )
-    add_obs_mean_flag(p)
+    names = ("top_k", "tau", "layer_range", "mixture", "attn_mean", "blank_alpha", "obs_mean")
+    add_settings(p, *names)
 
 
 def _blank_alpha(text: str) -> float | str:
     return "entropy" if text.strip() == "entropy" else number("--blank-alpha", 0.0)(text)
 
 
-def add_obs_mean_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--obs-mean",
-        choices=CHOICES["obs_mean"],
-        help="Eq. 1 over probabilities (paper, default) or logits (official code)",
-    )
-
-
 def add_image_flags(p: argparse.ArgumentParser) -> None:
     """How pictures are prepared for the processor; they define the records (run.json)."""
     g = p.add_argument_group("image resolution (define the records)")
-    g.add_argument(
-        "--image-size",
-        type=whole(1, "--image-size"),
-        metavar="PIXELS",
-        help="resize every picture to PIXELS×PIXELS (bicubic) before the processor (default: as "
-        "it is; official: 336, 144 tokens per image on Qwen2.5-VL)",
-    )
+    add_settings(g, "image_size")
     for flag, end in (("--max-pixels", "upper"), ("--min-pixels", "lower")):
         add_whole(
             g, flag, minimum=1, help=f"pixel budget's {end} end (Qwen2-VL, Qwen2.5-VL processors)"
@@ -327,30 +308,6 @@ def add_image_flags(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="any other processor option, VALUE as JSON if it parses (e.g. max_patches=6 for "
         "InternVL); repeat for several",
-    )
-
-
-def add_trust_remote_code_flag(p: Any) -> None:
-    """--trust-remote-code: run a checkpoint's own code (config.json auto_map); unstated: None."""
-    p.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        default=None,
-        help="run the modeling code a checkpoint ships (config.json auto_map), e.g. "
-        "LLaVA-OneVision-1.5's, in an environment with the transformers it needs "
-        "(docs/backends.md, 'Remote code'); off by default",
-    )
-
-
-def add_repetition_penalty_flag(p: argparse.ArgumentParser) -> None:
-    """--repetition-penalty: defines the records (run.json, calibration.json)."""
-    p.add_argument(
-        "--repetition-penalty",
-        type=_penalty,
-        metavar="P",
-        help="penalise the label steps' logits of tokens already in the sequence, as "
-        "transformers' generate does with repetition_penalty P; 'model': the model's "
-        "generation_config's (official: 'model', 1.05 for Qwen instruct; default: none)",
     )
 
 
@@ -373,12 +330,23 @@ def number_or(word: str, expected: str, check: Callable[[float, str], None]) -> 
 
 
 def _check_penalty(value: float, text: str) -> None:
-    from lad.backends.checkpoint import check_repetition_penalty
-
     check_repetition_penalty(value)
 
 
-_penalty = number_or("model", "a number > 0", _check_penalty)
+def _check_sigma(value: float, text: str) -> None:
+    if not 0 <= value <= 1:
+        raise LadError(f"--sofa-sigma must be a number in [0, 1] or 'auto'. Got {text}.")
+
+
+def _layers(text: str) -> str | tuple[int, ...]:
+    if text in ("top-k", "all"):
+        return text
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected 'top-k', 'all' or comma-separated 0-based layer indices, got {text!r}"
+        ) from None
 
 
 def image_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -414,16 +382,6 @@ def _image_option(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"{key}: a value nested too deeply to read") from None
 
 
-def add_calibration_check_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--no-calibration-check",
-        dest="check_calibration",
-        action="store_false",
-        help="use a calibration made with another model, label scheme or prompt template, or "
-        "one that does not say which (N and the layer count are still checked)",
-    )
-
-
 def check_layer_range_flag(
     layer_range: tuple[int, int] | None, num_layers: int | None, args: argparse.Namespace
 ) -> None:
@@ -439,3 +397,15 @@ def check_layer_range_flag(
         f"{num_layers} (0..{num_layers - 1}); pass --layer-range FIRST,LAST within them, e.g. "
         f"--layer-range 0,{num_layers - 1}"
     )
+
+
+# How the settings' text is read where a bound or a choice does not say it (add_settings).
+PARSERS = {
+    "model": model_path,
+    "data": items_or_shapes,
+    "layer_range": _layer_range,
+    "layers": _layers,
+    "blank_alpha": _blank_alpha,
+    "repetition_penalty": number_or("model", "a number > 0", _check_penalty),
+    "sofa_sigma": number_or("auto", "a number in [0, 1]", _check_sigma),
+}

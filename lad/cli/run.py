@@ -12,75 +12,26 @@ from typing import Any
 from lad.cli.flags import (
     InputPath,
     OutputPath,
-    add_calibration_check_flag,
-    add_dtype_flag,
     add_image_flags,
-    add_labels_flag,
     add_lad_flags,
     add_methods_flag,
-    add_obs_mean_flag,
     add_preset_flag,
     add_quiet_flag,
-    add_repetition_penalty_flag,
-    add_trust_remote_code_flag,
+    add_settings,
     add_whole,
     check_layer_range_flag,
     command,
     image_options,
-    items_or_shapes,
     methods_given,
-    model_path,
-    number,
-    number_or,
 )
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
-from lad.run.config import CALIBRATE_ON, DEFAULTS, SETTINGS
+from lad.run.config import DEFAULTS
 
-
-def _model_flags(p: argparse.ArgumentParser, default: str | None = DEFAULTS.model) -> None:
-    p.add_argument(
-        "--model",
-        type=model_path,
-        default=default,
-        required=default is None,
-        help="hub id or local path of a supported model, or a model shipped with lad: 'demo' "
-        "(pictures), 'text-demo' (text options; docs/demo-model.md)",
-    )
-    p.add_argument("--device", default=DEFAULTS.device, help="auto, cpu, cuda or cuda:N")
-    add_trust_remote_code_flag(p)
-    p.add_argument(
-        "--engine",
-        default="hf",
-        choices=["hf", "vllm"],
-        help="what makes the records: hf (transformers) or vllm (docs/backends.md)",
-    )
-    add_dtype_flag(p)
-    add_labels_flag(p)
-    _setting(p, "--batch-size", minimum=1, help="prompts per forward pass")
-    p.add_argument(
-        "--prompt-template",
-        type=InputPath,
-        metavar="FILE",
-        help="your own prompt text with placeholders {query} (the question or caption), {n}, "
-        "{labels}, {first}, {last}, {noun}, {single}, and {options} where text candidates are "
-        "listed (required for them, refused for pictures; lad.core.prompts); default: the "
-        "paper's template, its question variant for items with a 'question', or the text "
-        "template for items of text candidates",
-    )
-    p.add_argument(
-        "--chat-template",
-        type=InputPath,
-        metavar="FILE",
-        help="Jinja chat template to use instead of the checkpoint's own (e.g. for a base model "
-        "whose template ignores images)",
-    )
-
-
-def _setting(p: Any, *names: str, minimum: int, help: str) -> None:
-    """A whole-number flag of an EvalConfig setting, its default the setting's (DEFAULTS)."""
-    default = getattr(DEFAULTS, names[0].removeprefix("--").replace("-", "_"))
-    add_whole(p, *names, minimum=minimum, default=default, help=help)
+# The model and record flags of lad eval, calibrate and predict.
+MODEL_FLAGS = ("model", "device", "trust_remote_code", "engine", "dtype", "labels", "batch_size")
+MODEL_FLAGS += ("prompt_template", "chat_template")
+BASELINE_FLAGS = ("max_new_tokens", "sc_samples", "sc_temperature", "sc_top_k", "sofa_sigma")
 
 
 def _template(path: str | None) -> Any:
@@ -90,119 +41,38 @@ def _template(path: str | None) -> Any:
     return None if path is None else PromptTemplate.from_file(path)
 
 
-def _check_sigma(value: float, text: str) -> None:
-    if not 0 <= value <= 1:
-        raise LadError(f"--sofa-sigma must be a number in [0, 1] or 'auto'. Got {text}.")
-
-
-_sigma = number_or("auto", "a number in [0, 1]", _check_sigma)
-
-
-def _baseline_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("baselines (docs/baselines.md)")
-    _setting(
-        g,
-        "--max-new-tokens",
-        minimum=1,
-        help="reply length limit (instruction, cot, self-consistency)",
-    )
-    _setting(g, "--sc-samples", minimum=1, help="self-consistency paths")
-    g.add_argument(
-        "--sc-temperature",
-        type=number("--sc-temperature", 0.0, closed=False),
-        default=DEFAULTS.sc_temperature,
-        help="self-consistency sampling temperature, > 0",
-    )
-    _setting(g, "--sc-top-k", minimum=0, help="self-consistency top-k (0: all tokens)")
-    g.add_argument(
-        "--sofa-sigma",
-        type=_sigma,
-        default=DEFAULTS.sofa_sigma,
-        help="SoFA weight σ of future image tokens, or 'auto' (grid on calibration items)",
-    )
-    g.add_argument(
-        "--sofa-within-image",
-        action="store_true",
-        help="SoFA also opens later tokens of the same image (else across images only)",
-    )
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = command(subparsers, "eval", _eval)
-    _model_flags(p)
-    p.add_argument(
-        "--data", type=items_or_shapes, default=DEFAULTS.data, help="items .jsonl file, or 'shapes'"
-    )
-    _setting(
-        p,
-        "--num-candidates",
-        "-n",
-        minimum=2,
-        help="N candidates per query (images or text options)",
-    )
-    p.add_argument(
-        "--setting",
-        default=DEFAULTS.setting,
-        choices=SETTINGS,
-        help="shapes benchmark setting (for --data shapes)",
-    )
-    add_whole(p, "--items", minimum=1, help="evaluation items (default: all; 100 for shapes)")
-    cal = p.add_mutually_exclusive_group()
-    cal.add_argument(
-        "--calibration-data", type=InputPath, default=None, help="items file for calibration"
-    )
-    cal.add_argument("--calibration", type=InputPath, default=None, help="a saved calibration.json")
-    add_whole(
-        p,
-        "--calibration-items",
-        minimum=1,
-        help="|D_cal| (default: 5, or all a smaller calibration file holds); calibration.jsonl "
-        "keeps them all, so lad ablate can draw subsets",
-    )
-    p.add_argument(
-        "--calibrate-on",
-        choices=CALIBRATE_ON,
-        help="calibration items held out from --data (paper; default) or the first "
-        "--calibration-items evaluation items, scored too (official code; warns)",
-    )
+    add_settings(p, *MODEL_FLAGS, "data", "num_candidates", "setting", "items")
+    add_settings(p.add_mutually_exclusive_group(), "calibration_data", "calibration")
+    add_settings(p, "calibration_items", "calibrate_on")
     add_methods_flag(p, DEFAULTS.methods)
-    shown = p.add_mutually_exclusive_group()
-    _setting(shown, "--num-shuffles", minimum=1, help="T orderings per item")
-    shown.add_argument(
-        "--orders",
-        type=InputPath,
-        metavar="FILE",
-        help="jsonl of {item, order}: evaluate exactly these orderings (a records.jsonl works)",
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=DEFAULTS.seed,
-        help="seed of the shuffles and of the shapes benchmark",
-    )
+    add_settings(p.add_mutually_exclusive_group(), "num_shuffles", "orders")
+    add_settings(p, "seed")
     add_lad_flags(p)
-    add_calibration_check_flag(p)
+    add_settings(p, "check_calibration")
     add_image_flags(p)
-    add_repetition_penalty_flag(p)
-    _baseline_flags(p)
+    add_settings(p, "repetition_penalty")
+    baselines = p.add_argument_group("baselines (docs/baselines.md)")
+    add_settings(baselines, *BASELINE_FLAGS, "sofa_within_image")
     p.add_argument("--out", type=OutputPath, default="runs/default", help="run directory")
     add_quiet_flag(p)
     p.set_defaults(implied=_run_files)
 
     p = command(subparsers, "calibrate", _calibrate)
-    _model_flags(p)
+    add_settings(p, *MODEL_FLAGS)
     p.add_argument("--data", type=InputPath, required=True, help="items .jsonl file")
     add_whole(p, "--items", minimum=1, default=5, help="how many items of --data to use")
     add_preset_flag(p)
-    add_obs_mean_flag(p)
+    add_settings(p, "obs_mean")
     add_image_flags(p)
-    add_repetition_penalty_flag(p)
+    add_settings(p, "repetition_penalty")
     p.add_argument("--out", type=OutputPath, required=True, help="calibration.json to write")
     add_quiet_flag(p)
     p.set_defaults(implied=_calibrate_files)
 
     p = command(subparsers, "predict", _predict)
-    _model_flags(p)
+    add_settings(p, *MODEL_FLAGS)
     p.add_argument(
         "--calibration",
         type=InputPath,
@@ -225,9 +95,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "labels by the text prompt, lad.core.prompts)",
     )
     add_lad_flags(p)
-    add_calibration_check_flag(p)
+    add_settings(p, "check_calibration")
     add_image_flags(p)
-    add_repetition_penalty_flag(p)
+    add_settings(p, "repetition_penalty")
     p.add_argument("--json", action="store_true", help="print JSON (positions 0-based)")
     add_quiet_flag(p)
 

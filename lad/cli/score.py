@@ -12,10 +12,10 @@ import numpy as np
 from lad.cli.flags import (
     InputPath,
     OutputPath,
-    add_labels_flag,
     add_lad_flags,
     add_methods_flag,
     add_records_flag,
+    add_settings,
     add_whole,
     command,
     methods_given,
@@ -35,24 +35,13 @@ from lad.core.predictions import (
 from lad.core.records import RecordSet, read_records
 from lad.core.scoring import score_records
 from lad.errors import LadError
-from lad.io.files import check_not_inputs, check_output_file, write_text
+from lad.io.files import check_output_file, write_text
 from lad.run.rundir import cells_of_part
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     _register_score(subparsers)
     _register_metrics(subparsers)
-
-
-def _layers(text: str) -> str | tuple[int, ...]:
-    if text in ("top-k", "all"):
-        return text
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected 'top-k', 'all' or comma-separated 0-based layer indices, got {text!r}"
-        ) from None
 
 
 def _register_score(subparsers: argparse._SubParsersAction) -> None:
@@ -65,12 +54,7 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--calibration", type=InputPath, help="a calibration.json fitted earlier")
     add_methods_flag(p, None)
     add_lad_flags(p)
-    p.add_argument(
-        "--layers",
-        type=_layers,
-        default=MethodOptions.layers,
-        help="top-k (Eq. 9), all, or comma-separated 0-based layer indices",
-    )
+    add_settings(p, "layers")
     p.add_argument("--no-prior", action="store_true", help="do not divide by the attention prior")
     p.add_argument(
         "--perm-records", type=InputPath, help="each item under all N cyclic shifts (for perm-avg)"
@@ -80,9 +64,8 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
         type=InputPath,
         help="each record's prompt with its candidates blanked (for blank; blank_records.jsonl)",
     )
-    add_labels_flag(
-        p, "label scheme of the records (parses replies of instruction, cot, self-consistency)"
-    )
+    labels = "label scheme of the records (parses replies of instruction, cot, self-consistency)"
+    add_settings(p, "labels", help=labels)
     p.add_argument(
         "--allow-partial", action="store_true", help="accept calibration items missing shifts"
     )
@@ -104,12 +87,9 @@ def run_score(args: argparse.Namespace) -> int:
             runs/default/calibration.jsonl --methods vanilla,lad --out predictions.jsonl
     """
     values = resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range"))
-    out = check_output_file(args.out)
-    save = args.save_calibration and check_output_file(args.save_calibration, "--save-calibration")
-    read = ("records", "calibration_records", "calibration", "perm_records", "blank_records")
-    inputs = {"--" + name.replace("_", "-"): getattr(args, name) for name in read}
-    check_not_inputs({"--out": out, "--save-calibration": save or None}, inputs)
-    check_not_inputs({"--save-calibration": save or None}, {"--out": out})
+    check_output_file(args.out)  # an output that is an input: refused by lad.cli.main
+    if args.save_calibration:
+        check_output_file(args.save_calibration, "--save-calibration")
     records = read_records(args.records)
     if not len(records):
         raise LadError(f"{args.records}: holds no records; nothing to score")
@@ -197,9 +177,6 @@ def run_metrics(args: argparse.Namespace) -> int:
     boot = Bootstrap(resamples=args.bootstrap, seed=args.bootstrap_seed)  # its bound first
     if args.out:
         check_output_file(args.out)
-        check_not_inputs(
-            {"--out": args.out}, {"--records": args.records, "--predictions": args.predictions}
-        )
     records = read_records(args.records)
     if not len(records):
         raise LadError(f"{args.records}: holds no records; nothing to measure")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from lad.cli.flags import InputPath, OutputPath, add_trust_remote_code_flag, command, model_path
+from lad.cli.flags import InputPath, OutputPath, add_settings, command, model_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=model_path,
         help="run this model alone (default: the suite's models); a suite model's name works",
     )
-    add_trust_remote_code_flag(run)
+    add_settings(run, "trust_remote_code")
     run.add_argument(
         "--compare", metavar="NAME", help="the paper's model the difference line is against"
     )

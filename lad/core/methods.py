@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -44,33 +44,61 @@ LOG_ZERO = math.log(np.finfo(np.float64).tiny)
 
 @dataclass(frozen=True)
 class MethodOptions:
-    """Options of the attention-guided methods (defaults: the paper's).
+    """Options of the attention-guided methods (defaults: the paper's); each field's help (its
+    metadata, the CLI's flag) says what it sets.
 
-    top_k:       K, how many layers Eq. 9 selects.
-    tau:         τ of Eq. 12 (>= 0); math.inf gives the limit τ → ∞ (π one-hot at argmax π̃).
+    tau:         math.inf gives the limit τ → ∞ (π one-hot at argmax π̃).
     layers:      "top-k" (Eq. 9, per record), "all", or a tuple of 0-based layer indices.
     use_prior:   divide attention by the attention prior (Eq. 11); off = Table 4's "no prior".
-    obs_mean:    Eq. 1 over probabilities ("prob", paper) or log-probs ("logit", official code);
-                 applies when a calibration is fitted, and must match a given calibration.
-    mixture:     Eq. 13 in probability space ("prob", paper) or log space ("log", official code).
-    attn_mean:   Eq. 11 averages log attention over layers ("log", paper), or takes the log of
-                 the layers' mean raw attention ("raw", official code).
-    layer_range: (first, last) 0-based inclusive; top-K searches only there (official code),
-                 clipped to the records' layers as the official code's hooks are.
+    obs_mean:    applies when a calibration is fitted, and must match a given calibration.
+    layer_range: (first, last) 0-based inclusive, clipped to the records' layers as the official
+                 code's hooks are.
     labels:      the label scheme the records were made with; generated replies are parsed in it.
-    blank_alpha: α of `blank` (lad.core.blank): a number >= 0, or "entropy" (from P(·|x)).
     """
 
-    top_k: int = 2
-    tau: float = 5.0
-    layers: str | tuple[int, ...] = "top-k"
+    top_k: int = field(default=2, metadata={"help": "K layers selected by Eq. 9", "minimum": 1})
+    tau: float = field(
+        default=5.0, metadata={"help": "τ of Eq. 12, >= 0; inf for the limit", "minimum": 0.0}
+    )
+    layers: str | tuple[int, ...] = field(
+        default="top-k",
+        metadata={"help": "top-k (Eq. 9), all, or comma-separated 0-based layer indices"},
+    )
     use_prior: bool = True
-    obs_mean: str = "prob"
-    mixture: str = "prob"
-    attn_mean: str = "log"
-    layer_range: tuple[int, int] | None = None
+    obs_mean: str = field(
+        default="prob",
+        metadata={"help": "Eq. 1 over probabilities (paper, default) or logits (official code)"},
+    )
+    mixture: str = field(
+        default="prob",
+        metadata={
+            "help": "Eq. 13 in probability space (paper, default) or log space (official code)"
+        },
+    )
+    attn_mean: str = field(
+        default="log",
+        metadata={
+            "help": "Eq. 11 mean of log attention (paper, default) or log of mean attention "
+            "(official)"
+        },
+    )
+    layer_range: tuple[int, int] | None = field(
+        default=None,
+        metadata={
+            "help": "0-based layers Eq. 9 searches (those with softmax attention: all but on a "
+            "hybrid model such as Qwen3.5); an end past the model's last is cut to it, a start "
+            "past it is refused before model work (default: all; official: 21,35)",
+            "metavar": "FIRST,LAST",
+        },
+    )
     labels: str = "digits"
-    blank_alpha: float | str = 1.0
+    blank_alpha: float | str = field(
+        default=1.0,
+        metadata={
+            "help": "α of the blank method (CapCal): a number >= 0, or entropy for α = "
+            "H(P(·|x)) / log N (default: %(default)s)"
+        },
+    )
 
     def __post_init__(self) -> None:
         get_scheme(self.labels)

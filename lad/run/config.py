@@ -7,12 +7,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from lad.backends.engines import ENGINES
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.prompts import PromptTemplate
 from lad.errors import RunError
 from lad.io import limits
+from lad.io.files import InputPath
 from lad.run.presets import with_preset
-from lad.run.spec import RecordSpec
+from lad.run.spec import RecordSpec, flag
 
 DEFAULT_METHODS = ("vanilla", "pride", "blank", "lad", "attn", "attn-purified", "perm-avg")
 # Where the calibration items come from: held out from the evaluation items (the paper, §4.2),
@@ -27,10 +29,6 @@ DEFAULT_CALIBRATION_ITEMS = 5  # |D_cal| of the paper (§4.2)
 SCORING = {"scoring": True}
 
 
-def scoring(default: Any) -> Any:
-    return field(default=default, metadata=SCORING)
-
-
 @dataclass(frozen=True)
 class EvalConfig:
     """Everything `lad eval` takes: the record spec (`spec`, lad.run.spec.RecordSpec), the plan
@@ -41,34 +39,77 @@ class EvalConfig:
 
     spec: RecordSpec = field(default_factory=RecordSpec)
     # The plan.
-    data: str = "shapes"
-    num_candidates: int = 4
-    setting: str = "random"
-    items: int | None = None
-    calibration_data: str | None = None
-    calibration: str | None = None
+    data: str = flag("shapes", "items .jsonl file, or 'shapes'")
+    num_candidates: int = flag(
+        4,
+        "N candidates per query (images or text options)",
+        flags=("--num-candidates", "-n"),
+        minimum=2,
+    )
+    setting: str = flag("random", "shapes benchmark setting (for --data shapes)", choices=SETTINGS)
+    items: int | None = flag(None, "evaluation items (default: all; 100 for shapes)", minimum=1)
+    calibration_data: str | None = flag(None, "items file for calibration", type=InputPath)
+    calibration: str | None = flag(None, "a saved calibration.json", type=InputPath)
     # |D_cal|; None: 5, or all the items of a smaller calibration file (resolve_calibration_items)
-    calibration_items: int | None = None
-    num_shuffles: int = 5
-    seed: int = 0
-    batch_size: int = 4
-    device: str = "auto"
-    dtype: str = "auto"
-    engine: str = "hf"  # what makes the records (lad.backends.engines)
-    max_new_tokens: int = 1024
-    sc_samples: int = 10
-    sc_temperature: float = 0.7
-    sc_top_k: int = 40
-    sofa_sigma: float | str = 0.5
-    sofa_within_image: bool = False
-    orders: str | None = None  # jsonl of (item, order): the orderings to evaluate, not shuffles
-    calibrate_on: str = "held-out"  # or "evaluation": the first |D_cal| evaluation items
+    calibration_items: int | None = flag(
+        None,
+        "|D_cal| (default: 5, or all a smaller calibration file holds); calibration.jsonl "
+        "keeps them all, so lad ablate can draw subsets",
+        minimum=1,
+    )
+    num_shuffles: int = flag(5, "T orderings per item", minimum=1)
+    seed: int = flag(0, "seed of the shuffles and of the shapes benchmark", type=int)
+    batch_size: int = flag(4, "prompts per forward pass", minimum=1)
+    device: str = flag("auto", "auto, cpu, cuda or cuda:N")
+    dtype: str = flag(
+        "auto",
+        "weights' dtype (auto: bfloat16 on a GPU, float32 on a CPU)",
+        choices=("auto", "bfloat16", "float16", "float32"),
+    )
+    engine: str = flag(  # what makes the records (lad.backends.engines)
+        "hf",
+        "what makes the records: hf (transformers) or vllm (docs/backends.md)",
+        choices=tuple(ENGINES),
+    )
+    max_new_tokens: int = flag(
+        1024, "reply length limit (instruction, cot, self-consistency)", minimum=1
+    )
+    sc_samples: int = flag(10, "self-consistency paths", minimum=1)
+    sc_temperature: float = flag(0.7, "self-consistency sampling temperature, > 0", above=0.0)
+    sc_top_k: int = flag(40, "self-consistency top-k (0: all tokens)", minimum=0)
+    sofa_sigma: float | str = flag(
+        0.5, "SoFA weight σ of future image tokens, or 'auto' (grid on calibration items)"
+    )
+    sofa_within_image: bool = flag(
+        False,
+        "SoFA also opens later tokens of the same image (else across images only)",
+        action="store_true",
+    )
+    orders: str | None = flag(
+        None,
+        "jsonl of {item, order}: evaluate exactly these orderings (a records.jsonl works)",
+        type=InputPath,
+        metavar="FILE",
+    )
+    calibrate_on: str = flag(
+        "held-out",
+        "calibration items held out from --data (paper; default) or the first "
+        "--calibration-items evaluation items, scored too (official code; warns)",
+        choices=CALIBRATE_ON,
+    )
     # How stored records are scored (obs_mean also how calibration.json is fitted); its labels
     # are always the spec's.
     options: MethodOptions = field(default_factory=MethodOptions, metadata=SCORING)
-    methods: tuple[str, ...] = scoring(DEFAULT_METHODS)
-    quiet: bool = scoring(False)
-    check_calibration: bool = scoring(True)  # refuse a calibration of another model, scheme, prompt
+    methods: tuple[str, ...] = field(default=DEFAULT_METHODS, metadata=SCORING)
+    quiet: bool = field(default=False, metadata=SCORING)
+    check_calibration: bool = flag(  # refuse a calibration of another model, scheme, prompt
+        True,
+        "use a calibration made with another model, label scheme or prompt template, or "
+        "one that does not say which (N and the layer count are still checked)",
+        flags=("--no-calibration-check",),
+        action="store_false",
+        **SCORING,
+    )
 
     def __getattr__(self, name: str) -> Any:
         """A field of the spec or of the options, as the config's own."""
@@ -82,12 +123,7 @@ class EvalConfig:
         return _make(changes, self)
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown or not self.methods:
-            raise RunError(
-                f"--methods must name methods of {', '.join(METHODS)}. "
-                f"Got {', '.join(unknown) if unknown else 'none'}."
-            )
+        check_methods(self.methods)
         if self.items is not None and self.items < 1:
             raise RunError(f"--items must be >= 1 (leave it out for all items). Got {self.items}.")
         if self.num_candidates < 2:
@@ -98,18 +134,18 @@ class EvalConfig:
             raise RunError("--num-shuffles, --calibration-items and --batch-size must be >= 1")
         if self.max_new_tokens < 1 or self.sc_samples < 1 or self.sc_top_k < 0:
             raise RunError("--max-new-tokens and --sc-samples must be >= 1, --sc-top-k >= 0")
-        for limit, flag, value in (
+        for limit, option, value in (
             (limits.SHUFFLES, "--num-shuffles", self.num_shuffles),
             (limits.SC_SAMPLES, "--sc-samples", self.sc_samples),
             (limits.NEW_TOKENS, "--max-new-tokens", self.max_new_tokens),
             (limits.BATCH, "--batch-size", self.batch_size),
         ):  # the settings that size the model work (lad.io.limits)
-            limit.check(value, f"{flag} {value}")
+            limit.check(value, f"{option} {value}")
         if self.data == "shapes":  # drawn into the run, after begin
             drawn = None if self.calibration_data or self.calibration else cal_items
-            for flag, value in (("--items", self.items), ("--calibration-items", drawn)):
+            for option, value in (("--items", self.items), ("--calibration-items", drawn)):
                 if value is not None:
-                    limits.GENERATED_ITEMS.check(value, f"{flag} {value}")
+                    limits.GENERATED_ITEMS.check(value, f"{option} {value}")
         if not self.sc_temperature > 0:
             raise RunError(f"--sc-temperature must be > 0. Got {self.sc_temperature}.")
         sigma = self.sofa_sigma
@@ -130,9 +166,6 @@ class EvalConfig:
                 "--calibrate-on evaluation calibrates on the first evaluation items; it cannot "
                 "be combined with --calibration-data or --calibration"
             )
-        size = self.image_size
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
-            raise RunError(f"--image-size must be a positive number of pixels. Got {size!r}.")
         self.spec.check()
         if self.options.labels != self.spec.labels:  # replies are parsed in the spec's labels
             synced = dataclasses.replace(self.options, labels=self.labels)
@@ -151,6 +184,15 @@ class EvalConfig:
     def template(self) -> str | PromptTemplate:
         """The records' prompt: the given template, else the built-in by name (lad.core.prompts)."""
         return "vanilla" if self.prompt_template is None else PromptTemplate(self.prompt_template)
+
+
+def check_methods(methods: tuple[str, ...]) -> tuple[str, ...]:
+    """Names of lad.core.methods.METHODS, one at least (--methods, as parsed or as given)."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        got = ", ".join(unknown) if unknown else "none"
+        raise RunError(f"--methods must name methods of {', '.join(METHODS)}. Got {got}.")
+    return methods
 
 
 def check_engine_methods(engine: str, methods: tuple[str, ...]) -> None:
@@ -174,10 +216,8 @@ PLAN_FIELDS = tuple(
 DEFAULTS = EvalConfig()  # every setting's default, declared once in the dataclasses above
 # Every setting of `lad eval` by name, and those that define the records (run.json's order).
 FIELDS = (*SPEC_FIELDS, *PLAN_FIELDS, *OPTION_FIELDS)
-RECORD_FIELDS = (
-    *SPEC_FIELDS,
-    *(f.name for f in dataclasses.fields(EvalConfig) if f.name in PLAN_FIELDS and not f.metadata),
-)
+SCORING_FIELDS = {f.name for f in dataclasses.fields(EvalConfig) if f.metadata.get("scoring")}
+RECORD_FIELDS = (*SPEC_FIELDS, *(name for name in PLAN_FIELDS if name not in SCORING_FIELDS))
 
 
 def _make(changes: dict[str, Any], base: EvalConfig | None = None) -> EvalConfig:

@@ -24,7 +24,7 @@ from lad.backends.checkpoint import (
 )
 from lad.backends.settings import LoadSettings
 from lad.core.fingerprint import Fingerprint
-from lad.core.labels import LabelScheme, get_scheme
+from lad.core.labels import LABEL_SCHEMES, LabelScheme, get_scheme
 from lad.core.prompts import (
     CAPTION,
     PromptTemplate,
@@ -32,37 +32,85 @@ from lad.core.prompts import (
     prompt_sha256,
     vanilla_template,
 )
+from lad.errors import RunError
+from lad.io.files import InputPath
 from lad.io.limits import check_image_flags
+
+
+def flag(default: Any, help: str, **cli: Any) -> Any:
+    """A setting declared once: its default, and its flag's help and argparse options (`flags`:
+    its option strings; `minimum` or `above`: a number's bound; `flag_default`: the flag's, where
+    it is not the setting's), which lad.cli.flags.add_settings reads. The settings of RecordSpec,
+    EvalConfig and MethodOptions are declared so."""
+    return field(default=default, metadata={"help": help, **cli})
 
 
 @dataclass(frozen=True)
 class RecordSpec:
-    """What defines a record (docs/formats.md, calibration.json's fingerprint).
+    """What defines a record (docs/formats.md, calibration.json's fingerprint); each field's help
+    says what it holds.
 
-    model: a hub id, a local checkpoint folder, or a shipped model ("demo", "text-demo").
-    labels: the label scheme (lad.core.labels).
-    prompt_template: the vanilla prompt's text (lad.core.prompts); None: the paper's caption
-        prompt, or its question variant for items that ask a question (`Debiaser`).
-    chat_template: a Jinja file replacing the checkpoint's chat template; None: its own.
-    image_size: every picture resized to this square first (the official code: 336).
+    prompt_template: the vanilla prompt's text (lad.core.prompts; the flag names its file); None:
+        the paper's caption prompt, or its question variant for items that ask a question
+        (`Debiaser`).
     image_options: processor options over the architecture's defaults (max_pixels, ...).
-    repetition_penalty: the label steps' logits penalised as `generate` does; "model": the
-        model's generation_config's; None: none.
-    trust_remote_code: run the code a checkpoint ships (config.json auto_map), as
-        LLaVA-OneVision-1.5's; off by default (lad.backends.settings.LoadSettings).
+    repetition_penalty: "model": the model's generation_config's; None: none.
     """
 
-    model: str = "demo"
-    labels: str = "digits"
-    prompt_template: str | None = None
-    chat_template: str | None = None
-    image_size: int | None = None
+    model: str = flag(
+        "demo",
+        "hub id or local path of a supported model, or a model shipped with lad: 'demo' "
+        "(pictures), 'text-demo' (text options; docs/demo-model.md)",
+    )
+    labels: str = flag(
+        "digits", "how positions are named in the prompt and answer", choices=tuple(LABEL_SCHEMES)
+    )
+    prompt_template: str | None = flag(
+        None,
+        "your own prompt text with placeholders {query} (the question or caption), {n}, "
+        "{labels}, {first}, {last}, {noun}, {single}, and {options} where text candidates are "
+        "listed (required for them, refused for pictures; lad.core.prompts); default: the "
+        "paper's template, its question variant for items with a 'question', or the text "
+        "template for items of text candidates",
+        type=InputPath,
+        metavar="FILE",
+    )
+    chat_template: str | None = flag(
+        None,
+        "Jinja chat template to use instead of the checkpoint's own (e.g. for a base model "
+        "whose template ignores images)",
+        type=InputPath,
+        metavar="FILE",
+    )
+    image_size: int | None = flag(
+        None,
+        "resize every picture to PIXELS×PIXELS (bicubic) before the processor (default: as "
+        "it is; official: 336, 144 tokens per image on Qwen2.5-VL)",
+        minimum=1,
+        metavar="PIXELS",
+    )
     image_options: Mapping[str, Any] = field(default_factory=dict)
-    repetition_penalty: float | str | None = None
-    trust_remote_code: bool = False
+    repetition_penalty: float | str | None = flag(
+        None,
+        "penalise the label steps' logits of tokens already in the sequence, as "
+        "transformers' generate does with repetition_penalty P; 'model': the model's "
+        "generation_config's (official: 'model', 1.05 for Qwen instruct; default: none)",
+        metavar="P",
+    )
+    trust_remote_code: bool = flag(
+        False,
+        "run the modeling code a checkpoint ships (config.json auto_map), e.g. "
+        "LLaVA-OneVision-1.5's, in an environment with the transformers it needs "
+        "(docs/backends.md, 'Remote code'); off by default",
+        action="store_true",
+        flag_default=None,  # unstated
+    )
 
     def check(self) -> RecordSpec:
         """Refuse a value out of range, before any model work; returns self."""
+        size = self.image_size
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
+            raise RunError(f"--image-size must be a positive number of pixels. Got {size!r}.")
         _ = self.scheme
         check_repetition_penalty(self.repetition_penalty)
         if self.prompt_template is not None:

@@ -12,7 +12,6 @@ import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -292,17 +291,18 @@ def _generated_choice(
 
 @dataclass(frozen=True)
 class Method:
-    """A scoring method: `scores(records, calibration, options, perm_records) -> (R, N)`.
+    """A scoring method: `scores(records, calibration, options, perm_records) -> (R, N)` (None
+    for a generation method, whose scores are its parsed replies' votes).
 
     stage: which records it reads: "records" (the vanilla prompt's), or its own stage's records
     ("instruction", "cot", "self-consistency", "sofa"), made for the same (item, ordering) keys.
-    parse: for generation methods, reply -> position (-1 unparseable); their scores are votes.
+    parse: for generation methods, reply -> position (-1 unparseable).
     extra: the stage of its extra passes' records, handed to `scores` as its fourth argument in
     place of perm_records ("blank": each query's blank prompt); None: perm_records (perm-avg).
     """
 
     name: str
-    scores: Callable[..., np.ndarray]
+    scores: Callable[..., np.ndarray] | None
     description: str
     passes: str = "1"  # forward passes per prediction: "1", "2" or "N"
     stage: str = "records"
@@ -313,13 +313,9 @@ class Method:
         return float(num_candidates if self.passes == "N" else int(self.passes))
 
 
-def _votes(name: str, records: RecordSet, calibration, options, perm_records) -> np.ndarray:
-    return _generated_choice(name, records, options)[0]
-
-
 def _generation(name: str, description: str, parse: Callable[[str, list[str]], int]) -> Method:
-    """A generation baseline: its own stage's replies, parsed; its scores are the votes."""
-    return Method(name, partial(_votes, name), description, stage=name, parse=parse)
+    """A generation baseline: its own stage's replies, parsed; `choose` counts their votes."""
+    return Method(name, None, description, stage=name, parse=parse)
 
 
 METHODS: dict[str, Method] = {

@@ -110,7 +110,15 @@ class RecordSet:
 
     @staticmethod
     def concat(sets: Sequence[RecordSet]) -> RecordSet:
-        return concat(sets)
+        """One RecordSet holding the records of all `sets`, in order; N and L must agree."""
+        sets = [s for s in sets if len(s)]
+        if not sets:
+            return RecordSet.empty()
+        shapes = {(s.num_candidates, s.num_layers) for s in sets}
+        if len(shapes) > 1:
+            raise RecordError(f"cannot concatenate records with different (N, L): {sorted(shapes)}")
+        arrays = {name: np.concatenate([getattr(s, name) for s in sets]) for name in _ARRAYS}
+        return RecordSet(**arrays, extra=[e for s in sets for e in s.extra])
 
     def keys(self) -> list[tuple[str, int]]:
         """(item, ordering) of every record: what a prediction refers to."""
@@ -121,16 +129,7 @@ class RecordSet:
         return np.take_along_axis(self.order, self.answer[:, None], axis=1)[:, 0]
 
 
-def concat(sets: Sequence[RecordSet]) -> RecordSet:
-    """One RecordSet holding the records of all `sets`, in order; N and L must agree."""
-    sets = [s for s in sets if len(s)]
-    if not sets:
-        return RecordSet.empty()
-    shapes = {(s.num_candidates, s.num_layers) for s in sets}
-    if len(shapes) > 1:
-        raise RecordError(f"cannot concatenate records with different (N, L): {sorted(shapes)}")
-    arrays = {name: np.concatenate([getattr(s, name) for s in sets]) for name in _ARRAYS}
-    return RecordSet(**arrays, extra=[e for s in sets for e in s.extra])
+concat = RecordSet.concat
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import numpy as np
 
 from lad.core.calibrate import Calibration
 from lad.core.methods import MethodOptions
-from lad.core.metrics import Column, compute_metrics, formatted, table_lines
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
 from lad.errors import RunError
@@ -127,6 +126,8 @@ def measure_cells(
 ) -> dict[str, Any]:
     """ "cells" and "groups" of one N's records and each method's chosen positions (`lad score`,
     `lad metrics` on a part of a mixed run): `compute_metrics` of each cell's selection."""
+    from lad.core.metrics import compute_metrics
+
     out = {}
     for cell in cells:
         mask = np.isin(records.items, np.asarray(cell.items, dtype=object))
@@ -166,30 +167,32 @@ def _weighted(cells: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> d
     return {"num_items": total, "weights": weights, "methods": methods}
 
 
-def _method_column(head: str, width: int, method: str, key: str, spec: str) -> Column:
-    """A cells-table column of `method`'s `key` in a row's (items, metrics by method)."""
-    return (head, width, lambda row: formatted(row[1].get(method, {}).get(key), spec, "-"))
-
-
 def format_cells_table(metrics: Mapping[str, Any], methods: Sequence[str] | None = None) -> str:
     """One row per cell, then the group rows: each method's Acc, and LAD's ΔRStd when there."""
     cells, groups = metrics["cells"], metrics["groups"]
     shown = list(methods or next(iter(cells.values()))["methods"])
-    columns = [("items", 6, lambda row: f"{row[0]}")]
-    columns += [_method_column(m[:12], 13, m, "acc", ".2f") for m in shown]
-    if "lad" in shown and "vanilla" in shown:
-        columns.append(_method_column("ΔRStd lad", 11, "lad", "delta_rstd", "+.2f"))
-    kinds = (("task", "task "), ("num_candidates", "N = "))
-    rows = [*cells.items()]
-    rows += [
-        (label + k, g)
-        for kind, label in kinds
-        if len(groups[kind]) > 1
-        for k, g in groups[kind].items()
-    ]
-    rows.append(("overall (item-weighted)", groups["overall"]))
-    lines = table_lines(
-        ("cell", 34), columns, [(n[:33], (r["num_items"], r["methods"])) for n, r in rows]
-    )
-    lines.insert(2 + len(cells), lines[1])  # a rule between the cells and the group rows
+    head = f"{'cell':<34}{'items':>6}" + "".join(f"{m[:12]:>13}" for m in shown)
+    delta = "lad" in shown and "vanilla" in shown
+    head += f"{'ΔRStd lad':>11}" if delta else ""
+    lines = [head, "-" * len(head)]
+
+    def row(name: str, count: int, by_method: Mapping[str, Any]) -> str:
+        text = f"{name[:33]:<34}{count:>6}"
+        for m in shown:
+            acc = by_method.get(m, {}).get("acc")
+            text += f"{'-' if acc is None else f'{acc:.2f}':>13}"
+        if delta:
+            d = by_method.get("lad", {}).get("delta_rstd")
+            text += f"{'-' if d is None else f'{d:+.2f}':>11}"
+        return text
+
+    for name, cell in cells.items():
+        lines.append(row(name, cell["num_items"], cell["methods"]))
+    lines.append("-" * len(head))
+    for kind, label in (("task", "task "), ("num_candidates", "N = ")):
+        if len(groups[kind]) > 1:
+            for key, group in groups[kind].items():
+                lines.append(row(label + key, group["num_items"], group["methods"]))
+    overall = groups["overall"]
+    lines.append(row("overall (item-weighted)", overall["num_items"], overall["methods"]))
     return "\n".join(lines)

@@ -15,7 +15,6 @@ docs/metrics.md), and `format_panel` prints them below the table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -144,26 +143,9 @@ def compute_metrics(
     return out
 
 
-# A column of a text table: its head, its width and its text for one row's values.
-Column = tuple[str, int, Callable[[Any], str]]
-
-
-def formatted(value: float | None, spec: str, none: str = "–") -> str:
-    """`value` formatted by `spec`, or `none` where there is none."""
-    return none if value is None else format(value, spec)
-
-
-def table_lines(
-    first: tuple[str, int], columns: Sequence[Column], rows: Iterable[tuple[str, Any]]
-) -> list[str]:
-    """A text table's head, a rule under it and a line per (name, values) row: the name
-    left-aligned in the first column (head, width), each column's text right-aligned in its."""
-    name_head, width = first
-    head = f"{name_head:<{width}}" + "".join(f"{title:>{w}}" for title, w, _ in columns)
-    lines = [head, "-" * len(head)]
-    for name, values in rows:
-        lines.append(f"{name:<{width}}" + "".join(f"{text(values):>{w}}" for _, w, text in columns))
-    return lines
+def _framed(title: str, head: str) -> list[str]:
+    """A table's first lines: its title, the column heads, a rule under them."""
+    return [title, head, "-" * len(head)]
 
 
 def format_table(metrics: dict[str, Any]) -> str:
@@ -171,24 +153,31 @@ def format_table(metrics: dict[str, Any]) -> str:
     passes (and generated tokens per item and the unparsed share when generation methods are
     present)."""
     methods = metrics["methods"]
-    shown = {
-        "ΔRStd": all("delta_rstd" in m for m in methods.values()),
-        "Gen. tok": any("generated_tokens_per_item" in m for m in methods.values()),
-        "Unparsed": any("parse_failure" in m for m in methods.values()),
-    }
-    columns: list[Column] = [
-        ("Acc (↑)", 16, lambda m: f"{m['acc']:.2f}±{m['acc_std']:.2f}"),
-        ("RStd (↓)", 10, lambda m: f"{m['rstd']:.2f}"),
-        ("ΔRStd", 8, lambda m: f"{m['delta_rstd']:+.2f}"),
-        ("Cons. (↑)", 11, lambda m: f"{m['cons']:.2f}"),
-        ("Passes", 8, lambda m: formatted(m.get("forward_passes_per_item"), "g", "?")),
-        ("Gen. tok", 10, lambda m: formatted(m.get("generated_tokens_per_item"), ".1f", "-")),
-        ("Unparsed", 10, lambda m: f"{m.get('parse_failure', 0.0):.2f}%"),
-    ]
+    with_parse = any("parse_failure" in m for m in methods.values())
+    with_tokens = any("generated_tokens_per_item" in m for m in methods.values())
+    with_delta = all("delta_rstd" in m for m in methods.values())
+    head = f"{'Method':<18}{'Acc (↑)':>16}{'RStd (↓)':>10}"
+    head += f"{'ΔRStd':>8}" if with_delta else ""
+    head += f"{'Cons. (↑)':>11}{'Passes':>8}"
+    head += (f"{'Gen. tok':>10}" if with_tokens else "") + (
+        f"{'Unparsed':>10}" if with_parse else ""
+    )
     title = f"N = {metrics['num_candidates']}, {metrics['num_items']} items × "
-    title += f"{metrics['num_shuffles']} shuffles"
-    columns = [c for c in columns if shown.get(c[0], True)]
-    return "\n".join([title, *table_lines(("Method", 18), columns, methods.items())])
+    lines = _framed(title + f"{metrics['num_shuffles']} shuffles", head)
+    for name, m in methods.items():
+        passes = m.get("forward_passes_per_item")
+        acc = f"{m['acc']:.2f}±{m['acc_std']:.2f}"
+        row = f"{name:<18}{acc:>16}{m['rstd']:>10.2f}"
+        row += f"{m['delta_rstd']:>+8.2f}" if with_delta else ""
+        row += f"{m['cons']:>11.2f}"
+        row += f"{'?' if passes is None else f'{passes:g}':>8}"
+        if with_tokens:
+            tokens = m.get("generated_tokens_per_item")
+            row += f"{'-' if tokens is None else f'{tokens:.1f}':>10}"
+        if with_parse:
+            row += f"{m.get('parse_failure', 0.0):>9.2f}%"
+        lines.append(row)
+    return "\n".join(lines)
 
 
 def ci_text(ci: list[float] | None) -> str:
@@ -214,27 +203,30 @@ def format_panel(metrics: dict[str, Any]) -> str:
     boot = metrics.get("bootstrap")
     if boot is None or not all("ci" in m for m in methods.values()):
         return ""
-    columns: list[Column] = [
-        ("Acc CI", 14, lambda m: ci_text(m["ci"]["acc"])),
-        ("RStd CI", 14, lambda m: ci_text(m["ci"]["rstd"])),
-        ("Position", 18, lambda m: position_verdict(m["position_test"])),
-        ("Flip", 8, lambda m: formatted(m["flip_rate"], ".2f")),
-        ("Flip CI", 14, lambda m: ci_text(m["ci"]["flip_rate"])),
-        ("Floor", 7, lambda m: formatted((m.get("noise_floor") or {}).get("flip_rate"), ".2f")),
-        ("Circ.", 8, lambda m: f"{m['circular_acc']:.2f}"),
-        ("Order err.", 11, lambda m: formatted(m["errors_due_to_order"], ".2f")),
-    ]
+    head = (
+        f"{'Method':<18}{'Acc CI':>14}{'RStd CI':>14}{'Position':>18}{'Flip':>8}{'Flip CI':>14}"
+        f"{'Floor':>7}{'Circ.':>8}{'Order err.':>11}"
+    )
     title = (
         f"Position audit: {boot['level']:g}% bootstrap intervals over {metrics['num_items']} "
         f"items (B = {boot['B']}, seed {boot['seed']}); position: permutation test of RStd"
     )
-    lines = [title, *table_lines(("Method", 18), columns, methods.items())]
+    lines = _framed(title, head)
+    for name, m in methods.items():
+        flip, floor, err = m["flip_rate"], m.get("noise_floor"), m["errors_due_to_order"]
+        row = f"{name:<18}{ci_text(m['ci']['acc']):>14}{ci_text(m['ci']['rstd']):>14}"
+        row += f"{position_verdict(m['position_test']):>18}"
+        row += f"{'–' if flip is None else f'{flip:.2f}':>8}{ci_text(m['ci']['flip_rate']):>14}"
+        floor_said = "–" if floor is None else f"{floor['flip_rate']:.2f}"
+        row += f"{floor_said:>7}"
+        row += f"{m['circular_acc']:>8.2f}{'–' if err is None else f'{err:.2f}':>11}"
+        lines.append(row)
     gaps = metrics.get("order_gaps")
     if gaps:
-        text = ", ".join(
+        said = ", ".join(
             f"{k.replace('_minus_', ' − ').replace('_', '-')} {v:+.2f}" for k, v in gaps.items()
         )
-        lines.append(f"Acc gaps (points): {text}")
+        lines.append(f"Acc gaps (points): {said}")
     if not any("noise_floor" in m for m in methods.values()):
         lines.append(
             "Floor: – until the same orderings are asked again (lad metrics --repeat-predictions; "

@@ -64,11 +64,6 @@ class Questions:
     flip_share: np.ndarray
 
 
-def question_index(records: RecordSet) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted question ids and each record's index among them (independent of record order)."""
-    return np.unique(records.items, return_inverse=True)
-
-
 def chosen_candidates(records: RecordSet, pred: np.ndarray) -> np.ndarray:
     """(R,) the chosen candidate as content (index into the item's images), -1 when none."""
     safe = np.maximum(pred, 0)[:, None]
@@ -207,16 +202,6 @@ def position_test(table: Questions, boot: Bootstrap) -> dict[str, Any]:
     }
 
 
-def errors_due_to_order(right: np.ndarray, question: np.ndarray) -> float | None:
-    """Share of the wrong records whose question the method gets right under some other
-    ordering ("knows it, says it wrong"); None without errors."""
-    wrong = ~right
-    if not wrong.any():
-        return None
-    right_somewhere = np.bincount(question, weights=right.astype(float)) > 0
-    return float(100.0 * right_somewhere[question[wrong]].mean())
-
-
 def noise_floor(records: RecordSet, first: np.ndarray, again: np.ndarray) -> dict[str, Any]:
     """The same orderings asked twice: share of records whose chosen candidate differs between
     the two askings (an unparseable choice agrees with none)."""
@@ -227,17 +212,20 @@ def noise_floor(records: RecordSet, first: np.ndarray, again: np.ndarray) -> dic
 
 def audit_method(records: RecordSet, pred: np.ndarray, boot: Bootstrap) -> dict[str, Any]:
     """metrics.json's audit keys of one method (docs/metrics.md)."""
-    _, question = question_index(records)
+    _, question = np.unique(records.items, return_inverse=True)  # independent of record order
     right = pred == records.answer
     table = questions(records, pred, question)
     per_question_all = np.bincount(question, weights=right.astype(float))
     per_question_n = np.bincount(question)
     flip = weighted_statistics(table, np.ones((1, len(per_question_n))))["flip_rate"][0]
+    # Errors due to order: the wrong records whose question is right under some other ordering
+    # ("knows it, says it wrong"); None without errors.
+    known = (per_question_all > 0)[question[~right]]
     return {
         "flip_rate": None if np.isnan(flip) else float(flip),
         "circular_acc": float(100.0 * np.mean(per_question_all == per_question_n)),
         "any_order_acc": float(100.0 * np.mean(per_question_all > 0)),
-        "errors_due_to_order": errors_due_to_order(right, question),
+        "errors_due_to_order": float(100.0 * known.mean()) if len(known) else None,
         "ci": confidence_intervals(table, boot),
         "position_test": position_test(table, boot),
     }

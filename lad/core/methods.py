@@ -146,14 +146,9 @@ def check_layer_range(layer_range: tuple[int, int] | None, num_layers: int) -> N
         )
 
 
-def _gather_layers(values: np.ndarray, layers: np.ndarray) -> np.ndarray:
-    """values (R, L, N), layers (R, K) -> (R, K, N)."""
-    return np.take_along_axis(values, layers[:, :, None], axis=1)
-
-
 def _mean_log_attention(attention: np.ndarray, layers: np.ndarray, attn_mean: str) -> np.ndarray:
-    """(R, N): mean over the selected layers of log a, or log of the mean a ("raw")."""
-    picked = _gather_layers(attention, layers)  # (R, K, N)
+    """(R, N): mean over the selected layers (R, K) of log a, or log of the mean a ("raw")."""
+    picked = np.take_along_axis(attention, layers[:, :, None], axis=1)  # (R, K, N)
     if attn_mean == "raw":
         return log_attention(picked.mean(axis=1))
     return log_attention(picked).mean(axis=1)
@@ -173,7 +168,7 @@ def lad_log_posterior(
         _need_calibration(calibration, records, "the attention prior")
         prior = np.broadcast_to(calibration.attention_prior, records.attention.shape)
         # Eq. 11: minus the mean over L* of log â_prior (also so in the official "raw" variant).
-        log_pt = log_pt - log_attention(_gather_layers(prior, layers)).mean(axis=1)
+        log_pt = log_pt - _mean_log_attention(prior, layers, "log")
     if math.isinf(options.tau):
         top = log_pt == log_pt.max(axis=1, keepdims=True)
         return np.where(top, -np.log(top.sum(axis=1, keepdims=True)), -np.inf)

@@ -64,6 +64,11 @@ class Questions:
     flip_share: np.ndarray
 
 
+def question_index(records: RecordSet) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted question ids and each record's index among them (independent of record order)."""
+    return np.unique(records.items, return_inverse=True)
+
+
 def chosen_candidates(records: RecordSet, pred: np.ndarray) -> np.ndarray:
     """(R,) the chosen candidate as content (index into the item's images), -1 when none."""
     safe = np.maximum(pred, 0)[:, None]
@@ -212,7 +217,7 @@ def noise_floor(records: RecordSet, first: np.ndarray, again: np.ndarray) -> dic
 
 def audit_method(records: RecordSet, pred: np.ndarray, boot: Bootstrap) -> dict[str, Any]:
     """metrics.json's audit keys of one method (docs/metrics.md)."""
-    _, question = np.unique(records.items, return_inverse=True)  # independent of record order
+    _, question = question_index(records)
     right = pred == records.answer
     table = questions(records, pred, question)
     per_question_all = np.bincount(question, weights=right.astype(float))

@@ -58,8 +58,7 @@ def check_symmetrised(records: RecordSet, *, allow_partial: bool = False, what: 
     """Each item must appear under all N cyclic shifts s = 0..N-1 (`ordering`) of one base
     order, order[p] = base[(p + s) mod N]; with `allow_partial` some shifts may be missing."""
     what = what or "calibration records"
-    n = len(records)
-    if n == 0:
+    if not len(records):
         raise CalibrationError(f"no {what}: need each item under all cyclic shifts")
     num = records.num_candidates
     if ((records.ordering < 0) | (records.ordering >= num)).any():

@@ -188,21 +188,19 @@ def _row_fault(obj: dict, n: int) -> str | None:
     return None
 
 
-def _as_array(values: list, dtype: type, name: str, where_of) -> np.ndarray:
-    """Stack numbers; a string among them is an error naming the record."""
+def _as_floats(values: list, name: str, where_of) -> np.ndarray:
+    """Stack numbers as float64; a string among them is an error naming the record."""
     try:
         arr = np.array(values)
-        if arr.dtype.kind in "iu" or (arr.dtype.kind == "f" and dtype is np.float64):
-            return arr.astype(dtype, copy=False)
+        if arr.dtype.kind in "iuf":
+            return arr.astype(np.float64, copy=False)
     except (TypeError, ValueError):
         pass
     # Slow path, only for a bad file: find the first record whose values are not all numbers.
-    kinds = (int,) if dtype is np.int64 else (int, float)
     for i, v in enumerate(values):
         flat = [x for row in v for x in (row if isinstance(row, list) else [row])]
-        if not all(type(x) in kinds for x in flat):
-            kind = "integers" if dtype is np.int64 else "numbers"
-            raise RecordError(f"{where_of(i)}{name!r} must hold only {kind}")
+        if not all(type(x) in (int, float) for x in flat):
+            raise RecordError(f"{where_of(i)}{name!r} must hold only numbers")
     raise RecordError(f"{where_of(0)}{name!r} could not be read as numbers")
 
 
@@ -225,7 +223,7 @@ def _from_objects(objs: list[dict], linenos: list[int], where) -> RecordSet:
         if fault := _fault(obj, n, nl):
             raise RecordError(where_of(i) + fault)
     try:
-        attention = _as_array([o["attention"] for o in objs], np.float64, "attention", where_of)
+        attention = _as_floats([o["attention"] for o in objs], "attention", where_of)
     except RecordError:
         # Slow path, only for a bad file: a record with ragged layers is the likelier fault.
         for i, obj in enumerate(objs):
@@ -237,7 +235,7 @@ def _from_objects(objs: list[dict], linenos: list[int], where) -> RecordSet:
         ordering=np.array([o["ordering"] for o in objs], dtype=np.int64),
         order=np.array([o["order"] for o in objs], dtype=np.int64),
         answer=np.array([o["answer"] for o in objs], dtype=np.int64),
-        logprobs=_as_array([o["logprobs"] for o in objs], np.float64, "logprobs", where_of),
+        logprobs=_as_floats([o["logprobs"] for o in objs], "logprobs", where_of),
         attention=attention,
         extra=[o.get("extra", {}) for o in objs],
     )

@@ -193,9 +193,7 @@ def _values(query: str, scheme: LabelScheme, num_candidates: int) -> dict[str, o
         last=labels[-1],
         noun=scheme.noun,
         single="integer" if scheme.name == "digits" else scheme.noun,
-        query=query,
-        question=query,
-        caption=query,
+        **dict.fromkeys(QUERY_PLACEHOLDERS, query),
     )
 
 

@@ -347,9 +347,8 @@ def _read_preprocessing(value: Any, source: object) -> dict[str, Any] | None:
     recorded it, accepted unchecked)."""
     if value is None:
         return None
-    sha = value.get("chat_template_sha256") if isinstance(value, dict) else None
-    size = value.get("image_size") if isinstance(value, dict) else None
-    penalty = value.get("repetition_penalty") if isinstance(value, dict) else None
+    get = value.get if isinstance(value, dict) else {}.get
+    sha, size, penalty = get("chat_template_sha256"), get("image_size"), get("repetition_penalty")
     if (
         not isinstance(value, dict)
         or not (sha is None or (isinstance(sha, str) and len(sha) == 64))

@@ -145,9 +145,8 @@ def format_table(metrics: dict[str, Any]) -> str:
     head = f"{'Method':<18}{'Acc (↑)':>16}{'RStd (↓)':>10}"
     head += f"{'ΔRStd':>8}" if with_delta else ""
     head += f"{'Cons. (↑)':>11}{'Passes':>8}"
-    head += (f"{'Gen. tok':>10}" if with_tokens else "") + (
-        f"{'Unparsed':>10}" if with_parse else ""
-    )
+    head += f"{'Gen. tok':>10}" if with_tokens else ""
+    head += f"{'Unparsed':>10}" if with_parse else ""
     title = f"N = {metrics['num_candidates']}, {metrics['num_items']} items × "
     title += f"{metrics['num_shuffles']} shuffles"
     lines = [title, head, "-" * len(head)]

@@ -77,14 +77,13 @@ class RecordSet:
 
     @classmethod
     def empty(cls, num_candidates: int = 0, num_layers: int = 0) -> RecordSet:
-        n, nl = num_candidates, num_layers
         return cls(
             items=np.array([], dtype=str),
             ordering=np.zeros(0, dtype=np.int64),
-            order=np.zeros((0, n), dtype=np.int64),
+            order=np.zeros((0, num_candidates), dtype=np.int64),
             answer=np.zeros(0, dtype=np.int64),
-            logprobs=np.zeros((0, n)),
-            attention=np.zeros((0, nl, n)),
+            logprobs=np.zeros((0, num_candidates)),
+            attention=np.zeros((0, num_layers, num_candidates)),
             extra=[],
         )
 

@@ -207,16 +207,6 @@ def position_test(table: Questions, boot: Bootstrap) -> dict[str, Any]:
     }
 
 
-def errors_due_to_order(right: np.ndarray, question: np.ndarray) -> float | None:
-    """Share of the wrong records whose question the method gets right under some other
-    ordering ("knows it, says it wrong"); None without errors."""
-    wrong = ~right
-    if not wrong.any():
-        return None
-    right_somewhere = np.bincount(question, weights=right.astype(float)) > 0
-    return float(100.0 * right_somewhere[question[wrong]].mean())
-
-
 def noise_floor(records: RecordSet, first: np.ndarray, again: np.ndarray) -> dict[str, Any]:
     """The same orderings asked twice: share of records whose chosen candidate differs between
     the two askings (an unparseable choice agrees with none)."""
@@ -233,11 +223,14 @@ def audit_method(records: RecordSet, pred: np.ndarray, boot: Bootstrap) -> dict[
     per_question_all = np.bincount(question, weights=right.astype(float))
     per_question_n = np.bincount(question)
     flip = weighted_statistics(table, np.ones((1, len(per_question_n))))["flip_rate"][0]
+    # Errors due to order: the wrong records whose question is right under some other ordering
+    # ("knows it, says it wrong"); None without errors.
+    known = (per_question_all > 0)[question[~right]]
     return {
         "flip_rate": None if np.isnan(flip) else float(flip),
         "circular_acc": float(100.0 * np.mean(per_question_all == per_question_n)),
         "any_order_acc": float(100.0 * np.mean(per_question_all > 0)),
-        "errors_due_to_order": errors_due_to_order(right, question),
+        "errors_due_to_order": float(100.0 * known.mean()) if len(known) else None,
         "ci": confidence_intervals(table, boot),
         "position_test": position_test(table, boot),
     }

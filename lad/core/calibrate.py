@@ -58,8 +58,7 @@ def check_symmetrised(records: RecordSet, *, allow_partial: bool = False, what: 
     """Each item must appear under all N cyclic shifts s = 0..N-1 (`ordering`) of one base
     order, order[p] = base[(p + s) mod N]; with `allow_partial` some shifts may be missing."""
     what = what or "calibration records"
-    n = len(records)
-    if n == 0:
+    if not len(records):
         raise CalibrationError(f"no {what}: need each item under all cyclic shifts")
     num = records.num_candidates
     if ((records.ordering < 0) | (records.ordering >= num)).any():
@@ -348,9 +347,8 @@ def _read_preprocessing(value: Any, source: object) -> dict[str, Any] | None:
     recorded it, accepted unchecked)."""
     if value is None:
         return None
-    sha = value.get("chat_template_sha256") if isinstance(value, dict) else None
-    size = value.get("image_size") if isinstance(value, dict) else None
-    penalty = value.get("repetition_penalty") if isinstance(value, dict) else None
+    get = value.get if isinstance(value, dict) else {}.get
+    sha, size, penalty = get("chat_template_sha256"), get("image_size"), get("repetition_penalty")
     if (
         not isinstance(value, dict)
         or not (sha is None or (isinstance(sha, str) and len(sha) == 64))

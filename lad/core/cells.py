@@ -140,16 +140,13 @@ def measure_cells(
 def group_rows(cells: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Per task, per N and overall: each method's GROUPED scalars averaged over the cells,
     weighted by their evaluation items (the weights are shown beside)."""
-    by_task: dict[str, list[str]] = {}
-    by_n: dict[str, list[str]] = {}
-    for name, cell in cells.items():
-        by_task.setdefault(cell["task"], []).append(name)
-        by_n.setdefault(str(cell["num_candidates"]), []).append(name)
-    return {
-        "task": {t: _weighted(cells, names) for t, names in by_task.items()},
-        "num_candidates": {n: _weighted(cells, names) for n, names in by_n.items()},
-        "overall": _weighted(cells, list(cells)),
-    }
+    out: dict[str, Any] = {}
+    for kind in ("task", "num_candidates"):
+        groups: dict[str, list[str]] = {}
+        for name, cell in cells.items():
+            groups.setdefault(str(cell[kind]), []).append(name)
+        out[kind] = {key: _weighted(cells, names) for key, names in groups.items()}
+    return {**out, "overall": _weighted(cells, list(cells))}
 
 
 def _weighted(cells: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any]:
@@ -176,8 +173,10 @@ def format_cells_table(metrics: Mapping[str, Any], methods: Sequence[str] | None
     head += f"{'ΔRStd lad':>11}" if delta else ""
     lines = [head, "-" * len(head)]
 
-    def row(name: str, count: int, by_method: Mapping[str, Any]) -> str:
-        text = f"{name[:33]:<34}{count:>6}"
+    def row(name: str, entry: Mapping[str, Any]) -> str:
+        """A cell's or group's line: its items and, by method, what the table shows."""
+        by_method = entry["methods"]
+        text = f"{name[:33]:<34}{entry['num_items']:>6}"
         for m in shown:
             acc = by_method.get(m, {}).get("acc")
             text += f"{'-' if acc is None else f'{acc:.2f}':>13}"
@@ -186,13 +185,10 @@ def format_cells_table(metrics: Mapping[str, Any], methods: Sequence[str] | None
             text += f"{'-' if d is None else f'{d:+.2f}':>11}"
         return text
 
-    for name, cell in cells.items():
-        lines.append(row(name, cell["num_items"], cell["methods"]))
+    lines += [row(name, cell) for name, cell in cells.items()]
     lines.append("-" * len(head))
     for kind, label in (("task", "task "), ("num_candidates", "N = ")):
         if len(groups[kind]) > 1:
-            for key, group in groups[kind].items():
-                lines.append(row(label + key, group["num_items"], group["methods"]))
-    overall = groups["overall"]
-    lines.append(row("overall (item-weighted)", overall["num_items"], overall["methods"]))
+            lines += [row(label + key, group) for key, group in groups[kind].items()]
+    lines.append(row("overall (item-weighted)", groups["overall"]))
     return "\n".join(lines)

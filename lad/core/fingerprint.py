@@ -60,16 +60,13 @@ class CalibrationMismatch(CalibrationError):
     def __str__(self) -> str:
         return self.reason.replace("{skip}", self.skip)
 
-    def within(self, where: object) -> CalibrationMismatch:
-        """The same refusal, its message prefixed with where the calibration came from."""
-        return CalibrationMismatch(f"{where}: {self.reason}", self.skip)
-
 
 def located(e: CalibrationError, where: object) -> CalibrationError:
-    """The refusal `e` of a calibration, its message prefixed with where the calibration is."""
-    return (
-        e.within(where) if isinstance(e, CalibrationMismatch) else CalibrationError(f"{where}: {e}")
-    )
+    """The refusal `e` of a calibration (of the same kind), its message prefixed with where the
+    calibration is."""
+    if isinstance(e, CalibrationMismatch):
+        return CalibrationMismatch(f"{where}: {e.reason}", e.skip)
+    return CalibrationError(f"{where}: {e}")
 
 
 def check_fingerprint(made: Fingerprint, theirs: Fingerprint, whose: str, required: bool) -> None:

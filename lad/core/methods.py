@@ -12,7 +12,6 @@ import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -175,14 +174,9 @@ def check_layer_range(layer_range: tuple[int, int] | None, num_layers: int) -> N
         )
 
 
-def _gather_layers(values: np.ndarray, layers: np.ndarray) -> np.ndarray:
-    """values (R, L, N), layers (R, K) -> (R, K, N)."""
-    return np.take_along_axis(values, layers[:, :, None], axis=1)
-
-
 def _mean_log_attention(attention: np.ndarray, layers: np.ndarray, attn_mean: str) -> np.ndarray:
-    """(R, N): mean over the selected layers of log a, or log of the mean a ("raw")."""
-    picked = _gather_layers(attention, layers)  # (R, K, N)
+    """(R, N): mean over the selected layers (R, K) of log a, or log of the mean a ("raw")."""
+    picked = np.take_along_axis(attention, layers[:, :, None], axis=1)  # (R, K, N)
     if attn_mean == "raw":
         return log_attention(picked.mean(axis=1))
     return log_attention(picked).mean(axis=1)
@@ -202,7 +196,7 @@ def lad_log_posterior(
         _need_calibration(calibration, records, "the attention prior")
         prior = np.broadcast_to(calibration.attention_prior, records.attention.shape)
         # Eq. 11: minus the mean over L* of log â_prior (also so in the official "raw" variant).
-        log_pt = log_pt - log_attention(_gather_layers(prior, layers)).mean(axis=1)
+        log_pt = log_pt - _mean_log_attention(prior, layers, "log")
     if math.isinf(options.tau):
         top = log_pt == log_pt.max(axis=1, keepdims=True)
         return np.where(top, -np.log(top.sum(axis=1, keepdims=True)), -np.inf)
@@ -320,17 +314,18 @@ def _generated_choice(
 
 @dataclass(frozen=True)
 class Method:
-    """A scoring method: `scores(records, calibration, options, perm_records) -> (R, N)`.
+    """A scoring method: `scores(records, calibration, options, perm_records) -> (R, N)` (None
+    for a generation method, whose scores are its parsed replies' votes).
 
     stage: which records it reads: "records" (the vanilla prompt's), or its own stage's records
     ("instruction", "cot", "self-consistency", "sofa"), made for the same (item, ordering) keys.
-    parse: for generation methods, reply -> position (-1 unparseable); their scores are votes.
+    parse: for generation methods, reply -> position (-1 unparseable).
     extra: the stage of its extra passes' records, handed to `scores` as its fourth argument in
     place of perm_records ("blank": each query's blank prompt); None: perm_records (perm-avg).
     """
 
     name: str
-    scores: Callable[..., np.ndarray]
+    scores: Callable[..., np.ndarray] | None
     description: str
     passes: str = "1"  # forward passes per prediction: "1", "2" or "N"
     stage: str = "records"
@@ -341,13 +336,9 @@ class Method:
         return float(num_candidates if self.passes == "N" else int(self.passes))
 
 
-def _votes(name: str, records: RecordSet, calibration, options, perm_records) -> np.ndarray:
-    return _generated_choice(name, records, options)[0]
-
-
 def _generation(name: str, description: str, parse: Callable[[str, list[str]], int]) -> Method:
-    """A generation baseline: its own stage's replies, parsed; its scores are the votes."""
-    return Method(name, partial(_votes, name), description, stage=name, parse=parse)
+    """A generation baseline: its own stage's replies, parsed; `choose` counts their votes."""
+    return Method(name, None, description, stage=name, parse=parse)
 
 
 METHODS: dict[str, Method] = {

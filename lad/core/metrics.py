@@ -25,13 +25,6 @@ from lad.core.records import RecordSet
 from lad.errors import LadError
 
 
-def default_costs(num_candidates: int) -> dict[str, float]:
-    """Forward passes per prediction of the methods computed from records."""
-    from lad.core.methods import METHODS
-
-    return {name: m.forward_passes(num_candidates) for name, m in METHODS.items()}
-
-
 def _percent(x: float) -> float:
     return float(100.0 * x)
 
@@ -50,16 +43,6 @@ def _check_predictions(records: RecordSet, method: str, pred: Any) -> np.ndarray
     return arr.astype(np.int64)
 
 
-def _consistency(records: RecordSet, pred: np.ndarray, item_index: np.ndarray, n_items: int):
-    """Share of items whose chosen image is the same under all their orderings."""
-    chosen = audit.chosen_candidates(records, pred)
-    lo = np.full(n_items, np.iinfo(np.int64).max)
-    hi = np.full(n_items, -2)
-    np.minimum.at(lo, item_index, chosen)
-    np.maximum.at(hi, item_index, chosen)
-    return float(np.mean((lo == hi) & (lo >= 0)))
-
-
 def method_metrics(
     records: RecordSet, pred: np.ndarray, item_index: np.ndarray, n_items: int
 ) -> dict[str, Any]:
@@ -76,11 +59,17 @@ def method_metrics(
         if at_p.any():
             confusion[p] = np.bincount(pred[at_p & (pred >= 0)], minlength=n) / at_p.sum()
     present = [x for x in recall if x is not None]
+    # Cons.: the items whose chosen image is the same (and parsed) under all their orderings.
+    chosen = audit.chosen_candidates(records, pred)
+    lo = np.full(n_items, np.iinfo(np.int64).max)
+    hi = np.full(n_items, -2)
+    np.minimum.at(lo, item_index, chosen)
+    np.maximum.at(hi, item_index, chosen)
     out: dict[str, Any] = {
         "acc": _percent(acc_t.mean()),
         "acc_std": _percent(acc_t.std(ddof=1)) if len(acc_t) > 1 else 0.0,
         "rstd": float(np.std(present, ddof=1)) if len(present) > 1 else 0.0,
-        "cons": _percent(_consistency(records, pred, item_index, n_items)),
+        "cons": _percent(float(np.mean((lo == hi) & (lo >= 0)))),
         "recall_by_position": recall,
         "selection_by_position": [
             _percent(x) for x in np.bincount(pred[pred >= 0], minlength=n) / len(pred)
@@ -113,7 +102,9 @@ def compute_metrics(
     n = records.num_candidates
     names, item_index = np.unique(records.items, return_inverse=True)
     per_item = np.bincount(item_index)  # (item, ordering) pairs are unique in a RecordSet
-    known = {**default_costs(n), **(costs or {})}
+    from lad.core.methods import METHODS  # forward passes per prediction of each
+
+    known = {**{name: m.forward_passes(n) for name, m in METHODS.items()}, **(costs or {})}
     methods = {}
     for method, pred in predictions_by_method.items():
         chosen = _check_predictions(records, method, pred)
@@ -143,11 +134,6 @@ def compute_metrics(
     return out
 
 
-def _framed(title: str, head: str) -> list[str]:
-    """A table's first lines: its title, the column heads, a rule under them."""
-    return [title, head, "-" * len(head)]
-
-
 def format_table(metrics: dict[str, Any]) -> str:
     """The paper's layout: methods as rows; Acc (mean ± std), RStd, ΔRStd against vanilla, Cons.,
     passes (and generated tokens per item and the unparsed share when generation methods are
@@ -159,11 +145,11 @@ def format_table(metrics: dict[str, Any]) -> str:
     head = f"{'Method':<18}{'Acc (↑)':>16}{'RStd (↓)':>10}"
     head += f"{'ΔRStd':>8}" if with_delta else ""
     head += f"{'Cons. (↑)':>11}{'Passes':>8}"
-    head += (f"{'Gen. tok':>10}" if with_tokens else "") + (
-        f"{'Unparsed':>10}" if with_parse else ""
-    )
+    head += f"{'Gen. tok':>10}" if with_tokens else ""
+    head += f"{'Unparsed':>10}" if with_parse else ""
     title = f"N = {metrics['num_candidates']}, {metrics['num_items']} items × "
-    lines = _framed(title + f"{metrics['num_shuffles']} shuffles", head)
+    title += f"{metrics['num_shuffles']} shuffles"
+    lines = [title, head, "-" * len(head)]
     for name, m in methods.items():
         passes = m.get("forward_passes_per_item")
         acc = f"{m['acc']:.2f}±{m['acc_std']:.2f}"
@@ -211,7 +197,7 @@ def format_panel(metrics: dict[str, Any]) -> str:
         f"Position audit: {boot['level']:g}% bootstrap intervals over {metrics['num_items']} "
         f"items (B = {boot['B']}, seed {boot['seed']}); position: permutation test of RStd"
     )
-    lines = _framed(title, head)
+    lines = [title, head, "-" * len(head)]
     for name, m in methods.items():
         flip, floor, err = m["flip_rate"], m.get("noise_floor"), m["errors_due_to_order"]
         row = f"{name:<18}{ci_text(m['ci']['acc']):>14}{ci_text(m['ci']['rstd']):>14}"

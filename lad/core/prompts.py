@@ -161,16 +161,27 @@ OFFICIAL = PromptTemplate(TEMPLATES["vanilla"] + " ")
 
 def fill(text: str, query: str, scheme: LabelScheme, num_candidates: int) -> str:
     """`text` with every placeholder filled for one query (of picture candidates)."""
-    if _writes_options(text):
-        raise LadError(
-            f"the prompt template writes {{{OPTIONS}}}, which lists text candidates, but the "
-            "candidates are pictures; use a template without it"
-        )
+    _check_options(text, False, "the prompt template", "the")
     return text.format(**_values(query, scheme, num_candidates))
 
 
 def _writes_options(text: str) -> bool:
     return any(name == OPTIONS for _, name, _, _ in string.Formatter().parse(text))
+
+
+def _check_options(text: str, texts: bool, who: str, whose: str) -> None:
+    """A template writes {options} exactly when the candidates are `texts`; `who` is the
+    template as messages name it, `whose` the candidates' owner ("the items'")."""
+    if texts and not _writes_options(text):
+        raise LadError(
+            f"{who} does not write {{{OPTIONS}}}, where {whose} text candidates are listed; add "
+            "it to the template"
+        )
+    if not texts and _writes_options(text):
+        raise LadError(
+            f"{who} writes {{{OPTIONS}}}, which lists text candidates, but {whose} candidates are "
+            "pictures; use a template without it"
+        )
 
 
 def _values(query: str, scheme: LabelScheme, num_candidates: int) -> dict[str, object]:
@@ -182,9 +193,7 @@ def _values(query: str, scheme: LabelScheme, num_candidates: int) -> dict[str, o
         last=labels[-1],
         noun=scheme.noun,
         single="integer" if scheme.name == "digits" else scheme.noun,
-        query=query,
-        question=query,
-        caption=query,
+        **dict.fromkeys(QUERY_PLACEHOLDERS, query),
     )
 
 
@@ -220,31 +229,21 @@ def render_text(
     with the line "<c_p>. <options[p]>" for each position p."""
     check_text_labels(scheme)
     text = _text_of(template, TEXT_TEMPLATES)
-    if isinstance(template, PromptTemplate) and not _writes_options(text):
-        raise LadError(
-            f"the prompt template does not write {{{OPTIONS}}}, where an item's text "
-            "candidates are listed; add it to the template"
-        )
+    _check_options(text, True, "the prompt template", "an item's")
     n = len(options)
     values, labels = _values(asked, scheme, n), scheme.labels(n)
-    pieces: list[str] = []
+    prompt = ""
     spans: list[tuple[int, int]] = []
-    size = 0
     for literal, name, _, _ in string.Formatter().parse(text):
-        pieces.append(literal)
-        size += len(literal)
-        if name is None:
-            continue
-        if name != OPTIONS:
-            pieces.append(str(values[name]))
-            size += len(pieces[-1])
-            continue
-        for p, label in enumerate(labels):
-            head = ("\n" if p else "") + f"{label}. "
-            pieces += [head, options[p]]
-            spans.append((size + len(head), size + len(head) + len(options[p])))
-            size += len(head) + len(options[p])
-    return TextPrompt("".join(pieces), spans)
+        prompt += literal
+        if name == OPTIONS:
+            for p, label in enumerate(labels):
+                prompt += ("\n" if p else "") + f"{label}. "
+                spans.append((len(prompt), len(prompt) + len(options[p])))
+                prompt += options[p]
+        elif name is not None:
+            prompt += str(values[name])
+    return TextPrompt(prompt, spans)
 
 
 def render_prompt(
@@ -331,18 +330,10 @@ def vanilla_template(items: Sequence[Item], custom: PromptTemplate | None = None
             f"items mix text candidates (e.g. {text!r}) with picture candidates (e.g. "
             f"{pictures!r}); one run asks one kind"
         )
+    if custom is not None and items:
+        _check_options(custom.text, kinds == {True}, "--prompt-template", "the items'")
     if kinds == {True}:
-        if custom is not None and not _writes_options(custom.text):
-            raise LadError(
-                f"--prompt-template does not write {{{OPTIONS}}}, where the items' text "
-                "candidates are listed; add it to the template"
-            )
         return custom or TEXT
-    if custom is not None and items and _writes_options(custom.text):
-        raise LadError(
-            f"--prompt-template writes {{{OPTIONS}}}, which lists text candidates, but the items' "
-            "candidates are pictures; use a template without it"
-        )
     if custom is not None:
         return custom
     asks = {it.question is not None for it in items}

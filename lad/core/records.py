@@ -46,6 +46,7 @@ class Record:
 
 
 RECORD_KEYS = ("item", "ordering", "order", "answer", "logprobs", "attention", "extra")
+_KEYS = frozenset(RECORD_KEYS)
 _ARRAYS = ("items", "ordering", "order", "answer", "logprobs", "attention")  # RecordSet's arrays
 
 
@@ -76,14 +77,13 @@ class RecordSet:
 
     @classmethod
     def empty(cls, num_candidates: int = 0, num_layers: int = 0) -> RecordSet:
-        n, nl = num_candidates, num_layers
         return cls(
             items=np.array([], dtype=str),
             ordering=np.zeros(0, dtype=np.int64),
-            order=np.zeros((0, n), dtype=np.int64),
+            order=np.zeros((0, num_candidates), dtype=np.int64),
             answer=np.zeros(0, dtype=np.int64),
-            logprobs=np.zeros((0, n)),
-            attention=np.zeros((0, nl, n)),
+            logprobs=np.zeros((0, num_candidates)),
+            attention=np.zeros((0, num_layers, num_candidates)),
             extra=[],
         )
 
@@ -110,7 +110,15 @@ class RecordSet:
 
     @staticmethod
     def concat(sets: Sequence[RecordSet]) -> RecordSet:
-        return concat(sets)
+        """One RecordSet holding the records of all `sets`, in order; N and L must agree."""
+        sets = [s for s in sets if len(s)]
+        if not sets:
+            return RecordSet.empty()
+        shapes = {(s.num_candidates, s.num_layers) for s in sets}
+        if len(shapes) > 1:
+            raise RecordError(f"cannot concatenate records with different (N, L): {sorted(shapes)}")
+        arrays = {name: np.concatenate([getattr(s, name) for s in sets]) for name in _ARRAYS}
+        return RecordSet(**arrays, extra=[e for s in sets for e in s.extra])
 
     def keys(self) -> list[tuple[str, int]]:
         """(item, ordering) of every record: what a prediction refers to."""
@@ -121,16 +129,7 @@ class RecordSet:
         return np.take_along_axis(self.order, self.answer[:, None], axis=1)[:, 0]
 
 
-def concat(sets: Sequence[RecordSet]) -> RecordSet:
-    """One RecordSet holding the records of all `sets`, in order; N and L must agree."""
-    sets = [s for s in sets if len(s)]
-    if not sets:
-        return RecordSet.empty()
-    shapes = {(s.num_candidates, s.num_layers) for s in sets}
-    if len(shapes) > 1:
-        raise RecordError(f"cannot concatenate records with different (N, L): {sorted(shapes)}")
-    arrays = {name: np.concatenate([getattr(s, name) for s in sets]) for name in _ARRAYS}
-    return RecordSet(**arrays, extra=[e for s in sets for e in s.extra])
+concat = RecordSet.concat
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,85 +140,67 @@ def _record_where(lineno: int) -> str:
     return f"record {lineno}: "
 
 
-def _check_object(obj: Any, where: str) -> None:
-    """Types and shapes of one record object; numbers are checked afterwards, vectorised."""
+def _fault(obj: Any, n: int | None = None, nl: int | None = None) -> str | None:
+    """What is wrong with one record object's keys and types, and, given N and L, its lengths
+    (None: nothing); its numbers are checked afterwards, vectorised, and its attention rows' only
+    when they cannot be stacked (`_row_fault`)."""
     if not isinstance(obj, dict):
-        raise RecordError(f"{where}expected a JSON object, got {type(obj).__name__}")
+        return f"expected a JSON object, got {type(obj).__name__}"
     for key in RECORD_KEYS[:-1]:
         if key not in obj:
-            raise RecordError(f"{where}missing key {key!r} (a record has keys {list(RECORD_KEYS)})")
-    unknown = set(obj) - set(RECORD_KEYS)
+            return f"missing key {key!r} (a record has keys {list(RECORD_KEYS)})"
+    unknown = obj.keys() - _KEYS
     if unknown:
-        raise RecordError(
-            f"{where}unknown key(s) {sorted(unknown)}; a record has keys {list(RECORD_KEYS)} "
+        return (
+            f"unknown key(s) {sorted(unknown)}; a record has keys {list(RECORD_KEYS)} "
             "(put anything else under 'extra')"
         )
     if not isinstance(obj["item"], str):
-        raise RecordError(f"{where}'item' must be a string, got {obj['item']!r}")
+        return f"'item' must be a string, got {obj['item']!r}"
     for key in ("ordering", "answer"):
         if not isinstance(obj[key], int) or isinstance(obj[key], bool):
-            raise RecordError(f"{where}{key!r} must be an integer, got {obj[key]!r}")
+            return f"{key!r} must be an integer, got {obj[key]!r}"
     for key in ("order", "logprobs", "attention"):
         if not isinstance(obj[key], list):
-            raise RecordError(f"{where}{key!r} must be a list, got {type(obj[key]).__name__}")
+            return f"{key!r} must be a list, got {type(obj[key]).__name__}"
     if not isinstance(obj.get("extra", {}), dict):
-        raise RecordError(f"{where}'extra' must be an object, got {obj['extra']!r}")
-
-
-def _check_shapes(obj: dict, n: int, nl: int, where: str) -> None:
+        return f"'extra' must be an object, got {obj['extra']!r}"
+    if n is None:
+        return None
     if len(obj["order"]) != n or len(obj["logprobs"]) != n:
-        raise RecordError(
-            f"{where}'order' and 'logprobs' must have N = {n} entries like the first record, "
+        return (
+            f"'order' and 'logprobs' must have N = {n} entries like the first record, "
             f"got {len(obj['order'])} and {len(obj['logprobs'])}"
         )
-    att = obj["attention"]
-    if len(att) != nl:
-        raise RecordError(
-            f"{where}'attention' must have L = {nl} layers like the first record, got {len(att)}"
-        )
-    for layer, row in enumerate(att):
+    if len(obj["attention"]) != nl:
+        got = len(obj["attention"])
+        return f"'attention' must have L = {nl} layers like the first record, got {got}"
+    if not all(type(x) is int for x in obj["order"]):
+        return _row_fault(obj, n) or "'order' must hold only integers"
+    return None
+
+
+def _row_fault(obj: dict, n: int) -> str | None:
+    for layer, row in enumerate(obj["attention"]):
         if not isinstance(row, list) or len(row) != n:
-            raise RecordError(f"{where}attention[{layer}] must be a list of N = {n} numbers")
+            return f"attention[{layer}] must be a list of N = {n} numbers"
+    return None
 
 
-def _as_array(values: list, dtype: type, name: str, where_of) -> np.ndarray:
-    """Stack numbers; a string among them is an error naming the record."""
+def _as_floats(values: list, name: str, where_of) -> np.ndarray:
+    """Stack numbers as float64; a string among them is an error naming the record."""
     try:
         arr = np.array(values)
-        if arr.dtype.kind in "iu" or (arr.dtype.kind == "f" and dtype is np.float64):
-            return arr.astype(dtype, copy=False)
+        if arr.dtype.kind in "iuf":
+            return arr.astype(np.float64, copy=False)
     except (TypeError, ValueError):
         pass
     # Slow path, only for a bad file: find the first record whose values are not all numbers.
-    kinds = (int,) if dtype is np.int64 else (int, float)
     for i, v in enumerate(values):
         flat = [x for row in v for x in (row if isinstance(row, list) else [row])]
-        if not all(type(x) in kinds for x in flat):
-            kind = "integers" if dtype is np.int64 else "numbers"
-            raise RecordError(f"{where_of(i)}{name!r} must hold only {kind}")
+        if not all(type(x) in (int, float) for x in flat):
+            raise RecordError(f"{where_of(i)}{name!r} must hold only numbers")
     raise RecordError(f"{where_of(0)}{name!r} could not be read as numbers")
-
-
-_KEY_SETS = (frozenset(RECORD_KEYS), frozenset(RECORD_KEYS[:-1]))
-
-
-def _looks_right(obj: Any, n: int, nl: int) -> bool:
-    """Cheap test of keys, types and outer lengths; a False sends the record to the full check."""
-    return (
-        type(obj) is dict
-        and obj.keys() in _KEY_SETS
-        and type(obj["item"]) is str
-        and type(obj["ordering"]) is int
-        and type(obj["answer"]) is int
-        and type(obj["order"]) is list
-        and type(obj["logprobs"]) is list
-        and type(obj["attention"]) is list
-        and type(obj.get("extra", {})) is dict
-        and len(obj["order"]) == n
-        and len(obj["logprobs"]) == n
-        and len(obj["attention"]) == nl
-        and all(type(x) is int for x in obj["order"])
-    )
 
 
 def _from_objects(objs: list[dict], linenos: list[int], where) -> RecordSet:
@@ -230,30 +211,30 @@ def _from_objects(objs: list[dict], linenos: list[int], where) -> RecordSet:
     def where_of(i: int) -> str:
         return where(linenos[i])
 
-    _check_object(objs[0], where_of(0))
+    if fault := _fault(objs[0]):
+        raise RecordError(where_of(0) + fault)
     n, nl = len(objs[0]["logprobs"]), len(objs[0]["attention"])
     if n < 2:
         raise RecordError(f"{where_of(0)}a record needs at least 2 candidates, got {n}")
     if nl < 1:
         raise RecordError(f"{where_of(0)}'attention' must have at least one layer")
     for i, obj in enumerate(objs):
-        if not _looks_right(obj, n, nl):
-            _check_object(obj, where_of(i))
-            _check_shapes(obj, n, nl, where_of(i))
-            raise RecordError(f"{where_of(i)}'order' must hold only integers")
+        if fault := _fault(obj, n, nl):
+            raise RecordError(where_of(i) + fault)
     try:
-        attention = _as_array([o["attention"] for o in objs], np.float64, "attention", where_of)
+        attention = _as_floats([o["attention"] for o in objs], "attention", where_of)
     except RecordError:
         # Slow path, only for a bad file: a record with ragged layers is the likelier fault.
         for i, obj in enumerate(objs):
-            _check_shapes(obj, n, nl, where_of(i))
+            if fault := _row_fault(obj, n):
+                raise RecordError(where_of(i) + fault) from None
         raise
     records = RecordSet(
         items=np.array([o["item"] for o in objs], dtype=str),
         ordering=np.array([o["ordering"] for o in objs], dtype=np.int64),
         order=np.array([o["order"] for o in objs], dtype=np.int64),
         answer=np.array([o["answer"] for o in objs], dtype=np.int64),
-        logprobs=_as_array([o["logprobs"] for o in objs], np.float64, "logprobs", where_of),
+        logprobs=_as_floats([o["logprobs"] for o in objs], "logprobs", where_of),
         attention=attention,
         extra=[o.get("extra", {}) for o in objs],
     )
@@ -292,11 +273,6 @@ def validate(records: RecordSet, where_of=None) -> None:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise RecordError(f"{where_of(i)}{message(i)}")
-    _check_unique(records, where_of)
-    _check_answer_image(records, where_of)
-
-
-def _check_unique(records: RecordSet, where_of) -> None:
     seen: dict[tuple[str, int], int] = {}
     for i, key in enumerate(records.keys()):
         if key in seen:
@@ -305,10 +281,7 @@ def _check_unique(records: RecordSet, where_of) -> None:
                 f"(first at {where_of(seen[key]).rstrip(': ')})"
             )
         seen[key] = i
-
-
-def _check_answer_image(records: RecordSet, where_of) -> None:
-    """Every ordering of an item must put the answer on the same image."""
+    # Every ordering of an item must put the answer on the same image.
     _, first, inverse = np.unique(records.items, return_index=True, return_inverse=True)
     image = records.answer_image()
     bad = image != image[first[inverse]]
@@ -338,17 +311,13 @@ def read_records(path: str | Path, *, missing_ok: bool = False) -> RecordSet:
             return RecordSet.empty()
         raise RecordError(f"{path}: no such records file")
     note_input(path)
-    if not _is_parquet(path):
-        return _read_jsonl(path)
-    columns = read_columns(path, RECORD_KEYS)
-    if columns is None:
-        return RecordSet.empty()
-    records = RecordSet(**columns)
-    validate(records, row_where(path))
-    return records
-
-
-def _read_jsonl(path: Path) -> RecordSet:
+    if _is_parquet(path):
+        columns = read_columns(path, RECORD_KEYS)
+        if columns is None:
+            return RecordSet.empty()
+        records = RecordSet(**columns)
+        validate(records, row_where(path))
+        return records
     objs: list[dict] = []
     linenos: list[int] = []
     with path.open("rb") as f:

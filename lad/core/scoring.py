@@ -56,15 +56,10 @@ def score_records(
         passes = perm_records if extra is None else stages.get(extra)
         out.scores[method], out.chosen[method] = choose(method, stage, calibration, options, passes)
         out.predictions += predictions_for(records, method, out.scores[method], out.chosen[method])
-        if METHODS[method].parse is not None:
-            tokens[method] = generated_tokens_per_item(stage)
+        if METHODS[method].parse is not None:  # tokens per record (all its paths), averaged
+            counts = [sum(extra.get("generated_tokens", [])) for extra in stage.extra]
+            tokens[method] = float(np.mean(counts)) if counts else 0.0
     out.metrics = compute_metrics(records, out.chosen, costs=costs, bootstrap=bootstrap)
     for method, count in tokens.items():
         out.metrics["methods"][method]["generated_tokens_per_item"] = count
     return out
-
-
-def generated_tokens_per_item(records: RecordSet) -> float:
-    """Mean, over records, of the tokens generated for a record (all its paths together)."""
-    counts = [sum(extra.get("generated_tokens", [])) for extra in records.extra]
-    return float(np.mean(counts)) if counts else 0.0

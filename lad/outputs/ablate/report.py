@@ -49,15 +49,9 @@ def _dumps(obj: Any) -> str:
 
 
 def table_json(table: Table) -> dict[str, Any]:
-    return {
-        "analysis": table.key,
-        "title": table.title,
-        "caption": table.caption,
-        "columns": table.columns,
-        "rows": table.rows,
-        "data": table.data,
-        "missing": [asdict(m) for m in table.missing],
-    }
+    """The Table's fields in their order, its key as "analysis"."""
+    fields = asdict(table)
+    return {"analysis": fields.pop("key"), **fields}
 
 
 def cell_text(value: Any) -> str:
@@ -196,10 +190,9 @@ def _temperature_figure(table: Table, path: Path) -> None:
         acc = np.array([r["acc"] for r in rows])
         std = np.array([r["acc_std"] for r in rows])
         limit = np.array([r["tau"] == "inf" for r in rows])
+        low, high = (acc - std)[~limit], (acc + std)[~limit]
         ax.plot(x[~limit], acc[~limit], "-o", color=colour, label=f"LAD ({name})")
-        ax.fill_between(
-            x[~limit], (acc - std)[~limit], (acc + std)[~limit], color=colour, alpha=0.15
-        )
+        ax.fill_between(x[~limit], low, high, color=colour, alpha=0.15)
         if limit.any() and (~limit).any():  # τ = ∞: a limit, joined by a dotted line
             last = np.flatnonzero(~limit)[-1]
             j = np.flatnonzero(limit)[0]
@@ -218,9 +211,8 @@ def _temperature_figure(table: Table, path: Path) -> None:
 
 def _n_figure(table: Table, path: Path) -> None:
     panels = table.data["panels"]
-    fig, axes = plt.subplots(
-        1, len(panels), figsize=(5.6 * len(panels), 3.9), squeeze=False, sharey=True
-    )
+    size = (5.6 * len(panels), 3.9)
+    fig, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False, sharey=True)
     for ax, panel in zip(axes[0], panels, strict=True):
         for name, points in panel["series"].items():
             ns = [n for n in panel["ns"] if str(n) in points]
@@ -277,14 +269,9 @@ def _cost_figure(table: Table, path: Path) -> None:
     markers = "os^Dv<>p"
     for i, (name, rows) in enumerate(_by_run(table.data["rows"]).items()):
         for r in rows:
-            ax.scatter(
-                r["forward_passes_per_item"],
-                r["acc"],
-                color=COST_COLOURS.get(r["method"], "0.5"),
-                marker=markers[i % len(markers)],
-                s=50,
-                label=f"{r['method']} ({name})",
-            )
+            style = {"color": COST_COLOURS.get(r["method"], "0.5"), "s": 50}
+            x, label = r["forward_passes_per_item"], f"{r['method']} ({name})"
+            ax.scatter(x, r["acc"], marker=markers[i % len(markers)], label=label, **style)
     passes = sorted({r["forward_passes_per_item"] for r in table.data["rows"]})
     ax.set_xscale("log", base=2)
     ax.set_xticks(passes, [f"{p:g}" for p in passes])

@@ -52,11 +52,21 @@ def _load_run(run_dir: Path) -> dict[str, Any]:
     return out
 
 
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _interval(x: Any) -> bool:
+    """[lo, hi] of a bootstrap interval, or None."""
+    return x is None or _list_of(x, 2, lambda v: isinstance(v, (int, float)) and math.isfinite(v))
+
+
+def _list_of(x: Any, length: int, ok: Any) -> bool:
+    return isinstance(x, list) and len(x) == length and all(ok(v) for v in x)
+
+
 def _check_metrics(metrics: Any, path: Path) -> None:
     """The fields of the metrics format (docs/formats.md) that the report reads."""
-
-    def number(x: Any) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
     def bad(what: str) -> RunError:
         return RunError(f"{path}: damaged ({what}); rerun `lad eval` to rewrite it")
@@ -71,55 +81,38 @@ def _check_metrics(metrics: Any, path: Path) -> None:
     if not isinstance(methods, dict) or not methods:
         raise bad("'methods' must map method names to their metrics")
     for name, m in methods.items():
-        if not isinstance(m, dict) or not all(number(m.get(k)) for k in _SCALARS):
+        if not isinstance(m, dict) or not all(_number(m.get(k)) for k in _SCALARS):
             raise bad(f"method {name!r} needs numbers {list(_SCALARS)}")
         for key in _OPTIONAL:
-            if m.get(key) is not None and not number(m[key]):
+            if m.get(key) is not None and not _number(m[key]):
                 raise bad(f"method {name!r}: {key!r} must be a number")
         recall = m.get("recall_by_position")
         if not (isinstance(recall, list) and len(recall) == n):
             raise bad(f"method {name!r}: 'recall_by_position' must list N = {n} values")
-        if not all(v is None or number(v) for v in recall):
+        if not all(v is None or _number(v) for v in recall):
             raise bad(f"method {name!r}: 'recall_by_position' must hold numbers or null")
         _check_audit(m, n, lambda what, name=name: bad(f"method {name!r}: {what}"))
-        confusion = m.get("confusion")
-        if not (
-            isinstance(confusion, list)
-            and len(confusion) == n
-            and all(isinstance(row, list) and len(row) == n for row in confusion)
-            and all(number(v) for row in confusion for v in row)
-        ):
+        if not _list_of(m.get("confusion"), n, lambda row: _list_of(row, n, _number)):
             raise bad(f"method {name!r}: 'confusion' must be an N × N matrix of numbers")
 
 
 def _check_audit(m: dict[str, Any], n: int, bad: Any) -> None:
     """lad.core.audit's keys, where present (metrics.json files before them lack them)."""
-
-    def interval(x: Any) -> bool:
-        return x is None or (
-            isinstance(x, list)
-            and len(x) == 2
-            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in x)
-        )
-
     ci = m.get("ci")
-    if ci is not None:
-        recall = ci.get("recall_by_position") if isinstance(ci, dict) else None
-        if not (
-            isinstance(recall, list)
-            and len(recall) == n
-            and all(interval(v) for v in recall)
-            and all(interval(ci.get(k)) for k in ("acc", "rstd", "flip_rate"))
-        ):
-            raise bad(
-                "'ci' must hold [lo, hi] intervals (or null) of acc, rstd, flip_rate and N recalls"
-            )
+    if ci is not None and not (
+        isinstance(ci, dict)
+        and _list_of(ci.get("recall_by_position"), n, _interval)
+        and all(_interval(ci.get(k)) for k in ("acc", "rstd", "flip_rate"))
+    ):
+        raise bad(
+            "'ci' must hold [lo, hi] intervals (or null) of acc, rstd, flip_rate and N recalls"
+        )
     for key in ("flip_rate", "circular_acc", "errors_due_to_order"):
-        if not interval([m.get(key) or 0.0] * 2):
+        if not _interval([m.get(key) or 0.0] * 2):
             raise bad(f"{key!r} must be a number or null")
     floor = m.get("noise_floor")
     if floor is not None and not (
-        isinstance(floor, dict) and interval([floor.get("flip_rate")] * 2)
+        isinstance(floor, dict) and _interval([floor.get("flip_rate")] * 2)
     ):
         raise bad("'noise_floor' must hold a number 'flip_rate'")
     test = m.get("position_test")
@@ -247,13 +240,11 @@ def _bias_figure(run: dict[str, Any], path: Path) -> bool:
 def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
     """Fig. 5: one line per method and (model, setting), as `lad ablate` groups runs; only
     groups with at least two N are drawn."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in runs:
+    groups: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for r in runs:  # two runs of one N in a group: the first, as lad ablate's Figure 5
         key = (str(r["arguments"].get("model", "")), str(r["arguments"].get("setting", "")))
-        groups.setdefault(key, []).append(r)
-    groups = {
-        k: g for k, g in groups.items() if len({r["metrics"]["num_candidates"] for r in g}) > 1
-    }
+        groups.setdefault(key, {}).setdefault(r["metrics"]["num_candidates"], r)
+    groups = {k: by_n for k, by_n in groups.items() if len(by_n) > 1}
     if not groups:
         return False
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
@@ -262,11 +253,8 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
     styles = ("-", "--", ":", "-.")
     models = {model for model, _ in groups}
     ns: set[int] = set()
-    for g, ((model, setting), group) in enumerate(groups.items()):
+    for g, ((model, setting), by_n) in enumerate(groups.items()):
         where = setting + (f" ({model})" if len(models) > 1 else "")
-        by_n: dict[int, dict[str, Any]] = {}
-        for r in group:  # two runs of one N in a group: the first, as lad ablate's Figure 5
-            by_n.setdefault(r["metrics"]["num_candidates"], r)
         for name in names:
             points = [
                 (n, by_n[n]["metrics"]["methods"][name])

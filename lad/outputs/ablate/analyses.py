@@ -49,23 +49,17 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
     groups: dict[tuple[str, str], dict[int, Run]] = {}
     missing = []
     for run in runs:
-        by_n = groups.setdefault((run.model, run.setting), {})
-        if run.num_candidates in by_n:
-            first = by_n[run.num_candidates].name
-            missing.append(
-                Missing(
-                    "fig5",
-                    f"{first} and {run.name} both have N = {run.num_candidates} "
-                    f"({run.setting or 'same setting'}); Figure 5 uses {first}",
-                )
-            )
-            continue
-        by_n[run.num_candidates] = run
-    panels, alone = [], []
+        first = groups.setdefault((run.model, run.setting), {}).setdefault(run.num_candidates, run)
+        if first is not run:
+            same = f"N = {run.num_candidates} ({run.setting or 'same setting'})"
+            reason = f"{first.name} and {run.name} both have {same}; Figure 5 uses {first.name}"
+            missing.append(Missing("fig5", reason))
+    panels, alone, shown = [], [], []
     for (model, setting), by_n in groups.items():
         if len(by_n) < 2:
             alone += by_n.values()
             continue
+        shown += by_n.values()
         ns = sorted(by_n)
         series = {}
         for method in METHODS:
@@ -76,9 +70,9 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
             }
             if points:
                 series[method] = points
-        runs_by_n = {str(n): by_n[n].name for n in ns}
+        names = {str(n): by_n[n].name for n in ns}
         panels.append(
-            {"model": model, "setting": setting, "ns": ns, "runs": runs_by_n, "series": series}
+            {"model": model, "setting": setting, "ns": ns, "runs": names, "series": series}
         )
     if not panels:
         raise AnalysisError(
@@ -101,7 +95,6 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
         for method, points in p["series"].items():
             cells = [acc_text(points[str(n)]) if str(n) in points else None for n in all_ns]
             rows.append([label, method, *cells])
-    shown = [r for by_n in groups.values() if len(by_n) > 1 for r in by_n.values()]
     return Table(
         "fig5",
         "Figure 5: accuracy against the number of candidates N",
@@ -270,15 +263,12 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
         have = len(items)
         too_big = [s for s in options.sizes if s > have]
         if too_big:
-            missing.append(
-                Missing(
-                    "fig6a",
-                    f"|D_cal| = {', '.join(map(str, too_big))} for {run.name}: its calibration "
-                    f"holds {have} items",
-                    f"lad eval --calibration-items {max(options.sizes)} keeps every calibration "
-                    "record",
-                )
+            sizes = ", ".join(map(str, too_big))
+            reason = f"|D_cal| = {sizes} for {run.name}: its calibration holds {have} items"
+            fix = (
+                f"lad eval --calibration-items {max(options.sizes)} keeps every calibration record"
             )
+            missing.append(Missing("fig6a", reason, fix))
         opts = run.options(options)
         for size in (s for s in options.sizes if s <= have):
             subsets = calibration_subsets(items, size, options.subsets, options.seed)
@@ -417,9 +407,7 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
         if len(absent) == 2:
             continue
         opts = run.options(options)
-        for method in ("vanilla", "sofa", "perm-avg", "blank", "lad"):
-            if method in absent or method not in run.methods():
-                continue
+        for method in (m for m in COST_METHODS if m in run.methods()):
             m = run.metrics(method, opts)
             once = _calibration_passes(run, method)
             passes = f"{m['forward_passes_per_item']:g}"
@@ -445,6 +433,9 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
         {"rows": data},
         missing,
     )
+
+
+COST_METHODS = ("vanilla", "sofa", "perm-avg", "blank", "lad")
 
 
 def _stage_file(method: str) -> str:

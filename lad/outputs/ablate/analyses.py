@@ -131,15 +131,8 @@ def transfer_table(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Ta
                 moved = target.metrics(method, opts, source.calibration)
                 own = target.metrics(method, opts)
                 rows.append([pair, method, *score_cells(moved), *score_cells(own)])
-                data.append(
-                    {
-                        "calibration": source.name,
-                        "records": target.name,
-                        "method": method,
-                        "transferred": summary(moved),
-                        "own": summary(own),
-                    }
-                )
+                names = {"calibration": source.name, "records": target.name, "method": method}
+                data.append({**names, "transferred": summary(moved), "own": summary(own)})
     if not rows:
         raise nothing_made(missing, "no pair of runs can exchange calibrations")
     return Table(
@@ -215,19 +208,16 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
             m = run.metrics(method, opts)
             shown_k = "–" if k is None else run.k_text(k, options.options.layer_range)
             rows.append([run.name, strategy, "✓" if prior else "–", shown_k, *score_cells(m)])
-            data.append(
-                {
-                    "run": run.name,
-                    "strategy": strategy,
-                    "prior": prior,
-                    "k": k,
-                    "k_shown": shown_k,
-                    "layers_used": nl if k is None else opts.top_k,
-                    "method": method,
-                    "options": {**dataclasses.asdict(opts), "tau": tau_json(opts.tau)},
-                    **summary(m),
-                }
-            )
+            row = {
+                "run": run.name,
+                "strategy": strategy,
+                "prior": prior,
+                "k": k,
+                "k_shown": shown_k,
+            }
+            used = {"layers_used": nl if k is None else opts.top_k, "method": method}
+            chosen = {**dataclasses.asdict(opts), "tau": tau_json(opts.tau)}
+            data.append({**row, **used, "options": chosen, **summary(m)})
     return Table(
         "table4",
         "Table 4: ablation of the attention-guided mechanisms",
@@ -252,11 +242,11 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
     averaged over the subsets); the spread over the subsets is kept beside it."""
     runs = [runs] if isinstance(runs, Run) else list(runs)  # subsets of all their items
     rows, data, missing = [], [], []
+    most = max(options.sizes)
     for run in runs:
         try:
             items = run.calibration_items()
         except AnalysisError as e:
-            most = max(options.sizes)
             fix = f"{e.fix}; |D_cal| up to {most} needs lad eval --calibration-items {most}"
             missing.append(Missing("fig6a", e.reason, fix))
             continue
@@ -265,9 +255,7 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
         if too_big:
             sizes = ", ".join(map(str, too_big))
             reason = f"|D_cal| = {sizes} for {run.name}: its calibration holds {have} items"
-            fix = (
-                f"lad eval --calibration-items {max(options.sizes)} keeps every calibration record"
-            )
+            fix = f"lad eval --calibration-items {most} keeps every calibration record"
             missing.append(Missing("fig6a", reason, fix))
         opts = run.options(options)
         for size in (s for s in options.sizes if s <= have):
@@ -278,19 +266,11 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
                 for method in got:
                     got[method].append(run.metrics(method, opts, fitted))
             point = {m: _size_point(v) for m, v in got.items()}
-            rows.append(
-                [run.name, size, len(subsets)]
-                + [f"{point[m]['mean']:.2f} ± {point[m]['shuffle_std']:.2f}" for m in got]
-                + [round(point[m]["subset_std"], 2) for m in got]
-            )
-            data.append(
-                {
-                    "run": run.name,
-                    "size": size,
-                    "subsets": subsets,
-                    **{f"{m}_{k}": v for m in got for k, v in point[m].items()},
-                }
-            )
+            accs = [f"{p['mean']:.2f} ± {p['shuffle_std']:.2f}" for p in point.values()]
+            spreads = [round(p["subset_std"], 2) for p in point.values()]
+            rows.append([run.name, size, len(subsets), *accs, *spreads])
+            fields = {f"{m}_{k}": v for m, p in point.items() for k, v in p.items()}
+            data.append({"run": run.name, "size": size, "subsets": subsets, **fields})
     if not rows:
         raise nothing_made(missing, "Figure 6(a) needs calibration records")
     return Table(
@@ -373,10 +353,8 @@ def divergence_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULT
         opts = run.options(options)
         got = {m: run.metrics(m, opts) for m in DIVERGENCE_METHODS}
         for p in range(run.num_candidates):
-            cells = [got[m]["recall_by_position"][p] for m in DIVERGENCE_METHODS]
-            rows.append(
-                [run.name, str(p + 1), *[None if c is None else round(c, 2) for c in cells]]
-            )
+            recalls = [got[m]["recall_by_position"][p] for m in DIVERGENCE_METHODS]
+            rows.append([run.name, str(p + 1), *(r if r is None else round(r, 2) for r in recalls)])
         rows.append([run.name, "all", *[acc_text(got[m]) for m in DIVERGENCE_METHODS]])
         data.append({"run": run.name, "methods": {m: summary(v) for m, v in got.items()}})
     return Table(

@@ -91,11 +91,9 @@ class AblateOptions:
                 raise LadError(f"The '{name}' parameter must be integers >= 1. Got {values!r}.")
         if not self.taus:
             raise LadError("The 'taus' parameter must name at least one τ")
-        if self.calibration_items is not None and self.calibration_items < 1:
-            raise LadError(
-                f"The 'calibration_items' parameter must be >= 1 or None. "
-                f"Got {self.calibration_items!r}."
-            )
+        size = self.calibration_items
+        if size is not None and size < 1:
+            raise LadError(f"The 'calibration_items' parameter must be >= 1 or None. Got {size!r}.")
         if self.subsets < 1:
             raise LadError(f"The 'subsets' parameter must be >= 1. Got {self.subsets!r}.")
 
@@ -146,13 +144,9 @@ class Run:
         """MethodOptions for this run: the ablation's K, τ and variants, the run's label scheme
         and its calibration's Eq. 1 average (`obs_mean`), then `changes`. A K above the layers
         Eq. 9 searches is clamped to them ("K (= all L)", `searched_layers`)."""
-        labels = self.arguments.get("labels", "digits")
-        opts = dataclasses.replace(
-            (ablation or DEFAULTS).options,
-            labels=labels,
-            obs_mean=self.calibration.obs_mean,
-            **changes,
-        )
+        labels, obs_mean = self.arguments.get("labels", "digits"), self.calibration.obs_mean
+        base = (ablation or DEFAULTS).options
+        opts = dataclasses.replace(base, labels=labels, obs_mean=obs_mean, **changes)
         searched = self.searched_layers(opts.layer_range)
         if 0 < searched < opts.top_k:  # asked for explicitly, as lad.core.methods wants
             opts = dataclasses.replace(opts, top_k=searched)
@@ -318,11 +312,11 @@ def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
     run = RunDir(path)
     run.check_is_run()
     run.check()
-    arguments = run.arguments
+    arguments, name = run.arguments, run.path.name or str(run.path)
     if run.answers_only:  # no evidence: every analysis is missing for it (lad.outputs.ablate)
-        return Run(run.path.name or str(run.path), None, None, arguments=arguments, path=run.path)
+        return Run(name, None, None, arguments=arguments, path=run.path)
     return Run(
-        name=run.path.name or str(run.path),
+        name=name,
         records=run.records,
         calibration=run.calibration(check=check_calibration)
         if run.calibration_file.is_file() or not run.is_harness

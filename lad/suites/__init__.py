@@ -265,14 +265,8 @@ def _cell(raw: Any, benchmarks: dict[str, Benchmark], where: str) -> SuiteCell:
     default_id = " ".join(str(p) for p in (task or name, raw.get("setting"), n and f"N={n}") if p)
     cell_id = _text(raw, "id", default_id, where)
     child("--out", slug(cell_id), DataError, f"{where}id {cell_id!r} gives ")  # a folder's name
-    return SuiteCell(
-        id=cell_id,
-        benchmark=name,
-        task=task,
-        num_candidates=n,
-        setting=_text(raw, "setting", "random", where),
-        settings=settings,
-    )
+    setting = _text(raw, "setting", "random", where)
+    return SuiteCell(cell_id, name, task, n, setting, settings)
 
 
 def _model(raw: Any, where: str) -> Model:

@@ -133,27 +133,22 @@ def audit_html(metrics: dict[str, Any]) -> str:
     boot = metrics.get("bootstrap")
     if boot is None or not all("ci" in m and "position_test" in m for m in methods.values()):
         return ""
-    head = ["method", "Acc CI", "RStd CI", "position", "flip rate", "flip CI", "floor"]
-    head += ["CircularEval", "errors due to order"]
-    rows = []
-    for name, m in methods.items():
-        floor = m.get("noise_floor")
-        rows.append(
-            [
-                html.escape(name),
-                ci_text(m["ci"]["acc"]),
-                ci_text(m["ci"]["rstd"]),
-                html.escape(position_verdict(m["position_test"])),
-                _number(m.get("flip_rate")),
-                ci_text(m["ci"].get("flip_rate")),
-                _number(None if floor is None else floor["flip_rate"]),
-                f"{m.get('circular_acc', float('nan')):.1f}",
-                _number(m.get("errors_due_to_order")),
-            ]
-        )
+    columns = {  # header: the cell of a method's metrics
+        "Acc CI": lambda m: ci_text(m["ci"]["acc"]),
+        "RStd CI": lambda m: ci_text(m["ci"]["rstd"]),
+        "position": lambda m: html.escape(position_verdict(m["position_test"])),
+        "flip rate": lambda m: _number(m.get("flip_rate")),
+        "flip CI": lambda m: ci_text(m["ci"].get("flip_rate")),
+        "floor": lambda m: _number((m.get("noise_floor") or {}).get("flip_rate")),
+        "CircularEval": lambda m: f"{m.get('circular_acc', float('nan')):.1f}",
+        "errors due to order": lambda m: _number(m.get("errors_due_to_order")),
+    }
+    rows = [
+        [html.escape(name), *(cell(m) for cell in columns.values())] for name, m in methods.items()
+    ]
     note = (
         f"<p>{boot['level']:g}% bootstrap intervals over items (B = {boot['B']}, seed "
         f"{boot['seed']}); position: permutation test of RStd (answer positions permuted within "
         "items); floor: the same orderings asked twice (– not measured); docs/metrics.md.</p>"
     )
-    return "<h3>Position audit</h3>" + note + html_table(head, rows)
+    return "<h3>Position audit</h3>" + note + html_table(["method", *columns], rows)

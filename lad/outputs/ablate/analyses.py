@@ -74,19 +74,17 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
         panels.append(
             {"model": model, "setting": setting, "ns": ns, "runs": names, "series": series}
         )
+    another_n = "lad eval -n 8 (or another N) with the same model and setting"
     if not panels:
         raise AnalysisError(
             "Figure 5 needs runs of at least two N with the same model and setting",
-            "lad eval -n 8 (or another N) with the same model and setting, then pass both runs",
+            another_n + ", then pass both runs",
         )
-    missing += [
-        Missing(
-            "fig5",
-            f"{run.name} ({run.setting or 'its setting'}) is the only run of its model and setting",
-            "lad eval -n 8 (or another N) with the same model and setting",
+    for run in alone:
+        where = f"{run.name} ({run.setting or 'its setting'})"
+        missing.append(
+            Missing("fig5", f"{where} is the only run of its model and setting", another_n)
         )
-        for run in alone
-    ]
     all_ns = sorted({n for p in panels for n in p["ns"]})
     models = {p["model"] for p in panels}
     rows = []

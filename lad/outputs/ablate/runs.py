@@ -190,20 +190,16 @@ class Run:
         """The ids of the items of the run's calibration records (sorted)."""
         if self.calibration_records is not None:
             return sorted(set(self.calibration_records.items.tolist()))
+        none = f"{self.name} holds no calibration records"
         if self.arguments.get("calibration"):
-            raise AnalysisError(
-                f"{self.name} holds no calibration records: it was given a --calibration file",
-                "lad eval without --calibration",
-            )
+            given = f"{none}: it was given a --calibration file"
+            raise AnalysisError(given, "lad eval without --calibration")
         if self.path is not None:
+            lost = f"{none}: {RunDir(self.path).records_file('calibration')} is missing"
             raise AnalysisError(
-                f"{self.name} holds no calibration records: "
-                f"{RunDir(self.path).records_file('calibration')} is missing",
-                "restore the file, or make the run again with lad eval into a new --out",
+                lost, "restore the file, or make the run again with lad eval into a new --out"
             )
-        raise AnalysisError(
-            f"{self.name} holds no calibration records", "give the Run its calibration_records"
-        )
+        raise AnalysisError(none, "give the Run its calibration_records")
 
     def fit_calibration(self, items: Sequence[str], obs_mean: str | None = None) -> Calibration:
         """A calibration (§4.2) fitted on these items' records of the run's calibration set, with
@@ -402,10 +398,9 @@ def settings_note(options: AblateOptions, tau: bool = True, runs: Sequence[Run] 
     return ", ".join(parts)
 
 
-def k_note(options: AblateOptions, runs: Sequence[Run] = (), k: int | None = None) -> str:
-    """K (default options.options.top_k) with "(= all L for RUN, ...)" where runs clamp it; ""
-    else."""
-    k = options.options.top_k if k is None else k
+def k_note(options: AblateOptions, runs: Sequence[Run] = ()) -> str:
+    """options.options.top_k with "(= all L for RUN, ...)" where runs clamp it."""
+    k = options.options.top_k
     clamped: dict[str, list[str]] = {}
     for run in runs:
         shown = run.k_text(k, options.options.layer_range)

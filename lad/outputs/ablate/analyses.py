@@ -315,9 +315,8 @@ def temperature_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAUL
         for tau in options.taus:
             m = run.metrics("lad", run.options(options, tau=tau))
             rows.append([run.name, tau_label(tau), *score_cells(m), acc_text(pride)])
-            data.append(
-                {"run": run.name, "tau": tau_json(tau), **summary(m), "pride_acc": pride["acc"]}
-            )
+            point = {"run": run.name, "tau": tau_json(tau), **summary(m)}
+            data.append({**point, "pride_acc": pride["acc"]})
     return Table(
         "fig6b",
         "Figure 6(b): accuracy against the temperature τ",
@@ -388,9 +387,8 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
             once = _calibration_passes(run, method)
             passes = f"{m['forward_passes_per_item']:g}"
             rows.append([run.name, method, *score_cells(m), passes, once])
-            data.append(
-                {"run": run.name, "method": method, **summary(m), "calibration_passes": once}
-            )
+            scored = {"run": run.name, "method": method, **summary(m)}
+            data.append({**scored, "calibration_passes": once})
     if not rows:
         raise AnalysisError(
             "Table 8 compares with SoFA and permutation averaging: "

@@ -224,13 +224,10 @@ class Run:
                 f"lad eval --calibration-items {size}",
             )
         subset = calibration_subsets(items, size, 1, seed)[0]
-        return dataclasses.replace(
-            self,
-            calibration=self.fit_calibration(subset, obs_mean),
-            calibration_source=f"{size} of its {len(items)} calibration items (seed {seed})"
-            if size < len(items)
-            else f"all its {size} calibration items",
-        )
+        drawn = f"{size} of its {len(items)} calibration items (seed {seed})"
+        source = drawn if size < len(items) else f"all its {size} calibration items"
+        calibration = self.fit_calibration(subset, obs_mean)
+        return dataclasses.replace(self, calibration=calibration, calibration_source=source)
 
     def metrics(
         self,

@@ -15,16 +15,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
 from lad.core.labels import get_scheme
 from lad.errors import CalibrationError, LadError, RunError
-from lad.io.files import replacing, write_text
-from lad.outputs.tables import STYLE, audit_html, cells_html, table5_html, table_html
+from lad.io.files import write_text
+from lad.outputs.figures import gaps as _values
+from lad.outputs.figures import plt
+from lad.outputs.figures import save_figure as _save
+from lad.outputs.tables import audit_html, cells_html, html_page, img_html, table5_html, table_html
 from lad.run.audits import audit_folders
 from lad.run.rundir import RunDir
 
@@ -53,11 +52,21 @@ def _load_run(run_dir: Path) -> dict[str, Any]:
     return out
 
 
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _interval(x: Any) -> bool:
+    """[lo, hi] of a bootstrap interval, or None."""
+    return x is None or _list_of(x, 2, lambda v: isinstance(v, (int, float)) and math.isfinite(v))
+
+
+def _list_of(x: Any, length: int, ok: Any) -> bool:
+    return isinstance(x, list) and len(x) == length and all(ok(v) for v in x)
+
+
 def _check_metrics(metrics: Any, path: Path) -> None:
     """The fields of the metrics format (docs/formats.md) that the report reads."""
-
-    def number(x: Any) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
     def bad(what: str) -> RunError:
         return RunError(f"{path}: damaged ({what}); rerun `lad eval` to rewrite it")
@@ -72,55 +81,38 @@ def _check_metrics(metrics: Any, path: Path) -> None:
     if not isinstance(methods, dict) or not methods:
         raise bad("'methods' must map method names to their metrics")
     for name, m in methods.items():
-        if not isinstance(m, dict) or not all(number(m.get(k)) for k in _SCALARS):
+        if not isinstance(m, dict) or not all(_number(m.get(k)) for k in _SCALARS):
             raise bad(f"method {name!r} needs numbers {list(_SCALARS)}")
         for key in _OPTIONAL:
-            if m.get(key) is not None and not number(m[key]):
+            if m.get(key) is not None and not _number(m[key]):
                 raise bad(f"method {name!r}: {key!r} must be a number")
         recall = m.get("recall_by_position")
         if not (isinstance(recall, list) and len(recall) == n):
             raise bad(f"method {name!r}: 'recall_by_position' must list N = {n} values")
-        if not all(v is None or number(v) for v in recall):
+        if not all(v is None or _number(v) for v in recall):
             raise bad(f"method {name!r}: 'recall_by_position' must hold numbers or null")
         _check_audit(m, n, lambda what, name=name: bad(f"method {name!r}: {what}"))
-        confusion = m.get("confusion")
-        if not (
-            isinstance(confusion, list)
-            and len(confusion) == n
-            and all(isinstance(row, list) and len(row) == n for row in confusion)
-            and all(number(v) for row in confusion for v in row)
-        ):
+        if not _list_of(m.get("confusion"), n, lambda row: _list_of(row, n, _number)):
             raise bad(f"method {name!r}: 'confusion' must be an N × N matrix of numbers")
 
 
 def _check_audit(m: dict[str, Any], n: int, bad: Any) -> None:
     """lad.core.audit's keys, where present (metrics.json files before them lack them)."""
-
-    def interval(x: Any) -> bool:
-        return x is None or (
-            isinstance(x, list)
-            and len(x) == 2
-            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in x)
-        )
-
     ci = m.get("ci")
-    if ci is not None:
-        recall = ci.get("recall_by_position") if isinstance(ci, dict) else None
-        if not (
-            isinstance(recall, list)
-            and len(recall) == n
-            and all(interval(v) for v in recall)
-            and all(interval(ci.get(k)) for k in ("acc", "rstd", "flip_rate"))
-        ):
-            raise bad(
-                "'ci' must hold [lo, hi] intervals (or null) of acc, rstd, flip_rate and N recalls"
-            )
+    if ci is not None and not (
+        isinstance(ci, dict)
+        and _list_of(ci.get("recall_by_position"), n, _interval)
+        and all(_interval(ci.get(k)) for k in ("acc", "rstd", "flip_rate"))
+    ):
+        raise bad(
+            "'ci' must hold [lo, hi] intervals (or null) of acc, rstd, flip_rate and N recalls"
+        )
     for key in ("flip_rate", "circular_acc", "errors_due_to_order"):
-        if not interval([m.get(key) or 0.0] * 2):
+        if not _interval([m.get(key) or 0.0] * 2):
             raise bad(f"{key!r} must be a number or null")
     floor = m.get("noise_floor")
     if floor is not None and not (
-        isinstance(floor, dict) and interval([floor.get("flip_rate")] * 2)
+        isinstance(floor, dict) and _interval([floor.get("flip_rate")] * 2)
     ):
         raise bad("'noise_floor' must hold a number 'flip_rate'")
     test = m.get("position_test")
@@ -130,20 +122,6 @@ def _check_audit(m: dict[str, Any], n: int, bad: Any) -> None:
             raise bad("'position_test' must hold a 'p_value' in [0, 1] (or null)")
         if not isinstance(test.get("permutations"), int):
             raise bad("'position_test' must hold an integer 'permutations'")
-
-
-def _save(fig: Any, path: Path) -> None:
-    """Write the figure through a temporary file renamed into place (never through a symlink)."""
-    try:
-        with replacing(path) as tmp:
-            fig.savefig(tmp, dpi=110)
-    finally:
-        plt.close(fig)
-
-
-def _values(values: list[float | None]) -> np.ndarray:
-    """metrics.json holds null for a position no answer fell on; plot it as a gap."""
-    return np.array([np.nan if v is None else v for v in values], dtype=float)
 
 
 def _xticks(ax: Any, x: Any, labels: list[str]) -> None:
@@ -159,9 +137,7 @@ def _heatmap(
     n = len(labels)
     _xticks(ax, range(n), labels)
     ax.set_yticks(range(n), labels)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("ground-truth position")
-    ax.set_title(title)
+    ax.set(xlabel=xlabel, ylabel="ground-truth position", title=title)
     if n <= 12:  # the numbers, where they fit
         for (i, j), v in np.ndenumerate(matrix):
             colour = "white" if v > 0.6 * vmax else "black"
@@ -173,7 +149,7 @@ def _rstd_interval(m: dict[str, Any]) -> str:
     return "" if interval is None else f" [{interval[0]:.1f}, {interval[1]:.1f}]"
 
 
-def _confusion_figure(run: dict[str, Any], path: Path) -> None:
+def _confusion_figure(run: dict[str, Any], path: Path) -> bool:
     methods = run["metrics"]["methods"]
     shown = [m for m in ("vanilla", "lad") if m in methods] or list(methods)[:2]
     fig, axes = plt.subplots(1, len(shown), figsize=(4.6 * len(shown), 4.2), squeeze=False)
@@ -181,8 +157,8 @@ def _confusion_figure(run: dict[str, Any], path: Path) -> None:
         m = methods[name]
         title = f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}" + _rstd_interval(m)
         _heatmap(ax, np.asarray(m["confusion"]), run["labels"], title, "selected position")
-    fig.tight_layout()
     _save(fig, path)
+    return True
 
 
 def _recall_errors(m: dict[str, Any]) -> np.ndarray | None:
@@ -197,22 +173,20 @@ def _recall_errors(m: dict[str, Any]) -> np.ndarray | None:
     return np.stack([recall - lo, hi - recall])
 
 
-def _recall_figure(run: dict[str, Any], path: Path) -> None:
+def _recall_figure(run: dict[str, Any], path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     x = np.arange(len(run["labels"]))
     for name, m in run["metrics"]["methods"].items():
         recall, errors = _values(m["recall_by_position"]), _recall_errors(m)
         ax.errorbar(x, recall, yerr=errors, marker="o", capsize=3, label=name)
     _xticks(ax, x, run["labels"])
-    ax.set_ylim(-2, 102)
-    ax.set_xlabel("ground-truth position")
-    ax.set_ylabel("recall (%)")
     boot = run["metrics"].get("bootstrap")
     bars = f" (bars: {boot['level']:g}% bootstrap intervals)" if boot else ""
-    ax.set_title("Recall at each position" + bars)
+    title = "Recall at each position" + bars
+    ax.set(ylim=(-2, 102), xlabel="ground-truth position", ylabel="recall (%)", title=title)
     ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
     _save(fig, path)
+    return True
 
 
 # Fig. 1/3 of the paper in spirit: per answer position, what the logits say against what the
@@ -240,9 +214,7 @@ def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
         recall, errors = _values(m["recall_by_position"]), _recall_errors(m)
         ax.bar(x + offset, recall, width, yerr=errors, capsize=2, label=label)
     _xticks(ax, x, run["labels"])
-    ax.set_ylim(0, 105)
-    ax.set_xlabel("ground-truth position")
-    ax.set_ylabel("accuracy (%)")
+    ax.set(ylim=(0, 105), xlabel="ground-truth position", ylabel="accuracy (%)")
     ax.set_title("Logit-attention divergence")
     fig.legend(loc="outside lower center", ncols=len(shown), fontsize=8, frameon=False)
     _save(fig, path)
@@ -261,7 +233,6 @@ def _bias_figure(run: dict[str, Any], path: Path) -> bool:
     title = f"P_bias(j | i) (%), Eq. 5 (γ = {cal['gamma']:.2f})"
     _heatmap(axes[1], bias, run["labels"], title, "predicted position j", vmax)
     axes[1].set_ylabel("")
-    fig.tight_layout()
     _save(fig, path)
     return True
 
@@ -269,13 +240,11 @@ def _bias_figure(run: dict[str, Any], path: Path) -> bool:
 def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
     """Fig. 5: one line per method and (model, setting), as `lad ablate` groups runs; only
     groups with at least two N are drawn."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in runs:
+    groups: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for r in runs:  # two runs of one N in a group: the first, as lad ablate's Figure 5
         key = (str(r["arguments"].get("model", "")), str(r["arguments"].get("setting", "")))
-        groups.setdefault(key, []).append(r)
-    groups = {
-        k: g for k, g in groups.items() if len({r["metrics"]["num_candidates"] for r in g}) > 1
-    }
+        groups.setdefault(key, {}).setdefault(r["metrics"]["num_candidates"], r)
+    groups = {k: by_n for k, by_n in groups.items() if len(by_n) > 1}
     if not groups:
         return False
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
@@ -284,11 +253,8 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
     styles = ("-", "--", ":", "-.")
     models = {model for model, _ in groups}
     ns: set[int] = set()
-    for g, ((model, setting), group) in enumerate(groups.items()):
+    for g, ((model, setting), by_n) in enumerate(groups.items()):
         where = setting + (f" ({model})" if len(models) > 1 else "")
-        by_n: dict[int, dict[str, Any]] = {}
-        for r in group:  # two runs of one N in a group: the first, as lad ablate's Figure 5
-            by_n.setdefault(r["metrics"]["num_candidates"], r)
         for name in names:
             points = [
                 (n, by_n[n]["metrics"]["methods"][name])
@@ -307,13 +273,21 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
             if drawn:  # the bootstrap interval of each point, as an error bar
                 ax.vlines(*zip(*drawn, strict=True), color=colours[name], linewidth=1)
     ax.set_xticks(sorted(ns))  # N is a count: integer ticks only
-    ax.set_xlabel("number of candidates N")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title("Accuracy against N")
+    ax.set(xlabel="number of candidates N", ylabel="accuracy (%)", title="Accuracy against N")
     ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
     _save(fig, path)
     return True
+
+
+# Each run's figures: file stem, the HTML before the picture, its alt text, what draws it (False
+# when the run lacks what it shows).
+RUN_FIGURES = (
+    ("confusion", "<h3>Confusion (% of answers at each position)</h3>\n", "confusion matrices",
+     _confusion_figure),
+    ("divergence", "<h3>Logits vs attention</h3>", "divergence", _divergence_figure),
+    ("recall", "<h3>Recall by position</h3>", "recall", _recall_figure),
+    ("bias", "<h3>Calibration</h3>", "bias matrix", _bias_figure),
+)  # fmt: skip
 
 
 def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
@@ -321,15 +295,7 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     harness audit (lad_audit.json, lad.harness.audit) stands for the run folders it lists."""
     runs = [_load_run(d) for given in run_dirs for d in audit_folders(Path(given))]
     out_dir.mkdir(parents=True, exist_ok=True)
-    parts = [
-        "<!doctype html><meta charset=utf-8><title>lad report</title>",
-        f"<style>{STYLE}</style><h1>lad report</h1>",
-    ]
-
-    def img(name: str, alt: str) -> str:
-        return f'<p><img src="{name}" alt="{html.escape(alt)}"></p>'
-
-    parts += [cells_html(Path(given)) for given in run_dirs]
+    parts = [cells_html(Path(given)) for given in run_dirs]
     # A mixed run's parts are in its table of cells, each N once (its group row): not again here.
     mixed = {str(p) for given in run_dirs if RunDir(given).is_mixed for p in audit_folders(given)}
     table5 = table5_html([run for run in runs if str(run["dir"]) not in mixed])
@@ -339,26 +305,19 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
             "layout; ΔRStd is LAD's RStd minus vanilla's.</p>" + table5
         )
     if _acc_vs_n_figure(runs, out_dir / "acc_vs_n.png"):
-        parts.append("<h2>Accuracy against N</h2>" + img("acc_vs_n.png", "accuracy against N"))
+        parts.append("<h2>Accuracy against N</h2>" + img_html("acc_vs_n.png", "accuracy against N"))
     for i, run in enumerate(runs):
         tag = "" if len(runs) == 1 else f"_{i + 1}"
-        args = run["arguments"]
-        parts.append(f"<h2>{html.escape(str(run['dir']))}</h2>")
-        desc = ", ".join(f"{k}={v}" for k, v in args.items() if v not in (None, {}, ""))
+        desc = ", ".join(f"{k}={v}" for k, v in run["arguments"].items() if v not in (None, {}, ""))
         m = run["metrics"]
+        parts.append(f"<h2>{html.escape(str(run['dir']))}</h2>")
         parts.append(
             f"<p>N = {m['num_candidates']}, {m['num_items']} items × {m['num_shuffles']} shuffles."
             f"<br><code>{html.escape(desc)}</code></p>" + table_html(m) + audit_html(m)
         )
-        _confusion_figure(run, out_dir / f"confusion{tag}.png")
-        parts.append("<h3>Confusion (% of answers at each position)</h3>")
-        parts.append(img(f"confusion{tag}.png", "confusion matrices"))
-        if _divergence_figure(run, out_dir / f"divergence{tag}.png"):
-            parts.append("<h3>Logits vs attention</h3>" + img(f"divergence{tag}.png", "divergence"))
-        _recall_figure(run, out_dir / f"recall{tag}.png")
-        parts.append("<h3>Recall by position</h3>" + img(f"recall{tag}.png", "recall"))
-        if _bias_figure(run, out_dir / f"bias{tag}.png"):
-            parts.append("<h3>Calibration</h3>" + img(f"bias{tag}.png", "bias matrix"))
+        for stem, heading, alt, draw in RUN_FIGURES:
+            if draw(run, out_dir / f"{stem}{tag}.png"):
+                parts.append(heading + img_html(f"{stem}{tag}.png", alt))
     page = out_dir / "index.html"
-    write_text(page, "\n".join(parts) + "\n")
+    write_text(page, html_page("lad report", parts))
     return page

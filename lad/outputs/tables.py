@@ -1,5 +1,6 @@
 """The report's tables as HTML: each run's methods and audit panel, Table 5's layout across runs,
-a mixed run's cells (lad.outputs.report)."""
+a mixed run's cells (lad.outputs.report); the page and table builders `lad report` and
+`lad ablate` share."""
 
 from __future__ import annotations
 
@@ -18,6 +19,27 @@ STYLE = (
 )
 
 
+def html_page(title: str, parts: list[str]) -> str:
+    """A page of `parts` (HTML) under the heading `title`, in lad's style."""
+    head = f"<!doctype html><meta charset=utf-8><title>{title}</title>\n<style>{STYLE}</style>"
+    return "\n".join([f"{head}<h1>{title}</h1>", *parts]) + "\n"
+
+
+def html_table(head: list[str], rows: list[list[str]]) -> str:
+    """A table of cells that are HTML already (the caller escapes text), `head` its header."""
+    lines = ["<tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr>"]
+    lines += ["<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows]
+    return "<table>" + "".join(lines) + "</table>"
+
+
+def img_html(src: str, alt: str) -> str:
+    return f'<p><img src="{src}" alt="{html.escape(alt)}"></p>'
+
+
+def _number(value: float | None, dash: str = "–", spec: str = ".1f") -> str:
+    return dash if value is None else format(value, spec)
+
+
 def _delta_rstd(methods: dict[str, Any], name: str) -> float | None:
     """RStd of `name` minus vanilla's (metrics.json's delta_rstd; older files lack it)."""
     if name not in methods or "vanilla" not in methods:
@@ -27,41 +49,34 @@ def _delta_rstd(methods: dict[str, Any], name: str) -> float | None:
 
 # Table 5's columns: Acc of vanilla, PurAttn, LAD, then LAD's ΔRStd.
 SHOWN = ("vanilla", "attn-purified", "lad")
-TABLE5_HEAD = "<th>Vanilla ↑</th><th>PurAttn ↑</th><th>LAD ↑</th><th>ΔRStd ↓</th></tr>"
+TABLE5_HEAD = ["Vanilla ↑", "PurAttn ↑", "LAD ↑", "ΔRStd ↓"]
 
 
-def _table5_row(first: list[str], methods: dict[str, Any], delta: float | None) -> str:
-    """A row of Table 5's layout: the `first` cells (already HTML), then SHOWN's Acc, then ΔRStd;
-    a dash for what is not there."""
-    accs = "".join(
-        f"<td>{methods[m]['acc']:.1f}</td>" if "acc" in methods.get(m, {}) else "<td>–</td>"
-        for m in SHOWN
-    )
-    heads = "".join(f"<td>{c}</td>" for c in first)
-    return f"<tr>{heads}{accs}<td>{'–' if delta is None else f'{delta:+.1f}'}</td></tr>"
+def _table5_cells(methods: dict[str, Any], delta: float | None) -> list[str]:
+    """SHOWN's Acc, then ΔRStd, as Table 5 lays a row out; a dash for what is not there."""
+    accs = [_number(methods.get(m, {}).get("acc")) for m in SHOWN]
+    return [*accs, _number(delta, spec="+.1f")]
 
 
 def table5_html(runs: list[dict[str, Any]]) -> str:
     """Table 5's layout, a row per run; a method a run did not score is a dash, and a note under
     the table names the run and the flag."""
-    rows = ["<tr><th>run</th>" + TABLE5_HEAD]
-    notes = []
+    rows, notes = [], []
     for run in runs:
         methods = run["metrics"]["methods"]
         if not any(m in methods for m in SHOWN):
             continue
         name = html.escape(Path(run["dir"]).name)
-        rows.append(_table5_row([name], methods, _delta_rstd(methods, "lad")))
+        rows.append([name, *_table5_cells(methods, _delta_rstd(methods, "lad"))])
         absent = [m for m in SHOWN if m not in methods]
         if absent:
             notes.append(
                 f"{name} has no {', '.join(absent)}: rerun it with lad eval --methods "
                 f"{','.join(dict.fromkeys([*methods, *absent]))} (the stored records are rescored)"
             )
-    if len(rows) == 1:
+    if not rows:
         return ""
-    table = "<table>" + "".join(rows) + "</table>"
-    return table + "".join(f"<p>{note}</p>" for note in notes)
+    return html_table(["run", *TABLE5_HEAD], rows) + "".join(f"<p>{note}</p>" for note in notes)
 
 
 def cells_html(run_dir: Path) -> str:
@@ -71,24 +86,22 @@ def cells_html(run_dir: Path) -> str:
     if not run.is_mixed:
         return ""
     metrics = run.check().metrics()
-    rows = ["<tr><th>cell</th><th>items</th>" + TABLE5_HEAD]
-
-    def row(name: str, count: int, methods: dict[str, Any]) -> str:
-        delta = methods.get("lad", {}).get("delta_rstd")
-        return _table5_row([html.escape(name), str(count)], methods, delta)
-
-    for name, cell in metrics["cells"].items():
-        rows.append(row(name, cell["num_items"], cell["methods"]))
     groups = metrics["groups"]
+    shown = list(metrics["cells"].items())
     for kind, label in (("task", "task "), ("num_candidates", "N = ")):
         if len(groups[kind]) > 1:
-            rows += [row(label + k, g["num_items"], g["methods"]) for k, g in groups[kind].items()]
-    overall = groups["overall"]
-    rows.append(row("overall (item-weighted)", overall["num_items"], overall["methods"]))
+            shown += [(label + k, g) for k, g in groups[kind].items()]
+    shown.append(("overall (item-weighted)", groups["overall"]))
+    rows = []
+    for name, part in shown:  # ΔRStd: metrics.json's own, kept per cell and group
+        delta = part["methods"].get("lad", {}).get("delta_rstd")
+        rows.append(
+            [html.escape(name), str(part["num_items"]), *_table5_cells(part["methods"], delta)]
+        )
     return (
         f"<h2>Cells of {html.escape(str(run_dir))}</h2><p>Accuracy (%) per (task, N) cell, then "
         "per task, per N and overall, each the mean of its cells weighted by their items.</p>"
-        "<table>" + "".join(rows) + "</table>"
+        + html_table(["cell", "items", *TABLE5_HEAD], rows)
     )
 
 
@@ -97,25 +110,18 @@ def table_html(metrics: dict[str, Any]) -> str:
     gen = any("generated_tokens_per_item" in m for m in methods.values())
     fails = any("parse_failure" in m for m in methods.values())
     delta = "vanilla" in methods
-    head = "<tr><th>method</th><th>Acc</th><th>RStd ↓</th>"
-    head += ("<th>ΔRStd ↓</th>" if delta else "") + "<th>Cons.</th><th>passes/item</th>"
-    head += ("<th>gen. tokens/item</th>" if gen else "") + ("<th>unparseable</th>" if fails else "")
-    rows = [head + "</tr>"]
+    head = ["method", "Acc", "RStd ↓", *(["ΔRStd ↓"] if delta else []), "Cons.", "passes/item"]
+    head += (["gen. tokens/item"] if gen else []) + (["unparseable"] if fails else [])
+    rows = []
     for name, m in methods.items():
-        passes = m.get("forward_passes_per_item")
-        row = (
-            f"<tr><td>{html.escape(name)}</td><td>{m['acc']:.1f} ± {m['acc_std']:.1f}</td>"
-            f"<td>{m['rstd']:.1f}</td>"
-        )
-        row += f"<td>{_delta_rstd(methods, name):+.1f}</td>" if delta else ""
-        row += f"<td>{m['cons']:.1f}</td><td>{'' if passes is None else f'{passes:g}'}</td>"
-        if gen:
-            tokens = m.get("generated_tokens_per_item")
-            row += f"<td>{'' if tokens is None else f'{tokens:.1f}'}</td>"
+        row = [html.escape(name), f"{m['acc']:.1f} ± {m['acc_std']:.1f}", f"{m['rstd']:.1f}"]
+        row += [f"{_delta_rstd(methods, name):+.1f}"] if delta else []
+        row += [f"{m['cons']:.1f}", _number(m.get("forward_passes_per_item"), "", "g")]
+        row += [_number(m.get("generated_tokens_per_item"), "")] if gen else []
         if fails:
-            row += f"<td>{m['parse_failure']:.1f}%</td>" if "parse_failure" in m else "<td></td>"
-        rows.append(row + "</tr>")
-    return "<table>" + "".join(rows) + "</table>"
+            row.append(f"{m['parse_failure']:.1f}%" if "parse_failure" in m else "")
+        rows.append(row)
+    return html_table(head, rows)
 
 
 def audit_html(metrics: dict[str, Any]) -> str:
@@ -127,27 +133,22 @@ def audit_html(metrics: dict[str, Any]) -> str:
     boot = metrics.get("bootstrap")
     if boot is None or not all("ci" in m and "position_test" in m for m in methods.values()):
         return ""
-    head = (
-        "<tr><th>method</th><th>Acc CI</th><th>RStd CI</th><th>position</th><th>flip rate</th>"
-        "<th>flip CI</th><th>floor</th><th>CircularEval</th><th>errors due to order</th></tr>"
-    )
-    rows = [head]
-    for name, m in methods.items():
-        flip, floor, err = m.get("flip_rate"), m.get("noise_floor"), m.get("errors_due_to_order")
-        floor = None if floor is None else floor["flip_rate"]
-        rows.append(
-            f"<tr><td>{html.escape(name)}</td><td>{ci_text(m['ci']['acc'])}</td>"
-            f"<td>{ci_text(m['ci']['rstd'])}</td>"
-            f"<td>{html.escape(position_verdict(m['position_test']))}</td>"
-            f"<td>{'–' if flip is None else f'{flip:.1f}'}</td>"
-            f"<td>{ci_text(m['ci'].get('flip_rate'))}</td>"
-            f"<td>{'–' if floor is None else f'{floor:.1f}'}</td>"
-            f"<td>{m.get('circular_acc', float('nan')):.1f}</td>"
-            f"<td>{'–' if err is None else f'{err:.1f}'}</td></tr>"
-        )
+    columns = {  # header: the cell of a method's metrics
+        "Acc CI": lambda m: ci_text(m["ci"]["acc"]),
+        "RStd CI": lambda m: ci_text(m["ci"]["rstd"]),
+        "position": lambda m: html.escape(position_verdict(m["position_test"])),
+        "flip rate": lambda m: _number(m.get("flip_rate")),
+        "flip CI": lambda m: ci_text(m["ci"].get("flip_rate")),
+        "floor": lambda m: _number((m.get("noise_floor") or {}).get("flip_rate")),
+        "CircularEval": lambda m: f"{m.get('circular_acc', float('nan')):.1f}",
+        "errors due to order": lambda m: _number(m.get("errors_due_to_order")),
+    }
+    rows = [
+        [html.escape(name), *(cell(m) for cell in columns.values())] for name, m in methods.items()
+    ]
     note = (
         f"<p>{boot['level']:g}% bootstrap intervals over items (B = {boot['B']}, seed "
         f"{boot['seed']}); position: permutation test of RStd (answer positions permuted within "
         "items); floor: the same orderings asked twice (– not measured); docs/metrics.md.</p>"
     )
-    return "<h3>Position audit</h3>" + note + "<table>" + "".join(rows) + "</table>"
+    return "<h3>Position audit</h3>" + note + html_table(["method", *columns], rows)

@@ -150,23 +150,19 @@ def _suite(raw: dict[str, Any], path: Path) -> Suite:
     _settings(settings, f"{where}[settings] ")
     if "methods" in settings:
         settings["methods"] = tuple(settings["methods"])
-    cells = [
-        _cell(c, benchmarks, f"{where}cells[{i}]: ")
-        for i, c in enumerate(_list(raw, "cells", where))
-    ]
+    cells = _each(raw, "cells", where, lambda cell, at: _cell(cell, benchmarks, at))
     if not cells:
         raise DataError(f"{where}names no [[cells]]")
     ids = [c.id for c in cells]
     if len(set(map(slug, ids))) != len(ids):
         raise DataError(f"{where}two cells share an id: {ids}")
-    models = [_model(m, f"{where}models[{i}]: ") for i, m in enumerate(_list(raw, "models", where))]
+    models = _each(raw, "models", where, _model)
     table = _table(raw, "table", where, {})
     _known(table, ("layout", "columns"), f"{where}[table] ")
     layout = table.get("layout", "methods")
     if layout not in LAYOUTS:
         raise DataError(f"{where}[table] layout must be one of {LAYOUTS}. Got {layout!r}.")
-    columns = [_column(c, layout, f"{where}[table] columns[{i}]: ")
-               for i, c in enumerate(_list(table, "columns", f"{where}[table] "))]  # fmt: skip
+    columns = _each(table, "columns", f"{where}[table] ", lambda c, at: _column(c, layout, at))
     columns = columns or [Column("Acc", "acc"), Column("RStd", "rstd"), Column("Cons.", "cons")]
     paper = _paper(_table(raw, "paper", where, {}), ids, where)
     name = str(raw.get("name", path.stem))
@@ -187,11 +183,12 @@ def _table(raw: dict[str, Any], key: str, where: str, default: Any = None) -> di
     return value
 
 
-def _list(raw: dict[str, Any], key: str, where: str) -> list[Any]:
+def _each(raw: dict[str, Any], key: str, where: str, read: Any) -> list[Any]:
+    """read(table, where) of each table of the array `key`, each named KEY[i] in its errors."""
     value = raw.get(key, [])
     if not isinstance(value, list):
         raise DataError(f"{where}{key} must be an array of tables ([[{key}]]), got {value!r:.60}")
-    return value
+    return [read(item, f"{where}{key}[{i}]: ") for i, item in enumerate(value)]
 
 
 def _benchmark(name: str, spec: Any, where: str, base: Path) -> Benchmark:
@@ -268,14 +265,8 @@ def _cell(raw: Any, benchmarks: dict[str, Benchmark], where: str) -> SuiteCell:
     default_id = " ".join(str(p) for p in (task or name, raw.get("setting"), n and f"N={n}") if p)
     cell_id = _text(raw, "id", default_id, where)
     child("--out", slug(cell_id), DataError, f"{where}id {cell_id!r} gives ")  # a folder's name
-    return SuiteCell(
-        id=cell_id,
-        benchmark=name,
-        task=task,
-        num_candidates=n,
-        setting=_text(raw, "setting", "random", where),
-        settings=settings,
-    )
+    setting = _text(raw, "setting", "random", where)
+    return SuiteCell(cell_id, name, task, n, setting, settings)
 
 
 def _model(raw: Any, where: str) -> Model:

@@ -39,21 +39,16 @@ def table_rows(
     rows = []
     for cell, method in groups:
         lad = {
-            label: [
-                _value((by_cell.get(cell) or {}).get("methods"), col, method)
-                for col in suite.columns
-            ]
-            for label, by_cell in results.items()
+            label: _values(c.get(cell), "methods", suite.columns, method)
+            for label, c in results.items()
         }
-        paper = {
-            model: [_value(cells.get(cell), col, method) for col in suite.columns]
-            for model, cells in suite.paper.items()
-        }
-        for label, values in lad.items():
-            rows.append(Row(cell, method, f"lad {label}", values))
-        for model, values in paper.items():
-            if any(v is not None for v in values):
-                rows.append(Row(cell, method, f"paper {model}", values))
+        paper = {m: _values(c, cell, suite.columns, method) for m, c in suite.paper.items()}
+        rows += [Row(cell, method, f"lad {label}", values) for label, values in lad.items()]
+        rows += [
+            Row(cell, method, f"paper {model}", values)
+            for model, values in paper.items()
+            if any(v is not None for v in values)
+        ]
         for label, model in compare.items():
             if model in paper:
                 diff = [
@@ -65,10 +60,14 @@ def table_rows(
     return rows
 
 
-def _value(by_method: Mapping[str, Any] | None, col: Column, method: str | None) -> float | None:
-    """A column's number in metrics by method (lad's, or the paper's for a cell), None if none."""
-    value = (by_method or {}).get(col.method or method or "", {}).get(col.metric)
-    return float(value) if isinstance(value, (int, float)) else None
+def _values(
+    numbers: Mapping[str, Any] | None, key: str, columns: list[Column], method: str | None
+) -> list[float | None]:
+    """Each column's number in numbers[key] by method (a run's metrics.json and "methods", or
+    the paper's numbers of a model and a cell id), None where there is none."""
+    by_method = (numbers or {}).get(key) or {}
+    values = [by_method.get(col.method or method or "", {}).get(col.metric) for col in columns]
+    return [float(v) if isinstance(v, (int, float)) else None for v in values]
 
 
 def format_suite_table(suite: Suite, rows: list[Row]) -> str:

@@ -49,23 +49,17 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
     groups: dict[tuple[str, str], dict[int, Run]] = {}
     missing = []
     for run in runs:
-        by_n = groups.setdefault((run.model, run.setting), {})
-        if run.num_candidates in by_n:
-            first = by_n[run.num_candidates].name
-            missing.append(
-                Missing(
-                    "fig5",
-                    f"{first} and {run.name} both have N = {run.num_candidates} "
-                    f"({run.setting or 'same setting'}); Figure 5 uses {first}",
-                )
-            )
-            continue
-        by_n[run.num_candidates] = run
-    panels, alone = [], []
+        first = groups.setdefault((run.model, run.setting), {}).setdefault(run.num_candidates, run)
+        if first is not run:
+            same = f"N = {run.num_candidates} ({run.setting or 'same setting'})"
+            reason = f"{first.name} and {run.name} both have {same}; Figure 5 uses {first.name}"
+            missing.append(Missing("fig5", reason))
+    panels, alone, shown = [], [], []
     for (model, setting), by_n in groups.items():
         if len(by_n) < 2:
             alone += by_n.values()
             continue
+        shown += by_n.values()
         ns = sorted(by_n)
         series = {}
         for method in METHODS:
@@ -76,23 +70,21 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
             }
             if points:
                 series[method] = points
-        runs_by_n = {str(n): by_n[n].name for n in ns}
+        names = {str(n): by_n[n].name for n in ns}
         panels.append(
-            {"model": model, "setting": setting, "ns": ns, "runs": runs_by_n, "series": series}
+            {"model": model, "setting": setting, "ns": ns, "runs": names, "series": series}
         )
+    another_n = "lad eval -n 8 (or another N) with the same model and setting"
     if not panels:
         raise AnalysisError(
             "Figure 5 needs runs of at least two N with the same model and setting",
-            "lad eval -n 8 (or another N) with the same model and setting, then pass both runs",
+            another_n + ", then pass both runs",
         )
-    missing += [
-        Missing(
-            "fig5",
-            f"{run.name} ({run.setting or 'its setting'}) is the only run of its model and setting",
-            "lad eval -n 8 (or another N) with the same model and setting",
+    for run in alone:
+        where = f"{run.name} ({run.setting or 'its setting'})"
+        missing.append(
+            Missing("fig5", f"{where} is the only run of its model and setting", another_n)
         )
-        for run in alone
-    ]
     all_ns = sorted({n for p in panels for n in p["ns"]})
     models = {p["model"] for p in panels}
     rows = []
@@ -101,7 +93,6 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
         for method, points in p["series"].items():
             cells = [acc_text(points[str(n)]) if str(n) in points else None for n in all_ns]
             rows.append([label, method, *cells])
-    shown = [r for by_n in groups.values() if len(by_n) > 1 for r in by_n.values()]
     return Table(
         "fig5",
         "Figure 5: accuracy against the number of candidates N",
@@ -138,15 +129,8 @@ def transfer_table(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Ta
                 moved = target.metrics(method, opts, source.calibration)
                 own = target.metrics(method, opts)
                 rows.append([pair, method, *score_cells(moved), *score_cells(own)])
-                data.append(
-                    {
-                        "calibration": source.name,
-                        "records": target.name,
-                        "method": method,
-                        "transferred": summary(moved),
-                        "own": summary(own),
-                    }
-                )
+                names = {"calibration": source.name, "records": target.name, "method": method}
+                data.append({**names, "transferred": summary(moved), "own": summary(own)})
     if not rows:
         raise nothing_made(missing, "no pair of runs can exchange calibrations")
     return Table(
@@ -222,19 +206,16 @@ def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS)
             m = run.metrics(method, opts)
             shown_k = "–" if k is None else run.k_text(k, options.options.layer_range)
             rows.append([run.name, strategy, "✓" if prior else "–", shown_k, *score_cells(m)])
-            data.append(
-                {
-                    "run": run.name,
-                    "strategy": strategy,
-                    "prior": prior,
-                    "k": k,
-                    "k_shown": shown_k,
-                    "layers_used": nl if k is None else opts.top_k,
-                    "method": method,
-                    "options": {**dataclasses.asdict(opts), "tau": tau_json(opts.tau)},
-                    **summary(m),
-                }
-            )
+            row = {
+                "run": run.name,
+                "strategy": strategy,
+                "prior": prior,
+                "k": k,
+                "k_shown": shown_k,
+            }
+            used = {"layers_used": nl if k is None else opts.top_k, "method": method}
+            chosen = {**dataclasses.asdict(opts), "tau": tau_json(opts.tau)}
+            data.append({**row, **used, "options": chosen, **summary(m)})
     return Table(
         "table4",
         "Table 4: ablation of the attention-guided mechanisms",
@@ -259,26 +240,21 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
     averaged over the subsets); the spread over the subsets is kept beside it."""
     runs = [runs] if isinstance(runs, Run) else list(runs)  # subsets of all their items
     rows, data, missing = [], [], []
+    most = max(options.sizes)
     for run in runs:
         try:
             items = run.calibration_items()
         except AnalysisError as e:
-            most = max(options.sizes)
             fix = f"{e.fix}; |D_cal| up to {most} needs lad eval --calibration-items {most}"
             missing.append(Missing("fig6a", e.reason, fix))
             continue
         have = len(items)
         too_big = [s for s in options.sizes if s > have]
         if too_big:
-            missing.append(
-                Missing(
-                    "fig6a",
-                    f"|D_cal| = {', '.join(map(str, too_big))} for {run.name}: its calibration "
-                    f"holds {have} items",
-                    f"lad eval --calibration-items {max(options.sizes)} keeps every calibration "
-                    "record",
-                )
-            )
+            sizes = ", ".join(map(str, too_big))
+            reason = f"|D_cal| = {sizes} for {run.name}: its calibration holds {have} items"
+            fix = f"lad eval --calibration-items {most} keeps every calibration record"
+            missing.append(Missing("fig6a", reason, fix))
         opts = run.options(options)
         for size in (s for s in options.sizes if s <= have):
             subsets = calibration_subsets(items, size, options.subsets, options.seed)
@@ -288,19 +264,11 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
                 for method in got:
                     got[method].append(run.metrics(method, opts, fitted))
             point = {m: _size_point(v) for m, v in got.items()}
-            rows.append(
-                [run.name, size, len(subsets)]
-                + [f"{point[m]['mean']:.2f} ± {point[m]['shuffle_std']:.2f}" for m in got]
-                + [round(point[m]["subset_std"], 2) for m in got]
-            )
-            data.append(
-                {
-                    "run": run.name,
-                    "size": size,
-                    "subsets": subsets,
-                    **{f"{m}_{k}": v for m in got for k, v in point[m].items()},
-                }
-            )
+            accs = [f"{p['mean']:.2f} ± {p['shuffle_std']:.2f}" for p in point.values()]
+            spreads = [round(p["subset_std"], 2) for p in point.values()]
+            rows.append([run.name, size, len(subsets), *accs, *spreads])
+            fields = {f"{m}_{k}": v for m, p in point.items() for k, v in p.items()}
+            data.append({"run": run.name, "size": size, "subsets": subsets, **fields})
     if not rows:
         raise nothing_made(missing, "Figure 6(a) needs calibration records")
     return Table(
@@ -347,9 +315,8 @@ def temperature_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAUL
         for tau in options.taus:
             m = run.metrics("lad", run.options(options, tau=tau))
             rows.append([run.name, tau_label(tau), *score_cells(m), acc_text(pride)])
-            data.append(
-                {"run": run.name, "tau": tau_json(tau), **summary(m), "pride_acc": pride["acc"]}
-            )
+            point = {"run": run.name, "tau": tau_json(tau), **summary(m)}
+            data.append({**point, "pride_acc": pride["acc"]})
     return Table(
         "fig6b",
         "Figure 6(b): accuracy against the temperature τ",
@@ -383,10 +350,8 @@ def divergence_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULT
         opts = run.options(options)
         got = {m: run.metrics(m, opts) for m in DIVERGENCE_METHODS}
         for p in range(run.num_candidates):
-            cells = [got[m]["recall_by_position"][p] for m in DIVERGENCE_METHODS]
-            rows.append(
-                [run.name, str(p + 1), *[None if c is None else round(c, 2) for c in cells]]
-            )
+            recalls = [got[m]["recall_by_position"][p] for m in DIVERGENCE_METHODS]
+            rows.append([run.name, str(p + 1), *(r if r is None else round(r, 2) for r in recalls)])
         rows.append([run.name, "all", *[acc_text(got[m]) for m in DIVERGENCE_METHODS]])
         data.append({"run": run.name, "methods": {m: summary(v) for m, v in got.items()}})
     return Table(
@@ -417,16 +382,13 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
         if len(absent) == 2:
             continue
         opts = run.options(options)
-        for method in ("vanilla", "sofa", "perm-avg", "blank", "lad"):
-            if method in absent or method not in run.methods():
-                continue
+        for method in (m for m in COST_METHODS if m in run.methods()):
             m = run.metrics(method, opts)
             once = _calibration_passes(run, method)
             passes = f"{m['forward_passes_per_item']:g}"
             rows.append([run.name, method, *score_cells(m), passes, once])
-            data.append(
-                {"run": run.name, "method": method, **summary(m), "calibration_passes": once}
-            )
+            scored = {"run": run.name, "method": method, **summary(m)}
+            data.append({**scored, "calibration_passes": once})
     if not rows:
         raise AnalysisError(
             "Table 8 compares with SoFA and permutation averaging: "
@@ -445,6 +407,9 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
         {"rows": data},
         missing,
     )
+
+
+COST_METHODS = ("vanilla", "sofa", "perm-avg", "blank", "lad")
 
 
 def _stage_file(method: str) -> str:

@@ -12,16 +12,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
-from lad.io.files import replacing, write_text
+from lad.io.files import write_text
 from lad.outputs.ablate.analyses import DIVERGENCE_METHODS
 from lad.outputs.ablate.runs import ANALYSIS_FILES, Ablation, Missing, Table
-from lad.outputs.tables import STYLE
+from lad.outputs.figures import gaps, plt
+from lad.outputs.figures import save_figure as _save
+from lad.outputs.tables import html_page, html_table, img_html
 
 FILES = ANALYSIS_FILES
 
@@ -42,7 +40,7 @@ def write_ablation(result: Ablation, out_dir: str | Path) -> Path:
     }
     write_text(out / "summary.json", _dumps(summary) + "\n")
     page = out / "index.html"
-    write_text(page, _html(result))
+    write_text(page, html_page("lad ablate", _html(result)))
     return page
 
 
@@ -51,15 +49,9 @@ def _dumps(obj: Any) -> str:
 
 
 def table_json(table: Table) -> dict[str, Any]:
-    return {
-        "analysis": table.key,
-        "title": table.title,
-        "caption": table.caption,
-        "columns": table.columns,
-        "rows": table.rows,
-        "data": table.data,
-        "missing": [asdict(m) for m in table.missing],
-    }
+    """The Table's fields in their order, its key as "analysis"."""
+    fields = asdict(table)
+    return {"analysis": fields.pop("key"), **fields}
 
 
 def cell_text(value: Any) -> str:
@@ -90,45 +82,28 @@ def markdown(table: Table, figure: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _html(result: Ablation) -> str:
+def _html(result: Ablation) -> list[str]:
     esc = html.escape
-    parts = [
-        "<!doctype html><meta charset=utf-8><title>lad ablate</title>",
-        f"<style>{STYLE}</style><h1>lad ablate</h1>",
-        "<p>Runs: " + ", ".join(f"<code>{esc(r)}</code>" for r in result.runs) + "</p>",
-    ]
+    parts = ["<p>Runs: " + ", ".join(f"<code>{esc(r)}</code>" for r in result.runs) + "</p>"]
     for table in result.tables:
         stem = FILES[table.key]
-        head = "".join(f"<th>{esc(c)}</th>" for c in table.columns)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{esc(cell_text(c))}</td>" for c in r) + "</tr>"
-            for r in table.rows
-        )
+        rows = [[esc(cell_text(c)) for c in r] for r in table.rows]
         parts += [
             f'<h2 id="{stem}">{esc(table.title)}</h2>',
             f"<p>{esc(table.caption)}</p>",
-            f"<table><tr>{head}</tr>{body}</table>",
-            f'<p><img src="{stem}.png" alt="{esc(table.title)}"></p>',
+            html_table([esc(c) for c in table.columns], rows),
+            img_html(f"{stem}.png", table.title),
             f'<p><a href="{stem}.md">{stem}.md</a> · <a href="{stem}.json">{stem}.json</a></p>',
         ]
     if result.missing:
         parts.append("<h2>Not possible with these runs</h2><ul>")
         parts += [f"<li>{esc(missing_text(m))}</li>" for m in result.missing]
         parts.append("</ul>")
-    return "\n".join(parts) + "\n"
+    return parts
 
 
 # ---------------------------------------------------------------------------------------------
 # Figures, one per analysis, drawn from the table's `data`.
-
-
-def _save(fig: Any, path: Path) -> None:
-    fig.tight_layout()
-    try:
-        with replacing(path) as tmp:  # never through a symlink, never half a file
-            fig.savefig(tmp, dpi=110)
-    finally:
-        plt.close(fig)
 
 
 def _by_run(items: list[dict[str, Any]], key: str = "run") -> dict[str, list[dict[str, Any]]]:
@@ -155,9 +130,7 @@ def _ablation_figure(table: Table, path: Path) -> None:
         ax.barh(y + (i - (len(runs) - 1) / 2) * height, acc, height, xerr=err, label=name)
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("accuracy (%)")
-    ax.set_title("Table 4: ablation (strategy, prior, K)")
+    ax.set(xlim=(0, 100), xlabel="accuracy (%)", title="Table 4: ablation (strategy, prior, K)")
     ax.legend(fontsize=8, loc="lower right")
     _save(fig, path)
 
@@ -195,8 +168,7 @@ def _size_figure(table: Table, path: Path) -> None:
     sizes = sorted({p["size"] for p in table.data["points"]})
     ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.minorticks_off()
-    ax.set_xlabel("|D_cal| (calibration items)")
-    ax.set_ylabel("accuracy (%)")
+    ax.set(xlabel="|D_cal| (calibration items)", ylabel="accuracy (%)")
     title = "Figure 6(a): calibration size" + _k_title(table)
     ax.set_title(title + "\n(mean over subsets ± std over shuffles)", fontsize=10)
     ax.legend(fontsize=8)
@@ -218,10 +190,9 @@ def _temperature_figure(table: Table, path: Path) -> None:
         acc = np.array([r["acc"] for r in rows])
         std = np.array([r["acc_std"] for r in rows])
         limit = np.array([r["tau"] == "inf" for r in rows])
+        low, high = (acc - std)[~limit], (acc + std)[~limit]
         ax.plot(x[~limit], acc[~limit], "-o", color=colour, label=f"LAD ({name})")
-        ax.fill_between(
-            x[~limit], (acc - std)[~limit], (acc + std)[~limit], color=colour, alpha=0.15
-        )
+        ax.fill_between(x[~limit], low, high, color=colour, alpha=0.15)
         if limit.any() and (~limit).any():  # τ = ∞: a limit, joined by a dotted line
             last = np.flatnonzero(~limit)[-1]
             j = np.flatnonzero(limit)[0]
@@ -232,27 +203,24 @@ def _temperature_figure(table: Table, path: Path) -> None:
     ax.set_xticks(
         [_tau_position(t, top) for t in taus], ["∞" if t == "inf" else f"{t:g}" for t in taus]
     )
-    ax.set_xlabel("τ (Eq. 12)")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title("Figure 6(b): temperature" + _k_title(table) + " (mean ± std over shuffles)")
+    title = "Figure 6(b): temperature" + _k_title(table) + " (mean ± std over shuffles)"
+    ax.set(xlabel="τ (Eq. 12)", ylabel="accuracy (%)", title=title)
     ax.legend(fontsize=8)
     _save(fig, path)
 
 
 def _n_figure(table: Table, path: Path) -> None:
     panels = table.data["panels"]
-    fig, axes = plt.subplots(
-        1, len(panels), figsize=(5.6 * len(panels), 3.9), squeeze=False, sharey=True
-    )
+    size = (5.6 * len(panels), 3.9)
+    fig, axes = plt.subplots(1, len(panels), figsize=size, squeeze=False, sharey=True)
     for ax, panel in zip(axes[0], panels, strict=True):
         for name, points in panel["series"].items():
             ns = [n for n in panel["ns"] if str(n) in points]
             acc = [points[str(n)]["acc"] for n in ns]
             err = [points[str(n)]["acc_std"] for n in ns]
             ax.errorbar(ns, acc, yerr=err, marker="o", capsize=3, label=name)
-        ax.set_xticks(panel["ns"])
-        ax.set_xlabel("number of candidates N")
-        ax.set_title(f"{panel['setting'] or 'runs'} ({Path(panel['model']).name or '?'})")
+        title = f"{panel['setting'] or 'runs'} ({Path(panel['model']).name or '?'})"
+        ax.set(xticks=panel["ns"], xlabel="number of candidates N", title=title)
         ax.legend(fontsize=8, ncol=2)
     axes[0][0].set_ylabel("accuracy (%)")
     fig.suptitle("Figure 5: accuracy against N")
@@ -268,9 +236,7 @@ def _transfer_figure(table: Table, path: Path) -> None:
         ax.bar(x + offset, acc, 0.4, yerr=err, label=label)
     ax.set_xticks(x, [f"{p['calibration']}→{p['records']}\n{p['method']}" for p in pairs])
     ax.tick_params(axis="x", labelsize=7)
-    ax.set_ylim(0, 105)
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title("Table 3: calibration transfer (A → B)")
+    ax.set(ylim=(0, 105), ylabel="accuracy (%)", title="Table 3: calibration transfer (A → B)")
     ax.legend(fontsize=8)
     _save(fig, path)
 
@@ -284,14 +250,13 @@ def _divergence_figure(table: Table, path: Path) -> None:
         x = np.arange(n + 1)
         width = 0.8 / len(methods)
         for i, (name, m) in enumerate(methods.items()):
-            values = [np.nan if v is None else v for v in m["recall_by_position"]] + [m["acc"]]
+            values = [*gaps(m["recall_by_position"]), m["acc"]]
             offset = (i - (len(methods) - 1) / 2) * width
             ax.bar(x + offset, values, width, label=DIVERGENCE_METHODS[name])
         ax.set_xticks(x, [str(p + 1) for p in range(n)] + ["all"])
+        title = f"Table 7: logits vs attention ({run['run']}{_k_title(table)})"
+        ax.set(xlabel="ground-truth position", ylabel="accuracy (%)", title=title)
         ax.set_ylim(0, 119)  # room for the legend above 100
-        ax.set_xlabel("ground-truth position")
-        ax.set_ylabel("accuracy (%)")
-        ax.set_title(f"Table 7: logits vs attention ({run['run']}{_k_title(table)})")
         ax.legend(fontsize=8, ncol=4)
     _save(fig, path)
 
@@ -304,21 +269,15 @@ def _cost_figure(table: Table, path: Path) -> None:
     markers = "os^Dv<>p"
     for i, (name, rows) in enumerate(_by_run(table.data["rows"]).items()):
         for r in rows:
-            ax.scatter(
-                r["forward_passes_per_item"],
-                r["acc"],
-                color=COST_COLOURS.get(r["method"], "0.5"),
-                marker=markers[i % len(markers)],
-                s=50,
-                label=f"{r['method']} ({name})",
-            )
+            style = {"color": COST_COLOURS.get(r["method"], "0.5"), "s": 50}
+            x, label = r["forward_passes_per_item"], f"{r['method']} ({name})"
+            ax.scatter(x, r["acc"], marker=markers[i % len(markers)], label=label, **style)
     passes = sorted({r["forward_passes_per_item"] for r in table.data["rows"]})
     ax.set_xscale("log", base=2)
     ax.set_xticks(passes, [f"{p:g}" for p in passes])
     ax.minorticks_off()
     ax.set_xlim(min(passes) / 1.6, max(passes) * 1.6)
-    ax.set_xlabel("forward passes per prompt")
-    ax.set_ylabel("accuracy (%)")
+    ax.set(xlabel="forward passes per prompt", ylabel="accuracy (%)")
     ax.set_title("Table 8: accuracy against cost")
     ax.legend(fontsize=7, ncol=2)
     _save(fig, path)

@@ -91,11 +91,9 @@ class AblateOptions:
                 raise LadError(f"The '{name}' parameter must be integers >= 1. Got {values!r}.")
         if not self.taus:
             raise LadError("The 'taus' parameter must name at least one τ")
-        if self.calibration_items is not None and self.calibration_items < 1:
-            raise LadError(
-                f"The 'calibration_items' parameter must be >= 1 or None. "
-                f"Got {self.calibration_items!r}."
-            )
+        size = self.calibration_items
+        if size is not None and size < 1:
+            raise LadError(f"The 'calibration_items' parameter must be >= 1 or None. Got {size!r}.")
         if self.subsets < 1:
             raise LadError(f"The 'subsets' parameter must be >= 1. Got {self.subsets!r}.")
 
@@ -146,13 +144,9 @@ class Run:
         """MethodOptions for this run: the ablation's K, τ and variants, the run's label scheme
         and its calibration's Eq. 1 average (`obs_mean`), then `changes`. A K above the layers
         Eq. 9 searches is clamped to them ("K (= all L)", `searched_layers`)."""
-        labels = self.arguments.get("labels", "digits")
-        opts = dataclasses.replace(
-            (ablation or DEFAULTS).options,
-            labels=labels,
-            obs_mean=self.calibration.obs_mean,
-            **changes,
-        )
+        labels, obs_mean = self.arguments.get("labels", "digits"), self.calibration.obs_mean
+        base = (ablation or DEFAULTS).options
+        opts = dataclasses.replace(base, labels=labels, obs_mean=obs_mean, **changes)
         searched = self.searched_layers(opts.layer_range)
         if 0 < searched < opts.top_k:  # asked for explicitly, as lad.core.methods wants
             opts = dataclasses.replace(opts, top_k=searched)
@@ -196,20 +190,16 @@ class Run:
         """The ids of the items of the run's calibration records (sorted)."""
         if self.calibration_records is not None:
             return sorted(set(self.calibration_records.items.tolist()))
+        none = f"{self.name} holds no calibration records"
         if self.arguments.get("calibration"):
-            raise AnalysisError(
-                f"{self.name} holds no calibration records: it was given a --calibration file",
-                "lad eval without --calibration",
-            )
+            given = f"{none}: it was given a --calibration file"
+            raise AnalysisError(given, "lad eval without --calibration")
         if self.path is not None:
+            lost = f"{none}: {RunDir(self.path).records_file('calibration')} is missing"
             raise AnalysisError(
-                f"{self.name} holds no calibration records: "
-                f"{RunDir(self.path).records_file('calibration')} is missing",
-                "restore the file, or make the run again with lad eval into a new --out",
+                lost, "restore the file, or make the run again with lad eval into a new --out"
             )
-        raise AnalysisError(
-            f"{self.name} holds no calibration records", "give the Run its calibration_records"
-        )
+        raise AnalysisError(none, "give the Run its calibration_records")
 
     def fit_calibration(self, items: Sequence[str], obs_mean: str | None = None) -> Calibration:
         """A calibration (§4.2) fitted on these items' records of the run's calibration set, with
@@ -234,13 +224,10 @@ class Run:
                 f"lad eval --calibration-items {size}",
             )
         subset = calibration_subsets(items, size, 1, seed)[0]
-        return dataclasses.replace(
-            self,
-            calibration=self.fit_calibration(subset, obs_mean),
-            calibration_source=f"{size} of its {len(items)} calibration items (seed {seed})"
-            if size < len(items)
-            else f"all its {size} calibration items",
-        )
+        drawn = f"{size} of its {len(items)} calibration items (seed {seed})"
+        source = drawn if size < len(items) else f"all its {size} calibration items"
+        calibration = self.fit_calibration(subset, obs_mean)
+        return dataclasses.replace(self, calibration=calibration, calibration_source=source)
 
     def metrics(
         self,
@@ -318,11 +305,11 @@ def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
     run = RunDir(path)
     run.check_is_run()
     run.check()
-    arguments = run.arguments
+    arguments, name = run.arguments, run.path.name or str(run.path)
     if run.answers_only:  # no evidence: every analysis is missing for it (lad.outputs.ablate)
-        return Run(run.path.name or str(run.path), None, None, arguments=arguments, path=run.path)
+        return Run(name, None, None, arguments=arguments, path=run.path)
     return Run(
-        name=run.path.name or str(run.path),
+        name=name,
         records=run.records,
         calibration=run.calibration(check=check_calibration)
         if run.calibration_file.is_file() or not run.is_harness
@@ -408,10 +395,9 @@ def settings_note(options: AblateOptions, tau: bool = True, runs: Sequence[Run] 
     return ", ".join(parts)
 
 
-def k_note(options: AblateOptions, runs: Sequence[Run] = (), k: int | None = None) -> str:
-    """K (default options.options.top_k) with "(= all L for RUN, ...)" where runs clamp it; ""
-    else."""
-    k = options.options.top_k if k is None else k
+def k_note(options: AblateOptions, runs: Sequence[Run] = ()) -> str:
+    """options.options.top_k with "(= all L for RUN, ...)" where runs clamp it."""
+    k = options.options.top_k
     clamped: dict[str, list[str]] = {}
     for run in runs:
         shown = run.k_text(k, options.options.layer_range)

@@ -58,10 +58,10 @@ def make_record(
     attention: torch.Tensor,
     spans: list[tuple[int, int]],
     prompt_tokens: int,
-    **extra: Any,
+    extra: dict[str, Any] | None = None,
 ) -> Record:
     """A request's record (both engines'): its labels' log-probs (N,), Eq. 6's evidence (L, N),
-    and in `extra` the prompt's token count and each candidate's (`spans`), then `extra`.
+    and in its `extra` the prompt's token count and each candidate's (`spans`), then `extra`'s.
     NaN/inf (e.g. a float16 overflow) is refused: a batch's records are all made before any
     is handed on."""
     item, ordering, order = request
@@ -71,6 +71,7 @@ def make_record(
             "log-probabilities or attention; try --dtype float32 (or bfloat16 on GPU)"
         )
     key = "candidate_tokens" if item.is_text else "image_tokens"
+    sizes = {"prompt_tokens": int(prompt_tokens), key: [e - s for s, e in spans]}
     return Record(
         item=item.id,
         ordering=ordering,
@@ -78,7 +79,7 @@ def make_record(
         answer=list(order).index(item.answer),
         logprobs=logprobs.tolist(),
         attention=attention.tolist(),
-        extra={"prompt_tokens": int(prompt_tokens), key: [e - s for s, e in spans], **extra},
+        extra={**sizes, **(extra or {})},
     )
 
 

@@ -395,7 +395,7 @@ class Backend:
         evidences = [evidence(rows[b], spans[b]) for b in range(len(batch))]
         lengths = encoded.inputs["attention_mask"].sum(-1).tolist()
         records = [
-            make_record(req, logprobs[b], evidences[b], spans[b], lengths[b], **self.layers_extra)
+            make_record(req, logprobs[b], evidences[b], spans[b], lengths[b], self.layers_extra)
             for b, req in enumerate(batch)
         ]
         return records, pre, inputs

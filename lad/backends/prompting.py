@@ -141,11 +141,10 @@ def check_data_text(tokenizer: Any, item: Any) -> None:
 
 
 def control_in(tokenizer: Any, item: Any) -> str | None:
-    """The first of the tokenizer's control tokens (`<|im_end|>`, `<end_of_turn>`, `<think>`: its
-    added tokens, less those of whitespace alone, as Gemma's newlines) in an item's own text
+    """The first of the tokenizer's control tokens (`control_tokens`) in an item's own text
     (query, question, text candidates), or None. The context placeholder lad itself places is
     not the item's text."""
-    controls = _control_tokens(tokenizer)
+    controls = control_tokens(tokenizer)[0]
     for text in [item.query, item.question or "", *item.candidates] if controls else ():
         found = controls.search(text.replace(CONTEXT_PLACEHOLDER, "\0"))
         if found:
@@ -153,19 +152,22 @@ def control_in(tokenizer: Any, item: Any) -> str | None:
     return None
 
 
-def _control_tokens(tokenizer: Any) -> Any:
-    """A pattern matching any of the tokenizer's control tokens (cached on the tokenizer)."""
-    cached = getattr(tokenizer, "_lad_controls", False)
-    if cached is not False:
+def control_tokens(tokenizer: Any) -> tuple[Any, frozenset[int]]:
+    """The tokenizer's control tokens (`<|im_end|>`, `<end_of_turn>`, `<think>`: its added and
+    special tokens, less those of whitespace alone, as Gemma's newlines): a pattern matching any
+    of them (None without one) and their ids. Cached on the tokenizer."""
+    cached = getattr(tokenizer, "_lad_controls", None)
+    if cached is not None:
         return cached
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
     names = {getattr(t, "content", str(t)) for t in added.values()}
     names |= set(getattr(tokenizer, "all_special_tokens", []))
     names = sorted((n for n in names if n.strip()), key=len, reverse=True)
     pattern = re.compile("|".join(map(re.escape, names))) if names else None
+    controls = (pattern, frozenset(tokenizer.convert_tokens_to_ids(names)))
     with contextlib.suppress(AttributeError):
-        tokenizer._lad_controls = pattern
-    return pattern
+        tokenizer._lad_controls = controls
+    return controls
 
 
 def chat_text(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -111,18 +112,9 @@ def check_order(item: Item, order: list[int]) -> None:
 
 
 def batched(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
-    """Consecutive requests, at most `size` per batch, one N per batch (the trie depends on N) and
-    one kind of candidate (pictures or texts)."""
-    batch: list[Request] = []
-    for req in requests:
-        first = batch[0][0] if batch else None
-        if first is not None and (
-            len(batch) == size
-            or req[0].num_candidates != first.num_candidates
-            or req[0].is_text != first.is_text
-        ):
+    """Consecutive requests, at most `size` (>= 1) per batch, one N per batch (the trie depends on
+    N) and one kind of candidate (pictures or texts)."""
+    runs = itertools.groupby(requests, lambda req: (req[0].num_candidates, req[0].is_text))
+    for _, run in runs:
+        while batch := list(itertools.islice(run, size)):
             yield batch
-            batch = []
-        batch.append(req)
-    if batch:
-        yield batch

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -58,10 +59,10 @@ def make_record(
     attention: torch.Tensor,
     spans: list[tuple[int, int]],
     prompt_tokens: int,
-    **extra: Any,
+    extra: dict[str, Any] | None = None,
 ) -> Record:
     """A request's record (both engines'): its labels' log-probs (N,), Eq. 6's evidence (L, N),
-    and in `extra` the prompt's token count and each candidate's (`spans`), then `extra`.
+    and in its `extra` the prompt's token count and each candidate's (`spans`), then `extra`'s.
     NaN/inf (e.g. a float16 overflow) is refused: a batch's records are all made before any
     is handed on."""
     item, ordering, order = request
@@ -71,6 +72,7 @@ def make_record(
             "log-probabilities or attention; try --dtype float32 (or bfloat16 on GPU)"
         )
     key = "candidate_tokens" if item.is_text else "image_tokens"
+    sizes = {"prompt_tokens": int(prompt_tokens), key: [e - s for s, e in spans]}
     return Record(
         item=item.id,
         ordering=ordering,
@@ -78,7 +80,7 @@ def make_record(
         answer=list(order).index(item.answer),
         logprobs=logprobs.tolist(),
         attention=attention.tolist(),
-        extra={"prompt_tokens": int(prompt_tokens), key: [e - s for s, e in spans], **extra},
+        extra={**sizes, **(extra or {})},
     )
 
 
@@ -110,18 +112,9 @@ def check_order(item: Item, order: list[int]) -> None:
 
 
 def batched(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
-    """Consecutive requests, at most `size` per batch, one N per batch (the trie depends on N) and
-    one kind of candidate (pictures or texts)."""
-    batch: list[Request] = []
-    for req in requests:
-        first = batch[0][0] if batch else None
-        if first is not None and (
-            len(batch) == size
-            or req[0].num_candidates != first.num_candidates
-            or req[0].is_text != first.is_text
-        ):
+    """Consecutive requests, at most `size` (>= 1) per batch, one N per batch (the trie depends on
+    N) and one kind of candidate (pictures or texts)."""
+    runs = itertools.groupby(requests, lambda req: (req[0].num_candidates, req[0].is_text))
+    for _, run in runs:
+        while batch := list(itertools.islice(run, size)):
             yield batch
-            batch = []
-        batch.append(req)
-    if batch:
-        yield batch

@@ -151,26 +151,24 @@ class Backend:
             raise BackendError(f"The 'prefetch' parameter must be >= 0. Got {prefetch}.")
         prepare = partial(self.prepare, template=template, scheme=scheme, pooled=prefetch > 0)
         batches = prefetched(batched(requests, batch_size), prepare, ahead=prefetch)
-        if not self.overlap:
-            for encoded in batches:
-                yield from self.score_prepared(encoded, capture)[0]
-            return
         # On a GPU, batch b+1's forward is queued before batch b's results are read back, so the
-        # device is not idle while the host turns b into records. Errors keep batch order.
-        queued: Queued | None = None
+        # device is not idle while the host turns b into records; on a CPU (no overlap) each batch
+        # is read as soon as it is queued. Errors keep batch order.
+        ahead = 1 if self.overlap else 0
+        queued: list[Queued] = []
         while True:
             try:
                 encoded = next(batches, None)
-                following = None if encoded is None else self._queue(encoded, capture)
+                if encoded is not None:
+                    queued.append(self._queue(encoded, capture))
             except Exception:
-                if queued is not None:
-                    yield from self._read(queued)[0]
+                for earlier in queued:
+                    yield from self._read(earlier)[0]
                 raise
-            if queued is not None:
-                yield from self._read(queued)[0]
-            if following is None:
+            while len(queued) > (0 if encoded is None else ahead):
+                yield from self._read(queued.pop(0))[0]
+            if encoded is None:
                 return
-            queued = following
 
     def label_trie(self, scheme: LabelScheme, num_candidates: int) -> LabelTrie:
         """The labels' trie: each label as the chat template writes the model's reply (cached)."""
@@ -344,7 +342,10 @@ class Backend:
             kwargs["position_ids"] = positions(kwargs["attention_mask"])
         last = self.forward.last_logits(self.model, kwargs, d + 1)  # logits of d + 1 steps only
         if capture == "eager":
-            with self._eager_text_attention(), last:
+            if self.arch.remote_code:
+                why = f"lad does not switch {self.arch.name}'s own code to eager attention"
+                raise BackendError(f"{self.model_id}: {why}; use capture='fast'")
+            with self.text_attention("eager"), last:
                 out = self.model(**kwargs, output_attentions=True)
             rows = cap.eager_rows(out.attentions, self.attention_layers, d)
         else:
@@ -395,7 +396,7 @@ class Backend:
         evidences = [evidence(rows[b], spans[b]) for b in range(len(batch))]
         lengths = encoded.inputs["attention_mask"].sum(-1).tolist()
         records = [
-            make_record(req, logprobs[b], evidences[b], spans[b], lengths[b], **self.layers_extra)
+            make_record(req, logprobs[b], evidences[b], spans[b], lengths[b], self.layers_extra)
             for b, req in enumerate(batch)
         ]
         return records, pre, inputs
@@ -435,21 +436,19 @@ class Backend:
         seen = seen_tokens(inputs["input_ids"], inputs["attention_mask"], logits.shape[-1])
         return RepetitionPenalty(float(p), seen)
 
-    def set_text_attention(self, impl: str) -> None:
-        """The language model's attention (a text-only model has no text_config to name)."""
-        self.model.set_attn_implementation(impl if self.text_only else {"text_config": impl})
-
     @contextmanager
-    def _eager_text_attention(self) -> Iterator[None]:
-        if self.arch.remote_code:
-            why = f"lad does not switch {self.arch.name}'s own code to eager attention"
-            raise BackendError(f"{self.model_id}: {why}; use capture='fast'")
+    def text_attention(self, impl: str) -> Iterator[None]:
+        """The language model's attention set to `impl` inside, as it was after."""
         before = self.model.config.get_text_config()._attn_implementation
-        self.set_text_attention("eager")
+        self._set_text_attention(impl)
         try:
             yield
         finally:
-            self.set_text_attention(before)
+            self._set_text_attention(before)
+
+    def _set_text_attention(self, impl: str) -> None:
+        # a text-only model has no text_config to name
+        self.model.set_attn_implementation(impl if self.text_only else {"text_config": impl})
 
 
 @torch.no_grad()

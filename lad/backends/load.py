@@ -87,9 +87,6 @@ def load_backend(
         impl = "sdpa"
     else:
         cap.register()
-    if arch.packed_vision:
-        vision.register()
-        impl["vision_config"] = vision.VISION_IMPL
     # One process with several GPUs and --device auto: spread a model too large for one GPU
     # over all of them (device_map). Under a launcher each process keeps its own GPU instead.
     spread = load.device == "auto" and torch.cuda.device_count() > 1
@@ -110,7 +107,7 @@ def load_backend(
             )
     except Exception as e:  # e.g. a pickle torch's weights-only loader refuses (UnpicklingError)
         raise load_error(str(ckpt.model), e, weights=True) from None
-    if arch.packed_vision:
+    if arch.packed_vision:  # loaded with SDPA, then its vision attention routed through lad's
         vision.use_packed_vision(net)
     if arch.remote_code:
         remote.install(net)

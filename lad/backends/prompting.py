@@ -10,8 +10,6 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-# The tokenizer round-trip check lives in its own module; callers import it from here too.
-from lad.backends.roundtrip import check_round_trip as check_round_trip
 from lad.backends.spans import FIX as _FIX
 from lad.backends.spans import OffsetSpans, marked_spans
 from lad.core.prompts import CONTEXT_PLACEHOLDER, Part, prompt_parts
@@ -141,11 +139,10 @@ def check_data_text(tokenizer: Any, item: Any) -> None:
 
 
 def control_in(tokenizer: Any, item: Any) -> str | None:
-    """The first of the tokenizer's control tokens (`<|im_end|>`, `<end_of_turn>`, `<think>`: its
-    added tokens, less those of whitespace alone, as Gemma's newlines) in an item's own text
+    """The first of the tokenizer's control tokens (`control_tokens`) in an item's own text
     (query, question, text candidates), or None. The context placeholder lad itself places is
     not the item's text."""
-    controls = _control_tokens(tokenizer)
+    controls = control_tokens(tokenizer)[0]
     for text in [item.query, item.question or "", *item.candidates] if controls else ():
         found = controls.search(text.replace(CONTEXT_PLACEHOLDER, "\0"))
         if found:
@@ -153,19 +150,22 @@ def control_in(tokenizer: Any, item: Any) -> str | None:
     return None
 
 
-def _control_tokens(tokenizer: Any) -> Any:
-    """A pattern matching any of the tokenizer's control tokens (cached on the tokenizer)."""
-    cached = getattr(tokenizer, "_lad_controls", False)
-    if cached is not False:
+def control_tokens(tokenizer: Any) -> tuple[Any, frozenset[int]]:
+    """The tokenizer's control tokens (`<|im_end|>`, `<end_of_turn>`, `<think>`: its added and
+    special tokens, less those of whitespace alone, as Gemma's newlines): a pattern matching any
+    of them (None without one) and their ids. Cached on the tokenizer."""
+    cached = getattr(tokenizer, "_lad_controls", None)
+    if cached is not None:
         return cached
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
     names = {getattr(t, "content", str(t)) for t in added.values()}
     names |= set(getattr(tokenizer, "all_special_tokens", []))
     names = sorted((n for n in names if n.strip()), key=len, reverse=True)
     pattern = re.compile("|".join(map(re.escape, names))) if names else None
+    controls = (pattern, frozenset(tokenizer.convert_tokens_to_ids(names)))
     with contextlib.suppress(AttributeError):
-        tokenizer._lad_controls = pattern
-    return pattern
+        tokenizer._lad_controls = controls
+    return controls
 
 
 def chat_text(
@@ -221,6 +221,47 @@ def _check_places(prompt: str, parts: list[Part], placeholder: str | None, model
                 "template that keeps the order with --chat-template FILE"
             )
         cursor = found + len(needle)
+
+
+def check_round_trip(tokenizer: Any, text: str, model: str) -> None:
+    """Refuse a tokenizer whose tokens of `text` do not decode back to `text`.
+
+    Seen: a tokenizer saved under one transformers version that loads under another as something
+    else, dropping every space and newline; the model then reads a prompt nobody wrote. Compared
+    modulo the tokenizer's own documented normalisation: each stretch between added tokens
+    (special or not, matched before the model) is decoded on its own, as it was encoded, so a
+    SentencePiece "▁" prepended to each stretch (legacy Llama) is undone; and the texts are equal
+    after the tokenizer's normalizer (e.g. Qwen's NFC) if not before. A BackendError names `model`.
+    """
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    added = set(tokenizer.added_tokens_decoder)
+    runs: list[list[int]] = []
+    for i in ids:
+        if i in added or not runs or runs[-1][-1] in added:
+            runs.append([i])
+        else:
+            runs[-1].append(i)
+    back = "".join(
+        tokenizer.decode(run, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        for run in runs
+    )
+    normalizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
+    if back == text or (
+        normalizer is not None and normalizer.normalize_str(back) == normalizer.normalize_str(text)
+    ):
+        return
+    import transformers
+
+    pairs = zip(text, back, strict=False)  # the first character where they differ
+    k = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(text), len(back)))
+    raise BackendError(
+        f"{model}: its tokenizer does not give the prompt back: a {len(text)}-character prompt "
+        f"made {len(ids)} tokens that decode to {len(back)} characters, first differing at "
+        f"character {k} ({text[max(0, k - 15) : k + 15]!r} became "
+        f"{back[max(0, k - 15) : k + 15]!r}). Its files were probably saved by another "
+        f"transformers version and load differently under {transformers.__version__}; re-save "
+        "the tokenizer with the version it was made with, or use that version"
+    )
 
 
 def adds_bos(processor: Any, texts: list[str]) -> bool:

@@ -167,16 +167,14 @@ def sofa_applied(backend: Any, options: SofaOptions) -> Iterator[Any]:
     """Within this block `backend.records(...)` runs under the SoFA mask (fast capture only)."""
     cap.register()
     cap.register(SOFA_IMPL, sofa_attention, sofa_mask)
-    text = backend.model.config.get_text_config()
-    before = text._attn_implementation
+    before = backend.model.config.get_text_config()._attn_implementation
     if before != cap.CAPTURE_IMPL:
         raise BackendError(
             f"SoFA needs the language model on lad's attention function, not {before!r}"
         )
-    backend.set_text_attention(SOFA_IMPL)
     backend.mask_scope = lambda inputs, spans: _scope(backend, options, inputs, spans)
     try:
-        yield backend
+        with backend.text_attention(SOFA_IMPL):
+            yield backend
     finally:
         backend.mask_scope = None
-        backend.set_text_attention(before)

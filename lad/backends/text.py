@@ -18,6 +18,7 @@ from lad.backends.prompting import (
     check_data_text,
     check_round_trip,
     control_in,
+    control_tokens,
     render,
     reply_tokens,
     tokenised,
@@ -181,10 +182,7 @@ def as_text(
     split = tokenizer(chat[lo:hi], add_special_tokens=False, split_special_tokens=True,
                       return_offsets_mapping=True)  # fmt: skip
     i, j = inside[0], inside[-1] + 1
-    controls = {
-        k for k, t in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).items()
-        if str(getattr(t, "content", t)).strip()
-    }  # fmt: skip
+    controls = control_tokens(tokenizer)[1]
     exact = offsets[i][0] >= lo and offsets[j - 1][1] <= hi and ids[i:j] == list(alone)
     if not exact or controls & set(split["input_ids"]):
         why = (

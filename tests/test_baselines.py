@@ -195,6 +195,23 @@ def test_sampled_paths_are_seeded_per_record(images, tmp_path):
     assert all(len(set(paths)) > 1 for paths in one)  # the paths differ from each other
 
 
+def test_generation_refuses_a_batch_size_below_one(images, tmp_path):
+    """As Backend.records does: 0 used to put each run of one N in a single batch."""
+    backend = load_backend(str(build_tiny_model("llava", tmp_path / "m")), device="cpu")
+    options = GenerationOptions(max_new_tokens=2)
+    for size in (0, -1):
+        records = generation_records(
+            backend,
+            _requests(images),
+            template="instruction",
+            scheme=get_scheme("digits"),
+            options=options,
+            batch_size=size,
+        )
+        with pytest.raises(BackendError, match="'batch_size' parameter must be >= 1"):
+            next(records)
+
+
 def test_generation_options_are_checked():
     with pytest.raises(BackendError, match="temperature > 0"):
         GenerationOptions(samples=3)

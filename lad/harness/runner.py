@@ -43,8 +43,7 @@ class HarnessOptions(ModelArgs):
         get_scheme(self.labels)
         if self.calibration_docs is not None and self.calibration_docs < 1:
             raise LadError(f"calibration_docs must be >= 1. Got {self.calibration_docs}.")
-        docs = ("calibration_docs", self.calibration_docs, "K (fit on K documents of each task)")
-        check_model_args(self, docs)
+        check_model_args(self, "calibration_docs", "K (fit on K documents of each task)")
 
 
 @dataclass

@@ -35,8 +35,7 @@ class ChoiceOptions(ModelArgs):
     calibration_items: str | None = None  # an items file of text questions to fit on
 
     def __post_init__(self) -> None:
-        items = ("calibration_items", self.calibration_items, "<items file of text questions>")
-        check_model_args(self, items)
+        check_model_args(self, "calibration_items", "<items file of text questions>")
         if self.calibration_items is not None and not Path(self.calibration_items).exists():
             raise LadError(f"calibration_items={self.calibration_items}: no such file")
 

@@ -31,6 +31,11 @@ class TinySize:
     max_positions: int = 8192
     sliding_window: int = 32
 
+    @property
+    def square(self) -> dict[str, int]:
+        """An image processor's `size`: every image resized to image_side by image_side."""
+        return {"height": self.image_side, "width": self.image_side}
+
 
 @dataclass(frozen=True)
 class Builder:

@@ -45,8 +45,7 @@ def _llava_config(tok: Any, s: TinySize) -> Any:
 
 def _llava_processor(tok: Any, s: TinySize, template: str) -> Any:
     images = transformers.CLIPImageProcessor(
-        size={"shortest_edge": s.image_side},
-        crop_size=s.square,
+        size={"shortest_edge": s.image_side}, crop_size=s.square
     )
     return transformers.LlavaProcessor(
         image_processor=images,

@@ -33,7 +33,6 @@ class TinySize:
 
     @property
     def square(self) -> dict[str, int]:
-        """An image processor's `size`: every image resized to image_side by image_side."""
         return {"height": self.image_side, "width": self.image_side}
 
 

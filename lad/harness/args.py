@@ -108,12 +108,11 @@ def model_arg_bool(name: str, value: Any) -> bool:
     raise LadError(f"The {name!r} model_arg must be True or False. Got {value!r}.")
 
 
-def check_model_args(args: ModelArgs, other: tuple[str, Any, str]) -> None:
+def check_model_args(args: ModelArgs, name: str, takes: str) -> None:
     """What every harness's `--model lad` checks before the model loads: the method, a
-    calibration where it needs one (calibration=, or the other way `other` = (name, value,
-    what it takes) names), not both, the batch size, a calibration file that exists."""
-    name, value, takes = other
-    method, calibration = args.method, args.calibration
+    calibration where it needs one (calibration=, or the other way, model_arg `name`, which
+    takes `takes`), not both, the batch size, a calibration file that exists."""
+    value, method, calibration = getattr(args, name), args.method, args.calibration
     if method not in HARNESS_METHODS:
         raise LadError(
             f"The 'method' model_arg must be one of {list(HARNESS_METHODS)}. "

@@ -63,17 +63,13 @@ def shifted_dataset(dataset: Any, rows: list[dict], repeated: bool = False) -> A
     return datasets.Dataset.from_list(rows, features=features)
 
 
-def _letter(p: int) -> str:
-    return string.ascii_uppercase[p]
-
-
 def _muirbench_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
     n = choice.num_candidates
     q = doc["question"].count(IMAGE_PLACEHOLDER)
     options = doc["image_list"][q:]
     order = cyclic_shift(n, s)
     doc["image_list"] = doc["image_list"][:q] + [options[i] for i in order]
-    doc["answer"] = _letter(order.index(choice.answer))
+    doc["answer"] = string.ascii_uppercase[order.index(choice.answer)]
     return doc
 
 
@@ -85,7 +81,7 @@ def _blink_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
     pictures = [doc[k] for k in keys]
     for p, key in enumerate(keys):
         doc[key] = pictures[order[p]]
-    doc["answer"] = f"({_letter(named.index(keys[order.index(choice.answer)]))})"
+    doc["answer"] = f"({string.ascii_uppercase[named.index(keys[order.index(choice.answer)])]})"
     return doc
 
 
@@ -110,18 +106,24 @@ def audit_row(doc: dict, positions: list[int], parsed: str) -> dict[str, Any]:
     hands process_results its documents without their pictures). positions[c] is the position
     of the picture option letter c names; `parsed` is the letter the task's parser found ("" or
     anything else: none)."""
-    letters = _letters(len(positions))
+    letters = string.ascii_uppercase[: len(positions)]
     answer = str(doc["answer"]).strip().strip("()")
     chosen = letters.index(parsed) if len(parsed) == 1 and parsed in letters else None
-    row = {
-        "item": str(doc["lad_item"]),
-        "ordering": int(doc["lad_shift"]),
-        "order": cyclic_shift(len(positions), int(doc["lad_shift"])),
-        "answer": positions[letters.index(answer)],
-        "prediction": -1 if chosen is None else positions[chosen],
-    }
+    prediction = -1 if chosen is None else positions[chosen]
+    row = shifted_row(doc, len(positions), positions[letters.index(answer)], prediction)
     repeat = int(doc.get("lad_repeat") or 0)
     return {**row, "repeat": repeat} if repeat else row
+
+
+def shifted_row(doc: dict, n: int, answer: int, prediction: int) -> dict[str, Any]:
+    """The audit row of a circular document of N options (lad.harness.audit.ROW_KEYS)."""
+    return {
+        "item": str(doc["lad_item"]),
+        "ordering": int(doc["lad_shift"]),
+        "order": cyclic_shift(n, int(doc["lad_shift"])),
+        "answer": answer,
+        "prediction": prediction,
+    }
 
 
 def blink_positions(choices: list[str]) -> list[int]:
@@ -130,11 +132,8 @@ def blink_positions(choices: list[str]) -> list[int]:
     return [sorted(named).index(k) for k in named]
 
 
-def _letters(n: int) -> str:
-    return string.ascii_uppercase[:n]
-
-
-def _with_audit(scored: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+def with_audit(scored: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """A document's results `scored` and its audit row under each lad metric."""
     return {**scored, **{name: row for name in AUDIT_METRICS}}
 
 
@@ -144,7 +143,7 @@ def muirbench_results(doc: dict, results: list[str]) -> dict[str, Any]:
     scored = muir_process_results(doc, results)
     # The task counts a reply right when it equals the answer letter (case and spaces aside).
     parsed = str(scored["muirbench_score_overall"]["pred"]).strip().upper()
-    return _with_audit(scored, audit_row(doc, list(range(len(doc["options"]))), parsed))
+    return with_audit(scored, audit_row(doc, list(range(len(doc["options"]))), parsed))
 
 
 def blink_results(doc: dict, results: list[str]) -> dict[str, Any]:
@@ -152,7 +151,7 @@ def blink_results(doc: dict, results: list[str]) -> dict[str, Any]:
 
     scored = blink_process_results(doc, results)
     parsed = scored["blink_acc"]["pred_parsed"]
-    return _with_audit(scored, audit_row(doc, blink_positions(doc["choices"]), parsed))
+    return with_audit(scored, audit_row(doc, blink_positions(doc["choices"]), parsed))
 
 
 def _aggregation(name: str, key: str) -> Callable[[list[dict[str, Any]]], float]:

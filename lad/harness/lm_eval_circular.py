@@ -18,7 +18,7 @@ import numpy as np
 from lad.data.items import cyclic_shift
 from lad.errors import DataError, LadError
 from lad.harness import harness_module
-from lad.harness.circular import AUDIT_METRICS, shifted_dataset
+from lad.harness.circular import AUDIT_METRICS, shifted_dataset, shifted_row, with_audit
 from lad.io import files
 
 SHIM = "lad_circular.py"
@@ -79,14 +79,7 @@ def circular_results(doc: dict[str, Any], results: list[tuple[float, bool]]) -> 
     n = len(lls)
     pred = int(np.argmax(lls))
     answer = _answer(doc, n, int(doc.get("lad_shift", 0)))
-    row = {
-        "item": str(doc["lad_item"]),
-        "ordering": int(doc["lad_shift"]),
-        "order": cyclic_shift(n, int(doc["lad_shift"])),
-        "answer": answer,
-        "prediction": pred,
-    }
-    return {"acc": float(pred == answer), **{name: row for name in AUDIT_METRICS}}
+    return with_audit({"acc": float(pred == answer)}, shifted_row(doc, n, answer, pred))
 
 
 def _metric(name: str, aggregation: str, higher: bool) -> str:

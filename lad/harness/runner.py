@@ -43,8 +43,7 @@ class HarnessOptions(ModelArgs):
         get_scheme(self.labels)
         if self.calibration_docs is not None and self.calibration_docs < 1:
             raise LadError(f"calibration_docs must be >= 1. Got {self.calibration_docs}.")
-        docs = ("calibration_docs", self.calibration_docs, "K (fit on K documents of each task)")
-        check_model_args(self, docs)
+        check_model_args(self, "calibration_docs", "K (fit on K documents of each task)")
 
 
 @dataclass
@@ -75,11 +74,64 @@ class TaskResult:
     answers_known: bool = True  # every document gave its answer (else no audit: unknown)
 
 
-class PictureScorer:
+class HarnessScorer:
+    """What the picture and text scorers share: the options, the base Debiaser whose model both
+    ask (loaded on first use), the calibration files read and checked before it loads, and the
+    scoring of one N's requests."""
+
+    def __init__(self, options: ModelArgs, spec: RecordSpec, backend: Any, **more: Any) -> None:
+        self.options = options
+        self.base = options.debiaser(spec, backend, **more)
+        self._loaded: dict[int, Debiaser] = {}
+        if options.calibration:
+            self._loaded = load_calibrations(Path(options.calibration), self.base)
+
+    @property
+    def backend(self) -> Any:
+        return self.base.backend
+
+    def _no_calibration(self, n: int, asks: str, advice: str = "") -> CalibrationError:
+        return CalibrationError(
+            f"calibration={self.options.calibration} has no calibration for N = {n} "
+            f"({asks} of {n} options; it holds N = {sorted(self._loaded)}){advice}"
+        )
+
+    def score_asked(
+        self,
+        requests: list,
+        debiaser: Debiaser,
+        methods: list[str],
+        perm_items: list[Item],
+        **score: Any,
+    ) -> tuple[RecordSet, RecordSet | None, Scored]:
+        """The records of `requests` from this scorer's backend, asked with `debiaser`'s labels
+        and prompt (and, for perm-avg, of `perm_items` under all N cyclic shifts), checked
+        against its calibration if it has one, and `methods` scored on them."""
+        template = vanilla_template(perm_items, debiaser.prompt_template)
+
+        def records(asked: list) -> RecordSet:
+            made = self.backend.records(
+                asked,
+                template=template,
+                scheme=debiaser.spec.scheme,
+                batch_size=self.options.batch_size,
+            )
+            return RecordSet.from_records(list(made))
+
+        shown = records(requests)
+        calibration = getattr(debiaser, "calibration_", None)
+        if calibration is not None:
+            calibration.check_compatible(shown, strict=False)
+        perm = records(cyclic_requests(perm_items)) if self.options.method == "perm-avg" else None
+        options = debiaser.options
+        scored = score_records(shown, methods, calibration, options, perm_records=perm, **score)
+        return shown, perm, scored
+
+
+class PictureScorer(HarnessScorer):
     """Scores picture questions with lad's backend; one instance per harness run."""
 
     def __init__(self, options: HarnessOptions, backend: Any = None) -> None:
-        self.options = options
         template = (
             PromptTemplate.from_file(options.prompt_template) if options.prompt_template else None
         )
@@ -91,18 +143,8 @@ class PictureScorer:
             options.image_size,
             trust_remote_code=options.trust_remote_code,
         )
-        self.base = options.debiaser(spec, backend)
+        super().__init__(options, spec, backend)
         self.files = PictureFiles(Path(options.output) / "pictures")
-        self._loaded: dict[int, Debiaser] = {}
-        if options.calibration:
-            self._loaded = load_calibrations(Path(options.calibration), self.base)
-
-    @property
-    def backend(self) -> Any:
-        backend = self.base.backend
-        for d in self._loaded.values():
-            d._backend = backend
-        return backend
 
     def item(self, choice: PictureChoice) -> Item:
         """The lad item a picture question asks (its candidates in the original order); an
@@ -123,11 +165,8 @@ class PictureScorer:
         against model, N, labels, prompt and preprocessing before any record is made."""
         if self.options.calibration:
             if n not in self._loaded:
-                raise CalibrationError(
-                    f"calibration={self.options.calibration} has no calibration for N = {n} "
-                    f"(task {task} asks picture questions of {n} options; it holds N = "
-                    f"{sorted(self._loaded)}); add one made by lad calibrate -n {n}"
-                )
+                asks = f"task {task} asks picture questions"
+                raise self._no_calibration(n, asks, f"; add one made by lad calibrate -n {n}")
             debiaser = self._loaded[n]
             debiaser.check_calibration_for(n, self.template())
             return debiaser, CalibrationSource("file", path=str(debiaser._source))
@@ -159,8 +198,7 @@ class PictureScorer:
         requests = [(it, c.ordering, list(c.order)) for it, c in zip(items, choices, strict=True)]
         unique = list({it.id: it for it in items}.values())  # a circular variant's shifts share one
         methods = self.methods(debiaser is not None)
-        asked = (requests, self.template(), get_scheme(self.options.labels))
-        records, perm, scored = score_asked(self, *asked, debiaser, methods, unique)
+        records, perm, scored = self.score_asked(requests, debiaser or self.base, methods, unique)
         known = all(c.answer is not None for c in choices)
         calibration = debiaser.calibration_ if debiaser is not None else None
         return TaskResult(task, records, scored, calibration, source, perm, known)
@@ -169,36 +207,6 @@ class PictureScorer:
         """vanilla, the chosen method, and LAD beside them when a calibration is there."""
         names = ["vanilla", self.options.method] + (["lad"] if calibrated else [])
         return list(dict.fromkeys(names))
-
-
-def score_asked(
-    scorer: Any,
-    requests: list,
-    template: PromptTemplate,
-    scheme: Any,
-    debiaser: Debiaser | None,
-    methods: list[str],
-    perm_items: list[Item],
-    **score: Any,
-) -> tuple[RecordSet, RecordSet | None, Scored]:
-    """The records of `requests` from a harness scorer's backend (and, for perm-avg, of
-    `perm_items` under all N cyclic shifts), checked against the debiaser's calibration, and
-    `methods` scored on them."""
-
-    def records(asked: list) -> RecordSet:
-        made = scorer.backend.records(
-            asked, template=template, scheme=scheme, batch_size=scorer.options.batch_size
-        )
-        return RecordSet.from_records(list(made))
-
-    shown = records(requests)
-    calibration = debiaser.calibration_ if debiaser is not None else None
-    if calibration is not None:
-        calibration.check_compatible(shown, strict=False)
-    perm = records(cyclic_requests(perm_items)) if scorer.options.method == "perm-avg" else None
-    options = (debiaser or scorer.base).options
-    scored = score_records(shown, methods, calibration, options, perm_records=perm, **score)
-    return shown, perm, scored
 
 
 def load_calibrations(path: Path, base: Debiaser) -> dict[int, Debiaser]:

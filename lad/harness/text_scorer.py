@@ -15,12 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from lad.core.labels import get_scheme
 from lad.data.items import Item, read_items
 from lad.errors import CalibrationError, LadError
 from lad.harness.args import ModelArgs, check_model_args
 from lad.harness.contexts import ContextQuestion
-from lad.harness.runner import load_calibrations, score_asked
+from lad.harness.runner import HarnessScorer
 from lad.run.debiaser import Debiaser
 from lad.run.spec import RecordSpec
 
@@ -36,28 +35,23 @@ class ChoiceOptions(ModelArgs):
     calibration_items: str | None = None  # an items file of text questions to fit on
 
     def __post_init__(self) -> None:
-        items = ("calibration_items", self.calibration_items, "<items file of text questions>")
-        check_model_args(self, items)
+        check_model_args(self, "calibration_items", "<items file of text questions>")
         if self.calibration_items is not None and not Path(self.calibration_items).exists():
             raise LadError(f"calibration_items={self.calibration_items}: no such file")
 
 
-class ContextScorer:
+class ContextScorer(HarnessScorer):
     """Scores lm-eval's questions with lad's backend; one instance per harness run."""
 
     def __init__(self, options: ChoiceOptions, backend: Any = None) -> None:
-        self.options = options
         spec = RecordSpec(
             options.model,
             chat_template=str(PLAIN_CHAT_TEMPLATE),
             trust_remote_code=options.trust_remote_code,
         )
-        # text options only: a multimodal model takes plain.jinja
-        self.base = options.debiaser(spec, backend, pictures=False)
-        self._files: dict[int, Path] = {}
-        if options.calibration:  # every file read and checked before the model loads
-            loaded = load_calibrations(Path(options.calibration), self.base)
-            self._files = {n: Path(d._source) for n, d in loaded.items()}
+        # text options only: a multimodal model takes plain.jinja; every calibration file read
+        # and checked before the model loads
+        super().__init__(options, spec, backend, pictures=False)
         self._items: list[Item] = []
         if options.calibration_items:
             self._items = read_items(options.calibration_items)
@@ -68,10 +62,6 @@ class ContextScorer:
                     "picture candidates; lm-eval's questions have text options"
                 )
         self._fitted: dict[tuple[str, int, str], Debiaser | None] = {}
-
-    @property
-    def backend(self) -> Any:
-        return self.base.backend
 
     def _debiaser(self, question: ContextQuestion) -> Debiaser:
         return self.base.clone(labels=question.scheme, prompt_template=question.template.text)
@@ -84,14 +74,10 @@ class ContextScorer:
             return self._fitted[key]
         n, template = len(question.options), question.template
         debiaser: Debiaser | None = None
-        if self._files:
-            if n not in self._files:
-                raise CalibrationError(
-                    f"calibration={self.options.calibration} has no calibration for N = {n} "
-                    f"(task {question.task} asks questions of {n} options; it holds N = "
-                    f"{sorted(self._files)})"
-                )
-            debiaser = self._debiaser(question).load(self._files[n])
+        if self._loaded:
+            if n not in self._loaded:
+                raise self._no_calibration(n, f"task {question.task} asks questions")
+            debiaser = self._debiaser(question).load(self._loaded[n]._source)
             debiaser.check_calibration_for(n, template)
         elif self._items:
             items = [it for it in self._items if it.num_candidates == n]
@@ -110,7 +96,7 @@ class ContextScorer:
         groups: dict[tuple[str, int, str], list[int]] = defaultdict(list)
         for q, question in enumerate(questions):
             groups[question.key].append(q)
-        if self._files:  # each calibration file checked against its questions before the model
+        if self._loaded:  # each calibration file checked against its questions before the model
             for members in groups.values():
                 self.calibrated(questions[members[0]])
         out: list[tuple[np.ndarray, int]] = [(np.zeros(0), -1)] * len(questions)
@@ -119,8 +105,8 @@ class ContextScorer:
             first = questions[members[0]]
             items = [questions[q].item() for q in members]
             shown = [(it, 0, list(range(it.num_candidates))) for it in items]
-            asked = (shown, first.template, get_scheme(first.scheme), self.calibrated(first))
-            _, _, scored = score_asked(self, *asked, [method], items, bootstrap=None)
+            debiaser = self.calibrated(first) or self._debiaser(first)
+            _, _, scored = self.score_asked(shown, debiaser, [method], items, bootstrap=None)
             for row, q in enumerate(members):
                 scores = np.asarray(scored.scores[method][row], dtype=np.float64)
                 out[q] = (scores, int(scored.chosen[method][row]))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.errors import BackendError
-from lad.testing.tiny import TinySize, build_tokenizer
+from lad.testing.tiny import TinySize, build_tokenizer, save_model
 from lad.testing.tiny_parts import CHATML, text_kwargs
 
 TEXT_ARCHITECTURES = {
@@ -46,7 +46,6 @@ def build_tiny_text_model(
     tokenizer: a folder of tokenizer files (the real ones of a model family); None: lad's tiny
     tokenizer over its default words plus `words`. The weights depend only on the arguments.
     """
-    import torch
     import transformers
     from transformers import AutoTokenizer
 
@@ -64,9 +63,4 @@ def build_tiny_text_model(
         tok = AutoTokenizer.from_pretrained(tokenizer)
     config_name, model_name = TEXT_ARCHITECTURES[arch]
     config = getattr(transformers, config_name)(**text_kwargs(tok, size or TinySize()))
-    torch.manual_seed(seed)
-    model = getattr(transformers, model_name)(config).eval()
-    path = Path(path)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return save_model(model_name, config, path, seed, tok)

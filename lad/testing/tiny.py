@@ -45,8 +45,7 @@ def _llava_config(tok: Any, s: TinySize) -> Any:
 
 def _llava_processor(tok: Any, s: TinySize, template: str) -> Any:
     images = transformers.CLIPImageProcessor(
-        size={"shortest_edge": s.image_side},
-        crop_size={"height": s.image_side, "width": s.image_side},
+        size={"shortest_edge": s.image_side}, crop_size=s.square
     )
     return transformers.LlavaProcessor(
         image_processor=images,
@@ -79,13 +78,12 @@ def _onevision_config(tok: Any, s: TinySize) -> Any:
 
 
 def _onevision_processor(tok: Any, s: TinySize, template: str) -> Any:
-    side = {"height": s.image_side, "width": s.image_side}
     grid = [[s.image_side, s.image_side]]
     return transformers.LlavaOnevisionProcessor(
         image_processor=transformers.LlavaOnevisionImageProcessor(
-            size=side, image_grid_pinpoints=grid
+            size=s.square, image_grid_pinpoints=grid
         ),
-        video_processor=transformers.LlavaOnevisionVideoProcessor(size=side),
+        video_processor=transformers.LlavaOnevisionVideoProcessor(size=s.square),
         tokenizer=tok,
         num_image_tokens=(s.image_side // s.patch) ** 2,
         vision_feature_select_strategy="full",
@@ -106,12 +104,11 @@ def _internvl_config(tok: Any, s: TinySize) -> Any:
 
 
 def _internvl_processor(tok: Any, s: TinySize, template: str) -> Any:
-    side = {"height": s.image_side, "width": s.image_side}
     return transformers.InternVLProcessor(
         image_processor=transformers.GotOcr2ImageProcessor(
-            size=side, crop_to_patches=True, max_patches=4
+            size=s.square, crop_to_patches=True, max_patches=4
         ),
-        video_processor=transformers.InternVLVideoProcessor(size=side),
+        video_processor=transformers.InternVLVideoProcessor(size=s.square),
         tokenizer=tok,
         image_seq_length=(s.image_side // s.patch) ** 2 // 4,
         chat_template=template,
@@ -160,9 +157,8 @@ def _gemma3_config(tok: Any, s: TinySize) -> Any:
 
 
 def _gemma3_processor(tok: Any, s: TinySize, template: str) -> Any:
-    side = {"height": s.image_side, "width": s.image_side}
     return transformers.Gemma3Processor(
-        image_processor=transformers.Gemma3ImageProcessor(size=side),
+        image_processor=transformers.Gemma3ImageProcessor(size=s.square),
         tokenizer=tok,
         image_seq_length=(s.image_side // s.patch // 2) ** 2,
         chat_template=template,
@@ -273,12 +269,18 @@ def build_tiny_model(
     seed: the weights depend only on (arch, size, words, seed).
     """
     config, processor = build_tiny_parts(arch, size=size, words=words)
-    path = Path(path)
+    return save_model(ARCHITECTURES[arch].model_class, config, path, seed, processor)
+
+
+def save_model(model_class: str, config: Any, path: str | Path, seed: int, *parts: Any) -> Path:
+    """A random-init transformers `model_class` of `config` (its weights set by `seed` alone)
+    saved to `path` with its generation config and `parts` (a processor or tokenizer)."""
     torch.manual_seed(seed)
-    model = getattr(transformers, ARCHITECTURES[arch].model_class)(config).eval()
+    model = getattr(transformers, model_class)(config).eval()
+    path = Path(path)
     model.save_pretrained(path)
-    processor.save_pretrained(path)
-    model.generation_config.save_pretrained(path)
+    for part in parts:
+        part.save_pretrained(path)
     return path
 
 

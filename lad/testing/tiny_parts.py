@@ -31,6 +31,10 @@ class TinySize:
     max_positions: int = 8192
     sliding_window: int = 32
 
+    @property
+    def square(self) -> dict[str, int]:
+        return {"height": self.image_side, "width": self.image_side}
+
 
 @dataclass(frozen=True)
 class Builder:

@@ -51,7 +51,6 @@ def build_tokenizer(
     attrs: tokenizer attributes some processors read, e.g. {"boi_token": "<start_of_image>"}.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     unk = special_tokens.get("unk_token", "<unk>")
     specials = list(dict.fromkeys([unk, *special_tokens.values(), *extra_special]))
@@ -77,16 +76,7 @@ def build_tokenizer(
         ]
     )
     tok.decoder = decoders.Metaspace(replacement=_SPACE, prepend_scheme="never", split=True)
-    roles = ("bos_token", "eos_token", "pad_token")
-    named = {k: v for k, v in special_tokens.items() if k in roles}
-    extra = [t for t in specials if t not in named.values() and t != unk]
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token=unk,
-        additional_special_tokens=extra,
-        **named,
-        **(attrs or {}),
-    )
+    return _fast(tok, {**special_tokens, "unk_token": unk}, specials, **(attrs or {}))
 
 
 def build_byte_level_tokenizer(
@@ -97,7 +87,6 @@ def build_byte_level_tokenizer(
     (Qwen3.5: Qwen3_5Tokenizer, its own pre-tokenizer). Every byte is a token; each word
     (and " word") is one, reached by merging its characters left to right."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     specials = list(dict.fromkeys([*special_tokens.values(), *extra_special]))
     vocab: dict[str, int] = {tok: i for i, tok in enumerate(specials)}
@@ -119,7 +108,17 @@ def build_byte_level_tokenizer(
         ]
     )
     tok.decoder = decoders.ByteLevel()
+    return _fast(tok, special_tokens, specials)
+
+
+def _fast(tok: Any, special_tokens: dict[str, str], specials: list[str], **attrs: str) -> Any:
+    """transformers' fast tokenizer of `tok`, its special tokens named by role (bos, eos, pad,
+    unk) and the other `specials` additional ones."""
+    from transformers import PreTrainedTokenizerFast
+
     roles = ("bos_token", "eos_token", "pad_token", "unk_token")
     named = {k: v for k, v in special_tokens.items() if k in roles}
     extra = [t for t in specials if t not in named.values()]
-    return PreTrainedTokenizerFast(tokenizer_object=tok, additional_special_tokens=extra, **named)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, additional_special_tokens=extra, **named, **attrs
+    )

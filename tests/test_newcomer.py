@@ -393,9 +393,9 @@ def test_lad_help_has_an_example(capsys):
 
 def test_cli_analysis_names_are_lad_ablates():
     from lad.cli.ablate import ANALYSES
-    from lad.outputs.ablate import ANALYSIS_FILES
+    from lad.outputs.ablate import ANALYSES as ANALYSIS_REGISTRY
 
-    assert list(ANALYSES) == list(ANALYSIS_FILES)
+    assert list(ANALYSES) == list(ANALYSIS_REGISTRY)
 
 
 def test_ablate_takes_analyses_and_the_older_only_flag_alike():

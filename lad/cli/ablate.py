@@ -40,7 +40,7 @@ def _whole_list(flag: str) -> Callable[[str], tuple[int, ...]]:
     return lambda text: _list("int", whole(1, flag), text)
 
 
-# lad.outputs.ablate.ANALYSIS_FILES' keys, in its order (a test keeps them equal): named here so
+# lad.outputs.ablate.ANALYSES' keys, in its order (a test keeps them equal): named here so
 # that `lad --help` need not import lad.outputs.ablate and its plotting.
 ANALYSES = ("fig5", "table3", "table4", "fig6a", "fig6b", "table7", "table8")
 
@@ -116,7 +116,7 @@ def _ablate(args: argparse.Namespace) -> int:
     """
     from lad.core.methods import MethodOptions
     from lad.outputs.ablate import AblateOptions, ablate, load_runs, write_ablation
-    from lad.outputs.ablate.report import FILES, missing_text
+    from lad.outputs.ablate.report import ANALYSES, missing_text
 
     if args.out is None and len(args.runs) > 1:
         raise LadError("--out is needed with several runs")
@@ -132,7 +132,7 @@ def _ablate(args: argparse.Namespace) -> int:
         raise LadError(f"none of the analyses can be made from these runs:{reasons}")
     page = write_ablation(result, out)
     for table in result.tables:
-        print(f"{table.title}: {out / FILES[table.key]}.md")
+        print(f"{table.title}: {out / ANALYSES[table.key].stem}.md")
     if result.missing:
         print("\nNot possible with these runs:")
         for m in result.missing:

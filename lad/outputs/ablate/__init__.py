@@ -15,7 +15,7 @@ lad.outputs.ablate.report writes them as Markdown, JSON, figures and an HTML pag
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from lad.errors import LadError
 from lad.outputs.ablate.analyses import (
@@ -27,9 +27,8 @@ from lad.outputs.ablate.analyses import (
     temperature_sweep,
     transfer_table,
 )
-from lad.outputs.ablate.report import write_ablation
+from lad.outputs.ablate.report import ANALYSES, write_ablation
 from lad.outputs.ablate.runs import (
-    ANALYSIS_FILES,
     DEFAULTS,
     AblateOptions,
     Ablation,
@@ -42,17 +41,6 @@ from lad.outputs.ablate.runs import (
     load_runs,
     prepare,
 )
-
-# Keys and order as in ANALYSIS_FILES.
-ANALYSES: dict[str, Callable[[list[Run], AblateOptions], Table]] = {
-    "fig5": accuracy_vs_n,
-    "table3": transfer_table,
-    "table4": ablation_table,
-    "fig6a": calibration_size_sweep,
-    "fig6b": temperature_sweep,
-    "table7": divergence_table,
-    "table8": cost_table,
-}
 
 
 def ablate(
@@ -77,7 +65,7 @@ def ablate(
     tables = []
     for key in keys if runs else []:
         try:
-            table = ANALYSES[key](runs, options)
+            table = ANALYSES[key].make(runs, options)
         except AnalysisError as e:
             missing += e.missing or [Missing(key, e.reason, e.fix)]
             continue
@@ -88,7 +76,6 @@ def ablate(
 
 __all__ = [
     "ANALYSES",
-    "ANALYSIS_FILES",
     "AblateOptions",
     "Ablation",
     "AnalysisError",

@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from lad.io.files import write_text
-from lad.outputs.ablate.analyses import DIVERGENCE_METHODS
-from lad.outputs.ablate.runs import ANALYSIS_FILES, Ablation, Missing, Table
+from lad.outputs.ablate import analyses
+from lad.outputs.ablate.runs import AblateOptions, Ablation, Missing, Run, Table
 from lad.outputs.figures import gaps, plt
 from lad.outputs.figures import save_figure as _save
 from lad.outputs.tables import html_page, html_table, img_html
-
-FILES = ANALYSIS_FILES
 
 
 def write_ablation(result: Ablation, out_dir: str | Path) -> Path:
@@ -29,13 +28,13 @@ def write_ablation(result: Ablation, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for table in result.tables:
-        stem = FILES[table.key]
+        stem = ANALYSES[table.key].stem
         write_text(out / f"{stem}.md", markdown(table, f"{stem}.png"))
         write_text(out / f"{stem}.json", _dumps(table_json(table)) + "\n")
-        FIGURES[table.key](table, out / f"{stem}.png")
+        ANALYSES[table.key].figure(table, out / f"{stem}.png")
     summary = {
         "runs": result.runs,
-        "analyses": {t.key: FILES[t.key] for t in result.tables},
+        "analyses": {t.key: ANALYSES[t.key].stem for t in result.tables},
         "missing": [asdict(m) for m in result.missing],
     }
     write_text(out / "summary.json", _dumps(summary) + "\n")
@@ -86,7 +85,7 @@ def _html(result: Ablation) -> list[str]:
     esc = html.escape
     parts = ["<p>Runs: " + ", ".join(f"<code>{esc(r)}</code>" for r in result.runs) + "</p>"]
     for table in result.tables:
-        stem = FILES[table.key]
+        stem = ANALYSES[table.key].stem
         rows = [[esc(cell_text(c)) for c in r] for r in table.rows]
         parts += [
             f'<h2 id="{stem}">{esc(table.title)}</h2>',
@@ -252,7 +251,7 @@ def _divergence_figure(table: Table, path: Path) -> None:
         for i, (name, m) in enumerate(methods.items()):
             values = [*gaps(m["recall_by_position"]), m["acc"]]
             offset = (i - (len(methods) - 1) / 2) * width
-            ax.bar(x + offset, values, width, label=DIVERGENCE_METHODS[name])
+            ax.bar(x + offset, values, width, label=analyses.DIVERGENCE_METHODS[name])
         ax.set_xticks(x, [str(p + 1) for p in range(n)] + ["all"])
         title = f"Table 7: logits vs attention ({run['run']}{_k_title(table)})"
         ax.set(xlabel="ground-truth position", ylabel="accuracy (%)", title=title)
@@ -283,12 +282,22 @@ def _cost_figure(table: Table, path: Path) -> None:
     _save(fig, path)
 
 
-FIGURES = {
-    "fig5": _n_figure,
-    "table3": _transfer_figure,
-    "table4": _ablation_figure,
-    "fig6a": _size_figure,
-    "fig6b": _temperature_figure,
-    "table7": _divergence_figure,
-    "table8": _cost_figure,
+class Analysis(NamedTuple):
+    """One analysis of `lad ablate`: what makes its table from the runs, the stem of the files
+    it is written to, and what draws its figure from the table's `data`."""
+
+    make: Callable[[list[Run], AblateOptions], Table]
+    stem: str
+    figure: Callable[[Table, Path], None]
+
+
+# Every analysis by key, in the paper's order.
+ANALYSES = {
+    "fig5": Analysis(analyses.accuracy_vs_n, "fig5_accuracy_vs_n", _n_figure),
+    "table3": Analysis(analyses.transfer_table, "table3_transfer", _transfer_figure),
+    "table4": Analysis(analyses.ablation_table, "table4_ablation", _ablation_figure),
+    "fig6a": Analysis(analyses.calibration_size_sweep, "fig6a_calibration_size", _size_figure),
+    "fig6b": Analysis(analyses.temperature_sweep, "fig6b_temperature", _temperature_figure),
+    "table7": Analysis(analyses.divergence_table, "table7_divergence", _divergence_figure),
+    "table8": Analysis(analyses.cost_table, "table8_cost", _cost_figure),
 }

@@ -27,16 +27,6 @@ from lad.run.rundir import CALIBRATION_FILE, STAGE_FILES, RunDir, run_folders
 from lad.run.spec import RecordSpec
 
 RECORD_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified")
-# Every analysis by key, in the paper's order, with the stem of the files it is written to.
-ANALYSIS_FILES = {
-    "fig5": "fig5_accuracy_vs_n",
-    "table3": "table3_transfer",
-    "table4": "table4_ablation",
-    "fig6a": "fig6a_calibration_size",
-    "fig6b": "fig6b_temperature",
-    "table7": "table7_divergence",
-    "table8": "table8_cost",
-}
 
 
 class AnalysisError(LadError):

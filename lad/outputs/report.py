@@ -86,11 +86,8 @@ def _check_metrics(metrics: Any, path: Path) -> None:
         for key in _OPTIONAL:
             if m.get(key) is not None and not _number(m[key]):
                 raise bad(f"method {name!r}: {key!r} must be a number")
-        recall = m.get("recall_by_position")
-        if not (isinstance(recall, list) and len(recall) == n):
-            raise bad(f"method {name!r}: 'recall_by_position' must list N = {n} values")
-        if not all(v is None or _number(v) for v in recall):
-            raise bad(f"method {name!r}: 'recall_by_position' must hold numbers or null")
+        if not _list_of(m.get("recall_by_position"), n, lambda v: v is None or _number(v)):
+            raise bad(f"method {name!r}: 'recall_by_position' must list N = {n} numbers or nulls")
         _check_audit(m, n, lambda what, name=name: bad(f"method {name!r}: {what}"))
         if not _list_of(m.get("confusion"), n, lambda row: _list_of(row, n, _number)):
             raise bad(f"method {name!r}: 'confusion' must be an N × N matrix of numbers")

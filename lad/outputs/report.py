@@ -20,8 +20,7 @@ import numpy as np
 from lad.core.labels import get_scheme
 from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import write_text
-from lad.outputs.figures import gaps as _values
-from lad.outputs.figures import plt
+from lad.outputs.figures import gaps, plt
 from lad.outputs.figures import save_figure as _save
 from lad.outputs.tables import audit_html, cells_html, html_page, img_html, table5_html, table_html
 from lad.run.audits import audit_folders
@@ -146,7 +145,7 @@ def _rstd_interval(m: dict[str, Any]) -> str:
     return "" if interval is None else f" [{interval[0]:.1f}, {interval[1]:.1f}]"
 
 
-def _confusion_figure(run: dict[str, Any], path: Path) -> bool:
+def _confusion_figure(run: dict[str, Any]) -> Any:
     methods = run["metrics"]["methods"]
     shown = [m for m in ("vanilla", "lad") if m in methods] or list(methods)[:2]
     fig, axes = plt.subplots(1, len(shown), figsize=(4.6 * len(shown), 4.2), squeeze=False)
@@ -154,8 +153,7 @@ def _confusion_figure(run: dict[str, Any], path: Path) -> bool:
         m = methods[name]
         title = f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}" + _rstd_interval(m)
         _heatmap(ax, np.asarray(m["confusion"]), run["labels"], title, "selected position")
-    _save(fig, path)
-    return True
+    return fig
 
 
 def _recall_errors(m: dict[str, Any]) -> np.ndarray | None:
@@ -164,17 +162,17 @@ def _recall_errors(m: dict[str, Any]) -> np.ndarray | None:
     ci = m.get("ci")
     if ci is None:
         return None
-    recall = _values(m["recall_by_position"])
-    lo = _values([None if v is None else v[0] for v in ci["recall_by_position"]])
-    hi = _values([None if v is None else v[1] for v in ci["recall_by_position"]])
+    recall = gaps(m["recall_by_position"])
+    lo = gaps([None if v is None else v[0] for v in ci["recall_by_position"]])
+    hi = gaps([None if v is None else v[1] for v in ci["recall_by_position"]])
     return np.stack([recall - lo, hi - recall])
 
 
-def _recall_figure(run: dict[str, Any], path: Path) -> bool:
+def _recall_figure(run: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     x = np.arange(len(run["labels"]))
     for name, m in run["metrics"]["methods"].items():
-        recall, errors = _values(m["recall_by_position"]), _recall_errors(m)
+        recall, errors = gaps(m["recall_by_position"]), _recall_errors(m)
         ax.errorbar(x, recall, yerr=errors, marker="o", capsize=3, label=name)
     _xticks(ax, x, run["labels"])
     boot = run["metrics"].get("bootstrap")
@@ -182,8 +180,7 @@ def _recall_figure(run: dict[str, Any], path: Path) -> bool:
     title = "Recall at each position" + bars
     ax.set(ylim=(-2, 102), xlabel="ground-truth position", ylabel="recall (%)", title=title)
     ax.legend(fontsize=8, ncol=2)
-    _save(fig, path)
-    return True
+    return fig
 
 
 # Fig. 1/3 of the paper in spirit: per answer position, what the logits say against what the
@@ -196,32 +193,31 @@ _DIVERGENCE = (
 )
 
 
-def _divergence_figure(run: dict[str, Any], path: Path) -> bool:
+def _divergence_figure(run: dict[str, Any]) -> Any:
     """Fig. 3: where the logits fail, does the attention still find the answer?"""
     methods = run["metrics"]["methods"]
     shown = [(m, label) for m, label in _DIVERGENCE if m in methods]
     if "vanilla" not in methods or "attn" not in methods:
-        return False
+        return None
     x = np.arange(len(run["labels"]))
     width = 0.8 / len(shown)
     fig, ax = plt.subplots(figsize=(6.8, 4.0), layout="constrained")
     for i, (method, label) in enumerate(shown):
         offset = (i - (len(shown) - 1) / 2) * width
         m = methods[method]
-        recall, errors = _values(m["recall_by_position"]), _recall_errors(m)
+        recall, errors = gaps(m["recall_by_position"]), _recall_errors(m)
         ax.bar(x + offset, recall, width, yerr=errors, capsize=2, label=label)
     _xticks(ax, x, run["labels"])
     ax.set(ylim=(0, 105), xlabel="ground-truth position", ylabel="accuracy (%)")
     ax.set_title("Logit-attention divergence")
     fig.legend(loc="outside lower center", ncols=len(shown), fontsize=8, frameon=False)
-    _save(fig, path)
-    return True
+    return fig
 
 
-def _bias_figure(run: dict[str, Any], path: Path) -> bool:
+def _bias_figure(run: dict[str, Any]) -> Any:
     cal = run["calibration"]
     if cal is None:
-        return False
+        return None
     fig, axes = plt.subplots(1, 2, figsize=(9.2, 4.2))
     obs = 100 * np.exp(np.asarray(cal["log_obs"]))
     bias = 100 * np.exp(np.asarray(cal["log_bias"]))  # rows need not sum to 1 (Eq. 5)
@@ -230,11 +226,10 @@ def _bias_figure(run: dict[str, Any], path: Path) -> bool:
     title = f"P_bias(j | i) (%), Eq. 5 (γ = {cal['gamma']:.2f})"
     _heatmap(axes[1], bias, run["labels"], title, "predicted position j", vmax)
     axes[1].set_ylabel("")
-    _save(fig, path)
-    return True
+    return fig
 
 
-def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
+def _acc_vs_n_figure(runs: list[dict[str, Any]]) -> Any:
     """Fig. 5: one line per method and (model, setting), as `lad ablate` groups runs; only
     groups with at least two N are drawn."""
     groups: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
@@ -243,7 +238,7 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
         groups.setdefault(key, {}).setdefault(r["metrics"]["num_candidates"], r)
     groups = {k: by_n for k, by_n in groups.items() if len(by_n) > 1}
     if not groups:
-        return False
+        return None
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     names = sorted({m for r in runs for m in r["metrics"]["methods"]})
     colours = {name: f"C{i % 10}" for i, name in enumerate(names)}
@@ -272,11 +267,10 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]], path: Path) -> bool:
     ax.set_xticks(sorted(ns))  # N is a count: integer ticks only
     ax.set(xlabel="number of candidates N", ylabel="accuracy (%)", title="Accuracy against N")
     ax.legend(fontsize=8, ncol=2)
-    _save(fig, path)
-    return True
+    return fig
 
 
-# Each run's figures: file stem, the HTML before the picture, its alt text, what draws it (False
+# Each run's figures: file stem, the HTML before the picture, its alt text, what draws it (None
 # when the run lacks what it shows).
 RUN_FIGURES = (
     ("confusion", "<h3>Confusion (% of answers at each position)</h3>\n", "confusion matrices",
@@ -301,7 +295,8 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
             "<h2>Vanilla, PurAttn and LAD</h2><p>Accuracy (%) per run in the paper's Table 5 "
             "layout; ΔRStd is LAD's RStd minus vanilla's.</p>" + table5
         )
-    if _acc_vs_n_figure(runs, out_dir / "acc_vs_n.png"):
+    if (fig := _acc_vs_n_figure(runs)) is not None:
+        _save(fig, out_dir / "acc_vs_n.png")
         parts.append("<h2>Accuracy against N</h2>" + img_html("acc_vs_n.png", "accuracy against N"))
     for i, run in enumerate(runs):
         tag = "" if len(runs) == 1 else f"_{i + 1}"
@@ -313,7 +308,8 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
             f"<br><code>{html.escape(desc)}</code></p>" + table_html(m) + audit_html(m)
         )
         for stem, heading, alt, draw in RUN_FIGURES:
-            if draw(run, out_dir / f"{stem}{tag}.png"):
+            if (fig := draw(run)) is not None:
+                _save(fig, out_dir / f"{stem}{tag}.png")
                 parts.append(heading + img_html(f"{stem}{tag}.png", alt))
     page = out_dir / "index.html"
     write_text(page, html_page("lad report", parts))

@@ -360,8 +360,7 @@ def divergence_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULT
         "Accuracy (%) of each readout over the records whose answer is at that position (1 = "
         "first), and overall (mean ± std over the shuffles): the logits (vanilla), the raw "
         "attention argmax, the purified attention π (Eq. 12) and LAD. "
-        f"{settings_note(options, runs=runs)}. "
-        f"{calibration_note(runs)}",
+        f"{settings_note(options, runs=runs)}. {calibration_note(runs)}",
         ["Run", "Position", *DIVERGENCE_METHODS.values()],
         rows,
         {"runs": data, "k": k_note(options, runs)},

@@ -375,7 +375,7 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
     for run in runs:
         absent = [m for m in ("sofa", "perm-avg") if m not in run.methods()]
         missing += [
-            Missing("table8", f"{m} for {run.name}: no {RECORDS_FILES[m]}", run.methods_fix(m))
+            Missing("table8", f"{m} for {run.name}: no {_stage_file(m)}", run.methods_fix(m))
             for m in absent
         ]
         if len(absent) == 2:
@@ -409,6 +409,10 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
 
 
 COST_METHODS = ("vanilla", "sofa", "perm-avg", "blank", "lad")
+
+
+def _stage_file(method: str) -> str:
+    return RECORDS_FILES["perm-avg" if method == "perm-avg" else METHODS[method].stage]
 
 
 def _calibration_passes(run: Run, method: str) -> int:

@@ -17,7 +17,7 @@ import numpy as np
 
 from lad.io.files import write_text
 from lad.outputs.ablate import analyses
-from lad.outputs.ablate.runs import AblateOptions, Ablation, Missing, Run, Table
+from lad.outputs.ablate.runs import AblateOptions, Ablation, Missing, Run, Table, tau_label
 from lad.outputs.figures import gaps, plt
 from lad.outputs.figures import save_figure as _save
 from lad.outputs.tables import html_page, html_table, img_html
@@ -199,9 +199,7 @@ def _temperature_figure(table: Table, path: Path) -> None:
             ax.errorbar(x[j], acc[j], yerr=std[j], fmt="o", color=colour, capsize=3)
         ax.axhline(rows[0]["pride_acc"], color=colour, ls="--", lw=1, label=f"PriDe ({name})")
     taus = sorted({p["tau"] for p in points}, key=lambda t: _tau_position(t, top))
-    ax.set_xticks(
-        [_tau_position(t, top) for t in taus], ["∞" if t == "inf" else f"{t:g}" for t in taus]
-    )
+    ax.set_xticks([_tau_position(t, top) for t in taus], [tau_label(float(t)) for t in taus])
     title = "Figure 6(b): temperature" + _k_title(table) + " (mean ± std over shuffles)"
     ax.set(xlabel="τ (Eq. 12)", ylabel="accuracy (%)", title=title)
     ax.legend(fontsize=8)

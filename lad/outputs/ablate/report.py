@@ -105,10 +105,10 @@ def _html(result: Ablation) -> list[str]:
 # Figures, one per analysis, drawn from the table's `data`.
 
 
-def _by_run(items: list[dict[str, Any]], key: str = "run") -> dict[str, list[dict[str, Any]]]:
+def _by_run(items: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for item in items:
-        out.setdefault(item[key], []).append(item)
+        out.setdefault(item["run"], []).append(item)
     return out
 
 

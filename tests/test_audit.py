@@ -269,6 +269,9 @@ def test_the_report_shows_the_audit_panel_and_refuses_a_damaged_one(tmp_path):
     m["ci"]["recall_by_position"] = m["ci"]["recall_by_position"][:2]
     with pytest.raises(RunError, match=r"metrics\.json: damaged \(method 'vanilla': 'ci' must"):
         report_of(tmp_path, metrics)
+    older["methods"]["vanilla"]["position_test"] = [0.5]  # not an object: refused, not a crash
+    with pytest.raises(RunError, match=r"damaged \(method 'vanilla': 'position_test' must"):
+        report_of(tmp_path, older)
 
 
 # -- lad metrics --------------------------------------------------------------------------------

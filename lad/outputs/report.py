@@ -116,7 +116,7 @@ def _check_audit(m: dict[str, Any], n: int, bad: Any) -> None:
         p = test.get("p_value") if isinstance(test, dict) else None
         if not (p is None or (isinstance(p, (int, float)) and 0 <= p <= 1)):
             raise bad("'position_test' must hold a 'p_value' in [0, 1] (or null)")
-        if not isinstance(test.get("permutations"), int):
+        if not isinstance(test, dict) or not isinstance(test.get("permutations"), int):
             raise bad("'position_test' must hold an integer 'permutations'")
 
 

@@ -261,19 +261,6 @@ def add_settings(p: Any, *names: str, **override: Any) -> None:
         p.add_argument(*flags, dest=name, **{**options, **override})
 
 
-# The flags lad serve (lad.cli.serve) adds by name.
-def add_labels_flag(p: argparse.ArgumentParser) -> None:
-    add_settings(p, "labels")
-
-
-def add_dtype_flag(p: argparse.ArgumentParser) -> None:
-    add_settings(p, "dtype")
-
-
-def add_trust_remote_code_flag(p: Any) -> None:
-    add_settings(p, "trust_remote_code")
-
-
 def add_records_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--records", type=InputPath, required=True, help="evaluation records (.jsonl or .parquet)"

@@ -73,12 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = command(subparsers, "predict", _predict)
     add_settings(p, *MODEL_FLAGS)
-    p.add_argument(
-        "--calibration",
-        type=InputPath,
-        required=True,
-        help="calibration.json from lad calibrate/eval",
-    )
+    add_settings(p, "calibration", required=True, help="calibration.json from lad calibrate/eval")
     asked = p.add_mutually_exclusive_group(required=True)
     asked.add_argument("--query", help="the caption to match")
     asked.add_argument(

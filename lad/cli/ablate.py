@@ -16,6 +16,7 @@ from lad.cli.flags import (
     command,
     number,
     options_from,
+    read_as,
     resolved,
     whole,
 )
@@ -25,12 +26,8 @@ from lad.errors import LadError
 def _list(kind: str, parse: Callable[[str], Any], text: str) -> tuple:
     """Comma-separated values of `kind` ("int", "float", "str"), each read by `parse` (which
     may refuse a value out of range with an error naming its flag)."""
-    try:
-        values = tuple(parse(x) for x in text.split(",") if x.strip())
-    except (ValueError, argparse.ArgumentTypeError):
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated {kind}s, got {text!r}"
-        ) from None
+    listed = f"comma-separated {kind}s"
+    values = read_as(lambda t: tuple(parse(x) for x in t.split(",") if x.strip()), text, listed)
     if not values:
         raise argparse.ArgumentTypeError(f"expected at least one value, got {text!r}")
     return values

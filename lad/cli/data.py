@@ -15,6 +15,7 @@ from lad.cli.flags import (
     command,
     model_path,
     options_from,
+    read_as,
     whole,
 )
 from lad.data.questions import Benchmark
@@ -84,12 +85,7 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
 
 
 def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected numbers separated by commas, got {text!r}"
-        ) from None
+    return read_as(lambda t: [float(x) for x in t.split(",")], text, "numbers separated by commas")
 
 
 def _run_shapes(args: argparse.Namespace) -> int:

@@ -237,8 +237,7 @@ def _predict(args: argparse.Namespace) -> int:
     )
     if args.json:
         print(json.dumps(choice.to_dict(), indent=2))
-        return 0
-    if args.text_options is not None:
+    elif args.text_options is not None:
         print(choice.summary(args.text_options, "option"))
     else:
         print(choice.summary(args.images))

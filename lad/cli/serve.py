@@ -21,9 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, what in (("prompt_template", "prompt text"), ("chat_template", "Jinja file")):
         add_settings(p, name, help=f"as lad predict's ({what})")
     add_image_flags(p)
-    p.add_argument(
-        "--calibration", type=InputPath, required=True, help="calibration.json (lad calibrate)"
-    )
+    add_settings(p, "calibration", required=True, help="calibration.json (lad calibrate)")
     p.add_argument(
         "--image-root",
         type=InputPath,

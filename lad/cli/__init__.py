@@ -80,15 +80,14 @@ def main(argv: list[str] | None = None) -> int:
             check_not_run_files(outputs)  # a finished run's own files are its lad eval's
         with guarding(inputs, outputs):
             return int(args.func(args) or 0)
-    except LadError as e:
-        if isinstance(e, CalibrationMismatch):  # skipped on purpose by this flag
-            e.skip = "--no-calibration-check"
-        print(f"Error: {_one_line(str(e))}", file=sys.stderr)
     except KeyboardInterrupt:
         print("Interrupted; what was written so far is kept.", file=sys.stderr)
         return 130
-    except OSError as e:
-        print(f"Error: {_one_line(os_error_message(e))}", file=sys.stderr)
+    except (LadError, OSError) as e:
+        if isinstance(e, CalibrationMismatch):  # skipped on purpose by this flag
+            e.skip = "--no-calibration-check"
+        message = str(e) if isinstance(e, LadError) else os_error_message(e)
+        print(f"Error: {_one_line(message)}", file=sys.stderr)
     return 1
 
 

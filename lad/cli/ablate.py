@@ -16,6 +16,7 @@ from lad.cli.flags import (
     command,
     number,
     options_from,
+    read_as,
     resolved,
     whole,
 )
@@ -25,19 +26,17 @@ from lad.errors import LadError
 def _list(kind: str, parse: Callable[[str], Any], text: str) -> tuple:
     """Comma-separated values of `kind` ("int", "float", "str"), each read by `parse` (which
     may refuse a value out of range with an error naming its flag)."""
-    try:
-        values = tuple(parse(x) for x in text.split(",") if x.strip())
-    except (ValueError, argparse.ArgumentTypeError):
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated {kind}s, got {text!r}"
-        ) from None
+    listed = f"comma-separated {kind}s"
+    values = read_as(lambda t: tuple(parse(x) for x in t.split(",") if x.strip()), text, listed)
     if not values:
         raise argparse.ArgumentTypeError(f"expected at least one value, got {text!r}")
     return values
 
 
-def _whole_list(flag: str) -> Callable[[str], tuple[int, ...]]:
-    return lambda text: _list("int", whole(1, flag), text)
+def _list_of(kind: str, flag: str) -> Callable[[str], tuple]:
+    """Comma-separated whole numbers >= 1 ("int") or numbers >= 0 ("float") of `flag`."""
+    parse = whole(1, flag) if kind == "int" else number(flag, 0.0)
+    return lambda text: _list(kind, parse, text)
 
 
 # lad.outputs.ablate.ANALYSES' keys, in its order (a test keeps them equal): named here so
@@ -70,22 +69,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"comma-separated analyses of {','.join(ANALYSES)} (default: all)",
     )
     add_lad_flags(p)
-    # --ks, --sizes, --taus unstated: AblateOptions' defaults (their help states them)
-    p.add_argument(
-        "--ks",
-        type=_whole_list("--ks"),
-        help="K of Table 4's rows (default: 1,2,4,8)",
-    )
-    p.add_argument(
-        "--sizes",
-        type=_whole_list("--sizes"),
-        help="|D_cal| of Figure 6(a) (default: 1,5,10,20,50,100)",
-    )
-    p.add_argument(
-        "--taus",
-        type=lambda text: _list("float", number("--taus", 0.0), text),
-        help="τ of Figure 6(b); 'inf' is the limit (default: 0,1,3,5,7,9,inf)",
-    )
+    sweeps = {  # unstated: AblateOptions' defaults (their help states them)
+        "--ks": ("int", "K of Table 4's rows (default: 1,2,4,8)"),
+        "--sizes": ("int", "|D_cal| of Figure 6(a) (default: 1,5,10,20,50,100)"),
+        "--taus": ("float", "τ of Figure 6(b); 'inf' is the limit (default: 0,1,3,5,7,9,inf)"),
+    }
+    for flag, (kind, help_text) in sweeps.items():
+        p.add_argument(flag, type=_list_of(kind, flag), help=help_text)
     add_settings(
         p,
         "calibration_items",

@@ -15,6 +15,7 @@ from lad.cli.flags import (
     command,
     model_path,
     options_from,
+    read_as,
     whole,
 )
 from lad.data.questions import Benchmark
@@ -39,10 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for benchmark in BENCHMARKS.values():
         _register_released(commands, benchmark)
     _register_text(commands)
-
-
-def _add(commands: argparse._SubParsersAction, name: str, help_text: str, example: str):
-    return command(commands, name, help_text, help_text, example)
 
 
 def _common(p: argparse.ArgumentParser, items_default: int) -> None:
@@ -88,12 +85,7 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
 
 
 def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected numbers separated by commas, got {text!r}"
-        ) from None
+    return read_as(lambda t: [float(x) for x in t.split(",")], text, "numbers separated by commas")
 
 
 def _run_shapes(args: argparse.Namespace) -> int:
@@ -131,7 +123,7 @@ _REAL = {  # lad data coco|flickr8k: (help, example)
 def _register_real(
     commands: argparse._SubParsersAction, name: str, help_text: str, example: str
 ) -> None:
-    p = _add(commands, name, help_text, example)
+    p = command(commands, name, help_text, "", example)
     p.add_argument(
         "--images", type=InputPath, required=True, help="folder holding the dataset's images"
     )
@@ -257,7 +249,7 @@ def _run_import(args: argparse.Namespace) -> int:
 
 def _register_released(commands: argparse._SubParsersAction, benchmark: Benchmark) -> None:
     """`lad data <benchmark>` for a released benchmark (lad.data.benchmarks)."""
-    p = _add(commands, benchmark.name, benchmark.description, benchmark.example)
+    p = command(commands, benchmark.name, benchmark.description, "", benchmark.example)
     title = benchmark.title
     if benchmark.embedded:
         p.add_argument(
@@ -393,23 +385,18 @@ def _run_text_demo(args: argparse.Namespace) -> int:
 
 
 def _run_text(args: argparse.Namespace) -> int:
-    from lad.data.judgments import import_judgments
-    from lad.data.mmlu import import_mmlu
+    from lad.data import judgments, mmlu, textjsonl
     from lad.data.released import summary_lines
-    from lad.data.textjsonl import import_text
 
     _jsonl(str(args.out))
-    split = {name: getattr(args, name) for name in ("task", "items", "calibration_items", "seed")}
-    if args.converter == "judgments":
-        written = import_judgments(args.path, args.out, **split)
-    elif args.converter == "mmlu":
-        written = import_mmlu(args.path, args.out, num_candidates=args.num_candidates, **split)
-    else:
-        fields = ("question_field", "options_field", "answer_field", "task_field")
-        named = {name: getattr(args, name) for name in fields}
-        written = import_text(
-            args.path, args.out, num_candidates=args.num_candidates, **named, **split
-        )
-    for line in summary_lines(written):
+    convert = {
+        "judgments": judgments.import_judgments,
+        "mmlu": mmlu.import_mmlu,
+        "text": textjsonl.import_text,
+    }[args.converter]
+    names = "task num_candidates items calibration_items seed question_field options_field "
+    names += "answer_field task_field"  # each converter's flags, those it has
+    options = {name: getattr(args, name) for name in names.split() if name in vars(args)}
+    for line in summary_lines(convert(args.path, args.out, **options)):
         print(line)
     return 0

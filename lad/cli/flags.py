@@ -75,6 +75,15 @@ def declared_files(
     return inputs, outputs
 
 
+def read_as(read: Callable[[str], Any], text: str, expected: str) -> Any:
+    """read(text); where it raises ValueError (or a usage error), the usage error "expected
+    EXPECTED, got 'TEXT'" (argparse says which argument)."""
+    try:
+        return read(text)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+
+
 def add_whole(p: Any, *names: str, minimum: int, help: str, default: int | None = None) -> None:
     """A flag taking a whole number >= minimum (`whole`), named in its errors by its first name."""
     p.add_argument(*names, type=whole(minimum, names[0]), default=default, help=help)
@@ -86,10 +95,7 @@ def whole(minimum: int, flag: str) -> Callable[[str], int]:
     as the library's own checks read, so every refusal names its flag."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        value = read_as(int, text, "a whole number")
         if value < minimum:
             raise LadError(f"{flag} must be >= {minimum}. Got {value}.")
         return value
@@ -102,10 +108,7 @@ def number(flag: str, low: float, *, closed: bool = True) -> Callable[[str], flo
     where = f"{'>=' if closed else '>'} {low:g}"
 
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        value = read_as(float, text, "a number")
         inside = low <= value if closed else low < value  # NaN: False
         if not inside:
             raise LadError(f"{flag} must be a number {where}. Got {text}.")
@@ -261,19 +264,6 @@ def add_settings(p: Any, *names: str, **override: Any) -> None:
         p.add_argument(*flags, dest=name, **{**options, **override})
 
 
-# The flags lad serve (lad.cli.serve) adds by name.
-def add_labels_flag(p: argparse.ArgumentParser) -> None:
-    add_settings(p, "labels")
-
-
-def add_dtype_flag(p: argparse.ArgumentParser) -> None:
-    add_settings(p, "dtype")
-
-
-def add_trust_remote_code_flag(p: Any) -> None:
-    add_settings(p, "trust_remote_code")
-
-
 def add_records_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--records", type=InputPath, required=True, help="evaluation records (.jsonl or .parquet)"
@@ -318,11 +308,7 @@ def number_or(word: str, expected: str, check: Callable[[float, str], None]) -> 
     def parse(text: str) -> float | str:
         if text == word:
             return text
-        try:
-            value = float(text)
-        except ValueError:
-            message = f"expected {expected} or {word!r}, got {text!r}"
-            raise argparse.ArgumentTypeError(message) from None
+        value = read_as(float, text, f"{expected} or {word!r}")
         check(value, text)
         return value
 
@@ -341,12 +327,8 @@ def _check_sigma(value: float, text: str) -> None:
 def _layers(text: str) -> str | tuple[int, ...]:
     if text in ("top-k", "all"):
         return text
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected 'top-k', 'all' or comma-separated 0-based layer indices, got {text!r}"
-        ) from None
+    indices = "'top-k', 'all' or comma-separated 0-based layer indices"
+    return read_as(lambda t: tuple(int(x) for x in t.split(",")), text, indices)
 
 
 def image_options(args: argparse.Namespace) -> dict[str, Any]:

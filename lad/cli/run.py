@@ -73,12 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = command(subparsers, "predict", _predict)
     add_settings(p, *MODEL_FLAGS)
-    p.add_argument(
-        "--calibration",
-        type=InputPath,
-        required=True,
-        help="calibration.json from lad calibrate/eval",
-    )
+    add_settings(p, "calibration", required=True, help="calibration.json from lad calibrate/eval")
     asked = p.add_mutually_exclusive_group(required=True)
     asked.add_argument("--query", help="the caption to match")
     asked.add_argument(
@@ -242,8 +237,7 @@ def _predict(args: argparse.Namespace) -> int:
     )
     if args.json:
         print(json.dumps(choice.to_dict(), indent=2))
-        return 0
-    if args.text_options is not None:
+    elif args.text_options is not None:
         print(choice.summary(args.text_options, "option"))
     else:
         print(choice.summary(args.images))

@@ -90,10 +90,7 @@ def run_score(args: argparse.Namespace) -> int:
     check_output_file(args.out)  # an output that is an input: refused by lad.cli.main
     if args.save_calibration:
         check_output_file(args.save_calibration, "--save-calibration")
-    records = read_records(args.records)
-    if not len(records):
-        raise LadError(f"{args.records}: holds no records; nothing to score")
-    warn_if_running(args.records, len(records))
+    records = run_records(args.records, "score")
     calibration = None
     if args.calibration:
         calibration = Calibration.load(args.calibration)
@@ -125,17 +122,22 @@ def run_score(args: argparse.Namespace) -> int:
     return 0
 
 
-def warn_if_running(records: str, count: int) -> None:
-    """Records of a run directory a lad eval is still writing are a part of the run: say so."""
+def run_records(records: str, doing: str) -> RecordSet:
+    """The records --records names, refused when it holds none. Those of a run directory a lad
+    eval is still writing are a part of the run: said so."""
     from lad.run.lock import running_holder
 
+    found = read_records(records)
+    if not len(found):
+        raise LadError(f"{records}: holds no records; nothing to {doing}")
     holder = running_holder(Path(records).parent)
     if holder is not None:
         print(
             f"Warning: {Path(records).parent} is being written by a running lad eval ({holder}); "
-            f"these are the {count} records of {records} written so far, not the finished run",
+            f"these are the {len(found)} records of {records} written so far, not the finished run",
             file=sys.stderr,
         )
+    return found
 
 
 def _register_metrics(subparsers: argparse._SubParsersAction) -> None:
@@ -177,10 +179,7 @@ def run_metrics(args: argparse.Namespace) -> int:
     boot = Bootstrap(resamples=args.bootstrap, seed=args.bootstrap_seed)  # its bound first
     if args.out:
         check_output_file(args.out)
-    records = read_records(args.records)
-    if not len(records):
-        raise LadError(f"{args.records}: holds no records; nothing to measure")
-    warn_if_running(args.records, len(records))
+    records = run_records(args.records, "measure")
     predictions = read_predictions(args.predictions)
     if not predictions:
         raise LadError(f"{args.predictions}: holds no predictions; nothing to measure")

@@ -6,29 +6,22 @@ import argparse
 
 from lad.cli.flags import (
     InputPath,
-    add_dtype_flag,
     add_image_flags,
-    add_labels_flag,
     add_lad_flags,
-    add_trust_remote_code_flag,
+    add_settings,
     add_whole,
     command,
-    model_path,
 )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = command(subparsers, "serve", _serve)
-    p.add_argument("--model", type=model_path, default="demo", help="hub id, local path or 'demo'")
-    add_trust_remote_code_flag(p)
-    add_dtype_flag(p)
-    add_labels_flag(p)
-    for flag, what in (("--prompt-template", "prompt text"), ("--chat-template", "Jinja file")):
-        p.add_argument(flag, type=InputPath, metavar="FILE", help=f"as lad predict's ({what})")
+    add_settings(p, "model", help="hub id, local path or 'demo'")
+    add_settings(p, "trust_remote_code", "dtype", "labels")
+    for name, what in (("prompt_template", "prompt text"), ("chat_template", "Jinja file")):
+        add_settings(p, name, help=f"as lad predict's ({what})")
     add_image_flags(p)
-    p.add_argument(
-        "--calibration", type=InputPath, required=True, help="calibration.json (lad calibrate)"
-    )
+    add_settings(p, "calibration", required=True, help="calibration.json (lad calibrate)")
     p.add_argument(
         "--image-root",
         type=InputPath,

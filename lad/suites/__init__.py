@@ -297,14 +297,11 @@ def _column(raw: Any, layout: str, where: str) -> Column:
 def _paper(raw: dict[str, Any], ids: list[str], where: str) -> dict[str, Any]:
     """[paper.MODEL."cell id".METHOD] metric = value: every cell id one of the suite's."""
     for model, by_cell in raw.items():
-        _paper_table(by_cell, f"{where}[paper.{model!r}]")
-        for cell, by_method in by_cell.items():
+        for cell, by_method in _paper_table(by_cell, where, model).items():
             if cell not in ids:
                 raise DataError(f"{where}[paper.{model!r}] names cell {cell!r}, not a cell id")
-            _paper_table(by_method, f"{where}[paper.{model!r}.{cell!r}]")
-            for method, values in by_method.items():
-                _paper_table(values, f"{where}[paper.{model!r}.{cell!r}.{method!r}]")
-                for metric, value in values.items():
+            for method, values in _paper_table(by_method, where, model, cell).items():
+                for metric, value in _paper_table(values, where, model, cell, method).items():
                     if metric not in METRICS or not isinstance(value, (int, float)):
                         raise DataError(
                             f"{where}[paper] {model} / {cell} / {method}: {metric} = {value!r} "
@@ -313,9 +310,12 @@ def _paper(raw: dict[str, Any], ids: list[str], where: str) -> dict[str, Any]:
     return raw
 
 
-def _paper_table(value: Any, where: str) -> None:
+def _paper_table(value: Any, where: str, *keys: str) -> dict[str, Any]:
+    """`value`, the table [paper.KEY1.KEY2...] (keys quoted), refused unless a table."""
     if not isinstance(value, dict):
+        name = ".".join(repr(k) for k in keys)
         raise DataError(
-            f'{where} must be a table ([paper.MODEL."cell id".METHOD] metric = value), got '
-            f"{value!r:.60}"
+            f'{where}[paper.{name}] must be a table ([paper.MODEL."cell id".METHOD] metric = '
+            f"value), got {value!r:.60}"
         )
+    return value

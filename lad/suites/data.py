@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lad.data.benchmarks import BENCHMARKS
 from lad.data.builders import calibration_path_for
 from lad.errors import DataError
 from lad.io.files import below, child
@@ -104,22 +105,16 @@ def _convert(
     }
     paths = {k: below(root, v, DataError) for k, v in bench.paths.items()}
     n = cell.num_candidates
-    if bench.kind == "mmiu":
-        from lad.data.mmiu import import_mmiu
+    if bench.kind in BENCHMARKS:  # a released benchmark: lad data's converter of it
+        from lad.data.released import Options, convert
 
-        import_mmiu(paths["questions"], out, task=cell.task, images_dir=paths["images"],
-                    num_candidates=n, **split)  # fmt: skip
-    elif bench.kind in ("muirbench", "blink"):
-        from lad.data.blink import import_blink
-        from lad.data.muirbench import import_muirbench
-
-        convert = import_muirbench if bench.kind == "muirbench" else import_blink
-        source, task = paths["questions"], cell.task
-        if task and child(source, task, DataError, "task ").is_dir():
+        benchmark, source, task = BENCHMARKS[bench.kind], paths["questions"], cell.task
+        if benchmark.embedded and task and child(source, task, DataError, "task ").is_dir():
             # BLINK's folder per subtask (Forensic_Detection/) holds that subtask alone, whose
             # rows' `sub_task` spells it otherwise ("Forensic Detection"): all its rows
             source, task = source / task, None
-        convert(source, out, task=task, num_candidates=n, **split)
+        options = Options(images=paths.get("images"), task=task, num_candidates=n, **split)
+        convert(benchmark, source, out, options)
     else:
         from lad.data.builders import DEFAULT_CLIP, BuildOptions, build_benchmark
 

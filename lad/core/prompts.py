@@ -172,15 +172,13 @@ def _writes_options(text: str) -> bool:
 def _check_options(text: str, texts: bool, who: str, whose: str) -> None:
     """A template writes {options} exactly when the candidates are `texts`; `who` is the
     template as messages name it, `whose` the candidates' owner ("the items'")."""
-    if texts and not _writes_options(text):
+    if texts != _writes_options(text):
         raise LadError(
             f"{who} does not write {{{OPTIONS}}}, where {whose} text candidates are listed; add "
             "it to the template"
-        )
-    if not texts and _writes_options(text):
-        raise LadError(
-            f"{who} writes {{{OPTIONS}}}, which lists text candidates, but {whose} candidates are "
-            "pictures; use a template without it"
+            if texts
+            else f"{who} writes {{{OPTIONS}}}, which lists text candidates, but {whose} "
+            "candidates are pictures; use a template without it"
         )
 
 
@@ -350,14 +348,12 @@ def vanilla_template(items: Sequence[Item], custom: PromptTemplate | None = None
 def prompt_sha256(template: str | PromptTemplate, scheme: LabelScheme, num_candidates: int) -> str:
     """Fingerprint of a prompt format, stored in calibration.json so a mismatch is caught; the
     paper's vanilla template keeps the one it always had, by name or as a PromptTemplate."""
-    if isinstance(template, PromptTemplate):
-        if template.text != TEMPLATES["vanilla"]:
-            labels = "|".join(scheme.labels(num_candidates))
-            key = f"template\n{scheme.name}\n{labels}\n{template.text}"
-            return hashlib.sha256(key.encode()).hexdigest()
-        template = "vanilla"
-    text = render_prompt(template, "{caption}", scheme, num_candidates)
-    key = f"{template}\n{scheme.name}\n{'|'.join(scheme.labels(num_candidates))}\n{text}"
+    if isinstance(template, PromptTemplate) and template.text != TEMPLATES["vanilla"]:
+        name, text = "template", template.text
+    else:
+        name = "vanilla" if isinstance(template, PromptTemplate) else template
+        text = render_prompt(name, "{caption}", scheme, num_candidates)
+    key = f"{name}\n{scheme.name}\n{'|'.join(scheme.labels(num_candidates))}\n{text}"
     return hashlib.sha256(key.encode()).hexdigest()
 
 

@@ -469,9 +469,7 @@ def check_output_dir(text: PathLike, flag: str = "--out") -> Path:
 def check_writable(folder: Path, flag: str, text: PathLike) -> None:
     """The nearest existing folder at or above `folder` must accept new files."""
     probe = folder
-    while not probe.exists():
-        if probe.parent == probe:
-            break
+    while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         raise LadError(f"{flag} {text}: {probe} is a file, so no folder can be made there")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
-from lad.errors import LadError
+from lad.errors import LadError, check_choice
 
 _ROMAN = ("I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII")
 _ORDINALS = (
@@ -68,9 +68,5 @@ def schemes_for(num_candidates: int) -> str:
 
 
 def get_scheme(name: str) -> LabelScheme:
-    try:
-        return LABEL_SCHEMES[name]
-    except KeyError:
-        raise LadError(
-            f"The 'labels' parameter must be one of {sorted(LABEL_SCHEMES)}. Got {name!r} instead."
-        ) from None
+    check_choice("labels", name, sorted(LABEL_SCHEMES))
+    return LABEL_SCHEMES[name]

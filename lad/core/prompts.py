@@ -303,18 +303,12 @@ def shown_pictures(item: Item, order: Sequence[int]) -> tuple[list[Path], list[i
     """Every picture of `item`'s prompt under `order`, in the order the prompt shows them, and
     where among them the candidates at positions 0..N-1 are (the image spans that are scored)."""
     parts = prompt_parts(item.asked, item.num_candidates, len(item.context_images))
-    shown: list[Path] = []
-    candidates = [0] * item.num_candidates
-    for part in parts:
-        if isinstance(part, str):
-            continue
-        kind, k = part
-        if kind == "candidate":
-            candidates[k] = len(shown)
-            shown.append(item.images[order[k]])
-        else:
-            shown.append(item.context_images[k])
-    return shown, candidates
+    slots = [part for part in parts if not isinstance(part, str)]
+    shown = [
+        item.images[order[k]] if kind == "candidate" else item.context_images[k]
+        for kind, k in slots
+    ]
+    return shown, [slots.index(("candidate", p)) for p in range(item.num_candidates)]
 
 
 def vanilla_template(items: Sequence[Item], custom: PromptTemplate | None = None) -> PromptTemplate:

@@ -165,14 +165,10 @@ def fill(text: str, query: str, scheme: LabelScheme, num_candidates: int) -> str
     return text.format(**_values(query, scheme, num_candidates))
 
 
-def _writes_options(text: str) -> bool:
-    return any(name == OPTIONS for _, name, _, _ in string.Formatter().parse(text))
-
-
 def _check_options(text: str, texts: bool, who: str, whose: str) -> None:
     """A template writes {options} exactly when the candidates are `texts`; `who` is the
     template as messages name it, `whose` the candidates' owner ("the items'")."""
-    if texts != _writes_options(text):
+    if texts != any(name == OPTIONS for _, name, _, _ in string.Formatter().parse(text)):
         raise LadError(
             f"{who} does not write {{{OPTIONS}}}, where {whose} text candidates are listed; add "
             "it to the template"

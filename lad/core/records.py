@@ -46,7 +46,6 @@ class Record:
 
 
 RECORD_KEYS = ("item", "ordering", "order", "answer", "logprobs", "attention", "extra")
-_KEYS = frozenset(RECORD_KEYS)
 _ARRAYS = ("items", "ordering", "order", "answer", "logprobs", "attention")  # RecordSet's arrays
 
 
@@ -149,7 +148,7 @@ def _fault(obj: Any, n: int | None = None, nl: int | None = None) -> str | None:
     for key in RECORD_KEYS[:-1]:
         if key not in obj:
             return f"missing key {key!r} (a record has keys {list(RECORD_KEYS)})"
-    unknown = obj.keys() - _KEYS
+    unknown = obj.keys() - RECORD_KEYS
     if unknown:
         return (
             f"unknown key(s) {sorted(unknown)}; a record has keys {list(RECORD_KEYS)} "

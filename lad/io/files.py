@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import mmap
 import os
@@ -363,13 +364,12 @@ def guarding(
     global _guard
     check_not_inputs(outputs, inputs)
     named = [(k, Path(v)) for k, v in outputs.items() if v is not None]
-    for i, (name, path) in enumerate(named):
-        for other, where in named[i + 1 :]:
-            if _same(path, where):
-                raise LadError(
-                    f"{name} {path} is the same file as {other} {where}: a command writes each "
-                    f"of its files once; choose another {_flag(name)}"
-                )
+    for (name, path), (other, where) in itertools.combinations(named, 2):
+        if _same(path, where):
+            raise LadError(
+                f"{name} {path} is the same file as {other} {where}: a command writes each "
+                f"of its files once; choose another {_flag(name)}"
+            )
     guard = _Guard([path for _, path in named])
     for name, path in _flatten(inputs):
         guard.add(name, path)
@@ -423,16 +423,12 @@ def check_not_inputs(
 ) -> None:
     """Refuse an output that is one of the inputs, however spelled (`./x` and `x`, a symlink or
     a hard link to it). Keys are how the user named each path, e.g. "--out", "--records"."""
-    flat = _flatten(inputs)
-    for out_name, out in outputs.items():
-        if out is None:
-            continue
-        for in_name, path in flat:
-            if _same(Path(out), path):
-                raise LadError(
-                    f"{out_name} {out} is the same file as {in_name} {path}: lad never writes "
-                    f"over its inputs; choose another {_flag(out_name)}"
-                )
+    for (out_name, out), (in_name, path) in itertools.product(outputs.items(), _flatten(inputs)):
+        if out is not None and _same(Path(out), path):
+            raise LadError(
+                f"{out_name} {out} is the same file as {in_name} {path}: lad never writes "
+                f"over its inputs; choose another {_flag(out_name)}"
+            )
 
 
 def _flag(name: str) -> str:

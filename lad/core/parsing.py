@@ -35,10 +35,7 @@ _ANSWER_IS = re.compile(r"the answer is", re.I)
 
 def _clean(text: str) -> str:
     text = text.strip().strip(_WRAP).strip()
-    while True:
-        stripped = _PREFIX.sub("", text).strip().strip(_WRAP).strip()
-        if stripped == text:
-            break
+    while (stripped := _PREFIX.sub("", text).strip().strip(_WRAP).strip()) != text:
         text = stripped
     return text.rstrip(".,;:!").strip(_WRAP).strip()
 

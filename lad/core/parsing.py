@@ -41,9 +41,8 @@ def _clean(text: str) -> str:
 
 
 def _word_pattern(label: str) -> str:
-    if label.isdigit():
-        return rf"(?<!\d){re.escape(label)}(?!\d)"
-    return rf"(?<![A-Za-z]){re.escape(label)}(?![A-Za-z])"
+    touching = r"\d" if label.isdigit() else "[A-Za-z]"  # what may not touch the label
+    return rf"(?<!{touching}){re.escape(label)}(?!{touching})"
 
 
 def parse_answer(reply: str, labels: Sequence[str]) -> int:

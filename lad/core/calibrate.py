@@ -237,8 +237,7 @@ class Calibration:
                 f"{obs_mean}), or leave obs_mean out to use the calibration's"
             )
         if strict:
-            made, asked = self.fingerprint, fingerprint or UNKNOWN
-            check_fingerprint(made, asked, whose, require_fingerprint)
+            check_fingerprint(self.fingerprint, fingerprint or UNKNOWN, whose, require_fingerprint)
 
     # -- files ---------------------------------------------------------------------------------
 

@@ -323,21 +323,11 @@ class _Guard:
 
     def add(self, name: str, path: Path) -> None:
         self.by_path.setdefault(path.resolve(), (name, path))
-        try:
-            st = path.stat()
-        except OSError:
-            return
-        self.by_inode.setdefault((st.st_dev, st.st_ino), (name, path))
+        if (inode := _inode(path)) is not None:
+            self.by_inode.setdefault(inode, (name, path))
 
     def find(self, path: Path) -> tuple[str, Path] | None:
-        found = self.by_path.get(path.resolve())
-        if found is None:
-            try:
-                st = path.stat()
-            except OSError:
-                return None
-            found = self.by_inode.get((st.st_dev, st.st_ino))
-        return found
+        return self.by_path.get(path.resolve()) or self.by_inode.get(_inode(path))
 
 
 _guard: _Guard | None = None
@@ -408,13 +398,19 @@ def _within(path: Path, folder: Path) -> bool:
         return False
 
 
-def _same(a: Path, b: Path) -> bool:
-    if a.resolve() == b.resolve():
-        return True
+def _inode(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`, one for all its hard links; None when none."""
     try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)  # hard links
-    except OSError:
-        return False
+        st = path.stat()
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _same(a: Path, b: Path) -> bool:
+    """The same file: the same resolved path, or hard links to one inode."""
+    inode = _inode(a)
+    return a.resolve() == b.resolve() or (inode is not None and inode == _inode(b))
 
 
 def check_not_inputs(

@@ -320,10 +320,8 @@ def vanilla_template(items: Sequence[Item], custom: PromptTemplate | None = None
         )
     if custom is not None and items:
         _check_options(custom.text, kinds == {True}, "--prompt-template", "the items'")
-    if kinds == {True}:
+    if custom is not None or kinds == {True}:
         return custom or TEXT
-    if custom is not None:
-        return custom
     asks = {it.question is not None for it in items}
     if len(asks) > 1:
         with_q = next(it.id for it in items if it.question is not None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+from collections.abc import Collection
 
 
 class LadError(Exception):
@@ -27,6 +28,16 @@ class BackendError(LadError):
 
 class RunError(LadError):
     """A run directory holds work from other arguments, or is otherwise unusable."""
+
+
+def check_choice(
+    name: str, value: object, allowed: Collection[str], error: type[LadError] = LadError
+) -> None:
+    """Refuse a parameter's `value` unless one of `allowed` (listed in that order)."""
+    if value not in allowed:
+        raise error(
+            f"The '{name}' parameter must be one of {list(allowed)}. Got {value!r} instead."
+        )
 
 
 def at(path: object, line: int | None = None) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 
 from lad.core.fingerprint import UNKNOWN, Fingerprint, check_fingerprint
 from lad.core.records import Record, RecordSet
-from lad.errors import CalibrationError
+from lad.errors import CalibrationError, check_choice
 from lad.io.files import read_json, write_text
 
 FORMAT = "lad-calibration/1"
@@ -111,11 +111,7 @@ class Calibration:
     """
 
     def __init__(self, *, obs_mean: str = "prob"):
-        if obs_mean not in OBS_MEANS:
-            raise CalibrationError(
-                f"The 'obs_mean' parameter must be one of {list(OBS_MEANS)}. "
-                f"Got {obs_mean!r} instead."
-            )
+        check_choice("obs_mean", obs_mean, OBS_MEANS, CalibrationError)
         self.obs_mean = obs_mean
         self.log_obs: np.ndarray | None = None
         self.gamma: float | None = None
@@ -241,8 +237,7 @@ class Calibration:
                 f"{obs_mean}), or leave obs_mean out to use the calibration's"
             )
         if strict:
-            made, asked = self.fingerprint, fingerprint or UNKNOWN
-            check_fingerprint(made, asked, whose, require_fingerprint)
+            check_fingerprint(self.fingerprint, fingerprint or UNKNOWN, whose, require_fingerprint)
 
     # -- files ---------------------------------------------------------------------------------
 

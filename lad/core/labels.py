@@ -9,31 +9,27 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
-from lad.errors import LadError
+from lad.errors import LadError, check_choice
 
-_ROMAN = ["I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII"]
-_ORDINALS = [
+_ROMAN = ("I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII")
+_ORDINALS = (
     "first", "second", "third", "fourth", "fifth", "sixth",
     "seventh", "eighth", "ninth", "tenth", "eleventh", "twelfth",
-]  # fmt: skip
-# Each scheme's labels, as many as it names (a slice is a fresh list).
-_LABELS = {
-    "digits": [str(i) for i in range(1, 13)],
-    "upper": list(string.ascii_uppercase),
-    "lower": list(string.ascii_lowercase),
-    "roman": _ROMAN,
-    "words": _ORDINALS,
-    "image-ordinals": [f"the {word} image" for word in _ORDINALS],
-}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class LabelScheme:
-    """How positions are named. `noun` fills the prompt: "Respond with the index {noun} only"."""
+    """How positions are named: `names` c_1, c_2, … as many as the scheme names. `noun` fills
+    the prompt: "Respond with the index {noun} only"."""
 
     name: str
     noun: str
-    max_candidates: int
+    names: tuple[str, ...]
+
+    @property
+    def max_candidates(self) -> int:
+        return len(self.names)
 
     def labels(self, num_candidates: int) -> list[str]:
         """c_1 … c_N for this scheme."""
@@ -43,18 +39,18 @@ class LabelScheme:
                 f"{num_candidates} (--num-candidates, or the images given); "
                 f"{schemes_for(num_candidates)}"
             )
-        return _LABELS[self.name][:num_candidates]
+        return list(self.names[:num_candidates])
 
 
 LABEL_SCHEMES: dict[str, LabelScheme] = {
     s.name: s
     for s in (
-        LabelScheme("digits", "number", 12),
-        LabelScheme("upper", "letter", 26),
-        LabelScheme("lower", "letter", 26),
-        LabelScheme("roman", "numeral", 12),
-        LabelScheme("words", "word", 12),
-        LabelScheme("image-ordinals", "phrase", 12),
+        LabelScheme("digits", "number", tuple(str(i) for i in range(1, 13))),
+        LabelScheme("upper", "letter", tuple(string.ascii_uppercase)),
+        LabelScheme("lower", "letter", tuple(string.ascii_lowercase)),
+        LabelScheme("roman", "numeral", _ROMAN),
+        LabelScheme("words", "word", _ORDINALS),
+        LabelScheme("image-ordinals", "phrase", tuple(f"the {word} image" for word in _ORDINALS)),
     )
 }
 
@@ -72,9 +68,5 @@ def schemes_for(num_candidates: int) -> str:
 
 
 def get_scheme(name: str) -> LabelScheme:
-    try:
-        return LABEL_SCHEMES[name]
-    except KeyError:
-        raise LadError(
-            f"The 'labels' parameter must be one of {sorted(LABEL_SCHEMES)}. Got {name!r} instead."
-        ) from None
+    check_choice("labels", name, sorted(LABEL_SCHEMES))
+    return LABEL_SCHEMES[name]

@@ -28,7 +28,7 @@ from lad.core.calibrate import (
 from lad.core.labels import get_scheme
 from lad.core.parsing import UNPARSEABLE, majority_vote, parse_answer, parse_answer_is, parse_cot
 from lad.core.records import RecordSet
-from lad.errors import CalibrationError, LadError, RecordError
+from lad.errors import CalibrationError, LadError, RecordError, check_choice
 
 LAYER_STRATEGIES = ("top-k", "all")
 # The values MethodOptions' named choices allow (the CLI's flags offer these).
@@ -108,9 +108,9 @@ class MethodOptions:
                 f"The 'blank_alpha' parameter must be a number >= 0 or 'entropy'. Got {alpha!r}."
             )
         for name, allowed in CHOICES.items():
-            _choice(name, getattr(self, name), allowed)
+            check_choice(name, getattr(self, name), allowed)
         if isinstance(self.layers, str):
-            _choice("layers", self.layers, LAYER_STRATEGIES)
+            check_choice("layers", self.layers, LAYER_STRATEGIES)
         elif not self.layers or not all(isinstance(i, int) for i in self.layers):
             raise LadError(
                 f"The 'layers' parameter must be 'top-k', 'all' or a non-empty tuple of layer "
@@ -130,13 +130,6 @@ class MethodOptions:
                 f"The 'layer_range' parameter must be (first, last) with 0 <= first <= last. "
                 f"Got {self.layer_range!r} instead."
             )
-
-
-def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise LadError(
-            f"The '{name}' parameter must be one of {list(allowed)}. Got {value!r} instead."
-        )
 
 
 # ---------------------------------------------------------------------------------------------

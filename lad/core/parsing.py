@@ -35,18 +35,14 @@ _ANSWER_IS = re.compile(r"the answer is", re.I)
 
 def _clean(text: str) -> str:
     text = text.strip().strip(_WRAP).strip()
-    while True:
-        stripped = _PREFIX.sub("", text).strip().strip(_WRAP).strip()
-        if stripped == text:
-            break
+    while (stripped := _PREFIX.sub("", text).strip().strip(_WRAP).strip()) != text:
         text = stripped
     return text.rstrip(".,;:!").strip(_WRAP).strip()
 
 
 def _word_pattern(label: str) -> str:
-    if label.isdigit():
-        return rf"(?<!\d){re.escape(label)}(?!\d)"
-    return rf"(?<![A-Za-z]){re.escape(label)}(?![A-Za-z])"
+    touching = r"\d" if label.isdigit() else "[A-Za-z]"  # what may not touch the label
+    return rf"(?<!{touching}){re.escape(label)}(?!{touching})"
 
 
 def parse_answer(reply: str, labels: Sequence[str]) -> int:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import orjson
 
-from lad.core.records import RecordSet, dumps
+from lad.core.records import RecordSet, dumps, jsonl_objects
 from lad.errors import RecordError, at
 from lad.io.files import check_object, note_input, replacing
 
@@ -65,19 +65,10 @@ def read_predictions(path: str | Path) -> list[Prediction]:
     if not path.is_file():
         raise RecordError(f"{path}: no such predictions file")
     note_input(path)
-    out: list[Prediction] = []
-    with path.open("rb") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                out.append(_parse_prediction(line, at(path, lineno)))
-    return out
+    return [_parse_prediction(obj, at(path, lineno)) for lineno, obj in jsonl_objects(path)]
 
 
-def _parse_prediction(line: bytes, where: str) -> Prediction:
-    try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError as e:
-        raise RecordError(f"{where}not valid JSON ({e})") from None
+def _parse_prediction(obj: Any, where: str) -> Prediction:
     kinds = {"item": str, "ordering": int, "method": str, "prediction": int}
     check_object(obj, kinds, where, RecordError, hint=f" (a prediction has {PREDICTION_KEYS})")
     scores = obj.get("scores", [])

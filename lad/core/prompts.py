@@ -165,22 +165,16 @@ def fill(text: str, query: str, scheme: LabelScheme, num_candidates: int) -> str
     return text.format(**_values(query, scheme, num_candidates))
 
 
-def _writes_options(text: str) -> bool:
-    return any(name == OPTIONS for _, name, _, _ in string.Formatter().parse(text))
-
-
 def _check_options(text: str, texts: bool, who: str, whose: str) -> None:
     """A template writes {options} exactly when the candidates are `texts`; `who` is the
     template as messages name it, `whose` the candidates' owner ("the items'")."""
-    if texts and not _writes_options(text):
+    if texts != any(name == OPTIONS for _, name, _, _ in string.Formatter().parse(text)):
         raise LadError(
             f"{who} does not write {{{OPTIONS}}}, where {whose} text candidates are listed; add "
             "it to the template"
-        )
-    if not texts and _writes_options(text):
-        raise LadError(
-            f"{who} writes {{{OPTIONS}}}, which lists text candidates, but {whose} candidates are "
-            "pictures; use a template without it"
+            if texts
+            else f"{who} writes {{{OPTIONS}}}, which lists text candidates, but {whose} "
+            "candidates are pictures; use a template without it"
         )
 
 
@@ -305,18 +299,12 @@ def shown_pictures(item: Item, order: Sequence[int]) -> tuple[list[Path], list[i
     """Every picture of `item`'s prompt under `order`, in the order the prompt shows them, and
     where among them the candidates at positions 0..N-1 are (the image spans that are scored)."""
     parts = prompt_parts(item.asked, item.num_candidates, len(item.context_images))
-    shown: list[Path] = []
-    candidates = [0] * item.num_candidates
-    for part in parts:
-        if isinstance(part, str):
-            continue
-        kind, k = part
-        if kind == "candidate":
-            candidates[k] = len(shown)
-            shown.append(item.images[order[k]])
-        else:
-            shown.append(item.context_images[k])
-    return shown, candidates
+    slots = [part for part in parts if not isinstance(part, str)]
+    shown = [
+        item.images[order[k]] if kind == "candidate" else item.context_images[k]
+        for kind, k in slots
+    ]
+    return shown, [slots.index(("candidate", p)) for p in range(item.num_candidates)]
 
 
 def vanilla_template(items: Sequence[Item], custom: PromptTemplate | None = None) -> PromptTemplate:
@@ -332,10 +320,8 @@ def vanilla_template(items: Sequence[Item], custom: PromptTemplate | None = None
         )
     if custom is not None and items:
         _check_options(custom.text, kinds == {True}, "--prompt-template", "the items'")
-    if kinds == {True}:
+    if custom is not None or kinds == {True}:
         return custom or TEXT
-    if custom is not None:
-        return custom
     asks = {it.question is not None for it in items}
     if len(asks) > 1:
         with_q = next(it.id for it in items if it.question is not None)
@@ -350,14 +336,12 @@ def vanilla_template(items: Sequence[Item], custom: PromptTemplate | None = None
 def prompt_sha256(template: str | PromptTemplate, scheme: LabelScheme, num_candidates: int) -> str:
     """Fingerprint of a prompt format, stored in calibration.json so a mismatch is caught; the
     paper's vanilla template keeps the one it always had, by name or as a PromptTemplate."""
-    if isinstance(template, PromptTemplate):
-        if template.text != TEMPLATES["vanilla"]:
-            labels = "|".join(scheme.labels(num_candidates))
-            key = f"template\n{scheme.name}\n{labels}\n{template.text}"
-            return hashlib.sha256(key.encode()).hexdigest()
-        template = "vanilla"
-    text = render_prompt(template, "{caption}", scheme, num_candidates)
-    key = f"{template}\n{scheme.name}\n{'|'.join(scheme.labels(num_candidates))}\n{text}"
+    if isinstance(template, PromptTemplate) and template.text != TEMPLATES["vanilla"]:
+        name, text = "template", template.text
+    else:
+        name = "vanilla" if isinstance(template, PromptTemplate) else template
+        text = render_prompt(name, "{caption}", scheme, num_candidates)
+    key = f"{name}\n{scheme.name}\n{'|'.join(scheme.labels(num_candidates))}\n{text}"
     return hashlib.sha256(key.encode()).hexdigest()
 
 

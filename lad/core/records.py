@@ -8,7 +8,7 @@ file's extension. A method's choices per record are `lad.core.predictions`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,6 @@ class Record:
 
 
 RECORD_KEYS = ("item", "ordering", "order", "answer", "logprobs", "attention", "extra")
-_KEYS = frozenset(RECORD_KEYS)
 _ARRAYS = ("items", "ordering", "order", "answer", "logprobs", "attention")  # RecordSet's arrays
 
 
@@ -149,7 +148,7 @@ def _fault(obj: Any, n: int | None = None, nl: int | None = None) -> str | None:
     for key in RECORD_KEYS[:-1]:
         if key not in obj:
             return f"missing key {key!r} (a record has keys {list(RECORD_KEYS)})"
-    unknown = obj.keys() - _KEYS
+    unknown = obj.keys() - RECORD_KEYS
     if unknown:
         return (
             f"unknown key(s) {sorted(unknown)}; a record has keys {list(RECORD_KEYS)} "
@@ -318,18 +317,23 @@ def read_records(path: str | Path, *, missing_ok: bool = False) -> RecordSet:
         records = RecordSet(**columns)
         validate(records, row_where(path))
         return records
-    objs: list[dict] = []
-    linenos: list[int] = []
+    rows = list(jsonl_objects(path))
+    objs = [obj for _, obj in rows]
+    return _from_objects(objs, [lineno for lineno, _ in rows], where=lambda n: at(path, n))
+
+
+def jsonl_objects(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) of each non-blank line of a `.jsonl` file; bad JSON is a
+    RecordError naming the line."""
     with path.open("rb") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                objs.append(orjson.loads(line))
+                obj = orjson.loads(line)
             except orjson.JSONDecodeError as e:
                 raise RecordError(f"{at(path, lineno)}not valid JSON ({e})") from None
-            linenos.append(lineno)
-    return _from_objects(objs, linenos, where=lambda lineno: at(path, lineno))
+            yield lineno, obj
 
 
 def _record_object(r: Record) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import mmap
 import os
@@ -322,21 +323,11 @@ class _Guard:
 
     def add(self, name: str, path: Path) -> None:
         self.by_path.setdefault(path.resolve(), (name, path))
-        try:
-            st = path.stat()
-        except OSError:
-            return
-        self.by_inode.setdefault((st.st_dev, st.st_ino), (name, path))
+        if (inode := _inode(path)) is not None:
+            self.by_inode.setdefault(inode, (name, path))
 
     def find(self, path: Path) -> tuple[str, Path] | None:
-        found = self.by_path.get(path.resolve())
-        if found is None:
-            try:
-                st = path.stat()
-            except OSError:
-                return None
-            found = self.by_inode.get((st.st_dev, st.st_ino))
-        return found
+        return self.by_path.get(path.resolve()) or self.by_inode.get(_inode(path))
 
 
 _guard: _Guard | None = None
@@ -363,13 +354,12 @@ def guarding(
     global _guard
     check_not_inputs(outputs, inputs)
     named = [(k, Path(v)) for k, v in outputs.items() if v is not None]
-    for i, (name, path) in enumerate(named):
-        for other, where in named[i + 1 :]:
-            if _same(path, where):
-                raise LadError(
-                    f"{name} {path} is the same file as {other} {where}: a command writes each "
-                    f"of its files once; choose another {_flag(name)}"
-                )
+    for (name, path), (other, where) in itertools.combinations(named, 2):
+        if _same(path, where):
+            raise LadError(
+                f"{name} {path} is the same file as {other} {where}: a command writes each "
+                f"of its files once; choose another {_flag(name)}"
+            )
     guard = _Guard([path for _, path in named])
     for name, path in _flatten(inputs):
         guard.add(name, path)
@@ -408,13 +398,19 @@ def _within(path: Path, folder: Path) -> bool:
         return False
 
 
-def _same(a: Path, b: Path) -> bool:
-    if a.resolve() == b.resolve():
-        return True
+def _inode(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`, one for all its hard links; None when none."""
     try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)  # hard links
-    except OSError:
-        return False
+        st = path.stat()
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _same(a: Path, b: Path) -> bool:
+    """The same file: the same resolved path, or hard links to one inode."""
+    inode = _inode(a)
+    return a.resolve() == b.resolve() or (inode is not None and inode == _inode(b))
 
 
 def check_not_inputs(
@@ -423,16 +419,12 @@ def check_not_inputs(
 ) -> None:
     """Refuse an output that is one of the inputs, however spelled (`./x` and `x`, a symlink or
     a hard link to it). Keys are how the user named each path, e.g. "--out", "--records"."""
-    flat = _flatten(inputs)
-    for out_name, out in outputs.items():
-        if out is None:
-            continue
-        for in_name, path in flat:
-            if _same(Path(out), path):
-                raise LadError(
-                    f"{out_name} {out} is the same file as {in_name} {path}: lad never writes "
-                    f"over its inputs; choose another {_flag(out_name)}"
-                )
+    for (out_name, out), (in_name, path) in itertools.product(outputs.items(), _flatten(inputs)):
+        if out is not None and _same(Path(out), path):
+            raise LadError(
+                f"{out_name} {out} is the same file as {in_name} {path}: lad never writes "
+                f"over its inputs; choose another {_flag(out_name)}"
+            )
 
 
 def _flag(name: str) -> str:
@@ -469,9 +461,7 @@ def check_output_dir(text: PathLike, flag: str = "--out") -> Path:
 def check_writable(folder: Path, flag: str, text: PathLike) -> None:
     """The nearest existing folder at or above `folder` must accept new files."""
     probe = folder
-    while not probe.exists():
-        if probe.parent == probe:
-            break
+    while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         raise LadError(f"{flag} {text}: {probe} is a file, so no folder can be made there")

@@ -153,10 +153,8 @@ def to_rgb(im: Image.Image, path: object = "image") -> Image.Image:
     elif mode == "CMYK":
         im = _cmyk_to_rgb(im)
     if im.mode in _ALPHA or "transparency" in im.info:
-        rgba = im.convert("RGBA")
-        out = Image.new("RGBA", im.size, (*BACKGROUND, 255))
-        out.alpha_composite(rgba)
-        out = out.convert("RGB")
+        background = Image.new("RGBA", im.size, (*BACKGROUND, 255))
+        out = Image.alpha_composite(background, im.convert("RGBA")).convert("RGB")
     else:
         out = im.convert("RGB")
     if exif:

@@ -132,10 +132,8 @@ def arch_for(config: Any) -> Arch:
     """The table row for a loaded model's config; without one, a row of defaults where lad can
     tell that nothing about it needs one (`rowless`); otherwise a BackendError in one line."""
     model_type = getattr(config, "model_type", None)
-    for arch in ARCHS:
-        if model_type in arch.model_types:
-            return arch
-    return rowless(config)
+    row = next((arch for arch in ARCHS if model_type in arch.model_types), None)
+    return row or rowless(config)
 
 
 def rowless(config: Any) -> Arch:

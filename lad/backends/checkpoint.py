@@ -95,7 +95,6 @@ def shipped_model_path(name: str) -> Path:
 
 
 def demo_model_path() -> Path:
-    """The folder of the shipped demo model (`demo`)."""
     return shipped_model_path("demo")
 
 

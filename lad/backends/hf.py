@@ -440,15 +440,12 @@ class Backend:
     def text_attention(self, impl: str) -> Iterator[None]:
         """The language model's attention set to `impl` inside, as it was after."""
         before = self.model.config.get_text_config()._attn_implementation
-        self._set_text_attention(impl)
+        key = None if self.text_only else "text_config"  # a text-only model has none to name
+        self.model.set_attn_implementation(impl if key is None else {key: impl})
         try:
             yield
         finally:
-            self._set_text_attention(before)
-
-    def _set_text_attention(self, impl: str) -> None:
-        # a text-only model has no text_config to name
-        self.model.set_attn_implementation(impl if self.text_only else {"text_config": impl})
+            self.model.set_attn_implementation(before if key is None else {key: before})
 
 
 @torch.no_grad()

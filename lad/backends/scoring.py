@@ -67,8 +67,6 @@ class LabelTrie:
 
 def restricted_logprob(logits: torch.Tensor, valid: list[int], token: int) -> torch.Tensor:
     """log softmax over `valid` only, at `token`: logits (B, V) -> (B,)."""
-    if len(valid) == 1:
-        return torch.zeros(logits.shape[0], dtype=torch.float64, device=logits.device)
     sub = logits[:, valid].double().log_softmax(dim=-1)  # (B, |valid|)
     return sub[:, valid.index(token)]
 

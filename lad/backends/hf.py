@@ -52,7 +52,7 @@ from lad.backends.threads import ThreadChoice
 from lad.core.labels import LabelScheme
 from lad.core.prompts import PromptTemplate, render_item, render_prompt, shown_pictures
 from lad.core.records import Record
-from lad.errors import BackendError
+from lad.errors import BackendError, check_choice
 from lad.io.images import open_image
 
 if TYPE_CHECKING:
@@ -138,11 +138,7 @@ class Backend:
         CUDA, 0 on a CPU (where the model already uses every core). The records are the same;
         an error in a later batch is raised after the earlier batches' records.
         """
-        if capture not in CAPTURE_MODES:
-            raise BackendError(
-                f"The 'capture' parameter must be one of {list(CAPTURE_MODES)}. "
-                f"Got {capture!r} instead."
-            )
+        check_choice("capture", capture, CAPTURE_MODES, BackendError)
         if batch_size < 1:
             raise BackendError(f"The 'batch_size' parameter must be >= 1. Got {batch_size}.")
         if prefetch is None:

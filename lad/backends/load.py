@@ -30,7 +30,7 @@ from lad.backends.hf import Backend
 from lad.backends.prompting import chat_text, reply_tokens
 from lad.backends.settings import LoadSettings
 from lad.backends.threads import requested_threads, set_cpu_threads
-from lad.errors import BackendError
+from lad.errors import BackendError, check_choice
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -48,10 +48,7 @@ def _resolve_device(device: str) -> torch.device:
 def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if dtype not in DTYPES:
-        raise BackendError(
-            f"The 'dtype' parameter must be one of {['auto', *DTYPES]}. Got {dtype!r} instead."
-        )
+    check_choice("dtype", dtype, ["auto", *DTYPES], BackendError)
     return DTYPES[dtype]
 
 

@@ -35,7 +35,7 @@ from lad.backends.scoring import LabelTrie, Prefix, label_logprobs
 from lad.backends.settings import LoadSettings
 from lad.backends.vllm_capture import ROW, TAG
 from lad.core.records import Record
-from lad.errors import BackendError
+from lad.errors import BackendError, check_choice
 
 if TYPE_CHECKING:
     from lad.backends.hf import Backend
@@ -150,10 +150,7 @@ def engine_setup(
             "--engine vllm gives label log-probabilities, not logits, so a repetition penalty "
             "cannot be applied as generate does; use --engine hf"
         )
-    if load.dtype not in DTYPES:
-        raise BackendError(
-            f"The 'dtype' parameter must be one of {list(DTYPES)}. Got {load.dtype!r}."
-        )
+    check_choice("dtype", load.dtype, DTYPES, BackendError)
     ckpt = open_checkpoint(load)
     check_architecture(ckpt)
     from vllm.platforms import current_platform

@@ -149,8 +149,7 @@ def _evaluate(
             stage(requests, template, template, Stage(template))
     if "sofa" in config.methods:
         sigma = sofa_sigma(config, run_dir, make_backend, cal_items, world, clock)
-        kind = Stage(sofa_sigma=sigma)
-        stage(requests, "sofa", "sofa", kind, f"sofa σ={sigma:g}")
+        stage(requests, "sofa", "sofa", Stage(sofa_sigma=sigma), f"sofa σ={sigma:g}")
     if not world.is_main:
         return None
     fit_or_load_calibration(config, run_dir, cal_records)

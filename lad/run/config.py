@@ -10,6 +10,7 @@ from typing import Any
 from lad.backends.engines import ENGINES
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.prompts import PromptTemplate
+from lad.data.builders import SETTINGS  # the shapes benchmark's settings
 from lad.errors import RunError
 from lad.io import limits
 from lad.io.files import InputPath
@@ -20,7 +21,6 @@ DEFAULT_METHODS = ("vanilla", "pride", "blank", "lad", "attn", "attn-purified", 
 # Where the calibration items come from: held out from the evaluation items (the paper, §4.2),
 # or the first |D_cal| evaluation items, scored too (the official code).
 CALIBRATE_ON = ("held-out", "evaluation")
-SETTINGS = ("random", "adversarial")  # the shapes benchmark's (lad.data.shapes)
 DEFAULT_CALIBRATION_ITEMS = 5  # |D_cal| of the paper (§4.2)
 
 
@@ -124,16 +124,14 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         check_methods(self.methods)
-        if self.items is not None and self.items < 1:
-            raise RunError(f"--items must be >= 1 (leave it out for all items). Got {self.items}.")
-        if self.num_candidates < 2:
-            raise RunError(f"--num-candidates must be >= 2. Got {self.num_candidates}.")
+        for f in dataclasses.fields(self):  # the bounds its flags declare, as the CLI checks them
+            value, low = getattr(self, f.name), f.metadata.get("minimum")
+            flag = f.metadata.get("flags", ("--" + f.name.replace("_", "-"),))[0]
+            if low is not None and value is not None and value < low:
+                raise RunError(f"{flag} must be >= {low}. Got {value}.")
+            if "above" in f.metadata and not value > f.metadata["above"]:
+                raise RunError(f"{flag} must be a number > {f.metadata['above']:g}. Got {value}.")
         self.scheme.labels(self.num_candidates)  # N beyond the scheme: before work
-        cal_items = 1 if self.calibration_items is None else self.calibration_items
-        if self.num_shuffles < 1 or cal_items < 1 or self.batch_size < 1:
-            raise RunError("--num-shuffles, --calibration-items and --batch-size must be >= 1")
-        if self.max_new_tokens < 1 or self.sc_samples < 1 or self.sc_top_k < 0:
-            raise RunError("--max-new-tokens and --sc-samples must be >= 1, --sc-top-k >= 0")
         for limit, option, value in (
             (limits.SHUFFLES, "--num-shuffles", self.num_shuffles),
             (limits.SC_SAMPLES, "--sc-samples", self.sc_samples),
@@ -142,12 +140,11 @@ class EvalConfig:
         ):  # the settings that size the model work (lad.io.limits)
             limit.check(value, f"{option} {value}")
         if self.data == "shapes":  # drawn into the run, after begin
+            cal_items = 1 if self.calibration_items is None else self.calibration_items
             drawn = None if self.calibration_data or self.calibration else cal_items
             for option, value in (("--items", self.items), ("--calibration-items", drawn)):
                 if value is not None:
                     limits.GENERATED_ITEMS.check(value, f"{option} {value}")
-        if not self.sc_temperature > 0:
-            raise RunError(f"--sc-temperature must be > 0. Got {self.sc_temperature}.")
         sigma = self.sofa_sigma
         if sigma != "auto" and not (
             isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and 0 <= sigma <= 1

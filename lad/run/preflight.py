@@ -36,7 +36,6 @@ def check_inputs(
     check_output_dir(run_dir)
     check_device(config.device)
     requested_threads(os.environ)  # LAD_NUM_THREADS
-    config.scheme.labels(config.num_candidates)  # names the schemes that can name N
     if config.calibration:
         calibration = check_given_calibration(config)
         check_top_k(config.top_k, calibration.num_layers, f"the calibration {config.calibration}")

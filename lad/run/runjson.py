@@ -70,7 +70,8 @@ def check_same(
         made = stored["arguments"].get(name, defaults.get(name))
         if name in made_from and name in now_from:
             continue  # a fingerprinted file: its content decides, not how its path is spelled
-        if made != value and not (name in PATH_ARGUMENTS and _same_path(made, value)):
+        paths = name in PATH_ARGUMENTS and isinstance(made, str) and isinstance(value, str)
+        if made != value and not (paths and os.path.normpath(made) == os.path.normpath(value)):
             flag = "--" + name.replace("_", "-")
             raise RunError(
                 f"{run_dir} was made with {flag} {made!r}, not {value!r}. "
@@ -95,10 +96,6 @@ def check_same(
                     f"modification time differ), so its records would be stale. Restore it, "
                     "or use another --out."
                 )
-
-
-def _same_path(a: Any, b: Any) -> bool:
-    return isinstance(a, str) and isinstance(b, str) and os.path.normpath(a) == os.path.normpath(b)
 
 
 def summed_times(

@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from lad.backends.engines import ENGINES
+from lad.backends.engines import ENGINES, check_engine
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.prompts import PromptTemplate
 from lad.data.builders import SETTINGS  # the shapes benchmark's settings
@@ -194,8 +194,6 @@ def check_methods(methods: tuple[str, ...]) -> tuple[str, ...]:
 
 def check_engine_methods(engine: str, methods: tuple[str, ...]) -> None:
     """Only the HF backend generates replies or changes the attention mask (SoFA)."""
-    from lad.backends.engines import check_engine
-
     check_engine(engine)
     needs_model = [m for m in methods if METHODS[m].stage != "records"]
     if engine != "hf" and needs_model:

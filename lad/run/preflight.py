@@ -7,10 +7,12 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from lad.backends.archs import attention_layers
 from lad.backends.checkpoint import resolve_model
+from lad.backends.text import is_text_model
 from lad.backends.threads import requested_threads
 from lad.core.calibrate import Calibration
 from lad.core.fingerprint import located
@@ -77,10 +79,6 @@ def check_kind(config: EvalConfig, items: Sequence[Item]) -> None:
     path = Path(resolve_model(config.model)) / "config.json"
     if pictures is None or not path.is_file():
         return
-    from types import SimpleNamespace
-
-    from lad.backends.text import is_text_model
-
     fields = read_json(path, RunError, "model config")
     if isinstance(fields, dict) and is_text_model(SimpleNamespace(**fields)):
         raise RunError(

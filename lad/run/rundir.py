@@ -18,12 +18,15 @@ from typing import Any
 import numpy as np
 
 from lad.core.calibrate import Calibration
+from lad.core.cells import cells_from_json
 from lad.core.fingerprint import located
+from lad.core.predictions import write_predictions
 from lad.core.records import RecordSet, read_records, write_records
 from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import read_json, write_text
 from lad.run.runjson import RECORDS_VERSION as RECORDS_VERSION
 from lad.run.runjson import RUN_FORMAT, RunJson, check_same, json_text
+from lad.run.spec import RecordSpec
 
 RUN_FILE, CALIBRATION_FILE, METRICS_FILE = "run.json", "calibration.json", "metrics.json"
 CELLS_FILE = "cells.json"  # a mixed run's (task, N) cells; one part run directory n{N}/ per N
@@ -118,8 +121,6 @@ class RunDir(RunJson):
     @property
     def spec(self) -> Any:
         """The RecordSpec the records were made with (lad.run.spec)."""
-        from lad.run.spec import RecordSpec
-
         return RecordSpec.from_mapping(self.arguments)
 
     def made_records(self) -> bool:
@@ -138,8 +139,6 @@ class RunDir(RunJson):
 
     def cells(self) -> list[Any]:
         """cells.json's cells (lad.core.cells.Cell)."""
-        from lad.core.cells import cells_from_json
-
         return cells_from_json(read_json(self.file(CELLS_FILE), RunError), self.file(CELLS_FILE))
 
     def parts(self) -> dict[int, RunDir]:
@@ -308,8 +307,6 @@ class RunDir(RunJson):
     def write_scored(self, scored: Any, **more: Any) -> dict[str, Any]:
         """predictions.jsonl and metrics.json of a `lad.core.scoring.Scored` (plus `more`
         top-level metrics keys); returns the metrics written."""
-        from lad.core.predictions import write_predictions
-
         write_predictions(self.file("predictions.jsonl"), scored.predictions)
         metrics = {**scored.metrics, **more, "source": self.source()}
         self.write_metrics(metrics)

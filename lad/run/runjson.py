@@ -13,6 +13,7 @@ from typing import Any
 
 from lad.errors import RunError
 from lad.io.files import read_json, write_text
+from lad.run.lock import in_use, running_holder
 
 RUN_FORMAT = "lad-run/1"
 # How records are made from the same arguments; bumped when lad would now make other records, so a
@@ -148,8 +149,6 @@ class RunJson:
         which no record was made yet (a run that failed at its start) does not bind: it is
         replaced. `write` False: the checks alone, a live `lad eval` here among them (a refusal
         before the first write; the writer holds the lock)."""
-        from lad.run.lock import in_use, running_holder
-
         holder = None if write else running_holder(self.path)
         if holder is not None:
             raise in_use(self.path, holder)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from lad.backends.text import check_item_text
-from lad.backends.threads import resumed_threads
+from lad.backends.threads import record_choice, resumed_threads
 from lad.core.methods import check_layer_range
 from lad.core.records import Record, RecordSet
 from lad.data.items import Item
@@ -195,8 +195,6 @@ class Clock:
                 run.update("attention_layers", lambda _: list(layers))
             choice = getattr(self.backend.backend, "threads", None)  # None on an accelerator
             if load and choice is not None:
-                from lad.backends.threads import record_choice
-
                 threads = record_choice(self.backend.recorded, choice)
                 run.update("threads", lambda _: dict(threads))
 

@@ -150,14 +150,13 @@ class EvalConfig:
             isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and 0 <= sigma <= 1
         ):
             raise RunError(f"--sofa-sigma must be a number in [0, 1] or 'auto'. Got {sigma!r}.")
-        if self.setting not in SETTINGS:
-            raise RunError(f"--setting must be random or adversarial. Got {self.setting!r}.")
+        for flag, value, allowed in (
+            ("--setting", self.setting, SETTINGS),
+            ("--calibrate-on", self.calibrate_on, CALIBRATE_ON),
+        ):
+            if value not in allowed:
+                raise RunError(f"{flag} must be one of {', '.join(allowed)}. Got {value!r}.")
         check_engine_methods(self.engine, self.methods)
-        if self.calibrate_on not in CALIBRATE_ON:
-            raise RunError(
-                f"--calibrate-on must be one of {', '.join(CALIBRATE_ON)}. "
-                f"Got {self.calibrate_on!r}."
-            )
         if self.calibrate_on == "evaluation" and (self.calibration_data or self.calibration):
             raise RunError(
                 "--calibrate-on evaluation calibrates on the first evaluation items; it cannot "

@@ -35,7 +35,9 @@ from lad.run.rundir import PART_INPUTS, RunDir
 from lad.run.runjson import file_digest, summed_times
 from lad.run.stages import Clock, LazyBackend, Stage, run_stage, sofa_sigma
 from lad.suites import slug
+from lad.suites.data import benchmark_roots, cell_data, check_data
 from lad.suites.plan import SuiteResult, cell_numbers, compared, one_n, suite_models
+from lad.suites.table import format_suite_table, table_rows
 
 
 @dataclass
@@ -149,8 +151,7 @@ def _evaluate(
             stage(requests, template, template, Stage(template))
     if "sofa" in config.methods:
         sigma = sofa_sigma(config, run_dir, make_backend, cal_items, world, clock)
-        kind = Stage(sofa_sigma=sigma)
-        stage(requests, "sofa", "sofa", kind, f"sofa σ={sigma:g}")
+        stage(requests, "sofa", "sofa", Stage(sofa_sigma=sigma), f"sofa σ={sigma:g}")
     if not world.is_main:
         return None
     fit_or_load_calibration(config, run_dir, cal_records)
@@ -296,9 +297,6 @@ def run_suite(
     the numbers out beside the paper's. Every benchmark folder is checked first, and every
     cell's data converted, before any model work. trust_remote_code: the models' own code may
     run (RecordSpec.trust_remote_code)."""
-    from lad.suites.data import benchmark_roots, cell_data, check_data
-    from lad.suites.table import format_suite_table, table_rows
-
     out = Path(out)
     roots = benchmark_roots(suite, list(data_roots))
     check_data(suite, roots)

@@ -7,9 +7,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from lad.backends.engines import ENGINES
+from lad.backends.engines import ENGINES, check_engine
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.prompts import PromptTemplate
+from lad.data.builders import SETTINGS  # the shapes benchmark's settings
 from lad.errors import RunError
 from lad.io import limits
 from lad.io.files import InputPath
@@ -20,7 +21,6 @@ DEFAULT_METHODS = ("vanilla", "pride", "blank", "lad", "attn", "attn-purified", 
 # Where the calibration items come from: held out from the evaluation items (the paper, §4.2),
 # or the first |D_cal| evaluation items, scored too (the official code).
 CALIBRATE_ON = ("held-out", "evaluation")
-SETTINGS = ("random", "adversarial")  # the shapes benchmark's (lad.data.shapes)
 DEFAULT_CALIBRATION_ITEMS = 5  # |D_cal| of the paper (§4.2)
 
 
@@ -124,16 +124,14 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         check_methods(self.methods)
-        if self.items is not None and self.items < 1:
-            raise RunError(f"--items must be >= 1 (leave it out for all items). Got {self.items}.")
-        if self.num_candidates < 2:
-            raise RunError(f"--num-candidates must be >= 2. Got {self.num_candidates}.")
+        for f in dataclasses.fields(self):  # the bounds its flags declare, as the CLI checks them
+            value, low = getattr(self, f.name), f.metadata.get("minimum")
+            flag = f.metadata.get("flags", ("--" + f.name.replace("_", "-"),))[0]
+            if low is not None and value is not None and value < low:
+                raise RunError(f"{flag} must be >= {low}. Got {value}.")
+            if "above" in f.metadata and not value > f.metadata["above"]:
+                raise RunError(f"{flag} must be a number > {f.metadata['above']:g}. Got {value}.")
         self.scheme.labels(self.num_candidates)  # N beyond the scheme: before work
-        cal_items = 1 if self.calibration_items is None else self.calibration_items
-        if self.num_shuffles < 1 or cal_items < 1 or self.batch_size < 1:
-            raise RunError("--num-shuffles, --calibration-items and --batch-size must be >= 1")
-        if self.max_new_tokens < 1 or self.sc_samples < 1 or self.sc_top_k < 0:
-            raise RunError("--max-new-tokens and --sc-samples must be >= 1, --sc-top-k >= 0")
         for limit, option, value in (
             (limits.SHUFFLES, "--num-shuffles", self.num_shuffles),
             (limits.SC_SAMPLES, "--sc-samples", self.sc_samples),
@@ -142,25 +140,23 @@ class EvalConfig:
         ):  # the settings that size the model work (lad.io.limits)
             limit.check(value, f"{option} {value}")
         if self.data == "shapes":  # drawn into the run, after begin
+            cal_items = 1 if self.calibration_items is None else self.calibration_items
             drawn = None if self.calibration_data or self.calibration else cal_items
             for option, value in (("--items", self.items), ("--calibration-items", drawn)):
                 if value is not None:
                     limits.GENERATED_ITEMS.check(value, f"{option} {value}")
-        if not self.sc_temperature > 0:
-            raise RunError(f"--sc-temperature must be > 0. Got {self.sc_temperature}.")
         sigma = self.sofa_sigma
         if sigma != "auto" and not (
             isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and 0 <= sigma <= 1
         ):
             raise RunError(f"--sofa-sigma must be a number in [0, 1] or 'auto'. Got {sigma!r}.")
-        if self.setting not in SETTINGS:
-            raise RunError(f"--setting must be random or adversarial. Got {self.setting!r}.")
+        for flag, value, allowed in (
+            ("--setting", self.setting, SETTINGS),
+            ("--calibrate-on", self.calibrate_on, CALIBRATE_ON),
+        ):
+            if value not in allowed:
+                raise RunError(f"{flag} must be one of {', '.join(allowed)}. Got {value!r}.")
         check_engine_methods(self.engine, self.methods)
-        if self.calibrate_on not in CALIBRATE_ON:
-            raise RunError(
-                f"--calibrate-on must be one of {', '.join(CALIBRATE_ON)}. "
-                f"Got {self.calibrate_on!r}."
-            )
         if self.calibrate_on == "evaluation" and (self.calibration_data or self.calibration):
             raise RunError(
                 "--calibrate-on evaluation calibrates on the first evaluation items; it cannot "
@@ -197,8 +193,6 @@ def check_methods(methods: tuple[str, ...]) -> tuple[str, ...]:
 
 def check_engine_methods(engine: str, methods: tuple[str, ...]) -> None:
     """Only the HF backend generates replies or changes the attention mask (SoFA)."""
-    from lad.backends.engines import check_engine
-
     check_engine(engine)
     needs_model = [m for m in methods if METHODS[m].stage != "records"]
     if engine != "hf" and needs_model:

@@ -15,6 +15,7 @@ import numpy as np
 
 from lad.data.items import Item, read_items
 from lad.data.orders import Request, given_requests, shuffled_requests
+from lad.data.shapes import build_shapes
 from lad.errors import DataError
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig
 from lad.run.rundir import RunDir
@@ -103,8 +104,6 @@ def load_items(
     n = config.num_candidates
     on_eval = config.calibrate_on == "evaluation"
     if config.data == "shapes":
-        from lad.data.shapes import build_shapes
-
         num_eval = config.items or 100
         common = {"num_candidates": n, "setting": config.setting, "seed": config.seed}
         folder = RunDir(run_dir).data_folder

@@ -16,6 +16,7 @@ from lad.data.items import Item, read_items, write_items
 from lad.errors import CalibrationError, DataError, RunError
 from lad.io.files import write_text
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, EvalConfig
+from lad.run.inputs import RunData, resolved
 from lad.run.rundir import PART_INPUTS, STAGE_FILES, RunDir
 
 
@@ -49,21 +50,20 @@ def part_config(
     calibration: Sequence[Item] | None,
 ) -> EvalConfig:
     """The run of N's items in n{N}/: its inputs the N's share of --data, --calibration-data and
-    --orders (written into n{N}/data/), its calibration the N's of --calibration DIR."""
+    --orders (written into n{N}/data/), its calibration the N's of --calibration DIR, the rest
+    decided from the N's items as a run of one N is (lad.run.inputs.resolved)."""
     mine = RunDir(run_dir).part(n)
     given = {k: str(mine.part_input(k)) for k in PART_INPUTS if getattr(config, k)}
     changes: dict[str, Any] = {**given, "num_candidates": n}
     if config.calibration:
         changes["calibration"] = calibration_for(config.calibration, n)
+    if config.calibrate_on == "evaluation" and config.calibration_items is None:
+        changes["calibration_items"] = DEFAULT_CALIBRATION_ITEMS  # each N's first 5, never fewer
     part = config.replace(**changes)
-    mine = part.spec.for_items([it for it in items if it.num_candidates == n])
-    part = part.replace(prompt_template=mine.prompt_template)
-    if part.calibration_items is None:
-        held = DEFAULT_CALIBRATION_ITEMS
-        if config.calibration_data:
-            held = min(held, len(_of_n(_calibration(config, calibration), n, config)))
-        part = part.replace(calibration_items=max(held, 1))
-    return part.replace(repetition_penalty=part.spec.penalty())
+    mine = [it for it in items if it.num_candidates == n]
+    if config.calibration_data and part.calibration_items is None:  # at most the N's share
+        return resolved(part, RunData(mine, _of_n(_calibration(config, calibration), n, config)))
+    return resolved(part, RunData(mine))
 
 
 def _of_n(items: Sequence[Item], n: int, config: EvalConfig) -> list[Item]:

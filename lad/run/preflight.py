@@ -7,10 +7,12 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from lad.backends.archs import attention_layers
 from lad.backends.checkpoint import resolve_model
+from lad.backends.text import is_text_model
 from lad.backends.threads import requested_threads
 from lad.core.calibrate import Calibration
 from lad.core.fingerprint import located
@@ -36,7 +38,6 @@ def check_inputs(
     check_output_dir(run_dir)
     check_device(config.device)
     requested_threads(os.environ)  # LAD_NUM_THREADS
-    config.scheme.labels(config.num_candidates)  # names the schemes that can name N
     if config.calibration:
         calibration = check_given_calibration(config)
         check_top_k(config.top_k, calibration.num_layers, f"the calibration {config.calibration}")
@@ -78,10 +79,6 @@ def check_kind(config: EvalConfig, items: Sequence[Item]) -> None:
     path = Path(resolve_model(config.model)) / "config.json"
     if pictures is None or not path.is_file():
         return
-    from types import SimpleNamespace
-
-    from lad.backends.text import is_text_model
-
     fields = read_json(path, RunError, "model config")
     if isinstance(fields, dict) and is_text_model(SimpleNamespace(**fields)):
         raise RunError(

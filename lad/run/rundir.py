@@ -18,12 +18,15 @@ from typing import Any
 import numpy as np
 
 from lad.core.calibrate import Calibration
+from lad.core.cells import cells_from_json
 from lad.core.fingerprint import located
+from lad.core.predictions import write_predictions
 from lad.core.records import RecordSet, read_records, write_records
 from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import read_json, write_text
 from lad.run.runjson import RECORDS_VERSION as RECORDS_VERSION
 from lad.run.runjson import RUN_FORMAT, RunJson, check_same, json_text
+from lad.run.spec import RecordSpec
 
 RUN_FILE, CALIBRATION_FILE, METRICS_FILE = "run.json", "calibration.json", "metrics.json"
 CELLS_FILE = "cells.json"  # a mixed run's (task, N) cells; one part run directory n{N}/ per N
@@ -113,27 +116,11 @@ class RunDir(RunJson):
             parts = parts[1:]  # a mixed run's part
         return bool(parts) and parts[0] in (*RUN_OUTPUTS, "report", "run.lock", "sofa_grid")
 
-    def check_not_own(self, flag: str, path: Path, outputs: list[Path]) -> None:
-        """Refuse a command other than this run's lad eval (not writing the run itself, one of
-        `outputs`) an output `path` that is one of the files lad eval writes here (`writes`;
-        its report/ aside): records, calibration, predictions and metrics vouch for each other."""
-        mine = self.path.resolve()
-        if any(Path(out).resolve() == mine for out in outputs) or not self.run_file.is_file():
-            return
-        inside = Path(path).resolve().relative_to(mine).parts
-        if self.writes(path) and "report" not in inside[:2]:
-            raise RunError(
-                f"{flag} {path}: a file lad eval writes in the run {self.path}, which holds "
-                "what its other files were computed from; choose another output"
-            )
-
     # -- run.json ------------------------------------------------------------------------------
 
     @property
     def spec(self) -> Any:
         """The RecordSpec the records were made with (lad.run.spec)."""
-        from lad.run.spec import RecordSpec
-
         return RecordSpec.from_mapping(self.arguments)
 
     def made_records(self) -> bool:
@@ -152,8 +139,6 @@ class RunDir(RunJson):
 
     def cells(self) -> list[Any]:
         """cells.json's cells (lad.core.cells.Cell)."""
-        from lad.core.cells import cells_from_json
-
         return cells_from_json(read_json(self.file(CELLS_FILE), RunError), self.file(CELLS_FILE))
 
     def parts(self) -> dict[int, RunDir]:
@@ -322,8 +307,6 @@ class RunDir(RunJson):
     def write_scored(self, scored: Any, **more: Any) -> dict[str, Any]:
         """predictions.jsonl and metrics.json of a `lad.core.scoring.Scored` (plus `more`
         top-level metrics keys); returns the metrics written."""
-        from lad.core.predictions import write_predictions
-
         write_predictions(self.file("predictions.jsonl"), scored.predictions)
         metrics = {**scored.metrics, **more, "source": self.source()}
         self.write_metrics(metrics)
@@ -400,12 +383,20 @@ def cells_of_part(records_path: str | Path) -> list[Any]:
 
 
 def check_not_run_files(outputs: dict[str, Path]) -> None:
-    """No command's output is a file a finished run's lad eval wrote (RunDir.check_not_own): the
-    nearest folder above it holding run.json, or a mixed run's above its part."""
-    given = [Path(p) for p in outputs.values() if p is not None]
+    """No command's output is a file a finished run's lad eval wrote (`RunDir.writes`, its
+    report/ aside) in the nearest folder above it holding run.json, or a mixed run's above its
+    part: records, calibration, predictions and metrics vouch for each other. A run the command
+    writes itself (one of `outputs`: lad eval's own --out) is its own."""
+    given = {Path(p).resolve() for p in outputs.values() if p is not None}
     for flag, path in outputs.items():
         if path is None:
             continue
         for folder in Path(path).resolve().parents[:3]:
-            if (folder / RUN_FILE).is_file():
-                RunDir(folder).check_not_own(flag, Path(path), given)
+            if folder in given or not (folder / RUN_FILE).is_file():
+                continue
+            inside = Path(path).resolve().relative_to(folder).parts
+            if RunDir(folder).writes(path) and "report" not in inside[:2]:
+                raise RunError(
+                    f"{flag} {path}: a file lad eval writes in the run {folder}, which holds "
+                    "what its other files were computed from; choose another output"
+                )

@@ -13,6 +13,7 @@ from typing import Any
 
 from lad.errors import RunError
 from lad.io.files import read_json, write_text
+from lad.run.lock import in_use, running_holder
 
 RUN_FORMAT = "lad-run/1"
 # How records are made from the same arguments; bumped when lad would now make other records, so a
@@ -70,7 +71,8 @@ def check_same(
         made = stored["arguments"].get(name, defaults.get(name))
         if name in made_from and name in now_from:
             continue  # a fingerprinted file: its content decides, not how its path is spelled
-        if made != value and not (name in PATH_ARGUMENTS and _same_path(made, value)):
+        paths = name in PATH_ARGUMENTS and isinstance(made, str) and isinstance(value, str)
+        if made != value and not (paths and os.path.normpath(made) == os.path.normpath(value)):
             flag = "--" + name.replace("_", "-")
             raise RunError(
                 f"{run_dir} was made with {flag} {made!r}, not {value!r}. "
@@ -95,10 +97,6 @@ def check_same(
                     f"modification time differ), so its records would be stale. Restore it, "
                     "or use another --out."
                 )
-
-
-def _same_path(a: Any, b: Any) -> bool:
-    return isinstance(a, str) and isinstance(b, str) and os.path.normpath(a) == os.path.normpath(b)
 
 
 def summed_times(
@@ -151,8 +149,6 @@ class RunJson:
         which no record was made yet (a run that failed at its start) does not bind: it is
         replaced. `write` False: the checks alone, a live `lad eval` here among them (a refusal
         before the first write; the writer holds the lock)."""
-        from lad.run.lock import in_use, running_holder
-
         holder = None if write else running_holder(self.path)
         if holder is not None:
             raise in_use(self.path, holder)

@@ -22,6 +22,7 @@ from lad.backends.checkpoint import (
     resolve_model,
     resolve_repetition_penalty,
 )
+from lad.backends.engines import load_engine
 from lad.backends.settings import LoadSettings
 from lad.core.fingerprint import Fingerprint
 from lad.core.labels import LABEL_SCHEMES, LabelScheme, get_scheme
@@ -222,7 +223,5 @@ class RecordSpec:
     ) -> Any:
         """The model, loaded to make records of this spec (`load_settings`; `threads`: a resumed
         run's CPU thread count; `engine`: what makes the records, lad.backends.engines)."""
-        from lad.backends.engines import load_engine
-
         settings = self.load_settings(device=device, dtype=dtype, pictures=pictures)
         return load_engine(engine, settings, quiet=quiet, threads=threads)

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from lad.backends.text import check_item_text
+from lad.backends.threads import record_choice, resumed_threads
 from lad.core.methods import check_layer_range
 from lad.core.records import Record, RecordSet
 from lad.data.items import Item
@@ -134,9 +136,6 @@ class LazyBackend:
 
     def __call__(self) -> Any:
         if self.backend is None:
-            from lad.backends.text import check_item_text
-            from lad.backends.threads import resumed_threads
-
             run = RunDir(self.run_dir)
             run.check_records_version()  # new records must match the old ones
             start = time.perf_counter()
@@ -196,8 +195,6 @@ class Clock:
                 run.update("attention_layers", lambda _: list(layers))
             choice = getattr(self.backend.backend, "threads", None)  # None on an accelerator
             if load and choice is not None:
-                from lad.backends.threads import record_choice
-
                 threads = record_choice(self.backend.recorded, choice)
                 run.update("threads", lambda _: dict(threads))
 

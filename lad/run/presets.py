@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lad.core.prompts import OFFICIAL as OFFICIAL_PROMPT
-from lad.errors import LadError
+from lad.errors import check_choice
 
 # The official code's defaults (its evaluate.py and agd.py): Eq. 1 over logits, Eq. 13 in log
 # space, Eq. 11 on the selected layers' mean raw attention, top-K searched in decoder layers
@@ -37,8 +37,7 @@ def with_preset(name: str, stated: dict[str, Any], names: Sequence[str]) -> dict
     """The settings `stated` (None: not stated) over those among `names` that preset `name`
     sets: a stated setting wins; a stated calibration source wins over the preset's
     --calibrate-on. The one place a preset is applied (lad eval, Debiaser, the CLI's commands)."""
-    if name not in PRESETS:
-        raise LadError(f"The 'preset' parameter must be one of {list(PRESETS)}. Got {name!r}.")
+    check_choice("preset", name, PRESETS)
     values = {k: v for k, v in PRESETS[name].items() if k in names}
     given = {k: v for k, v in stated.items() if v is not None}
     if given.get("calibration_data") or given.get("calibration"):

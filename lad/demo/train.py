@@ -34,6 +34,7 @@ from lad.demo.batches import Example, PreparedItem, Tokens, collate, draw, load_
 from lad.demo.recipe import Stage, TrainConfig, check_not_shipped
 from lad.errors import LadError
 from lad.io.files import check_not_inputs
+from lad.testing.tiny_parts import chatml
 
 ARCH = "qwen2_vl"
 # The TrainConfig fields that are the tiny model's TinySize (same names).
@@ -182,16 +183,9 @@ def _initial_model(config: TrainConfig, out: Path) -> None:
 
 # Qwen2-VL's own chat template with its `add_vision_id` option always on: "Picture k: " before
 # image k, so the model can name the image it picked without counting images.
-CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\n"
-    "You are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
-    "{{ message['content'] }}{% else %}{% for c in message['content'] %}"
-    "{% if c['type'] == 'image' %}{% set image_count.value = image_count.value + 1 %}"
-    "Picture {{ image_count.value }}: <|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+CHAT_TEMPLATE = "{% set image_count = namespace(value=0) %}" + chatml(
+    "{% set image_count.value = image_count.value + 1 %}Picture {{ image_count.value }}: "
+    "<|vision_start|><|image_pad|><|vision_end|>"
 )
 
 

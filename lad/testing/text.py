@@ -13,22 +13,18 @@ from typing import Any
 
 from lad.errors import BackendError
 from lad.testing.tiny import TinySize, build_tokenizer, save_model
-from lad.testing.tiny_parts import CHATML, text_kwargs
+from lad.testing.tiny_parts import CHATML, chatml, text_kwargs
 
 TEXT_ARCHITECTURES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
 }
-_CHATML = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 def build_text_tokenizer(words: Iterable[str] = ()) -> Any:
     """lad's tiny word tokenizer (lad.testing.tiny) with ChatML turns over string contents."""
     tok = build_tokenizer(CHATML, ("<|im_start|>",), words)
-    tok.chat_template = _CHATML
+    tok.chat_template = chatml(None, system=False)
     return tok
 
 

@@ -37,9 +37,8 @@ def load_flickr8k(
             captions[name].append(caption.strip())
     if not captions:
         raise DataError(f"{captions_file}: the caption file is empty")
-    names = sorted(captions)
-    present = existing_images(images_dir, names, captions_file, skip_missing)
-    names = [n for n, ok in zip(names, present, strict=True) if ok]
+    listed = {n: n for n in sorted(captions)}
+    names = existing_images(images_dir, listed, captions_file, skip_missing)
     return Pool(
         name="flickr8k",
         source=captions_file,

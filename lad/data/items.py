@@ -77,12 +77,9 @@ def _parse_item(
     if kind_key == "candidates":
         texts, question = obj["candidates"], obj.get("question")
         return Item(obj["id"], obj["query"], [], obj["answer"], extra, question, [], texts)
-    resolved = _resolve_images(obj["images"], path, where)
-    item = Item(obj["id"], obj["query"], resolved, obj["answer"], extra, obj.get("question"))
-    item.context_images = _resolve_images(
-        obj.get("context_images", []), path, where, "context image"
-    )
-    return item
+    images = _resolve_images(obj["images"], path, where)
+    context = _resolve_images(obj.get("context_images", []), path, where, "context image")
+    return Item(obj["id"], obj["query"], images, obj["answer"], extra, obj.get("question"), context)
 
 
 class ItemRuleError(DataError):

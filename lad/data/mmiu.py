@@ -34,7 +34,6 @@ from lad.data.rules import (
     ordinal_image,
     pictures_named,
 )
-from lad.data.screen import picture_question_reason
 from lad.errors import DataError
 
 _OPTION_LINE = re.compile(r"([A-Za-z])\s*[:.]\s*(.*\S)")
@@ -155,14 +154,10 @@ def choose(row: Row) -> Choice | str:
     placed = pictures_named(shown, len(paths), NOT_ONE_PER_IMAGE)
     if isinstance(placed, str):
         return placed
-    candidates, context = placed  # MMIU's order of the pictures the options name
     task = fields["task"]
     asked = asked_text(task, fields["question"], fields["context"])
     if not asked:
         return EMPTY_QUESTION
-    moved = picture_question_reason(asked, len(context), len(candidates))
-    if moved is not None:
-        return moved
     return named_choice(
         paths,
         placed,

@@ -255,9 +255,7 @@ def build_benchmark(pool: Pool, out: str | Path, options: BuildOptions) -> Build
     """
     _check_options(pool, options)
     out = Path(out)
-    emb, stats = (None, None)
-    if options.setting == "adversarial":
-        emb, stats = _embed(pool, options, out)
+    emb, stats = _embed(pool, options, out) if options.setting == "adversarial" else (None, None)
     rng = seeded_rng(options.seed, pool.name, options.setting, options.num_candidates)
     order = rng.permutation(len(pool.images)).tolist()
     everyone = np.arange(len(pool.images))

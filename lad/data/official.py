@@ -112,7 +112,6 @@ class Imported:
 
 
 def import_official(path: str | Path, images_dir: str | Path, out: str | Path) -> Imported:
-    """Convert an official file into an items file."""
     items = read_official(path, images_dir)
     write_items(out, items)
     return Imported(len(items), "official_id" not in items[0].extra)

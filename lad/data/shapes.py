@@ -45,8 +45,6 @@ _SUPERSAMPLE = 4
 
 @dataclass(frozen=True, order=True)
 class Shape:
-    """One drawn object: a colour and a shape name."""
-
     colour: str
     shape: str
 
@@ -157,7 +155,6 @@ def _draw_shape(
     draw: ImageDraw.ImageDraw, shape: str, box: tuple[int, int, int, int], fill: tuple[int, ...]
 ) -> None:
     x0, y0, x1, y1 = box
-    w = x1 - x0
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
     if shape == "circle":
         draw.ellipse(box, fill=fill)
@@ -168,7 +165,7 @@ def _draw_shape(
     elif shape == "diamond":
         draw.polygon([(cx, y0), (x1, cy), (cx, y1), (x0, cy)], fill=fill)
     elif shape == "cross":
-        t = w / 3
+        t = (x1 - x0) / 3
         draw.rectangle((x0, cy - t / 2, x1, cy + t / 2), fill=fill)
         draw.rectangle((cx - t / 2, y0, cx + t / 2, y1), fill=fill)
     else:

@@ -80,10 +80,8 @@ def instruction(context: str) -> str:
 def _options_in(context: str) -> str:
     """The option lines after "Select from the following choices." in a context."""
     lines = context.splitlines()
-    for k, line in enumerate(lines):
-        if _CHOICES.match(line.strip()):
-            return "\n".join(lines[k + 1 :])
-    return ""
+    k = next((k for k, line in enumerate(lines) if _CHOICES.match(line.strip())), len(lines))
+    return "\n".join(lines[k + 1 :])  # "" when there is none
 
 
 def asked_text(task: str, question: str, context: str) -> str:

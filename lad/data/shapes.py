@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from lad.data.builders import balanced_positions, check_setting, place_answer, seeded_rng
+from lad.data.builders import SETTINGS, balanced_positions, place_answer, seeded_rng
 from lad.data.items import Item, write_items
-from lad.errors import DataError
+from lad.errors import DataError, check_choice
 from lad.io import limits
 from lad.io.files import replacing
 
@@ -94,9 +94,8 @@ def scene_distance(a: Scene, b: Scene) -> int:
 def _check_args(
     num_candidates: int, setting: str, items: int, split: str, image_size: int, max_shapes: int
 ) -> None:
-    check_setting(setting)
-    if split not in SPLITS:
-        raise DataError(f"The 'split' parameter must be one of {list(SPLITS)}. Got {split!r}.")
+    check_choice("setting", setting, SETTINGS, DataError)
+    check_choice("split", split, SPLITS, DataError)
     if not 2 <= num_candidates <= 26:
         raise DataError(f"--num-candidates must be between 2 and 26. Got {num_candidates}.")
     if items < 1:

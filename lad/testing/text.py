@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from lad.errors import BackendError
+from lad.errors import BackendError, check_choice
 from lad.testing.tiny import TinySize, build_tokenizer, save_model
 from lad.testing.tiny_parts import CHATML, chatml, text_kwargs
 
@@ -45,10 +45,7 @@ def build_tiny_text_model(
     import transformers
     from transformers import AutoTokenizer
 
-    if arch not in TEXT_ARCHITECTURES:
-        raise BackendError(
-            f"The 'arch' parameter must be one of {sorted(TEXT_ARCHITECTURES)}. Got {arch!r}."
-        )
+    check_choice("arch", arch, sorted(TEXT_ARCHITECTURES), BackendError)
     if tokenizer is None and arch != "llama":
         # transformers loads a qwen2 checkpoint's tokenizer as Qwen2Tokenizer whatever its
         # tokenizer_config says, which reads lad's word tokenizer without its spaces.

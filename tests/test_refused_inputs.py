@@ -627,7 +627,9 @@ def test_eval_items_file_not_utf8(model, shapes, tmp_path, capsys):
     lines[1] = lines[1].replace(b"a ", b"\xe9 ", 1)  # Latin-1 'é'
     items.write_bytes(b"".join(lines))
     refused(
-        capsys, _eval(model, items, tmp_path / "r"), r"items\.jsonl:2: not UTF-8 text \(byte 0xe9\)"
+        capsys,
+        _eval(model, items, tmp_path / "r"),
+        r"items\.jsonl: not UTF-8 text \(byte 0xe9, line 2\)",
     )
 
 

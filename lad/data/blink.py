@@ -24,7 +24,6 @@ from lad.data.rules import (
     pictures_named,
     safe_name,
 )
-from lad.data.screen import picture_question_reason
 from lad.errors import DataError
 
 PICTURE_FIELDS = ("image_1", "image_2", "image_3", "image_4")
@@ -51,14 +50,10 @@ def choose(row: Row) -> Choice | str:
     placed = pictures_named(shown, len(present))
     if isinstance(placed, str):
         return first_reason(answer, placed)
-    candidates, context = placed  # candidates in BLINK's picture order
     question = require(row, "question")
     question = "" if question is None else str(question).strip()
     if not question:
         return first_reason(answer, EMPTY_QUESTION)
-    moved = picture_question_reason(question, len(context), len(candidates))
-    if moved is not None:
-        return first_reason(answer, moved)
     task = str(row.fields.get("sub_task") or "")
     idx = str(require(row, "idx"))
     return named_choice(

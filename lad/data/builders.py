@@ -16,19 +16,11 @@ import numpy as np
 
 from lad.data.clip import DEFAULT_CLIP, CacheStats, ClipEmbedder, EmbeddingCache, cache_dir_for
 from lad.data.items import Item, seeded_rng, write_items
-from lad.errors import DataError
+from lad.errors import DataError, check_choice
 from lad.io.images import check_image
 
 SETTINGS = ("random", "adversarial")
 TEXT_SIMILARITY_THRESHOLD = 0.9
-
-
-def check_setting(setting: str) -> str:
-    if setting not in SETTINGS:
-        raise DataError(
-            f"The 'setting' parameter must be one of {list(SETTINGS)}. Got {setting!r} instead."
-        )
-    return setting
 
 
 def check_split(items: int | None, calibration_items: int) -> None:
@@ -182,7 +174,7 @@ def _embed(pool: Pool, options: BuildOptions, out: Path) -> tuple[_Embeddings, C
 
 
 def _check_options(pool: Pool, options: BuildOptions) -> None:
-    check_setting(options.setting)
+    check_choice("setting", options.setting, SETTINGS, DataError)
     if not pool.images or any(not caps for caps in pool.captions):
         raise DataError(f"{pool.source}: every image of the pool needs at least one caption")
     n = options.num_candidates
@@ -255,9 +247,7 @@ def build_benchmark(pool: Pool, out: str | Path, options: BuildOptions) -> Build
     """
     _check_options(pool, options)
     out = Path(out)
-    emb, stats = (None, None)
-    if options.setting == "adversarial":
-        emb, stats = _embed(pool, options, out)
+    emb, stats = _embed(pool, options, out) if options.setting == "adversarial" else (None, None)
     rng = seeded_rng(options.seed, pool.name, options.setting, options.num_candidates)
     order = rng.permutation(len(pool.images)).tolist()
     everyone = np.arange(len(pool.images))

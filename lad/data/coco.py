@@ -13,35 +13,32 @@ from typing import Any
 
 from lad.data.builders import Pool
 from lad.errors import DataError
-from lad.io import files
+from lad.io.files import check_object, read_json
 
 
 def field(obj: Any, key: str, kind: type, where: str) -> Any:
     """obj[key], which must be of `kind`; otherwise an error after `where` (file: entry)."""
-    if not isinstance(obj, dict) or key not in obj:
-        raise DataError(f"{where}: missing key {key!r}")
-    value = obj[key]
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise DataError(f"{where}: {key!r} must be a {kind.__name__}, got {value!r}")
-    return value
+    check_object(obj, {key: kind}, f"{where}: ", DataError)
+    return obj[key]
 
 
 def existing_images(
-    images_dir: str | Path, names: list[str], source: Path, skip_missing: bool
-) -> list[bool]:
-    """Which listed images are on disk; a missing one is an error unless `skip_missing`."""
+    images_dir: str | Path, files: dict[Any, str], source: Path, skip_missing: bool
+) -> list[Any]:
+    """The keys, in order, of the listed images (key: file name) that are on disk; a missing one
+    is an error unless `skip_missing`."""
     images_dir = Path(images_dir)
     if not images_dir.is_dir():
         raise DataError(f"{images_dir}: no such image folder")
-    present = [(images_dir / n).is_file() for n in names]
-    missing = [n for n, ok in zip(names, present, strict=True) if not ok]
+    missing = [n for n in files.values() if not (images_dir / n).is_file()]
     if missing and not skip_missing:
         shown = ", ".join(missing[:3]) + (", …" if len(missing) > 3 else "")
         raise DataError(
             f"{source}: {len(missing)} listed images are not in {images_dir} ({shown}); "
             "pass --skip-missing to leave them out"
         )
-    return present
+    absent = set(missing)
+    return [key for key, n in files.items() if n not in absent]
 
 
 def load_coco(
@@ -54,7 +51,7 @@ def load_coco(
     """The images listed in the captions file that have at least one caption, with their captions
     and (when `instances_file` is given) their category sets."""
     captions_file = Path(captions_file)
-    data = files.read_json(captions_file, DataError, "JSON annotation file")
+    data = read_json(captions_file, DataError, "JSON annotation file")
     names: dict[int, str] = {}
     for i, entry in enumerate(field(data, "images", list, f"{captions_file}: top level")):
         where = f"{captions_file}: images[{i}]"
@@ -66,9 +63,8 @@ def load_coco(
         if image_id not in names:
             raise DataError(f"{where}: image_id {image_id} is not in 'images'")
         captions[image_id].append(field(entry, "caption", str, where).strip())
-    ids = sorted(i for i in names if captions[i])
-    present = existing_images(images_dir, [names[i] for i in ids], captions_file, skip_missing)
-    ids = [i for i, ok in zip(ids, present, strict=True) if ok]
+    listed = {i: names[i] for i in sorted(names) if captions[i]}
+    ids = existing_images(images_dir, listed, captions_file, skip_missing)
     categories = None if instances_file is None else _categories(Path(instances_file), names)
     return Pool(
         name="coco",
@@ -80,7 +76,7 @@ def load_coco(
 
 
 def _categories(path: Path, names: dict[int, str]) -> dict[int, set[int]]:
-    data = files.read_json(path, DataError, "JSON annotation file")
+    data = read_json(path, DataError, "JSON annotation file")
     categories: dict[int, set[int]] = defaultdict(set)
     for i, entry in enumerate(field(data, "annotations", list, f"{path}: top level")):
         where = f"{path}: annotations[{i}]"

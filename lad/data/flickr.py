@@ -13,6 +13,7 @@ from pathlib import Path
 from lad.data.builders import Pool
 from lad.data.coco import existing_images
 from lad.errors import DataError, at
+from lad.io.files import read_text
 
 
 def load_flickr8k(
@@ -20,26 +21,23 @@ def load_flickr8k(
 ) -> Pool:
     """The images of the token file, each with its captions in file order."""
     captions_file = Path(captions_file)
-    if not captions_file.is_file():
-        raise DataError(f"{captions_file}: no such caption file")
     captions: dict[str, list[str]] = defaultdict(list)
-    with captions_file.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            key, tab, caption = line.rstrip("\n").partition("\t")
-            name, hash_mark, number = key.partition("#")
-            if not tab or not hash_mark or not number.isdigit() or not caption.strip():
-                raise DataError(
-                    f"{at(captions_file, lineno)}expected '<image>#<k><TAB><caption>', "
-                    f"got {line.strip()[:80]!r}"
-                )
-            captions[name].append(caption.strip())
+    text = read_text(captions_file, DataError, "caption file")
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        key, tab, caption = line.partition("\t")
+        name, hash_mark, number = key.partition("#")
+        if not tab or not hash_mark or not number.isdigit() or not caption.strip():
+            raise DataError(
+                f"{at(captions_file, lineno)}expected '<image>#<k><TAB><caption>', "
+                f"got {line.strip()[:80]!r}"
+            )
+        captions[name].append(caption.strip())
     if not captions:
         raise DataError(f"{captions_file}: the caption file is empty")
-    names = sorted(captions)
-    present = existing_images(images_dir, names, captions_file, skip_missing)
-    names = [n for n, ok in zip(names, present, strict=True) if ok]
+    listed = {n: n for n in sorted(captions)}
+    names = existing_images(images_dir, listed, captions_file, skip_missing)
     return Pool(
         name="flickr8k",
         source=captions_file,

@@ -22,32 +22,18 @@ from lad.core.labels import MAX_CANDIDATES
 from lad.core.prompts import CONTEXT_PLACEHOLDER
 from lad.errors import DataError, LadError, at
 from lad.io import limits
-from lad.io.files import check_not_binary, check_object, loads_json, note_input, replacing
+from lad.io.files import check_object, loads_json, note_input, read_text, replacing
 
 
 def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item]:
     """Read and validate an items file; relative image paths resolve against its folder, and
     every image must exist. With `num_candidates`, every item must have exactly that many."""
     path = Path(path)
-    if path.is_dir():
-        raise DataError(f"{path}: is a folder, not an items file")
-    if not path.is_file():
-        raise DataError(f"{path}: no such items file")
     items: list[Item] = []
     seen: set[str] = set()
     first: dict[bool, int] = {}  # the first line of each kind of item (text or picture)
-    with path.open("rb") as f:
-        check_not_binary(path, f.read(8), DataError, "items file")
-        f.seek(0)
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(
-                    f"{at(path, lineno)}not UTF-8 text (byte {raw[e.start]:#04x})"
-                ) from None
-            if not line.strip():
-                continue
+    for lineno, line in enumerate(read_text(path, DataError, "items file").split("\n"), 1):
+        if line.strip():
             items.append(_parse_item(line, path, lineno, num_candidates, seen))
             first.setdefault(items[-1].is_text, lineno)
     if not items:
@@ -59,7 +45,6 @@ def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item
         )
     for image in {p for it in items for p in it.images}:
         note_input(image)
-    note_input(path)
     return items
 
 
@@ -92,12 +77,9 @@ def _parse_item(
     if kind_key == "candidates":
         texts, question = obj["candidates"], obj.get("question")
         return Item(obj["id"], obj["query"], [], obj["answer"], extra, question, [], texts)
-    resolved = _resolve_images(obj["images"], path, where)
-    item = Item(obj["id"], obj["query"], resolved, obj["answer"], extra, obj.get("question"))
-    item.context_images = _resolve_images(
-        obj.get("context_images", []), path, where, "context image"
-    )
-    return item
+    images = _resolve_images(obj["images"], path, where)
+    context = _resolve_images(obj.get("context_images", []), path, where, "context image")
+    return Item(obj["id"], obj["query"], images, obj["answer"], extra, obj.get("question"), context)
 
 
 class ItemRuleError(DataError):

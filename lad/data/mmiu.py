@@ -34,7 +34,6 @@ from lad.data.rules import (
     ordinal_image,
     pictures_named,
 )
-from lad.data.screen import picture_question_reason
 from lad.errors import DataError
 
 _OPTION_LINE = re.compile(r"([A-Za-z])\s*[:.]\s*(.*\S)")
@@ -81,10 +80,8 @@ def instruction(context: str) -> str:
 def _options_in(context: str) -> str:
     """The option lines after "Select from the following choices." in a context."""
     lines = context.splitlines()
-    for k, line in enumerate(lines):
-        if _CHOICES.match(line.strip()):
-            return "\n".join(lines[k + 1 :])
-    return ""
+    k = next((k for k, line in enumerate(lines) if _CHOICES.match(line.strip())), len(lines))
+    return "\n".join(lines[k + 1 :])  # "" when there is none
 
 
 def asked_text(task: str, question: str, context: str) -> str:
@@ -155,14 +152,10 @@ def choose(row: Row) -> Choice | str:
     placed = pictures_named(shown, len(paths), NOT_ONE_PER_IMAGE)
     if isinstance(placed, str):
         return placed
-    candidates, context = placed  # MMIU's order of the pictures the options name
     task = fields["task"]
     asked = asked_text(task, fields["question"], fields["context"])
     if not asked:
         return EMPTY_QUESTION
-    moved = picture_question_reason(asked, len(context), len(candidates))
-    if moved is not None:
-        return moved
     return named_choice(
         paths,
         placed,

@@ -15,7 +15,7 @@ from typing import Any
 
 from lad.data.items import Item, write_items
 from lad.errors import DataError
-from lad.io.files import read_json, write_text
+from lad.io.files import check_object, read_json, write_text
 
 _NAME = re.compile(r"annotations_(\d+)_\d+_(random|adversarial)\.json$")
 
@@ -40,8 +40,7 @@ def _entry_item(
     entry: Any, images_dir: Path, where: str, setting: str | None, derived_id: str | None
 ) -> Item:
     """One entry as an item; `derived_id` is its id when the file's entries have none."""
-    if not isinstance(entry, dict):
-        raise DataError(f"{where}expected an object, got {type(entry).__name__}")
+    check_object(entry, {}, where, DataError)
     for key in ("image_ids", "index", "caption"):  # "id": checked for all entries at once
         if key not in entry:
             raise DataError(f"{where}missing key {key!r}")
@@ -113,7 +112,6 @@ class Imported:
 
 
 def import_official(path: str | Path, images_dir: str | Path, out: str | Path) -> Imported:
-    """Convert an official file into an items file."""
     items = read_official(path, images_dir)
     write_items(out, items)
     return Imported(len(items), "official_id" not in items[0].extra)

@@ -30,8 +30,24 @@ def cyclic_requests(items: Sequence[Item]) -> list[Request]:
 
 
 def given_requests(items: Sequence[Item], path: str | Path, num_candidates: int) -> list[Request]:
-    """Each item under the orderings an orders file gives it (`lad eval --orders FILE`)."""
-    return _requests(items, orders_for(items, read_orders(path, num_candidates), path))
+    """Each item under the orderings an orders file gives it (`lad eval --orders FILE`); every
+    item must have some, and all the same number T (Acc is per ordering index, §5.2). Orders of
+    items not evaluated are ignored."""
+    orders = read_orders(path, num_candidates)
+    missing = [it.id for it in items if it.id not in orders]
+    if missing:
+        raise DataError(
+            f"{path}: no orders for {len(missing)} evaluation item(s), e.g. {missing[:3]}; "
+            "its 'item' values must be the items' ids"
+        )
+    counts = {len(orders[it.id]) for it in items}
+    if len(counts) > 1:
+        few = min(items, key=lambda it: len(orders[it.id]))
+        raise DataError(
+            f"{path}: items have different numbers of orderings ({sorted(counts)}; e.g. "
+            f"{few.id!r} has {len(orders[few.id])}); every evaluation item needs the same T"
+        )
+    return _requests(items, [orders[it.id] for it in items])
 
 
 def _requests(items: Sequence[Item], orders: Sequence[list[list[int]]]) -> list[Request]:
@@ -98,24 +114,3 @@ def _parse_line(line: str, where: str, num_candidates: int) -> tuple[str, int | 
     ):
         raise DataError(f"{where}'ordering' must be an integer >= 0, got {ordering!r}")
     return item, ordering, order
-
-
-def orders_for(
-    items: Sequence[Item], orders: dict[str, list[list[int]]], path: str | Path
-) -> list[list[list[int]]]:
-    """Each item's orders; every item must have some, and all the same number T (Acc is per
-    ordering index, §5.2). Orders of items not evaluated are ignored."""
-    missing = [it.id for it in items if it.id not in orders]
-    if missing:
-        raise DataError(
-            f"{path}: no orders for {len(missing)} evaluation item(s), e.g. {missing[:3]}; "
-            "its 'item' values must be the items' ids"
-        )
-    counts = {len(orders[it.id]) for it in items}
-    if len(counts) > 1:
-        few = min(items, key=lambda it: len(orders[it.id]))
-        raise DataError(
-            f"{path}: items have different numbers of orderings ({sorted(counts)}; e.g. "
-            f"{few.id!r} has {len(orders[few.id])}); every evaluation item needs the same T"
-        )
-    return [orders[it.id] for it in items]

@@ -153,8 +153,6 @@ class Converted:
 
 @dataclass
 class Written:
-    """What a conversion wrote."""
-
     items_path: Path
     calibration_path: Path | None
     summary_path: Path

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lad.data.screen import picture_question_reason
+
 # Why a question is skipped, counted per task in a conversion's summary (docs/data.md).
 NO_ANSWER = "no answer"  # null or blank
 ANSWER_NOT_AN_OPTION = "answer not an option"
@@ -130,11 +132,15 @@ def named_choice(
     letters: Sequence[str],
     answer: int | str,
     **asked: Any,
-) -> Choice:
+) -> Choice | str:
     """The Choice of a question whose option k names picture `shown[k]` of its `pictures`:
     `placed` is pictures_named's (candidates, context), `answer` the right option or why there
-    is none, `asked` the Choice's item, task, question and extra."""
+    is none, `asked` the Choice's item, task, question and extra; or why it is skipped (the
+    answer's fault first, then an order-dependent question: lad.data.screen)."""
     candidates, context = placed
+    moved = picture_question_reason(asked["question"], len(context), len(candidates))
+    if moved is not None:
+        return first_reason(answer, moved)
     return Choice(
         candidates=[pictures[k] for k in candidates],
         context=[pictures[k] for k in context],

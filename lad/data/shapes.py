@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from lad.data.builders import balanced_positions, check_setting, place_answer, seeded_rng
+from lad.data.builders import SETTINGS, balanced_positions, place_answer, seeded_rng
 from lad.data.items import Item, write_items
-from lad.errors import DataError
+from lad.errors import DataError, check_choice
 from lad.io import limits
 from lad.io.files import replacing
 
@@ -45,8 +45,6 @@ _SUPERSAMPLE = 4
 
 @dataclass(frozen=True, order=True)
 class Shape:
-    """One drawn object: a colour and a shape name."""
-
     colour: str
     shape: str
 
@@ -96,9 +94,8 @@ def scene_distance(a: Scene, b: Scene) -> int:
 def _check_args(
     num_candidates: int, setting: str, items: int, split: str, image_size: int, max_shapes: int
 ) -> None:
-    check_setting(setting)
-    if split not in SPLITS:
-        raise DataError(f"The 'split' parameter must be one of {list(SPLITS)}. Got {split!r}.")
+    check_choice("setting", setting, SETTINGS, DataError)
+    check_choice("split", split, SPLITS, DataError)
     if not 2 <= num_candidates <= 26:
         raise DataError(f"--num-candidates must be between 2 and 26. Got {num_candidates}.")
     if items < 1:
@@ -157,7 +154,6 @@ def _draw_shape(
     draw: ImageDraw.ImageDraw, shape: str, box: tuple[int, int, int, int], fill: tuple[int, ...]
 ) -> None:
     x0, y0, x1, y1 = box
-    w = x1 - x0
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
     if shape == "circle":
         draw.ellipse(box, fill=fill)
@@ -168,7 +164,7 @@ def _draw_shape(
     elif shape == "diamond":
         draw.polygon([(cx, y0), (x1, cy), (cx, y1), (x0, cy)], fill=fill)
     elif shape == "cross":
-        t = w / 3
+        t = (x1 - x0) / 3
         draw.rectangle((x0, cy - t / 2, x1, cy + t / 2), fill=fill)
         draw.rectangle((cx - t / 2, y0, cx + t / 2, y1), fill=fill)
     else:

@@ -124,11 +124,7 @@ class Tokens:
     def prompt(self, kind: str, text: str, n: int) -> list[int]:
         key = (kind, text, n)
         if key not in self.cache:
-            full = (
-                prompt_text(self.processor, text, n)
-                if kind == "match"
-                else chat_text(self.processor, text, n)
-            )
+            full = (prompt_text if kind == "match" else chat_text)(self.processor, text, n)
             image = self.processor.image_token
             full = full.replace(image, image * self.per_image)
             self.cache[key] = self.tok(full)["input_ids"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lad.errors import LadError
@@ -108,19 +107,3 @@ class TrainConfig:
         for name in ("batch_size", "train_items", "threads"):
             if getattr(self, name) < 1:
                 raise LadError(f"--{name.replace('_', '-')} must be at least 1.")
-
-
-def check_not_shipped(out: str | Path, replace_shipped: bool) -> None:
-    """Retraining into the package's own model folder replaces the weights `lad eval` uses by
-    default; only on purpose (--replace-shipped-model)."""
-    from lad.demo import MODEL_DIR
-
-    target = Path(out).resolve()
-    if replace_shipped or not (target == MODEL_DIR or MODEL_DIR in target.parents):
-        return
-    raise LadError(
-        f"--out {out} is the demo model shipped with lad ({MODEL_DIR}), which lad eval uses by "
-        "default; training would replace its weights. Write elsewhere (e.g. --out "
-        "runs/demo-model, then lad eval --model runs/demo-model), or pass "
-        "--replace-shipped-model to replace them on purpose"
-    )

@@ -30,10 +30,12 @@ import torch.nn.functional as F
 
 from lad.data.items import cyclic_shift
 from lad.data.shapes import BACKGROUND, COLOURS, SHAPES, shapes_vocabulary
+from lad.demo import MODEL_DIR
 from lad.demo.batches import Example, PreparedItem, Tokens, collate, draw, load_items
-from lad.demo.recipe import Stage, TrainConfig, check_not_shipped
+from lad.demo.recipe import Stage, TrainConfig
 from lad.errors import LadError
 from lad.io.files import check_not_inputs
+from lad.testing.tiny_parts import chatml
 
 ARCH = "qwen2_vl"
 # The TrainConfig fields that are the tiny model's TinySize (same names).
@@ -182,16 +184,9 @@ def _initial_model(config: TrainConfig, out: Path) -> None:
 
 # Qwen2-VL's own chat template with its `add_vision_id` option always on: "Picture k: " before
 # image k, so the model can name the image it picked without counting images.
-CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\n"
-    "You are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
-    "{{ message['content'] }}{% else %}{% for c in message['content'] %}"
-    "{% if c['type'] == 'image' %}{% set image_count.value = image_count.value + 1 %}"
-    "Picture {{ image_count.value }}: <|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+CHAT_TEMPLATE = "{% set image_count = namespace(value=0) %}" + chatml(
+    "{% set image_count.value = image_count.value + 1 %}Picture {{ image_count.value }}: "
+    "<|vision_start|><|image_pad|><|vision_end|>"
 )
 
 
@@ -213,9 +208,8 @@ def train(
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     config.check()
-    check_not_shipped(out, replace_shipped_model)
+    _check_out(out, init, replace_shipped_model)
     out = Path(out)
-    _check_out(out, init)
     _seed_everything(config.seed, config.threads)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lad-demo-") as tmp:
@@ -290,14 +284,24 @@ def _trained_parameters(model: Any, stage: Stage) -> list[torch.nn.Parameter]:
     return [p for m in modules for p in m.parameters()]
 
 
-def _check_out(out: Path, init: str | Path | None) -> None:
-    """`out` is replaced at the end: refuse the --init checkpoint and any folder not a model's."""
-    check_not_inputs({"--out": out}, {"--init": init})
-    if out.exists() and (
-        not out.is_dir() or (any(out.iterdir()) and not (out / "config.json").is_file())
+def _check_out(out: str | Path, init: str | Path | None, replace_shipped: bool) -> None:
+    """`out` is replaced at the end: refuse the --init checkpoint, any folder not a model's, and
+    the package's own model folder, whose weights `lad eval` uses by default, unless on purpose
+    (`replace_shipped`, --replace-shipped-model)."""
+    path = Path(out)
+    if not replace_shipped and (path.resolve() == MODEL_DIR or MODEL_DIR in path.resolve().parents):
+        raise LadError(
+            f"--out {out} is the demo model shipped with lad ({MODEL_DIR}), which lad eval uses by "
+            "default; training would replace its weights. Write elsewhere (e.g. --out "
+            "runs/demo-model, then lad eval --model runs/demo-model), or pass "
+            "--replace-shipped-model to replace them on purpose"
+        )
+    check_not_inputs({"--out": path}, {"--init": init})
+    if path.exists() and (
+        not path.is_dir() or (any(path.iterdir()) and not (path / "config.json").is_file())
     ):
         raise LadError(
-            f"--out {out}: exists and is not a model folder (no config.json); lad replaces --out "
+            f"--out {path}: exists and is not a model folder (no config.json); lad replaces --out "
             "with the trained model, so give a new or a model folder"
         )
 

@@ -11,24 +11,20 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from lad.errors import BackendError
+from lad.errors import BackendError, check_choice
 from lad.testing.tiny import TinySize, build_tokenizer, save_model
-from lad.testing.tiny_parts import CHATML, text_kwargs
+from lad.testing.tiny_parts import CHATML, chatml, text_kwargs
 
 TEXT_ARCHITECTURES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
 }
-_CHATML = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 def build_text_tokenizer(words: Iterable[str] = ()) -> Any:
     """lad's tiny word tokenizer (lad.testing.tiny) with ChatML turns over string contents."""
     tok = build_tokenizer(CHATML, ("<|im_start|>",), words)
-    tok.chat_template = _CHATML
+    tok.chat_template = chatml(None, system=False)
     return tok
 
 
@@ -49,10 +45,7 @@ def build_tiny_text_model(
     import transformers
     from transformers import AutoTokenizer
 
-    if arch not in TEXT_ARCHITECTURES:
-        raise BackendError(
-            f"The 'arch' parameter must be one of {sorted(TEXT_ARCHITECTURES)}. Got {arch!r}."
-        )
+    check_choice("arch", arch, sorted(TEXT_ARCHITECTURES), BackendError)
     if tokenizer is None and arch != "llama":
         # transformers loads a qwen2 checkpoint's tokenizer as Qwen2Tokenizer whatever its
         # tokenizer_config says, which reads lad's word tokenizer without its spaces.

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import transformers
 
-from lad.errors import BackendError
+from lad.errors import BackendError, check_choice
 from lad.testing.tiny_parts import (
     CHATML,
     Builder,
@@ -292,10 +292,7 @@ def build_tiny_parts(
     A benchmark can change the config's sizes to a real checkpoint's and instantiate the model
     in memory (`_from_config`); the token ids in the config match the processor's tokenizer.
     """
-    if arch not in ARCHITECTURES:
-        raise BackendError(
-            f"The 'arch' parameter must be one of {sorted(ARCHITECTURES)}. Got {arch!r} instead."
-        )
+    check_choice("arch", arch, sorted(ARCHITECTURES), BackendError)
     spec = ARCHITECTURES[arch]
     size = size or TinySize()
     if spec.byte_level:

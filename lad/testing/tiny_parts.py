@@ -59,7 +59,9 @@ def content(image: str, text: str = "{{ c['text'] }}") -> str:
     )
 
 
-def chatml(image: str, system: bool = True) -> str:
+def chatml(image: str | None, system: bool = True) -> str:
+    """ChatML turns, `image` standing for each picture (None: string contents only, text models)."""
+    body = "{{ message['content'] }}" if image is None else content(image)
     head = (
         "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\n"
         "You are a helpful assistant.<|im_end|>\n{% endif %}"
@@ -70,7 +72,7 @@ def chatml(image: str, system: bool = True) -> str:
         "{% for message in messages %}"
         + head
         + "<|im_start|>{{ message['role'] }}\n"
-        + content(image)
+        + body
         + "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
 

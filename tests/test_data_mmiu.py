@@ -290,3 +290,23 @@ def test_a_null_top_level_task_is_the_nested_one(release, tmp_path):
     assert {item.extra["task"] for item in converted.items} == {I2I}
     assert all(item.id.startswith(I2I) for item in converted.items)
     assert all(item.question == I2I_QUESTION for item in converted.items)
+
+
+def test_a_null_top_level_task_is_the_nested_one_in_parquet_too(release, tmp_path):
+    """all.parquet's task column is read first to skip other tasks' rows; a null there is not
+    another task: the row's nested input.task decides, as in JSON, for the counts too."""
+    root, rows = release
+    nested = []
+    for r in rows:
+        row = _nested(r)
+        row["input"]["task"], row["task"] = row["task"], None
+        nested.append(row)
+    jsonl = tmp_path / "nested.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in nested))
+    parquet = tmp_path / "nested.parquet"
+    pq.write_table(pa.Table.from_pylist(nested), parquet)
+    _, from_json = read_mmiu(jsonl, task=I2I, images_dir=root)
+    task, converted = read_mmiu(parquet, task=I2I, images_dir=root)
+    assert task == I2I and converted.items
+    assert [i.id for i in converted.items] == [i.id for i in from_json.items]
+    assert all(item.question == I2I_QUESTION for item in converted.items)

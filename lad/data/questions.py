@@ -114,8 +114,10 @@ class Questions:
                     f"{path}: no column {benchmark.task_field!r}; is this "
                     f"{benchmark.title}'s own file?"
                 )
+            # a task_of rule may read more than the column (MMIU: a null task is input.task)
+            only = [benchmark.task_field] if has and benchmark.task_of is None else None
             for group in range(pf.metadata.num_row_groups):
-                table = _read_group(pf, path, group, [benchmark.task_field] if has else None)
+                table = _read_group(pf, path, group, only)
                 counts.update(benchmark.task(r) for r in table.to_pylist())
         return counts
 
@@ -141,7 +143,12 @@ class Questions:
                 wanted = set(range(size))
                 if task is not None and column in pf.schema_arrow.names:
                     names = _read_group(pf, path, group, [column]).column(column).to_pylist()
-                    wanted = {k for k, name in enumerate(names) if str(name or "") == task}
+                    undecided = benchmark.task_of is not None  # a null: the row decides
+                    wanted = {
+                        k
+                        for k, name in enumerate(names)
+                        if str(name or "") == task or (name is None and undecided)
+                    }
                 rows = _group_rows(pf, path, group, self.BATCH_ROWS) if wanted else ()
                 for k, obj in enumerate(rows):
                     if k in wanted:

@@ -99,6 +99,10 @@ def pooled_audit(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+# The model_args each (task, N)'s run.json records among its "arguments".
+_RECORDED = ("model", "labels", "method", "prompt_template")
+
+
 def write_model_audit(results: Sequence[Any], output: Path, options: Any) -> Path:
     """`--model lad`'s folders and lad_audit.json (lad.harness.runner.TaskResult each)."""
     from lad.harness.runner import write_audit_folder
@@ -110,14 +114,8 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any) -> Pat
             tasks[result.task][str(n)] = {"skipped": "some documents give no answer"}
             continue
         run, folder = audit_part(output, result.task, n)
-        arguments = {
-            "model": options.model,
-            "labels": options.labels,
-            "method": options.method,
-            "prompt_template": options.prompt_template,
-            "source": "lmms-eval --model lad",
-            "task": result.task,
-        }
+        arguments = {k: getattr(options, k) for k in _RECORDED}
+        arguments |= {"source": "lmms-eval --model lad", "task": result.task}
         metrics = write_audit_folder(result, run.path, arguments)
         calibration = result.source.to_dict()
         tasks[result.task][str(n)] = _summary(metrics, folder, calibration=calibration)

@@ -85,22 +85,6 @@ def _blink_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
     return doc
 
 
-def muirbench_docs(dataset: Any) -> Any:
-    return _expand(dataset, "muirbench", _muirbench_shift)
-
-
-def blink_docs(dataset: Any) -> Any:
-    return _expand(dataset, "blink", _blink_shift)
-
-
-def muirbench_docs_repeated(dataset: Any) -> Any:
-    return _expand(dataset, "muirbench", _muirbench_shift, repeats=2)
-
-
-def blink_docs_repeated(dataset: Any) -> Any:
-    return _expand(dataset, "blink", _blink_shift, repeats=2)
-
-
 def audit_row(doc: dict, positions: list[int], parsed: str) -> dict[str, Any]:
     """The row lad's metrics read, from a circular document's text fields alone (lmms-eval
     hands process_results its documents without their pictures). positions[c] is the position
@@ -154,15 +138,25 @@ def blink_results(doc: dict, results: list[str]) -> dict[str, Any]:
     return with_audit(scored, audit_row(doc, blink_positions(doc["choices"]), parsed))
 
 
-def _aggregation(name: str, key: str) -> Callable[[list[dict[str, Any]]], float]:
-    """lmms-eval's aggregation `name` (a task YAML's `!function`): `pooled` of metric `key`."""
+def _yaml_function(name: str, body: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
+    """The task YAMLs' `!function` `name` (so named in lmms-eval's config): `body(x, *args)`."""
 
-    def aggregate(rows: list[dict[str, Any]]) -> float:
-        return pooled(rows, key)
+    def function(x: Any) -> Any:
+        return body(x, *args)
 
-    aggregate.__name__ = aggregate.__qualname__ = name
-    return aggregate
+    function.__name__ = function.__qualname__ = name
+    return function
 
 
+# process_docs: each picture question under all N shifts (`_repeated`: each shift twice).
+muirbench_docs = _yaml_function("muirbench_docs", _expand, "muirbench", _muirbench_shift)
+blink_docs = _yaml_function("blink_docs", _expand, "blink", _blink_shift)
+muirbench_docs_repeated = _yaml_function(
+    "muirbench_docs_repeated", _expand, "muirbench", _muirbench_shift, 2
+)
+blink_docs_repeated = _yaml_function("blink_docs_repeated", _expand, "blink", _blink_shift, 2)
+# The aggregations of AUDIT_METRICS: `pooled` of each one's metric, over every N.
 _KEYS = ("acc", "rstd", "cons", "flip_rate", "circular_acc")  # of AUDIT_METRICS, in order
-lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular = map(_aggregation, AUDIT_METRICS, _KEYS)
+lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular = (
+    _yaml_function(name, pooled, key) for name, key in zip(AUDIT_METRICS, _KEYS, strict=True)
+)

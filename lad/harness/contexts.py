@@ -99,7 +99,9 @@ def _from_doc(doc: Any, n: int) -> list[str] | None:
     return None
 
 
-def _split(context: str, labels: list[str], known: list[str] | None) -> tuple[int, int, list[str]]:
+def _split(
+    where: str, context: str, labels: list[str], known: list[str] | None
+) -> tuple[int, int, list[str]]:
     """Where the options' lines start and end in `context`, and their texts: the document's
     own options listed verbatim if it names them, else the last lines "<label>. <text>"."""
     if known is not None:
@@ -111,7 +113,10 @@ def _split(context: str, labels: list[str], known: list[str] | None) -> tuple[in
     for label in reversed(labels):
         start = context.rfind(f"\n{label}. ", 0, end)
         if start < 0:
-            raise _NotListed(label)
+            raise LadError(
+                f"{where}: its prompt does not list option {label!r} on a line of its own as "
+                f"'{label}. <text>' (MMLU's form), so lad cannot tell where the options are"
+            )
         starts.insert(0, start)
         end = start
     texts = []
@@ -120,11 +125,6 @@ def _split(context: str, labels: list[str], known: list[str] | None) -> tuple[in
         stop = starts[k + 1] if k + 1 < len(starts) else context.find("\n", begin)
         texts.append(context[begin : len(context) if stop < 0 else stop])
     return starts[0], begin + len(texts[-1]), texts
-
-
-class _NotListed(Exception):
-    def __init__(self, label: str) -> None:
-        self.label = label
 
 
 def parse_question(
@@ -136,13 +136,7 @@ def parse_question(
         raise LadError(f"{where}: {len(continuations)} choice; a question needs at least 2")
     scheme = label_scheme(task, doc_id, continuations)
     labels = [c[len(DELIMITER) :] for c in continuations]
-    try:
-        start, end, texts = _split(context, labels, _from_doc(doc, len(labels)))
-    except _NotListed as e:
-        raise LadError(
-            f"{where}: its prompt does not list option {e.label!r} on a line of its own as "
-            f"'{e.label}. <text>' (MMLU's form), so lad cannot tell where the options are"
-        ) from None
+    start, end, texts = _split(where, context, labels, _from_doc(doc, len(labels)))
     question = ContextQuestion(
         task, doc_id, context, scheme, context[:start], tuple(texts), context[end:]
     )

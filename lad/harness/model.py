@@ -36,14 +36,13 @@ class LadModel(lmms):
 
     is_simple = True
 
-    def __init__(self, adapter: str | None = None, **model_args: Any) -> None:
+    def __init__(self, **model_args: Any) -> None:
         super().__init__()
         unused = unknown_model_args(HarnessOptions, model_args)
         unused = {k: v for k, v in unused.items() if v is not None}
         if unused:
             logger.warning(f"lad: model_args not used: {sorted(unused)}")
         self.options = read_model_args(HarnessOptions, model_args)
-        self.adapter = None if adapter in (None, "", "None", "none") else str(adapter)
         self.scorer = PictureScorer(self.options)
         self._undecoded: dict[tuple[str, str], Any] = {}
 
@@ -71,7 +70,7 @@ class LadModel(lmms):
                     "a sampling model's noise floor; --model lad scores greedily, so run the task "
                     "without _repeat (lad's own floor: docs/metrics.md)"
                 )
-            choice = picture_choice(doc, self.adapter)
+            choice = picture_choice(doc, self.options.adapter)
             if choice is None:
                 others.append(r)
             else:
@@ -144,7 +143,7 @@ class LadModel(lmms):
         if not k:
             return []
         docs = self._docs(task, split)
-        asked = ((d, picture_choice(docs[d], self.adapter)) for d in range(len(docs)))
+        asked = ((d, picture_choice(docs[d], self.options.adapter)) for d in range(len(docs)))
         usable = (
             (d, c)
             for d, c in asked
@@ -165,7 +164,7 @@ class LadModel(lmms):
         # Every document of a calibration item (a circular variant's shifts follow each other).
         last = max(source.doc_ids)
         while last + 1 < len(docs):
-            choice = picture_choice(docs[last + 1], self.adapter)
+            choice = picture_choice(docs[last + 1], self.options.adapter)
             if choice is None or choice.item not in items:
                 break
             last += 1

@@ -38,6 +38,7 @@ class HarnessOptions(ModelArgs):
     prompt_template: str | None = None  # a file (lad.core.prompts); None: lad's question template
     output: str = "lad-harness"  # audit folders and the pictures' files
     image_size: int | None = None
+    adapter: str | None = None  # force one of lad.harness.adapters.ADAPTERS; None: by schema
 
     def __post_init__(self) -> None:
         get_scheme(self.labels)

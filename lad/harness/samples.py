@@ -67,10 +67,9 @@ def row_problem(row: dict[str, Any]) -> str | None:
         return f"'order' must be a permutation of 0..{n - 1} (each picture once), got {order}"
     for key, lowest in (("ordering", 0), ("answer", 0), ("prediction", -1), ("repeat", 0)):
         value = row.get(key, 0)
-        if not (
-            _is_int(value) and lowest <= value and (key in ("ordering", "repeat") or value < n)
-        ):
-            wanted = ">= 0" if key in ("ordering", "repeat") else f"{lowest}..{n - 1}"
+        below_n = key in ("answer", "prediction")  # a position; a shift or repeat is unbounded
+        if not (_is_int(value) and lowest <= value and (not below_n or value < n)):
+            wanted = f"{lowest}..{n - 1}" if below_n else ">= 0"
             return f"{key!r} must be an integer {wanted}, got {value!r}"
     return None
 

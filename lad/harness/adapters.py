@@ -61,10 +61,7 @@ class PictureChoice:
 
     def original_candidates(self) -> list[Any]:
         """The option pictures in the original document's order (undoing the shift)."""
-        out: list[Any] = [None] * self.num_candidates
-        for p, i in enumerate(self.order):
-            out[i] = self.candidates[p]
-        return out
+        return [self.candidates[self.order.index(i)] for i in range(self.num_candidates)]
 
 
 def _choice(benchmark: Benchmark, doc: dict[str, Any]) -> Choice | None:

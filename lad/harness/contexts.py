@@ -71,14 +71,15 @@ def _where(task: str, doc_id: int) -> str:
     return f"lm-eval task {task!r}, document {doc_id}"
 
 
-def label_scheme(task: str, doc_id: int, continuations: Sequence[str]) -> str:
-    """The lad label scheme whose first N labels the continuations are (after the delimiter)."""
+def label_scheme(task: str, doc_id: int, continuations: Sequence[str]) -> tuple[str, list[str]]:
+    """The lad label scheme whose first N labels the continuations are (after the delimiter),
+    and those labels."""
     wanted = [c[len(DELIMITER) :] for c in continuations]
     if all(c.startswith(DELIMITER) for c in continuations):
         for name in SCHEMES:
             scheme = LABEL_SCHEMES[name]
             if len(wanted) <= scheme.max_candidates and scheme.labels(len(wanted)) == wanted:
-                return name
+                return name, wanted
     shown = ", ".join(repr(c) for c in continuations[:5])
     raise LadError(
         f"{_where(task, doc_id)}: its choices are {shown}, not option labels after a space "
@@ -134,8 +135,7 @@ def parse_question(
     where = _where(task, doc_id)
     if len(continuations) < 2:
         raise LadError(f"{where}: {len(continuations)} choice; a question needs at least 2")
-    scheme = label_scheme(task, doc_id, continuations)
-    labels = [c[len(DELIMITER) :] for c in continuations]
+    scheme, labels = label_scheme(task, doc_id, continuations)
     start, end, texts = _split(where, context, labels, _from_doc(doc, len(labels)))
     question = ContextQuestion(
         task, doc_id, context, scheme, context[:start], tuple(texts), context[end:]

@@ -59,7 +59,7 @@ class LadModel(lmms):
 
     def generate_until(self, requests: list[Instance]) -> list[str]:
         replies: list[str | None] = [None] * len(requests)
-        pictures: dict[tuple[str, int], list[tuple[int, int, PictureChoice]]] = defaultdict(list)
+        pictures: dict[tuple[str, int], list[tuple[int, PictureChoice]]] = defaultdict(list)
         others = []
         for r, request in enumerate(requests):
             _, _, _, doc_id, task, split = request.args
@@ -74,7 +74,7 @@ class LadModel(lmms):
             if choice is None:
                 others.append(r)
             else:
-                pictures[(task, choice.num_candidates)].append((r, doc_id, choice))
+                pictures[(task, choice.num_candidates)].append((r, choice))
         logger.info(
             f"lad: {len(requests) - len(others)} picture questions scored by lad "
             f"(method={self.options.method}), {len(others)} answered by plain generation"
@@ -90,11 +90,11 @@ class LadModel(lmms):
             debiaser, source = self.scorer.calibrated(
                 task, n, self._calibration_docs(task, split, n)
             )
-            choices = [c for _, _, c in group]
+            choices = [c for _, c in group]
             self._say_calibration(task, n, source, choices, split)
             result = self.scorer.score(task, choices, debiaser, source)
             chosen = result.scored.chosen[self.options.method]
-            for (r, _, choice), p in zip(group, chosen, strict=True):
+            for (r, choice), p in zip(group, chosen, strict=True):
                 replies[r] = choice.replies[int(p)]
             results.append(result)
         if pictures:

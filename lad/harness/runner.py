@@ -178,10 +178,9 @@ class PictureScorer(HarnessScorer):
                 f"calibration_docs={self.options.calibration_docs}: task {task} has no picture "
                 f"question of N = {n} with a known answer to calibrate on"
             )
-        debiaser = self.base.clone()
-        debiaser._backend = self.backend
+        _ = self.backend  # the model loads here, and the clone shares it
         items = [self.item(c) for _, c in calibration_docs]
-        debiaser.fit(items)
+        debiaser = self.base.clone().fit(items)
         source = CalibrationSource(
             "docs", doc_ids=[i for i, _ in calibration_docs], items=[it.id for it in items]
         )

@@ -79,8 +79,7 @@ def _blink_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
     keys = sorted(named, key=BLINK_PICTURES.index)  # positions: BLINK's picture order
     order = cyclic_shift(choice.num_candidates, s)
     pictures = [doc[k] for k in keys]
-    for p, key in enumerate(keys):
-        doc[key] = pictures[order[p]]
+    doc.update({key: pictures[i] for key, i in zip(keys, order, strict=True)})
     doc["answer"] = f"({string.ascii_uppercase[named.index(keys[order.index(choice.answer)])]})"
     return doc
 
@@ -92,8 +91,7 @@ def audit_row(doc: dict, positions: list[int], parsed: str) -> dict[str, Any]:
     anything else: none)."""
     letters = string.ascii_uppercase[: len(positions)]
     answer = str(doc["answer"]).strip().strip("()")
-    chosen = letters.index(parsed) if len(parsed) == 1 and parsed in letters else None
-    prediction = -1 if chosen is None else positions[chosen]
+    prediction = positions[letters.index(parsed)] if len(parsed) == 1 and parsed in letters else -1
     row = shifted_row(doc, len(positions), positions[letters.index(answer)], prediction)
     repeat = int(doc.get("lad_repeat") or 0)
     return {**row, "repeat": repeat} if repeat else row

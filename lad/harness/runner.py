@@ -26,7 +26,6 @@ from lad.harness.args import ModelArgs, check_model_args
 from lad.harness.pictures import PictureFiles
 from lad.run.debiaser import Debiaser
 from lad.run.rundir import RunDir
-from lad.run.spec import RecordSpec
 
 
 @dataclass(frozen=True)
@@ -80,9 +79,9 @@ class HarnessScorer:
     ask (loaded on first use), the calibration files read and checked before it loads, and the
     scoring of one N's requests."""
 
-    def __init__(self, options: ModelArgs, spec: RecordSpec, backend: Any, **more: Any) -> None:
+    def __init__(self, options: ModelArgs, backend: Any, **spec: Any) -> None:
         self.options = options
-        self.base = options.debiaser(spec, backend, **more)
+        self.base = options.debiaser(backend, **spec)
         self._loaded: dict[int, Debiaser] = {}
         if options.calibration:
             self._loaded = load_calibrations(Path(options.calibration), self.base)
@@ -136,15 +135,13 @@ class PictureScorer(HarnessScorer):
         template = (
             PromptTemplate.from_file(options.prompt_template) if options.prompt_template else None
         )
-        spec = RecordSpec(
-            options.model,
-            options.labels,
-            template and template.text,
-            None,
-            options.image_size,
-            trust_remote_code=options.trust_remote_code,
+        super().__init__(
+            options,
+            backend,
+            labels=options.labels,
+            prompt_template=template and template.text,
+            image_size=options.image_size,
         )
-        super().__init__(options, spec, backend)
         self.files = PictureFiles(Path(options.output) / "pictures")
 
     def item(self, choice: PictureChoice) -> Item:

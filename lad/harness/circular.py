@@ -21,7 +21,6 @@ from lad.data.mmiu import ordinal_image
 from lad.harness.adapters import (
     IMAGE_PLACEHOLDER,
     PictureChoice,
-    blink_option_keys,
     picture_choice,
     undecoded,
 )
@@ -74,8 +73,8 @@ def _muirbench_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
 
 
 def _blink_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
-    named = blink_option_keys(doc)
-    assert named is not None  # a picture choice
+    # A picture question (lad.data.blink's rule): each choice names one picture, image_k.
+    named = [BLINK_PICTURES[ordinal_image(c)] for c in doc["choices"]]
     keys = sorted(named, key=BLINK_PICTURES.index)  # positions: BLINK's picture order
     order = cyclic_shift(choice.num_candidates, s)
     pictures = [doc[k] for k in keys]

@@ -129,7 +129,7 @@ ROW = {"item": "a", "ordering": 1, "order": [1, 2, 0], "answer": 2, "prediction"
         ({**ROW, "ordering": 2}, "item 'a': shifts 1 and 2 show the same order [1, 2, 0]"),
         ({**ROW, "repeat": 1, "answer": 1, "order": [2, 1, 0]}, "asked again with another order"),
         (ROW, "item 'a' shift 1 twice"),
-        ({"prediction": 0}, "'lad_acc' is not lad's audit row (lacks ['item', 'ordering'"),
+        ({"prediction": 0}, "lad audit row: lacks ['item', 'ordering'"),
     ],
 )
 def test_bad_sample_rows_are_one_error_naming_file_and_line(tmp_path, line, message):

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lad.data.benchmarks import BENCHMARKS
-from lad.data.blink import PICTURE_FIELDS as BLINK_PICTURES
-from lad.data.blink import named_pictures
 from lad.data.items import CONTEXT_PLACEHOLDER, cyclic_shift
 from lad.data.questions import Benchmark, Row
 from lad.data.rules import Choice
@@ -61,10 +59,7 @@ class PictureChoice:
 
     def original_candidates(self) -> list[Any]:
         """The option pictures in the original document's order (undoing the shift)."""
-        out: list[Any] = [None] * self.num_candidates
-        for p, i in enumerate(self.order):
-            out[i] = self.candidates[p]
-        return out
+        return [self.candidates[self.order.index(i)] for i in range(self.num_candidates)]
 
 
 def _choice(benchmark: Benchmark, doc: dict[str, Any]) -> Choice | None:
@@ -102,14 +97,6 @@ def _adapter(benchmark: Benchmark) -> Callable[[dict[str, Any]], PictureChoice |
 
 muirbench = _adapter(BENCHMARKS["muirbench"])
 blink = _adapter(BENCHMARKS["blink"])
-
-
-def blink_option_keys(doc: dict[str, Any]) -> list[str] | None:
-    """The `image_k` keys BLINK's choices name, in choice order; None unless the document is a
-    BLINK picture question (lad.data.blink's rule)."""
-    if _choice(BENCHMARKS["blink"], doc) is None:
-        return None
-    return [BLINK_PICTURES[k] for k in named_pictures(doc["choices"]) if k is not None]
 
 
 # How a document is recognised: the keys its schema must have, and the adapter reading it.

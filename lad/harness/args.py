@@ -12,6 +12,7 @@ from pathlib import Path
 from types import NoneType, UnionType
 from typing import Any
 
+from lad.backends.settings import LoadSettings
 from lad.core.methods import MethodOptions
 from lad.errors import LadError
 from lad.run.debiaser import Debiaser
@@ -32,24 +33,26 @@ class ModelArgs:
     model: str = RecordSpec.model
     method: str = "lad"
     calibration: str | None = None  # a calibration.json, or a folder of them (one per N)
-    device: str = "auto"
-    dtype: str = "auto"
+    device: str = LoadSettings.device
+    dtype: str = LoadSettings.dtype
     batch_size: int = 1
     options: MethodOptions = field(default_factory=MethodOptions)  # model_args METHOD_ARGS
     check_calibration: bool = True  # False: a calibration file is checked for N and layers only
-    trust_remote_code: bool = False  # run the checkpoint's own code (RecordSpec)
+    trust_remote_code: bool = RecordSpec.trust_remote_code  # run the checkpoint's own code
 
-    def debiaser(self, spec: RecordSpec, backend: Any = None, **more: Any) -> Debiaser:
-        """The Debiaser of these args for records of `spec` (its labels also the options')."""
+    def debiaser(self, backend: Any = None, pictures: bool = True, **spec: Any) -> Debiaser:
+        """The Debiaser of these args for records of their model and the RecordSpec fields
+        `spec` (its labels also the options'); pictures=False: text options only (Debiaser)."""
+        made = RecordSpec(self.model, trust_remote_code=self.trust_remote_code, **spec)
         return Debiaser(
-            spec,
-            dataclasses.replace(self.options, labels=spec.labels),
+            made,
+            dataclasses.replace(self.options, labels=made.labels),
             batch_size=self.batch_size,
             device=self.device,
             dtype=self.dtype,
             backend=backend,
             check_calibration=self.check_calibration,
-            **more,
+            pictures=pictures,
         )
 
 

@@ -90,13 +90,8 @@ def _pool(cells: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def pooled_audit(tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """lad_audit.json's "pooled": per task over its N, and overall over every task and N."""
-    cells = {t: [c for c in by_n.values() if "methods" in c] for t, by_n in tasks.items()}
-    return {
-        "tasks": {t: _pool(mine) for t, mine in cells.items() if mine},
-        "overall": _pool([c for mine in cells.values() for c in mine]),
-    }
+# The model_args each (task, N)'s run.json records among its "arguments".
+_RECORDED = ("model", "labels", "method", "prompt_template")
 
 
 def write_model_audit(results: Sequence[Any], output: Path, options: Any) -> Path:
@@ -110,14 +105,8 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any) -> Pat
             tasks[result.task][str(n)] = {"skipped": "some documents give no answer"}
             continue
         run, folder = audit_part(output, result.task, n)
-        arguments = {
-            "model": options.model,
-            "labels": options.labels,
-            "method": options.method,
-            "prompt_template": options.prompt_template,
-            "source": "lmms-eval --model lad",
-            "task": result.task,
-        }
+        arguments = {k: getattr(options, k) for k in _RECORDED}
+        arguments |= {"source": "lmms-eval --model lad", "task": result.task}
         metrics = write_audit_folder(result, run.path, arguments)
         calibration = result.source.to_dict()
         tasks[result.task][str(n)] = _summary(metrics, folder, calibration=calibration)
@@ -126,8 +115,14 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any) -> Pat
 
 
 def _write_audit(output: Path, tasks: dict[str, Any], **head: Any) -> Path:
-    """lad_audit.json: its format, `head` (where the rows came from), the tasks, pooled."""
-    return write_audit(output, {**head, "tasks": tasks, "pooled": pooled_audit(tasks)})
+    """lad_audit.json: its format, `head` (where the rows came from), the tasks, and "pooled":
+    per task over its N, and overall over every task and N."""
+    cells = {t: [c for c in by_n.values() if "methods" in c] for t, by_n in tasks.items()}
+    pooled = {
+        "tasks": {t: _pool(mine) for t, mine in cells.items() if mine},
+        "overall": _pool([c for mine in cells.values() for c in mine]),
+    }
+    return write_audit(output, {**head, "tasks": tasks, "pooled": pooled})
 
 
 # ---------------------------------------------------------------- any model, from rows

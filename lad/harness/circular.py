@@ -21,7 +21,6 @@ from lad.data.mmiu import ordinal_image
 from lad.harness.adapters import (
     IMAGE_PLACEHOLDER,
     PictureChoice,
-    blink_option_keys,
     picture_choice,
     undecoded,
 )
@@ -74,31 +73,14 @@ def _muirbench_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
 
 
 def _blink_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
-    named = blink_option_keys(doc)
-    assert named is not None  # a picture choice
+    # A picture question (lad.data.blink's rule): each choice names one picture, image_k.
+    named = [BLINK_PICTURES[ordinal_image(c)] for c in doc["choices"]]
     keys = sorted(named, key=BLINK_PICTURES.index)  # positions: BLINK's picture order
     order = cyclic_shift(choice.num_candidates, s)
     pictures = [doc[k] for k in keys]
-    for p, key in enumerate(keys):
-        doc[key] = pictures[order[p]]
+    doc.update({key: pictures[i] for key, i in zip(keys, order, strict=True)})
     doc["answer"] = f"({string.ascii_uppercase[named.index(keys[order.index(choice.answer)])]})"
     return doc
-
-
-def muirbench_docs(dataset: Any) -> Any:
-    return _expand(dataset, "muirbench", _muirbench_shift)
-
-
-def blink_docs(dataset: Any) -> Any:
-    return _expand(dataset, "blink", _blink_shift)
-
-
-def muirbench_docs_repeated(dataset: Any) -> Any:
-    return _expand(dataset, "muirbench", _muirbench_shift, repeats=2)
-
-
-def blink_docs_repeated(dataset: Any) -> Any:
-    return _expand(dataset, "blink", _blink_shift, repeats=2)
 
 
 def audit_row(doc: dict, positions: list[int], parsed: str) -> dict[str, Any]:
@@ -108,8 +90,7 @@ def audit_row(doc: dict, positions: list[int], parsed: str) -> dict[str, Any]:
     anything else: none)."""
     letters = string.ascii_uppercase[: len(positions)]
     answer = str(doc["answer"]).strip().strip("()")
-    chosen = letters.index(parsed) if len(parsed) == 1 and parsed in letters else None
-    prediction = -1 if chosen is None else positions[chosen]
+    prediction = positions[letters.index(parsed)] if len(parsed) == 1 and parsed in letters else -1
     row = shifted_row(doc, len(positions), positions[letters.index(answer)], prediction)
     repeat = int(doc.get("lad_repeat") or 0)
     return {**row, "repeat": repeat} if repeat else row
@@ -154,15 +135,25 @@ def blink_results(doc: dict, results: list[str]) -> dict[str, Any]:
     return with_audit(scored, audit_row(doc, blink_positions(doc["choices"]), parsed))
 
 
-def _aggregation(name: str, key: str) -> Callable[[list[dict[str, Any]]], float]:
-    """lmms-eval's aggregation `name` (a task YAML's `!function`): `pooled` of metric `key`."""
+def _yaml_function(name: str, body: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
+    """The task YAMLs' `!function` `name` (so named in lmms-eval's config): `body(x, *args)`."""
 
-    def aggregate(rows: list[dict[str, Any]]) -> float:
-        return pooled(rows, key)
+    def function(x: Any) -> Any:
+        return body(x, *args)
 
-    aggregate.__name__ = aggregate.__qualname__ = name
-    return aggregate
+    function.__name__ = function.__qualname__ = name
+    return function
 
 
+# process_docs: each picture question under all N shifts (`_repeated`: each shift twice).
+muirbench_docs = _yaml_function("muirbench_docs", _expand, "muirbench", _muirbench_shift)
+blink_docs = _yaml_function("blink_docs", _expand, "blink", _blink_shift)
+muirbench_docs_repeated = _yaml_function(
+    "muirbench_docs_repeated", _expand, "muirbench", _muirbench_shift, 2
+)
+blink_docs_repeated = _yaml_function("blink_docs_repeated", _expand, "blink", _blink_shift, 2)
+# The aggregations of AUDIT_METRICS: `pooled` of each one's metric, over every N.
 _KEYS = ("acc", "rstd", "cons", "flip_rate", "circular_acc")  # of AUDIT_METRICS, in order
-lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular = map(_aggregation, AUDIT_METRICS, _KEYS)
+lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular = (
+    _yaml_function(name, pooled, key) for name, key in zip(AUDIT_METRICS, _KEYS, strict=True)
+)

@@ -71,14 +71,15 @@ def _where(task: str, doc_id: int) -> str:
     return f"lm-eval task {task!r}, document {doc_id}"
 
 
-def label_scheme(task: str, doc_id: int, continuations: Sequence[str]) -> str:
-    """The lad label scheme whose first N labels the continuations are (after the delimiter)."""
+def label_scheme(task: str, doc_id: int, continuations: Sequence[str]) -> tuple[str, list[str]]:
+    """The lad label scheme whose first N labels the continuations are (after the delimiter),
+    and those labels."""
     wanted = [c[len(DELIMITER) :] for c in continuations]
     if all(c.startswith(DELIMITER) for c in continuations):
         for name in SCHEMES:
             scheme = LABEL_SCHEMES[name]
             if len(wanted) <= scheme.max_candidates and scheme.labels(len(wanted)) == wanted:
-                return name
+                return name, wanted
     shown = ", ".join(repr(c) for c in continuations[:5])
     raise LadError(
         f"{_where(task, doc_id)}: its choices are {shown}, not option labels after a space "
@@ -99,7 +100,9 @@ def _from_doc(doc: Any, n: int) -> list[str] | None:
     return None
 
 
-def _split(context: str, labels: list[str], known: list[str] | None) -> tuple[int, int, list[str]]:
+def _split(
+    where: str, context: str, labels: list[str], known: list[str] | None
+) -> tuple[int, int, list[str]]:
     """Where the options' lines start and end in `context`, and their texts: the document's
     own options listed verbatim if it names them, else the last lines "<label>. <text>"."""
     if known is not None:
@@ -111,7 +114,10 @@ def _split(context: str, labels: list[str], known: list[str] | None) -> tuple[in
     for label in reversed(labels):
         start = context.rfind(f"\n{label}. ", 0, end)
         if start < 0:
-            raise _NotListed(label)
+            raise LadError(
+                f"{where}: its prompt does not list option {label!r} on a line of its own as "
+                f"'{label}. <text>' (MMLU's form), so lad cannot tell where the options are"
+            )
         starts.insert(0, start)
         end = start
     texts = []
@@ -122,11 +128,6 @@ def _split(context: str, labels: list[str], known: list[str] | None) -> tuple[in
     return starts[0], begin + len(texts[-1]), texts
 
 
-class _NotListed(Exception):
-    def __init__(self, label: str) -> None:
-        self.label = label
-
-
 def parse_question(
     task: str, doc_id: int, context: str, continuations: Sequence[str], doc: Any = None
 ) -> ContextQuestion:
@@ -134,15 +135,8 @@ def parse_question(
     where = _where(task, doc_id)
     if len(continuations) < 2:
         raise LadError(f"{where}: {len(continuations)} choice; a question needs at least 2")
-    scheme = label_scheme(task, doc_id, continuations)
-    labels = [c[len(DELIMITER) :] for c in continuations]
-    try:
-        start, end, texts = _split(context, labels, _from_doc(doc, len(labels)))
-    except _NotListed as e:
-        raise LadError(
-            f"{where}: its prompt does not list option {e.label!r} on a line of its own as "
-            f"'{e.label}. <text>' (MMLU's form), so lad cannot tell where the options are"
-        ) from None
+    scheme, labels = label_scheme(task, doc_id, continuations)
+    start, end, texts = _split(where, context, labels, _from_doc(doc, len(labels)))
     question = ContextQuestion(
         task, doc_id, context, scheme, context[:start], tuple(texts), context[end:]
     )

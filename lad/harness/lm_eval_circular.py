@@ -116,7 +116,6 @@ def write_variant(task_yaml: str | Path, out: str | Path) -> Path:
         )
     out = Path(out)
     path = files.child(out, f"{name}_lad_circular.yaml", LadError, f"{task_yaml}: task ")
-    out.mkdir(parents=True, exist_ok=True)
     metrics = _metric("acc", "mean", True) + "".join(
         _metric(m, f"!function lad_circular.{m}", m not in ("lad_rstd", "lad_flip"))
         for m in AUDIT_METRICS

@@ -36,14 +36,13 @@ class LadModel(lmms):
 
     is_simple = True
 
-    def __init__(self, adapter: str | None = None, **model_args: Any) -> None:
+    def __init__(self, **model_args: Any) -> None:
         super().__init__()
         unused = unknown_model_args(HarnessOptions, model_args)
         unused = {k: v for k, v in unused.items() if v is not None}
         if unused:
             logger.warning(f"lad: model_args not used: {sorted(unused)}")
         self.options = read_model_args(HarnessOptions, model_args)
-        self.adapter = None if adapter in (None, "", "None", "none") else str(adapter)
         self.scorer = PictureScorer(self.options)
         self._undecoded: dict[tuple[str, str], Any] = {}
 
@@ -60,7 +59,7 @@ class LadModel(lmms):
 
     def generate_until(self, requests: list[Instance]) -> list[str]:
         replies: list[str | None] = [None] * len(requests)
-        pictures: dict[tuple[str, int], list[tuple[int, int, PictureChoice]]] = defaultdict(list)
+        pictures: dict[tuple[str, int], list[tuple[int, PictureChoice]]] = defaultdict(list)
         others = []
         for r, request in enumerate(requests):
             _, _, _, doc_id, task, split = request.args
@@ -71,11 +70,11 @@ class LadModel(lmms):
                     "a sampling model's noise floor; --model lad scores greedily, so run the task "
                     "without _repeat (lad's own floor: docs/metrics.md)"
                 )
-            choice = picture_choice(doc, self.adapter)
+            choice = picture_choice(doc, self.options.adapter)
             if choice is None:
                 others.append(r)
             else:
-                pictures[(task, choice.num_candidates)].append((r, doc_id, choice))
+                pictures[(task, choice.num_candidates)].append((r, choice))
         logger.info(
             f"lad: {len(requests) - len(others)} picture questions scored by lad "
             f"(method={self.options.method}), {len(others)} answered by plain generation"
@@ -91,11 +90,11 @@ class LadModel(lmms):
             debiaser, source = self.scorer.calibrated(
                 task, n, self._calibration_docs(task, split, n)
             )
-            choices = [c for _, _, c in group]
+            choices = [c for _, c in group]
             self._say_calibration(task, n, source, choices, split)
             result = self.scorer.score(task, choices, debiaser, source)
             chosen = result.scored.chosen[self.options.method]
-            for (r, _, choice), p in zip(group, chosen, strict=True):
+            for (r, choice), p in zip(group, chosen, strict=True):
                 replies[r] = choice.replies[int(p)]
             results.append(result)
         if pictures:
@@ -144,7 +143,7 @@ class LadModel(lmms):
         if not k:
             return []
         docs = self._docs(task, split)
-        asked = ((d, picture_choice(docs[d], self.adapter)) for d in range(len(docs)))
+        asked = ((d, picture_choice(docs[d], self.options.adapter)) for d in range(len(docs)))
         usable = (
             (d, c)
             for d, c in asked
@@ -165,7 +164,7 @@ class LadModel(lmms):
         # Every document of a calibration item (a circular variant's shifts follow each other).
         last = max(source.doc_ids)
         while last + 1 < len(docs):
-            choice = picture_choice(docs[last + 1], self.adapter)
+            choice = picture_choice(docs[last + 1], self.options.adapter)
             if choice is None or choice.item not in items:
                 break
             last += 1

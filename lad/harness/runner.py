@@ -26,7 +26,6 @@ from lad.harness.args import ModelArgs, check_model_args
 from lad.harness.pictures import PictureFiles
 from lad.run.debiaser import Debiaser
 from lad.run.rundir import RunDir
-from lad.run.spec import RecordSpec
 
 
 @dataclass(frozen=True)
@@ -38,6 +37,7 @@ class HarnessOptions(ModelArgs):
     prompt_template: str | None = None  # a file (lad.core.prompts); None: lad's question template
     output: str = "lad-harness"  # audit folders and the pictures' files
     image_size: int | None = None
+    adapter: str | None = None  # force one of lad.harness.adapters.ADAPTERS; None: by schema
 
     def __post_init__(self) -> None:
         get_scheme(self.labels)
@@ -79,9 +79,9 @@ class HarnessScorer:
     ask (loaded on first use), the calibration files read and checked before it loads, and the
     scoring of one N's requests."""
 
-    def __init__(self, options: ModelArgs, spec: RecordSpec, backend: Any, **more: Any) -> None:
+    def __init__(self, options: ModelArgs, backend: Any, **spec: Any) -> None:
         self.options = options
-        self.base = options.debiaser(spec, backend, **more)
+        self.base = options.debiaser(backend, **spec)
         self._loaded: dict[int, Debiaser] = {}
         if options.calibration:
             self._loaded = load_calibrations(Path(options.calibration), self.base)
@@ -135,15 +135,13 @@ class PictureScorer(HarnessScorer):
         template = (
             PromptTemplate.from_file(options.prompt_template) if options.prompt_template else None
         )
-        spec = RecordSpec(
-            options.model,
-            options.labels,
-            template and template.text,
-            None,
-            options.image_size,
-            trust_remote_code=options.trust_remote_code,
+        super().__init__(
+            options,
+            backend,
+            labels=options.labels,
+            prompt_template=template and template.text,
+            image_size=options.image_size,
         )
-        super().__init__(options, spec, backend)
         self.files = PictureFiles(Path(options.output) / "pictures")
 
     def item(self, choice: PictureChoice) -> Item:
@@ -177,10 +175,9 @@ class PictureScorer(HarnessScorer):
                 f"calibration_docs={self.options.calibration_docs}: task {task} has no picture "
                 f"question of N = {n} with a known answer to calibrate on"
             )
-        debiaser = self.base.clone()
-        debiaser._backend = self.backend
+        _ = self.backend  # the model loads here, and the clone shares it
         items = [self.item(c) for _, c in calibration_docs]
-        debiaser.fit(items)
+        debiaser = self.base.clone().fit(items)
         source = CalibrationSource(
             "docs", doc_ids=[i for i, _ in calibration_docs], items=[it.id for it in items]
         )

@@ -67,16 +67,16 @@ def row_problem(row: dict[str, Any]) -> str | None:
         return f"'order' must be a permutation of 0..{n - 1} (each picture once), got {order}"
     for key, lowest in (("ordering", 0), ("answer", 0), ("prediction", -1), ("repeat", 0)):
         value = row.get(key, 0)
-        if not (
-            _is_int(value) and lowest <= value and (key in ("ordering", "repeat") or value < n)
-        ):
-            wanted = ">= 0" if key in ("ordering", "repeat") else f"{lowest}..{n - 1}"
+        below_n = key in ("answer", "prediction")  # a position; a shift or repeat is unbounded
+        if not (_is_int(value) and lowest <= value and (not below_n or value < n)):
+            wanted = f"{lowest}..{n - 1}" if below_n else ">= 0"
             return f"{key!r} must be an integer {wanted}, got {value!r}"
     return None
 
 
-def _sample_row(raw: bytes, path: Path, lineno: int) -> dict[str, Any] | None:
-    """The audit row of one logged line; None for a line of a task without one."""
+def _sample(raw: bytes, path: Path, lineno: int) -> dict[str, Any]:
+    """One logged line's document; its audit row (`lad_acc`) is checked with the task's others
+    (`checked_rows`)."""
     try:
         sample = loads_json(raw.decode("utf-8"), LadError, at(path, lineno))
     except UnicodeDecodeError as e:
@@ -90,20 +90,16 @@ def _sample_row(raw: bytes, path: Path, lineno: int) -> dict[str, Any] | None:
             f"{at(path, lineno)}expected a JSON object (one logged document), got "
             f"{type(sample).__name__}"
         )
-    if "lad_acc" not in sample:
-        return None
-    row = sample["lad_acc"]
-    missing = [k for k in ROW_KEYS if k not in row] if isinstance(row, dict) else list(ROW_KEYS)
-    if missing:
-        raise LadError(f"{at(path, lineno)}'lad_acc' is not lad's audit row (lacks {missing})")
-    return row
+    return sample
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
     with path.open("rb") as f:
         lines = [(lineno, raw) for lineno, raw in enumerate(f, 1) if raw.strip()]
-    found = ((at(path, n), _sample_row(raw, path, n)) for n, raw in lines)
-    return checked_rows((where, row) for where, row in found if row is not None)
+    found = ((at(path, n), _sample(raw, path, n)) for n, raw in lines)
+    return checked_rows(
+        (where, sample["lad_acc"]) for where, sample in found if "lad_acc" in sample
+    )
 
 
 def checked_rows(rows: Iterable[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -115,8 +111,8 @@ def checked_rows(rows: Iterable[tuple[str, dict[str, Any]]]) -> list[dict[str, A
     seen: set[tuple[str, int, int]] = set()
     shown: dict[tuple[str, tuple[int, ...]], int] = {}  # (item, order) -> its shift
     for where, row in rows:
-        missing = [k for k in ROW_KEYS if k not in row]
-        problem = f"lacks {missing}" if missing else row_problem(row)
+        missing = [k for k in ROW_KEYS if k not in row] if isinstance(row, dict) else ROW_KEYS
+        problem = f"lacks {list(missing)}" if missing else row_problem(row)
         if problem:
             raise LadError(f"{where}lad audit row: {problem}")
         key = (row["item"], row["ordering"], row.get("repeat", 0))

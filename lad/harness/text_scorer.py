@@ -21,7 +21,6 @@ from lad.harness.args import ModelArgs, check_model_args
 from lad.harness.contexts import ContextQuestion
 from lad.harness.runner import HarnessScorer
 from lad.run.debiaser import Debiaser
-from lad.run.spec import RecordSpec
 
 FILES = Path(__file__).parent / "lm_eval_files"
 PLAIN_CHAT_TEMPLATE = FILES / "plain.jinja"
@@ -44,14 +43,9 @@ class ContextScorer(HarnessScorer):
     """Scores lm-eval's questions with lad's backend; one instance per harness run."""
 
     def __init__(self, options: ChoiceOptions, backend: Any = None) -> None:
-        spec = RecordSpec(
-            options.model,
-            chat_template=str(PLAIN_CHAT_TEMPLATE),
-            trust_remote_code=options.trust_remote_code,
-        )
         # text options only: a multimodal model takes plain.jinja; every calibration file read
         # and checked before the model loads
-        super().__init__(options, spec, backend, pictures=False)
+        super().__init__(options, backend, pictures=False, chat_template=str(PLAIN_CHAT_TEMPLATE))
         self._items: list[Item] = []
         if options.calibration_items:
             self._items = read_items(options.calibration_items)

@@ -160,19 +160,11 @@ def _register_real(
 
 
 def _run_real(args: argparse.Namespace) -> int:
-    from lad.data.builders import BuildOptions, build_benchmark
+    from lad.data.builders import BuildOptions, build_from_files
 
     _items_out(args.out)  # an output that is an input: refused by lad.cli.main
     options = options_from(BuildOptions, args)
-    if args.dataset == "coco":
-        from lad.data.coco import load_coco
-
-        pool = load_coco(args.images, args.captions, args.instances, skip_missing=args.skip_missing)
-    else:
-        from lad.data.flickr import load_flickr8k
-
-        pool = load_flickr8k(args.images, args.captions, skip_missing=args.skip_missing)
-    result = build_benchmark(pool, args.out, options)
+    result = build_from_files(args.dataset, vars(args), args.out, options, args.skip_missing)
     print(f"Wrote {args.items} items to {result.items_path}")
     if result.calibration_path is not None:
         print(f"Wrote {args.calibration_items} calibration items to {result.calibration_path}")

@@ -264,3 +264,20 @@ def build_benchmark(pool: Pool, out: str | Path, options: BuildOptions) -> Build
         check_image(path, verify=True)  # within lad.io.images' limits, and PIL's integrity check
     cal_path = write_split_items(out, items, calibration)
     return BuildResult(out, cal_path, stats, skipped + skipped_cal)
+
+
+def build_from_files(
+    dataset: str, files: dict, out: str | Path, options: BuildOptions, skip: bool
+) -> BuildResult:
+    """`build_benchmark` of the pool of a dataset's own files (`lad data coco|flickr8k`, a suite's
+    cell): files' images folder, captions file and MS-COCO's instances file (None: no category
+    sets); `skip`: leave out listed images absent on disk."""
+    if dataset == "coco":
+        from lad.data.coco import load_coco
+
+        pool = load_coco(files["images"], files["captions"], files["instances"], skip_missing=skip)
+    else:
+        from lad.data.flickr import load_flickr8k
+
+        pool = load_flickr8k(files["images"], files["captions"], skip_missing=skip)
+    return build_benchmark(pool, out, options)

@@ -116,17 +116,8 @@ def _convert(
         options = Options(images=paths.get("images"), task=task, num_candidates=n, **split)
         convert(benchmark, source, out, options)
     else:
-        from lad.data.builders import DEFAULT_CLIP, BuildOptions, build_benchmark
+        from lad.data.builders import DEFAULT_CLIP, BuildOptions, build_from_files
 
-        if bench.kind == "coco":
-            from lad.data.coco import load_coco
-
-            instances = paths["instances"] if cell.setting == "adversarial" else None
-            pool = load_coco(paths["images"], paths["captions"], instances)
-        else:
-            from lad.data.flickr import load_flickr8k
-
-            pool = load_flickr8k(paths["images"], paths["captions"])
         options = BuildOptions(
             num_candidates=n or 4,
             setting=cell.setting,
@@ -136,4 +127,6 @@ def _convert(
             clip=bench.options.get("clip", DEFAULT_CLIP),
             device=settings.get("device", "auto"),
         )
-        build_benchmark(pool, out, options)
+        if cell.setting != "adversarial":
+            paths["instances"] = None  # the random setting needs no category sets
+        build_from_files(bench.kind, paths, out, options, skip=False)

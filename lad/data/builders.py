@@ -267,17 +267,18 @@ def build_benchmark(pool: Pool, out: str | Path, options: BuildOptions) -> Build
 
 
 def build_from_files(
-    dataset: str, files: dict, out: str | Path, options: BuildOptions, skip: bool
+    dataset: str, files: dict, out: str | Path, options: BuildOptions, skip_missing: bool = False
 ) -> BuildResult:
     """`build_benchmark` of the pool of a dataset's own files (`lad data coco|flickr8k`, a suite's
     cell): files' images folder, captions file and MS-COCO's instances file (None: no category
-    sets); `skip`: leave out listed images absent on disk."""
+    sets); skip_missing: leave out listed images absent on disk."""
+    images, captions = files["images"], files["captions"]
     if dataset == "coco":
         from lad.data.coco import load_coco
 
-        pool = load_coco(files["images"], files["captions"], files["instances"], skip_missing=skip)
+        pool = load_coco(images, captions, files["instances"], skip_missing=skip_missing)
     else:
         from lad.data.flickr import load_flickr8k
 
-        pool = load_flickr8k(files["images"], files["captions"], skip_missing=skip)
+        pool = load_flickr8k(images, captions, skip_missing=skip_missing)
     return build_benchmark(pool, out, options)

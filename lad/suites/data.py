@@ -129,4 +129,4 @@ def _convert(
         )
         if cell.setting != "adversarial":
             paths["instances"] = None  # the random setting needs no category sets
-        build_from_files(bench.kind, paths, out, options, skip=False)
+        build_from_files(bench.kind, paths, out, options)

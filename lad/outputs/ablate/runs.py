@@ -26,8 +26,6 @@ from lad.errors import LadError, RunError
 from lad.run.rundir import CALIBRATION_FILE, STAGE_FILES, RunDir, run_folders
 from lad.run.spec import RecordSpec
 
-RECORD_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified")
-
 
 class AnalysisError(LadError):
     """The runs given cannot support an analysis; `fix` says what would make it possible.
@@ -161,10 +159,9 @@ class Run:
         return f"{k} (= all {searched})" if 0 < searched <= k else str(k)
 
     def methods(self) -> list[str]:
-        """The methods whose inputs this run holds."""
-        return list(RECORD_METHODS) + [
-            m for m in METHODS if METHODS[m].stage in self.stages or METHODS[m].extra in self.stages
-        ]
+        """The methods whose inputs this run holds: each stage they read (Method.stage, .extra)."""
+        held = {"records", None, *self.stages}
+        return [m for m in METHODS if {METHODS[m].stage, METHODS[m].extra} <= held]
 
     def methods_fix(self, method: str) -> str:
         """What makes `method`'s records: rerunning the run's lad eval with it added."""

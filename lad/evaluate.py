@@ -184,12 +184,7 @@ def score_run(
         part = scoring_inputs(run, methods, options, check_calibration)
         start = time.perf_counter()
         scored = score_records(
-            part.records,
-            methods,
-            part.calibration,
-            part.options,
-            perm_records=part.perm_records,
-            stages=part.stages,
+            part.records, methods, part.calibration, part.options, stages=part.stages
         )
         # Wall seconds per stage (run.json's, summed over sessions) and of this scoring.
         timing = {**run.timing(), "scoring": round(time.perf_counter() - start, 3)}

@@ -104,14 +104,12 @@ def run_score(args: argparse.Namespace) -> int:
         if calibration is None:
             raise LadError("--save-calibration needs --calibration-records to fit one")
         calibration.save(args.save_calibration)
-    perm = read_records(args.perm_records) if args.perm_records else None
     methods = list(methods_given(args.methods))
     stages = {METHODS[m].stage: records for m in methods}  # replies are in these records
-    if args.blank_records:
-        stages["blank"] = read_records(args.blank_records)
-    scored = score_records(
-        records, methods, calibration, options, perm_records=perm, stages=stages, bootstrap=None
-    )
+    for stage, path in (("perm-avg", args.perm_records), ("blank", args.blank_records)):
+        if path:  # the records of the extra passes (lad.core.methods.Method.extra)
+            stages[stage] = read_records(path)
+    scored = score_records(records, methods, calibration, options, stages=stages, bootstrap=None)
     write_predictions(args.out, scored.predictions)
     print(format_table(scored.metrics))
     cells = cells_of_part(args.records)

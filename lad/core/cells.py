@@ -85,13 +85,13 @@ def cells_from_json(stored: Any, path: object) -> list[Cell]:
 
 @dataclass
 class Part:
-    """What one N's records are scored with: its records, calibration, stages and perm records."""
+    """What one N's records are scored with: its records, calibration, options and the records
+    of the other stages its methods read, by stage name (lad.core.scoring.score_records)."""
 
     records: RecordSet
     calibration: Calibration | None
     options: MethodOptions
     stages: dict[str, RecordSet]
-    perm_records: RecordSet | None = None
 
 
 def score_cells(
@@ -106,16 +106,10 @@ def score_cells(
         mask = np.isin(part.records.items, ids)
         if not mask.any():
             continue  # every item of the cell held out for calibration
-        perm = part.perm_records
-        if perm is not None:
-            perm = perm.select(np.isin(perm.items, ids))
+        # Each stage cut by its own items: perm-avg's holds N records per item, not one per record.
+        stages = {s: r.select(np.isin(r.items, ids)) for s, r in part.stages.items()}
         scored = score_records(
-            part.records.select(mask),
-            methods,
-            part.calibration,
-            part.options,
-            perm_records=perm,
-            stages={s: r.select(mask) for s, r in part.stages.items()},
+            part.records.select(mask), methods, part.calibration, part.options, stages=stages
         )
         out[cell.name] = {"task": cell.task, **scored.metrics}
     return {"cells": out, "groups": group_rows(out)}

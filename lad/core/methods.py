@@ -220,25 +220,25 @@ def log_mixture_prior(
 # The methods.
 
 
-def _vanilla(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+def _vanilla(records: RecordSet, calibration, options, extra) -> np.ndarray:
     return records.logprobs.copy()
 
 
-def _pride(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+def _pride(records: RecordSet, calibration, options, extra) -> np.ndarray:
     _need_calibration(calibration, records, "PriDe's prior")
     return records.logprobs - calibration.pride_log_prior[None, :]
 
 
-def _lad(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+def _lad(records: RecordSet, calibration, options, extra) -> np.ndarray:
     return records.logprobs - log_mixture_prior(records, calibration, options)  # Eq. 14
 
 
-def _attn(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+def _attn(records: RecordSet, calibration, options, extra) -> np.ndarray:
     layers = selected_layers(records, options)
     return _mean_log_attention(records.attention, layers, options.attn_mean)
 
 
-def _attn_purified(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
+def _attn_purified(records: RecordSet, calibration, options, extra) -> np.ndarray:
     log_pi = lad_log_posterior(records, calibration, options)
     # At τ = ∞, log π is -inf off the argmax; scores stay finite (the argmax is unchanged).
     return np.maximum(log_pi, LOG_ZERO) if math.isinf(options.tau) else log_pi
@@ -307,14 +307,15 @@ def _generated_choice(
 
 @dataclass(frozen=True)
 class Method:
-    """A scoring method: `scores(records, calibration, options, perm_records) -> (R, N)` (None
-    for a generation method, whose scores are its parsed replies' votes).
+    """A scoring method: `scores(records, calibration, options, extra) -> (R, N)` (None for a
+    generation method, whose scores are its parsed replies' votes).
 
     stage: which records it reads: "records" (the vanilla prompt's), or its own stage's records
     ("instruction", "cot", "self-consistency", "sofa"), made for the same (item, ordering) keys.
     parse: for generation methods, reply -> position (-1 unparseable).
-    extra: the stage of its extra passes' records, handed to `scores` as its fourth argument in
-    place of perm_records ("blank": each query's blank prompt); None: perm_records (perm-avg).
+    extra: the stage of its extra passes' records, handed to `scores` as its fourth argument
+    ("perm-avg": each evaluated item under all N cyclic shifts; "blank": each query's blank
+    prompt); None: no extra passes.
     """
 
     name: str
@@ -342,7 +343,13 @@ METHODS: dict[str, Method] = {
         Method("lad", _lad, "attention-guided debiasing, Eqs. 8-14"),
         Method("attn", _attn, "raw attention readout: mean over L* of log a_k"),
         Method("attn-purified", _attn_purified, "purified attention: log π (Eq. 12)"),
-        Method("perm-avg", _perm_avg, "log P averaged per image over N cyclic shifts", "N"),
+        Method(
+            "perm-avg",
+            _perm_avg,
+            "log P averaged per image over N cyclic shifts",
+            "N",
+            extra="perm-avg",
+        ),
         Method(
             "blank",
             _blank,
@@ -383,8 +390,8 @@ def choose(
     """((R, N) scores, (R,) chosen positions) of `method`: the scores are finite, higher is
     better; the choice is their argmax (the first on ties), for generation methods the parsed
     reply (majority for self-consistency), -1 where unparseable.
-    perm_records: the records of the method's extra passes (perm-avg: each item under all N
-    cyclic shifts; blank: each record's blank prompt, Method.extra)."""
+    perm_records: the records of the method's extra passes, its Method.extra stage's (perm-avg:
+    each item under all N cyclic shifts; blank: each record's blank prompt)."""
     if method not in METHODS:
         raise LadError(f"Unknown method {method!r}. Methods computed from records: {list(METHODS)}")
     if calibration is not None:

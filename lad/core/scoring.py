@@ -34,14 +34,13 @@ def score_records(
     calibration: Calibration | None = None,
     options: MethodOptions | None = None,
     *,
-    perm_records: RecordSet | None = None,
     stages: Mapping[str, RecordSet] | None = None,
     costs: Mapping[str, float] | None = None,
     bootstrap: Bootstrap | None = DEFAULT_BOOTSTRAP,
 ) -> Scored:
     """Score `records` with each method, on its stage's records (`stages`: the records of the
-    generation, SoFA and blank stages by stage name; lad.core.methods.Method.stage and .extra),
-    and measure them.
+    generation, SoFA, perm-avg and blank stages by stage name; lad.core.methods.Method.stage
+    and .extra), and measure them.
 
     costs: forward passes per item by method, over each method's own (`compute_metrics`).
     bootstrap: the position audit's resampling (lad.core.audit; None: no audit, for sweeps).
@@ -52,8 +51,7 @@ def score_records(
     tokens = {}
     for method in methods:
         stage = stages[METHODS[method].stage]
-        extra = METHODS[method].extra
-        passes = perm_records if extra is None else stages.get(extra)
+        passes = stages.get(METHODS[method].extra)  # None: the method has no extra passes
         out.scores[method], out.chosen[method] = choose(method, stage, calibration, options, passes)
         out.predictions += predictions_for(records, method, out.scores[method], out.chosen[method])
         if METHODS[method].parse is not None:  # tokens per record (all its paths), averaged

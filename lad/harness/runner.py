@@ -70,7 +70,7 @@ class TaskResult:
     scored: Scored  # each method's scores, chosen positions, predictions and metrics
     calibration: Calibration | None
     source: CalibrationSource
-    perm_records: RecordSet | None = None
+    stages: dict[str, RecordSet] = field(default_factory=dict)  # perm-avg's shifts, by stage
     answers_known: bool = True  # every document gave its answer (else no audit: unknown)
 
 
@@ -103,7 +103,7 @@ class HarnessScorer:
         methods: list[str],
         perm_items: list[Item],
         **score: Any,
-    ) -> tuple[RecordSet, RecordSet | None, Scored]:
+    ) -> tuple[RecordSet, dict[str, RecordSet], Scored]:
         """The records of `requests` from this scorer's backend, asked with `debiaser`'s labels
         and prompt (and, for perm-avg, of `perm_items` under all N cyclic shifts), checked
         against its calibration if it has one, and `methods` scored on them."""
@@ -122,10 +122,11 @@ class HarnessScorer:
         calibration = getattr(debiaser, "calibration_", None)
         if calibration is not None:
             calibration.check_compatible(shown, strict=False)
-        perm = records(cyclic_requests(perm_items)) if self.options.method == "perm-avg" else None
+        shifts = self.options.method == "perm-avg"  # its extra stage: each item's N shifts
+        stages = {"perm-avg": records(cyclic_requests(perm_items))} if shifts else {}
         options = debiaser.options
-        scored = score_records(shown, methods, calibration, options, perm_records=perm, **score)
-        return shown, perm, scored
+        scored = score_records(shown, methods, calibration, options, stages=stages, **score)
+        return shown, stages, scored
 
 
 class PictureScorer(HarnessScorer):
@@ -195,10 +196,10 @@ class PictureScorer(HarnessScorer):
         requests = [(it, c.ordering, list(c.order)) for it, c in zip(items, choices, strict=True)]
         unique = list({it.id: it for it in items}.values())  # a circular variant's shifts share one
         methods = self.methods(debiaser is not None)
-        records, perm, scored = self.score_asked(requests, debiaser or self.base, methods, unique)
+        records, stages, scored = self.score_asked(requests, debiaser or self.base, methods, unique)
         known = all(c.answer is not None for c in choices)
         calibration = debiaser.calibration_ if debiaser is not None else None
-        return TaskResult(task, records, scored, calibration, source, perm, known)
+        return TaskResult(task, records, scored, calibration, source, stages, known)
 
     def methods(self, calibrated: bool) -> list[str]:
         """vanilla, the chosen method, and LAD beside them when a calibration is there."""
@@ -246,7 +247,7 @@ def write_audit_folder(result: TaskResult, folder: Path, arguments: dict[str, An
         arguments,
         result.records,
         harness=harness,
-        perm_records=result.perm_records,
+        stages=result.stages,
         calibration=result.calibration,
     )
     return run.write_scored(result.scored, harness=harness)

@@ -38,8 +38,7 @@ def scoring_inputs(
                     f"{run.file(STAGE_FILES[stage])}: missing; rerun lad eval with --methods "
                     f"including {method}"
                 )
-    perm = run.perm_records() if "perm-avg" in methods else None
-    return Part(records, calibration, options, stages, perm)
+    return Part(records, calibration, options, stages)
 
 
 def part_config(

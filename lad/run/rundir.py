@@ -37,11 +37,12 @@ STAGE_FILES = {
     "cot": "cot_records.jsonl",
     "self-consistency": "sc_records.jsonl",
     "sofa": "sofa_records.jsonl",
-    "blank": "blank_records.jsonl",  # blank's extra pass (lad.core.methods.Method.extra)
+    # The extra passes of blank and perm-avg (lad.core.methods.Method.extra).
+    "blank": "blank_records.jsonl",
+    "perm-avg": "perm_records.jsonl",  # each evaluation item under all N cyclic shifts
 }
 # Every records file of a run, by the stage that makes it.
-RECORDS_FILES = {"calibration": "calibration.jsonl", "perm-avg": "perm_records.jsonl"}
-RECORDS_FILES.update(STAGE_FILES)
+RECORDS_FILES = {"calibration": "calibration.jsonl", **STAGE_FILES}
 # A part's share of the mixed run's input files (n{N}/data/), by the argument naming them.
 PART_INPUTS = {"data": "data/items.jsonl", "calibration_data": "data/calibration.jsonl",
                "orders": "data/orders.jsonl"}  # fmt: skip
@@ -180,7 +181,8 @@ class RunDir(RunJson):
 
     def stage_records(self, stage: str) -> RecordSet | None:
         """A method stage's records (STAGE_FILES), None where the run has none; they must
-        answer the same requests as records.jsonl, in order."""
+        answer the same requests as records.jsonl, in order (perm-avg's: every evaluation item
+        under all N cyclic shifts)."""
         if stage == "records":
             return self.records
         path = self.file(STAGE_FILES[stage])
@@ -188,7 +190,16 @@ class RunDir(RunJson):
             return None
         made = read_records(path)
         records = self.records
-        if made.keys() != records.keys() or not np.array_equal(made.order, records.order):
+        if stage == "perm-avg":
+            n = records.num_candidates
+            counts = np.unique(made.items, return_counts=True)[1] if len(made) else np.array([])
+            if set(made.items.tolist()) != set(records.items.tolist()) or (counts != n).any():
+                raise RunError(
+                    f"{path}: does not hold every evaluation item under all {n} cyclic shifts; "
+                    "the file is unfinished or from another run. Rerun the run's lad eval to "
+                    "finish it."
+                )
+        elif made.keys() != records.keys() or not np.array_equal(made.order, records.order):
             raise RunError(
                 f"{path}: its (item, ordering) records differ from records.jsonl; the file is "
                 "unfinished or from another run. Rerun the run's lad eval to finish it."
@@ -199,22 +210,6 @@ class RunDir(RunJson):
         """The records of every method stage present, by stage name (records.jsonl's apart)."""
         out = {s: self.stage_records(s) for s in STAGE_FILES if s != "records"}
         return {s: r for s, r in out.items() if r is not None}
-
-    def perm_records(self) -> RecordSet | None:
-        """perm_records.jsonl (each evaluation item under all N cyclic shifts), or None."""
-        path = self.file("perm_records.jsonl")
-        if not path.is_file():
-            return None
-        made = read_records(path)
-        n = self.records.num_candidates
-        counts = np.unique(made.items, return_counts=True)[1] if len(made) else np.array([])
-        evaluated = set(self.records.items.tolist())
-        if set(made.items.tolist()) != evaluated or (counts != n).any():
-            raise RunError(
-                f"{path}: does not hold every evaluation item under all {n} cyclic shifts; the "
-                "file is unfinished or from another run. Rerun the run's lad eval to finish it."
-            )
-        return made
 
     def calibration_records(self) -> RecordSet | None:
         """calibration.jsonl (the symmetrised calibration set), or None."""
@@ -337,12 +332,12 @@ class RunDir(RunJson):
         records: RecordSet | None,
         *,
         harness: Mapping[str, Any],
-        perm_records: RecordSet | None = None,
+        stages: Mapping[str, RecordSet] | None = None,
         calibration: Calibration | None = None,
     ) -> None:
         """A run directory of records made elsewhere (a harness audit's folder for one task and
         N): run.json (marked "harness"), records (None: a model's answers only, whose metrics
-        `write_metrics` writes), perm records and calibration."""
+        `write_metrics` writes), the other stages' records (perm-avg's) and calibration."""
         self.path.mkdir(parents=True, exist_ok=True)
         self._write_run_json(
             {"format": RUN_FORMAT, "arguments": dict(arguments), "harness": dict(harness)}
@@ -350,8 +345,8 @@ class RunDir(RunJson):
         self.__dict__.pop("records", None)
         if records is not None:
             write_records(self.file("records.jsonl"), records)
-        if perm_records is not None:
-            write_records(self.file("perm_records.jsonl"), perm_records)
+        for stage, made in (stages or {}).items():
+            write_records(self.records_file(stage), made)
         if calibration is not None:
             self.write_calibration(calibration)
 

@@ -36,7 +36,7 @@ from lad.outputs.ablate.runs import (
     tau_json,
     tau_label,
 )
-from lad.run.rundir import CALIBRATION_FILE, RECORDS_FILES
+from lad.run.rundir import CALIBRATION_FILE, STAGE_FILES
 from lad.run.stages import SOFA_GRID
 
 # ---------------------------------------------------------------------------------------------
@@ -412,7 +412,7 @@ COST_METHODS = ("vanilla", "sofa", "perm-avg", "blank", "lad")
 
 
 def _stage_file(method: str) -> str:
-    return RECORDS_FILES["perm-avg" if method == "perm-avg" else METHODS[method].stage]
+    return STAGE_FILES[METHODS[method].extra or METHODS[method].stage]
 
 
 def _calibration_passes(run: Run, method: str) -> int:

@@ -26,8 +26,6 @@ from lad.errors import LadError, RunError
 from lad.run.rundir import CALIBRATION_FILE, STAGE_FILES, RunDir, run_folders
 from lad.run.spec import RecordSpec
 
-RECORD_METHODS = ("vanilla", "pride", "lad", "attn", "attn-purified")
-
 
 class AnalysisError(LadError):
     """The runs given cannot support an analysis; `fix` says what would make it possible.
@@ -100,7 +98,8 @@ class Run:
     """A finished run's stored evidence (`load_run` reads one from a `lad eval` directory):
     its records, calibration.json and the calibration records it was fitted on (None when given
     a --calibration file), perm_records, the other stages' records by stage, run.json's
-    arguments and input fingerprints, the directory, and where `calibration` comes from."""
+    arguments and input fingerprints, the directory, and where `calibration` comes from.
+    perm_records is the "perm-avg" stage's records: given either way, both hold them."""
 
     name: str
     records: RecordSet | None  # None: a model's answers only (a harness audit)
@@ -112,6 +111,11 @@ class Run:
     inputs: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     calibration_source: str = CALIBRATION_FILE
+
+    def __post_init__(self) -> None:
+        if self.perm_records is not None:
+            self.stages = {**self.stages, "perm-avg": self.perm_records}
+        self.perm_records = self.stages.get("perm-avg")
 
     @property
     def num_candidates(self) -> int:
@@ -155,13 +159,9 @@ class Run:
         return f"{k} (= all {searched})" if 0 < searched <= k else str(k)
 
     def methods(self) -> list[str]:
-        """The methods whose inputs this run holds."""
-        out = list(RECORD_METHODS)
-        if self.perm_records is not None:
-            out.append("perm-avg")
-        return out + [
-            m for m in METHODS if METHODS[m].stage in self.stages or METHODS[m].extra in self.stages
-        ]
+        """The methods whose inputs this run holds: each stage they read (Method.stage, .extra)."""
+        held = {"records", None, *self.stages}
+        return [m for m in METHODS if {METHODS[m].stage, METHODS[m].extra} <= held]
 
     def methods_fix(self, method: str) -> str:
         """What makes `method`'s records: rerunning the run's lad eval with it added."""
@@ -226,8 +226,6 @@ class Run:
         calibration: Calibration | None = None,
     ) -> dict[str, Any]:
         """metrics.json's entry for `method` on this run's records."""
-        if method == "perm-avg" and self.perm_records is None:
-            raise AnalysisError(f"{self.name} has no perm_records.jsonl", self.methods_fix(method))
         stages = {}
         for stage in (METHODS[method].stage, METHODS[method].extra):
             if stage is None:
@@ -242,7 +240,6 @@ class Run:
             [method],
             calibration or self.calibration,
             options or self.options(),
-            perm_records=self.perm_records,
             stages=stages,
             bootstrap=None,  # sweeps: no audit (bootstrap, permutation test) per configuration
         )
@@ -305,7 +302,6 @@ def load_run(path: str | Path, *, check_calibration: bool = True) -> Run:
         if run.calibration_file.is_file() or not run.is_harness
         else None,
         calibration_records=None if arguments.get("calibration") else run.calibration_records(),
-        perm_records=run.perm_records(),
         stages=run.stages(),
         arguments=arguments,
         inputs=run.inputs,

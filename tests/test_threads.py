@@ -286,9 +286,8 @@ def _eval_args(root: Path, out: Path) -> list[str]:
             "--device", "cpu", "--quiet", "--out", str(out)]  # fmt: skip
 
 
-@pytest.fixture
-def machine(monkeypatch):
-    """A 3-CPU machine whose busy CPUs the test sets (`machine(busy)`); torch's count restored."""
+def _machine(monkeypatch):
+    """A 3-CPU machine whose busy CPUs the caller sets (`busy(cpus)`); torch's count restored."""
     import torch
 
     before = torch.get_num_threads()
@@ -301,6 +300,32 @@ def machine(monkeypatch):
 
     yield busy
     torch.set_num_threads(before)
+
+
+machine = pytest.fixture(_machine)
+
+
+@pytest.fixture(scope="module")
+def one_busy(inputs, tmp_path_factory) -> Path:
+    """A folder like `run_inputs` holding a finished run, `run/`, made as the tests below make
+    their first (3 CPUs, one busy: 2 threads), for those that only resume one: each resumes its
+    own copy (`copy_of`) with this folder's inputs (a run resumes on the paths it was made with),
+    never this run."""
+    root = tmp_path_factory.mktemp("one_busy")
+    (root / "in").symlink_to(inputs)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        made = _machine(monkeypatch)
+        next(made)(1.0)
+        assert main(_eval_args(root, root / "run")) == 0
+        next(made, None)  # torch's thread count restored
+    return root
+
+
+def copy_of(root: Path, folder: Path) -> Path:
+    """`root`'s run copied to `folder`/run."""
+    import shutil
+
+    return Path(shutil.copytree(root / "run", folder / "run", symlinks=True))
 
 
 def _threads(run: Path) -> dict:
@@ -372,30 +397,28 @@ def test_a_session_that_made_no_record_does_not_bind(run_inputs, machine, capsys
     assert _threads(run) == {"count": 3, "chosen_by": BY_SAMPLE, "busy_cpus": 0.0}
 
 
-def test_a_run_from_before_lad_recorded_threads_resumes(run_inputs, machine):
-    run = run_inputs / "run"
+def test_a_run_from_before_lad_recorded_threads_resumes(tmp_path, machine, one_busy):
+    run = copy_of(one_busy, tmp_path)
     machine(1.0)
-    assert main(_eval_args(run_inputs, run)) == 0
     whole = (run / "records.jsonl").read_bytes()
     stored = json.loads((run / "run.json").read_text())
     del stored["threads"]
     (run / "run.json").write_text(json.dumps(stored, indent=2) + "\n")
     _cut(run / "records.jsonl", 1)
-    assert main(_eval_args(run_inputs, run)) == 0
+    assert main(_eval_args(one_busy, run)) == 0
     assert (run / "records.jsonl").read_bytes() == whole
     assert _threads(run) == {"count": 2, "chosen_by": BY_SAMPLE, "busy_cpus": 1.0}
 
 
-def test_a_damaged_thread_record_is_one_error_line(run_inputs, machine, capsys):
-    run = run_inputs / "run"
+def test_a_damaged_thread_record_is_one_error_line(tmp_path, machine, one_busy, capsys):
+    run = copy_of(one_busy, tmp_path)
     machine(1.0)
-    assert main(_eval_args(run_inputs, run)) == 0
     stored = json.loads((run / "run.json").read_text())
     stored["threads"] = {"count": "two"}
     (run / "run.json").write_text(json.dumps(stored, indent=2) + "\n")
     _cut(run / "records.jsonl", 1)
     capsys.readouterr()
-    assert main(_eval_args(run_inputs, run)) == 1
+    assert main(_eval_args(one_busy, run)) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"Error: {run}/run.json: damaged ('threads'"), err
 
@@ -423,19 +446,18 @@ def test_the_benchmark_sets_lad_s_choice_against_the_best_fixed_count():
     assert "vs_best_fixed" not in rows[0]
 
 
-def test_a_resume_on_another_machine_is_recorded_and_said(run_inputs, machine, capsys):
+def test_a_resume_on_another_machine_is_recorded_and_said(tmp_path, machine, one_busy, capsys):
     from lad.backends.threads import this_machine
 
-    run = run_inputs / "run"
+    run = copy_of(one_busy, tmp_path)
     machine(1.0)
-    assert main(_eval_args(run_inputs, run)) == 0
     stored = json.loads((run / "run.json").read_text())
     elsewhere = {"cpu": "Another CPU", "kernels": "AVX512", "torch": "2.0"}
     stored["threads"]["machine"] = elsewhere
     (run / "run.json").write_text(json.dumps(stored, indent=2) + "\n")
     _cut(run / "records.jsonl", 1)
     capsys.readouterr()
-    assert main(_eval_args(run_inputs, run)) == 0
+    assert main(_eval_args(one_busy, run)) == 0
     threads = json.loads((run / "run.json").read_text())["threads"]
     assert threads["machine"] == elsewhere and threads["count"] == 2
     assert threads["then"] == [{"count": 2, "chosen_by": BY_RESUME, "machine": this_machine()}]

@@ -192,10 +192,10 @@ def _released_outputs(args: argparse.Namespace) -> tuple[dict, dict]:
     --pictures says."""
     _, outputs = _calibration_split(args)
     out = Path(args.out)
-    outputs["its summary"] = out.with_name(out.stem + ".summary.json")
-    if "pictures" in vars(args) and args.pictures is None:
-        from lad.data.released import pictures_folder
+    from lad.data.released import pictures_folder, summary_path_for
 
+    outputs["its summary"] = summary_path_for(out)
+    if "pictures" in vars(args) and args.pictures is None:
         outputs["its pictures folder"] = pictures_folder(out, None)
     return {}, outputs
 

@@ -268,9 +268,14 @@ def write_split(
         },
         "cells": cell_rows(converted.cells, held, set(kept), converted.cell_skipped),
     }
-    summary_path = out.with_name(out.stem + ".summary.json")
+    summary_path = summary_path_for(out)
     write_text(summary_path, json.dumps(summary, indent=1) + "\n")
     return Written(out, cal_path, summary_path, len(evaluation), len(calibration), summary)
+
+
+def summary_path_for(out: Path) -> Path:
+    """`mmiu.jsonl` -> `mmiu.summary.json`: what was converted and skipped, per task and cell."""
+    return out.with_name(out.stem + ".summary.json")
 
 
 def pictures_folder(out: str | Path, pictures: str | Path | None) -> Path:

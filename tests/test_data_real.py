@@ -193,6 +193,23 @@ def test_flickr_bad_line_names_the_line(tmp_path, flickr):
         load_flickr8k(flickr["images"], bad)
 
 
+def test_flickr_lines_end_where_a_text_file_s_lines_end(tmp_path, flickr):
+    """Lines end at \\n, \\r\\n or \\r only: a caption holding another Unicode line separator
+    is one caption, and a UTF-8 BOM is no part of the first image's name."""
+    lines = flickr["captions"].read_text().splitlines()
+    lines[3] += " caf\u2028e\x0c\x85"
+    odd = tmp_path / "Flickr8k.token.txt"
+    odd.write_text("\ufeff" + "\r\n".join(lines) + "\n", encoding="utf-8", newline="")
+    pool, plain = (
+        load_flickr8k(flickr["images"], odd),
+        load_flickr8k(flickr["images"], flickr["captions"]),
+    )
+    assert pool.images == plain.images  # the first image kept, by its name
+    flat = [c for caps in pool.captions for c in caps]
+    assert flat == [line.partition("\t")[2].strip() for line in lines]
+    assert "caf\u2028e" in flat[3]
+
+
 def test_cli_coco_and_flickr(tmp_path, clip, coco, flickr, capsys):
     out = tmp_path / "coco.jsonl"
     argv = ["data", "coco", "--images", str(coco["images"]), "--captions", str(coco["captions"])]

@@ -3,6 +3,7 @@ line, before the engine starts (docs/backends.md, "The vLLM engine"); a record n
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -100,3 +101,18 @@ def test_models_the_capture_cannot_see_are_refused_before_the_engine(
     assert "\n" not in str(e.value)
     with pytest.raises(BackendError, match="repetition penalty"):
         load_vllm_backend(str(model), repetition_penalty=1.2)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
+def test_lad_serve_without_vllm_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The server (uvicorn, a vLLM dependency) is imported only once vLLM was found: without
+    it, `lad serve` says what to install, in one line, not a ModuleNotFoundError."""
+    from lad.cli import main
+    from lad.core.calibrate import Calibration
+    from tests.test_guarantees import SyntheticModel
+
+    model = SyntheticModel(num_candidates=4, num_layers=6)
+    Calibration().fit(model.calibration_records(2)).save(tmp_path / "cal.json")
+    assert main(["serve", "--model", "demo", "--calibration", str(tmp_path / "cal.json")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("Error: --engine vllm needs vLLM"), err

@@ -7,6 +7,7 @@ image that is not in the image folder (2258277193_586949ec62.jpg.1); use `skip_m
 
 from __future__ import annotations
 
+import io
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,11 +23,12 @@ def load_flickr8k(
     """The images of the token file, each with its captions in file order."""
     captions_file = Path(captions_file)
     captions: dict[str, list[str]] = defaultdict(list)
-    text = read_text(captions_file, DataError, "caption file")
-    for lineno, line in enumerate(text.splitlines(), 1):
+    text = read_text(captions_file, DataError, "caption file").removeprefix("\ufeff")
+    # a text file's lines (\n, \r\n, \r), not splitlines(): U+2028 or \x0c may be in a caption
+    for lineno, line in enumerate(io.StringIO(text, newline=None), 1):
         if not line.strip():
             continue
-        key, tab, caption = line.partition("\t")
+        key, tab, caption = line.rstrip("\n").partition("\t")
         name, hash_mark, number = key.partition("#")
         if not tab or not hash_mark or not number.isdigit() or not caption.strip():
             raise DataError(

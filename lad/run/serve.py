@@ -188,8 +188,6 @@ def serve(
     engine_args: dict[str, Any] | None = None,
 ) -> None:
     """Run the service until interrupted. `debiaser`: fitted (a loaded calibration), unloaded."""
-    import uvicorn
-
     from lad.backends.vllm_engine import VllmBackend, engine_setup
 
     if max_queue < 1:
@@ -210,6 +208,8 @@ def serve(
         debiaser._backend = backend
         print(f"lad serve: listening on http://{host}:{port} (POST /choose)", flush=True)
         return Service(debiaser, engine, max_queue, image_root)
+
+    import uvicorn  # a vLLM dependency: imported once engine_setup found vLLM
 
     config = uvicorn.Config(app(factory), host=host, port=port, log_level="warning")
     uvicorn.Server(config).run()

@@ -219,6 +219,10 @@ def test_perm_avg_errors():
         score("perm-avg", records, perm_records=model.perm_records(2))
     with pytest.raises(CalibrationError, match="perm-avg records: item 'item-00001' lacks"):
         score("perm-avg", records, perm_records=model.perm_records(3).select(np.arange(7)))
+    other = model.perm_records(3)  # other items under the same ids: the next image is answered
+    other.answer = (other.answer + 1) % 4
+    with pytest.raises(RecordError, match="item 'item-00000' answer another image"):
+        score("perm-avg", records, perm_records=other)
 
 
 def test_errors_are_clear():

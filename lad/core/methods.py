@@ -264,6 +264,15 @@ def _perm_avg(records: RecordSet, calibration, options, perm_records) -> np.ndar
     if missing.any():
         item = str(records.items[np.flatnonzero(missing)[0]])
         raise RecordError(f"perm-avg records lack item {item!r} ({missing.sum()} records affected)")
+    answered = np.zeros(len(names), dtype=np.int64)
+    answered[inverse] = perm_records.answer_image()  # each item's, the same under every shift
+    other = answered[k] != records.answer_image()
+    if other.any():  # same ids, other items: another --items, --seed or data
+        item = str(records.items[np.flatnonzero(other)[0]])
+        raise RecordError(
+            f"perm-avg records of item {item!r} answer another image than the records do: "
+            "they were made for other items under the same ids"
+        )
     return np.take_along_axis(by_image[k], records.order, axis=1)
 
 

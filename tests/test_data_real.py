@@ -163,6 +163,18 @@ def test_annotation_errors_name_the_file_and_entry(tmp_path, coco):
     _rewrite(bad, lambda d: d.pop("images"))
     with pytest.raises(DataError, match=r"captions\.json: top level: missing key 'images'"):
         load_coco(coco["images"], bad)
+    bad.write_text(json.dumps({"images": [1], "annotations": []}))
+    with pytest.raises(DataError, match=r"captions\.json: images\[0\]: expected a JSON object"):
+        load_coco(coco["images"], bad)
+
+
+def test_a_caption_file_that_is_no_text_file_is_one_error(tmp_path, flickr):
+    with pytest.raises(DataError, match=r"is a folder, not a caption file"):
+        load_flickr8k(flickr["images"], tmp_path)
+    latin = tmp_path / "Flickr8k.token.txt"
+    latin.write_bytes(b"img_0000.jpg#0\tcaf\xe9\n")
+    with pytest.raises(DataError, match=r"not UTF-8 text .*line 1"):
+        load_flickr8k(flickr["images"], latin)
 
 
 def test_missing_and_unreadable_images_are_errors(tmp_path, clip):

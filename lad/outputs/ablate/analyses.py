@@ -36,7 +36,7 @@ from lad.outputs.ablate.runs import (
     tau_json,
     tau_label,
 )
-from lad.run.rundir import CALIBRATION_FILE, STAGE_FILES
+from lad.run.rundir import CALIBRATION_FILE
 from lad.run.stages import SOFA_GRID
 
 # ---------------------------------------------------------------------------------------------
@@ -373,9 +373,9 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
     runs = prepare(runs, options)
     rows, data, missing = [], [], []
     for run in runs:
-        absent = [m for m in ("sofa", "perm-avg") if m not in run.methods()]
+        absent = [m for m in ("sofa", "perm-avg") if run.lacks(m)]
         missing += [
-            Missing("table8", f"{m} for {run.name}: no {_stage_file(m)}", run.methods_fix(m))
+            Missing("table8", f"{m} for {run.name}: no {run.lacks(m)}", run.methods_fix(m))
             for m in absent
         ]
         if len(absent) == 2:
@@ -409,10 +409,6 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
 
 
 COST_METHODS = ("vanilla", "sofa", "perm-avg", "blank", "lad")
-
-
-def _stage_file(method: str) -> str:
-    return STAGE_FILES[METHODS[method].extra or METHODS[method].stage]
 
 
 def _calibration_passes(run: Run, method: str) -> int:

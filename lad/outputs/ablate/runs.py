@@ -160,8 +160,13 @@ class Run:
 
     def methods(self) -> list[str]:
         """The methods whose inputs this run holds: each stage they read (Method.stage, .extra)."""
+        return [m for m in METHODS if not self.lacks(m)]
+
+    def lacks(self, method: str) -> str:
+        """The file of the first stage `method` reads that this run does not hold ("": none)."""
         held = {"records", None, *self.stages}
-        return [m for m in METHODS if {METHODS[m].stage, METHODS[m].extra} <= held]
+        stages = (METHODS[method].stage, METHODS[method].extra)
+        return next((STAGE_FILES[s] for s in stages if s not in held), "")
 
     def methods_fix(self, method: str) -> str:
         """What makes `method`'s records: rerunning the run's lad eval with it added."""
@@ -226,15 +231,10 @@ class Run:
         calibration: Calibration | None = None,
     ) -> dict[str, Any]:
         """metrics.json's entry for `method` on this run's records."""
-        stages = {}
-        for stage in (METHODS[method].stage, METHODS[method].extra):
-            if stage is None:
-                continue
-            stages[stage] = self.records if stage == "records" else self.stages.get(stage)
-            if stages[stage] is None:
-                raise AnalysisError(
-                    f"{self.name} has no {STAGE_FILES[stage]}", self.methods_fix(method)
-                )
+        if lacking := self.lacks(method):
+            raise AnalysisError(f"{self.name} has no {lacking}", self.methods_fix(method))
+        held = {**self.stages, "records": self.records}
+        stages = {s: held[s] for s in (METHODS[method].stage, METHODS[method].extra) if s}
         scored = score_records(
             self.records,
             [method],

@@ -57,18 +57,10 @@ def _llava_processor(tok: Any, s: TinySize, template: str) -> Any:
     )
 
 
-def _siglip(s: TinySize) -> Any:
-    return transformers.SiglipVisionConfig(**vision_kwargs(s))
-
-
-def _qwen2_text(tok: Any, s: TinySize) -> Any:
-    return transformers.Qwen2Config(**text_kwargs(tok, s))
-
-
 def _onevision_config(tok: Any, s: TinySize) -> Any:
     return transformers.LlavaOnevisionConfig(
-        vision_config=_siglip(s),
-        text_config=_qwen2_text(tok, s),
+        vision_config=transformers.SiglipVisionConfig(**vision_kwargs(s)),
+        text_config=transformers.Qwen2Config(**text_kwargs(tok, s)),
         image_token_index=tok.convert_tokens_to_ids("<image>"),
         video_token_index=tok.convert_tokens_to_ids("<video>"),
         vision_feature_select_strategy="full",
@@ -96,7 +88,7 @@ def _internvl_config(tok: Any, s: TinySize) -> Any:
     vision = transformers.InternVLVisionConfig(**{**vision_kwargs(s), **square})
     return transformers.InternVLConfig(
         vision_config=vision,
-        text_config=_qwen2_text(tok, s),
+        text_config=transformers.Qwen2Config(**text_kwargs(tok, s)),
         image_token_id=tok.convert_tokens_to_ids("<IMG_CONTEXT>"),
         image_seq_length=(s.image_side // s.patch) ** 2 // 4,
         downsample_ratio=0.5,
@@ -148,7 +140,7 @@ def _gemma3_config(tok: Any, s: TinySize) -> Any:
     )
     return transformers.Gemma3Config(
         text_config=text,
-        vision_config=_siglip(s),
+        vision_config=transformers.SiglipVisionConfig(**vision_kwargs(s)),
         mm_tokens_per_image=(s.image_side // s.patch // 2) ** 2,
         boi_token_index=tok.convert_tokens_to_ids("<start_of_image>"),
         eoi_token_index=tok.convert_tokens_to_ids("<end_of_image>"),

@@ -30,3 +30,14 @@ def save_figure(fig: Any, path: Path) -> None:
 def gaps(values: list[float | None]) -> np.ndarray:
     """metrics.json holds null for a position no answer fell on; plot it as a gap."""
     return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
+# Per answer position, what the logits say against what the attention finds, raw and purified,
+# and what LAD makes of it: Table 7 (lad ablate) and, in spirit, Fig. 1/3 of the paper (lad
+# report). Each method with its name in Table 7 and in the report's figure.
+DIVERGENCE_METHODS = {
+    "vanilla": ("Vanilla", "logits (vanilla)"),
+    "attn": ("Raw Attn", "raw attention (attn)"),
+    "attn-purified": ("Purified Attn", "purified attention"),
+    "lad": ("Ours", "LAD"),
+}

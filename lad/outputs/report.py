@@ -20,7 +20,7 @@ import numpy as np
 from lad.core.labels import get_scheme
 from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import write_text
-from lad.outputs.figures import gaps, plt
+from lad.outputs.figures import DIVERGENCE_METHODS, gaps, plt
 from lad.outputs.figures import save_figure as _save
 from lad.outputs.tables import audit_html, cells_html, html_page, img_html, table5_html, table_html
 from lad.run.audits import audit_folders
@@ -183,20 +183,10 @@ def _recall_figure(run: dict[str, Any]) -> Any:
     return fig
 
 
-# Fig. 1/3 of the paper in spirit: per answer position, what the logits say against what the
-# attention finds, raw and purified, and what LAD makes of it.
-_DIVERGENCE = (
-    ("vanilla", "logits (vanilla)"),
-    ("attn", "raw attention (attn)"),
-    ("attn-purified", "purified attention"),
-    ("lad", "LAD"),
-)
-
-
 def _divergence_figure(run: dict[str, Any]) -> Any:
     """Fig. 3: where the logits fail, does the attention still find the answer?"""
     methods = run["metrics"]["methods"]
-    shown = [(m, label) for m, label in _DIVERGENCE if m in methods]
+    shown = [(m, label) for m, (_, label) in DIVERGENCE_METHODS.items() if m in methods]
     if "vanilla" not in methods or "attn" not in methods:
         return None
     x = np.arange(len(run["labels"]))

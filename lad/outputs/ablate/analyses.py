@@ -36,6 +36,7 @@ from lad.outputs.ablate.runs import (
     tau_json,
     tau_label,
 )
+from lad.outputs.figures import DIVERGENCE_METHODS
 from lad.run.rundir import CALIBRATION_FILE
 from lad.run.stages import SOFA_GRID
 
@@ -333,13 +334,6 @@ def temperature_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAUL
 # ---------------------------------------------------------------------------------------------
 # Tables 7 and 8.
 
-DIVERGENCE_METHODS = {
-    "vanilla": "Vanilla",
-    "attn": "Raw Attn",
-    "attn-purified": "Purified Attn",
-    "lad": "Ours",
-}
-
 
 def divergence_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
     """Table 7: accuracy at each ground-truth position (recall) and overall of the logits
@@ -361,7 +355,7 @@ def divergence_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULT
         "first), and overall (mean ± std over the shuffles): the logits (vanilla), the raw "
         "attention argmax, the purified attention π (Eq. 12) and LAD. "
         f"{settings_note(options, runs=runs)}. {calibration_note(runs)}",
-        ["Run", "Position", *DIVERGENCE_METHODS.values()],
+        ["Run", "Position", *(name for name, _ in DIVERGENCE_METHODS.values())],
         rows,
         {"runs": data, "k": k_note(options, runs)},
     )
@@ -408,7 +402,8 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
     )
 
 
-COST_METHODS = ("vanilla", "sofa", "perm-avg", "blank", "lad")
+# Table 8's methods, in its order, each with its colour in the figure.
+COST_METHODS = {"vanilla": "C0", "sofa": "C1", "perm-avg": "C2", "blank": "0.5", "lad": "C3"}
 
 
 def _calibration_passes(run: Run, method: str) -> int:

@@ -18,7 +18,7 @@ import numpy as np
 from lad.io.files import write_text
 from lad.outputs.ablate import analyses
 from lad.outputs.ablate.runs import AblateOptions, Ablation, Missing, Run, Table, tau_label
-from lad.outputs.figures import gaps, plt
+from lad.outputs.figures import DIVERGENCE_METHODS, gaps, plt
 from lad.outputs.figures import save_figure as _save
 from lad.outputs.tables import html_page, html_table, img_html
 
@@ -249,7 +249,7 @@ def _divergence_figure(table: Table, path: Path) -> None:
         for i, (name, m) in enumerate(methods.items()):
             values = [*gaps(m["recall_by_position"]), m["acc"]]
             offset = (i - (len(methods) - 1) / 2) * width
-            ax.bar(x + offset, values, width, label=analyses.DIVERGENCE_METHODS[name])
+            ax.bar(x + offset, values, width, label=DIVERGENCE_METHODS[name][0])
         ax.set_xticks(x, [str(p + 1) for p in range(n)] + ["all"])
         title = f"Table 7: logits vs attention ({run['run']}{_k_title(table)})"
         ax.set(xlabel="ground-truth position", ylabel="accuracy (%)", title=title)
@@ -258,15 +258,12 @@ def _divergence_figure(table: Table, path: Path) -> None:
     _save(fig, path)
 
 
-COST_COLOURS = {"vanilla": "C0", "sofa": "C1", "perm-avg": "C2", "lad": "C3"}
-
-
 def _cost_figure(table: Table, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 3.9))
     markers = "os^Dv<>p"
     for i, (name, rows) in enumerate(_by_run(table.data["rows"]).items()):
         for r in rows:
-            style = {"color": COST_COLOURS.get(r["method"], "0.5"), "s": 50}
+            style = {"color": analyses.COST_METHODS[r["method"]], "s": 50}
             x, label = r["forward_passes_per_item"], f"{r['method']} ({name})"
             ax.scatter(x, r["acc"], marker=markers[i % len(markers)], label=label, **style)
     passes = sorted({r["forward_passes_per_item"] for r in table.data["rows"]})

@@ -29,17 +29,12 @@ from lad.errors import DataError
 PICTURE_FIELDS = ("image_1", "image_2", "image_3", "image_4")
 
 
-def named_pictures(choices: list[str]) -> list[int | None]:
-    """For each choice, the picture (0-based) it names ("the second image": 1), else None."""
-    return [ordinal_image(c) for c in choices]
-
-
 def choose(row: Row) -> Choice | str:
     """BLINK's rule: a row whose choices name its pictures, or why it is skipped."""
     choices = strings(row, "choices")
     letters = option_letters(len(choices))
     answer = answer_position(require(row, "answer"), letters)
-    named = named_pictures(choices)
+    named = [ordinal_image(c) for c in choices]  # the picture each names ("the second image": 1)
     if any(k is None for k in named) or len(named) < 2:
         return first_reason(answer, OPTIONS_NOT_PICTURES)
     cells = [row.fields.get(name) for name in PICTURE_FIELDS]

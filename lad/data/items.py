@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +32,9 @@ def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item
     items: list[Item] = []
     seen: set[str] = set()
     first: dict[bool, int] = {}  # the first line of each kind of item (text or picture)
-    for lineno, line in enumerate(read_text(path, DataError, "items file").split("\n"), 1):
-        if line.strip():
-            items.append(_parse_item(line, path, lineno, num_candidates, seen))
-            first.setdefault(items[-1].is_text, lineno)
+    for lineno, where, obj in json_lines(path, "items file"):
+        items.append(_parse_item(obj, path, where, num_candidates, seen))
+        first.setdefault(items[-1].is_text, lineno)
     if not items:
         raise DataError(f"{path}: the items file is empty")
     if len(first) > 1:  # one prompt, one backend load and one calibration kind per file
@@ -48,14 +47,19 @@ def read_items(path: str | Path, num_candidates: int | None = None) -> list[Item
     return items
 
 
-def json_object(line: str, where: str) -> dict[str, Any]:
-    """One line of an items or orders file: a JSON object, else a DataError naming the line."""
-    try:
-        obj = loads_json(line, DataError, where)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{where}not valid JSON ({e.msg})") from None
-    check_object(obj, {}, where, DataError)
-    return obj
+def json_lines(path: Path, what: str) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line number, `where` naming it, its object) of each non-blank line of an items or orders
+    file: a JSON object, else a DataError naming the line."""
+    for lineno, line in enumerate(read_text(path, DataError, what).split("\n"), 1):
+        if not line.strip():
+            continue
+        where = at(path, lineno)
+        try:
+            obj = loads_json(line, DataError, where)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}not valid JSON ({e.msg})") from None
+        check_object(obj, {}, where, DataError)
+        yield lineno, where, obj
 
 
 # A lone UTF-16 surrogate: JSON allows "\\ud800", UTF-8 cannot write it.
@@ -63,10 +67,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _parse_item(
-    line: str, path: Path, lineno: int, num_candidates: int | None, seen: set[str]
+    obj: dict[str, Any], path: Path, where: str, num_candidates: int | None, seen: set[str]
 ) -> Item:
-    where = at(path, lineno)
-    obj = json_object(line, where)
     kind_key = _candidates_key(obj, where)
     check_object(obj, {"id": str, "query": str, kind_key: list, "answer": int}, where, DataError)
     check_item(obj, where, num_candidates)

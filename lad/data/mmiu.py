@@ -192,6 +192,7 @@ BENCHMARK = Benchmark(
     "are pictures (paper Table 5); a query picture no option names becomes a context picture. "
     "Other questions are skipped and counted per reason in OUT's .summary.json sibling.",
     files="all.parquet, .jsonl, all.json or a metadata_info.json",
+    layout=(("questions", "all.parquet"), ("images", ".")),
 )
 
 

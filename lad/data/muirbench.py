@@ -79,6 +79,7 @@ BENCHMARK = Benchmark(
     example="lad data muirbench MUIRBENCH/data --task 'Image-Text Matching' -n 4 "
     "--out muirbench-itm.jsonl",
     harness_keys=("idx", "question", "options", "answer", "image_list"),
+    layout=(("questions", "data"),),
 )
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from lad.core.items import Item, Request
-from lad.data.items import cyclic_shift, json_object, shuffle_orders
-from lad.errors import DataError, at
-from lad.io.files import read_text
+from lad.data.items import cyclic_shift, json_lines, shuffle_orders
+from lad.errors import DataError
 
 
 def shuffled_requests(items: Sequence[Item], num_shuffles: int, seed: int) -> list[Request]:
@@ -62,23 +62,20 @@ def _requests(items: Sequence[Item], orders: Sequence[list[list[int]]]) -> list[
 def read_orders(path: str | Path, num_candidates: int) -> dict[str, list[list[int]]]:
     """{item id: its orders, by ordering number}; every order is a permutation of 0..N-1."""
     path = Path(path)
-    text = read_text(path, DataError, "orders file")
     numbered: dict[str, dict[int, list[int]]] = {}
     has_ordering: set[bool] = set()
-    for lineno, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
-            continue
-        item, ordering, order = _parse_line(line, at(path, lineno), num_candidates)
+    for _, where, obj in json_lines(path, "orders file"):
+        item, ordering, order = _parse_line(obj, where, num_candidates)
         has_ordering.add(ordering is not None)
         if len(has_ordering) > 1:
             raise DataError(
-                f"{at(path, lineno)}give an 'ordering' on every line or on none "
+                f"{where}give an 'ordering' on every line or on none "
                 "(without it an item's orderings are numbered in file order)"
             )
         mine = numbered.setdefault(item, {})
         ordering = len(mine) if ordering is None else ordering
         if ordering in mine:
-            raise DataError(f"{at(path, lineno)}item {item!r} has ordering {ordering} twice")
+            raise DataError(f"{where}item {item!r} has ordering {ordering} twice")
         mine[ordering] = order
     if not numbered:
         raise DataError(f"{path}: the orders file is empty")
@@ -92,8 +89,9 @@ def read_orders(path: str | Path, num_candidates: int) -> dict[str, list[list[in
     return orders
 
 
-def _parse_line(line: str, where: str, num_candidates: int) -> tuple[str, int | None, list[int]]:
-    obj = json_object(line, where)
+def _parse_line(
+    obj: dict[str, Any], where: str, num_candidates: int
+) -> tuple[str, int | None, list[int]]:
     for key in ("item", "order"):
         if key not in obj:
             raise DataError(f"{where}missing key {key!r}")

@@ -46,6 +46,7 @@ class Benchmark:
     task_of:    a row's task from its fields (default: the task_field's value).
     hub, example, help, files: what --help says: the hub dataset (None: not one), a command
                 line, the description (default: HUB_HELP's), the question files it reads.
+    layout:     a suite's paths of its files below its root folder, by key (lad.suites.KINDS).
     """
 
     name: str
@@ -60,6 +61,7 @@ class Benchmark:
     task_of: Callable[[dict[str, Any]], str] | None = None
     help: str = ""
     files: str = ""
+    layout: tuple[tuple[str, str], ...] = (("questions", "."),)
 
     @property
     def description(self) -> str:

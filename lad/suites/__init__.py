@@ -22,6 +22,7 @@ from typing import Any
 
 import tomllib
 
+from lad.data.benchmarks import BENCHMARKS
 from lad.errors import DataError
 from lad.io.files import below, child, read_text
 from lad.run.config import FIELDS, EvalConfig
@@ -29,10 +30,8 @@ from lad.run.config import FIELDS, EvalConfig
 BUILT_IN = Path(__file__).resolve().parent
 # Where a benchmark's data sit, per kind: the keys a [benchmarks.NAME] table may set, each a path
 # below the benchmark's root folder (defaults in parentheses' place: the released layouts).
-KINDS: dict[str, dict[str, str | None]] = {
-    "mmiu": {"questions": "all.parquet", "images": "."},
-    "muirbench": {"questions": "data"},
-    "blink": {"questions": "."},
+KINDS: dict[str, dict[str, str]] = {
+    **{name: dict(b.layout) for name, b in BENCHMARKS.items()},  # lad data's converters
     "coco": {
         "images": "val2014",
         "captions": "annotations/captions_val2014.json",

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from lad.data.benchmarks import BENCHMARKS
-from lad.data.builders import calibration_path_for
+from lad.data.builders import BuildOptions, build_from_files, calibration_path_for
+from lad.data.released import Options, convert
 from lad.errors import DataError
 from lad.io.files import below, child
 from lad.suites import Benchmark, Suite, SuiteCell
@@ -64,7 +65,7 @@ def check_data(suite: Suite, roots: dict[str, Path]) -> None:
                 raise DataError(f"{root / sub}: not found ({bench.name}'s {key}, below {root})")
     for cell in suite.cells:
         kind = suite.benchmarks[cell.benchmark].kind
-        if kind in ("coco", "flickr8k", "shapes") and cell.num_candidates is None:
+        if kind not in BENCHMARKS and cell.num_candidates is None:
             raise DataError(f"{suite.source}: cell {cell.id!r} ({kind}) needs num_candidates")
 
 
@@ -98,16 +99,15 @@ def cell_data(
 def _convert(
     bench: Benchmark, cell: SuiteCell, root: Path, out: Path, settings: dict[str, Any]
 ) -> None:
+    """A setting the suite leaves out keeps the converter's own default (lad data's)."""
     split = {
         "items": settings.get("items"),
-        "calibration_items": settings.get("calibration_items") or 5,
-        "seed": settings.get("seed", 0),
+        "calibration_items": settings.get("calibration_items") or Options.calibration_items,
+        "seed": settings.get("seed", Options.seed),
     }
     paths = {k: below(root, v, DataError) for k, v in bench.paths.items()}
     n = cell.num_candidates
     if bench.kind in BENCHMARKS:  # a released benchmark: lad data's converter of it
-        from lad.data.released import Options, convert
-
         benchmark, source, task = BENCHMARKS[bench.kind], paths["questions"], cell.task
         if benchmark.embedded and task and child(source, task, DataError, "task ").is_dir():
             # BLINK's folder per subtask (Forensic_Detection/) holds that subtask alone, whose
@@ -115,18 +115,16 @@ def _convert(
             source, task = source / task, None
         options = Options(images=paths.get("images"), task=task, num_candidates=n, **split)
         convert(benchmark, source, out, options)
-    else:
-        from lad.data.builders import DEFAULT_CLIP, BuildOptions, build_from_files
-
-        options = BuildOptions(
-            num_candidates=n or 4,
-            setting=cell.setting,
-            items=split["items"] or 1000,
-            calibration_items=split["calibration_items"],
-            seed=split["seed"],
-            clip=bench.options.get("clip", DEFAULT_CLIP),
-            device=settings.get("device", "auto"),
-        )
-        if cell.setting != "adversarial":
-            paths["instances"] = None  # the random setting needs no category sets
-        build_from_files(bench.kind, paths, out, options)
+        return
+    options = BuildOptions(
+        num_candidates=n or BuildOptions.num_candidates,
+        setting=cell.setting,
+        items=split["items"] or BuildOptions.items,
+        calibration_items=split["calibration_items"],
+        seed=split["seed"],
+        clip=bench.options.get("clip", BuildOptions.clip),
+        device=settings.get("device", BuildOptions.device),
+    )
+    if cell.setting != "adversarial":
+        paths["instances"] = None  # the random setting needs no category sets
+    build_from_files(bench.kind, paths, out, options)

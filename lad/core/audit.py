@@ -220,8 +220,7 @@ def audit_method(records: RecordSet, pred: np.ndarray, boot: Bootstrap) -> dict[
     _, question = question_index(records)
     right = pred == records.answer
     table = questions(records, pred, question)
-    per_question_all = np.bincount(question, weights=right.astype(float))
-    per_question_n = np.bincount(question)
+    per_question_all, per_question_n = table.right_at.sum(axis=1), table.shown_at.sum(axis=1)
     flip = weighted_statistics(table, np.ones((1, len(per_question_n))))["flip_rate"][0]
     # Errors due to order: the wrong records whose question is right under some other ordering
     # ("knows it, says it wrong"); None without errors.

@@ -61,8 +61,9 @@ def check_symmetrised(records: RecordSet, *, allow_partial: bool = False, what: 
     if not len(records):
         raise CalibrationError(f"no {what}: need each item under all cyclic shifts")
     num = records.num_candidates
-    if ((records.ordering < 0) | (records.ordering >= num)).any():
-        i = int(np.flatnonzero((records.ordering < 0) | (records.ordering >= num))[0])
+    bad = (records.ordering < 0) | (records.ordering >= num)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
         raise CalibrationError(
             f"{what}: item {str(records.items[i])!r} has ordering {records.ordering[i]}, but a "
             f"calibration record's ordering is its cyclic shift 0..{num - 1}"

@@ -37,9 +37,9 @@ def _check_predictions(records: RecordSet, method: str, pred: Any) -> np.ndarray
             f"predictions for '{method}' must be ({len(records)},) integer positions, "
             f"got shape {arr.shape} of {arr.dtype}"
         )
-    if ((arr < -1) | (arr >= n)).any():
-        bad = arr[(arr < -1) | (arr >= n)][0]
-        raise LadError(f"'{method}' predicts position {bad}; positions are 0..{n - 1} or -1")
+    bad = arr[(arr < -1) | (arr >= n)]
+    if len(bad):
+        raise LadError(f"'{method}' predicts position {bad[0]}; positions are 0..{n - 1} or -1")
     return arr.astype(np.int64)
 
 

@@ -159,12 +159,6 @@ QUESTION = PromptTemplate(QUESTION_TEMPLATES["vanilla"])
 OFFICIAL = PromptTemplate(TEMPLATES["vanilla"] + " ")
 
 
-def fill(text: str, query: str, scheme: LabelScheme, num_candidates: int) -> str:
-    """`text` with every placeholder filled for one query (of picture candidates)."""
-    _check_options(text, False, "the prompt template", "the")
-    return text.format(**_values(query, scheme, num_candidates))
-
-
 def _check_options(text: str, texts: bool, who: str, whose: str) -> None:
     """A template writes {options} exactly when the candidates are `texts`; `who` is the
     template as messages name it, `whose` the candidates' owner ("the items'")."""
@@ -248,10 +242,12 @@ def render_prompt(
     *,
     question: bool = False,
 ) -> str:
-    """The text part of the prompt for one query: a template of TEMPLATES by name (its question
-    variant with `question`), or a PromptTemplate."""
+    """The text part of the prompt for one query (of picture candidates), every placeholder
+    filled: a template of TEMPLATES by name (its question variant with `question`), or a
+    PromptTemplate."""
     text = _text_of(template, QUESTION_TEMPLATES if question else TEMPLATES)
-    return fill(text, caption, scheme, num_candidates)
+    _check_options(text, False, "the prompt template", "the")
+    return text.format(**_values(caption, scheme, num_candidates))
 
 
 def _text_of(template: str | PromptTemplate, texts: dict[str, str]) -> str:

@@ -241,10 +241,10 @@ def _from_objects(objs: list[dict], linenos: list[int], where) -> RecordSet:
     return records
 
 
-def validate(records: RecordSet, where_of=None) -> None:
+def validate(records: RecordSet, where_of) -> None:
     """Check the numbers of a RecordSet: permutations, answers in range, finite values,
-    non-negative attention, unique (item, ordering), one answer image per item."""
-    where_of = where_of or (lambda i: _record_where(i + 1))
+    non-negative attention, unique (item, ordering), one answer image per item (`where_of(i)`:
+    the prefix of a message about record i)."""
     n = records.num_candidates
     checks = [
         (

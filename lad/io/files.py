@@ -178,13 +178,8 @@ def child(root: PathLike, name: str, error: type[LadError] = LadError, what: str
     (`what` prefixes it) unless one plain file name: not empty, `.` or `..`, no separator or
     control character, short enough. The rule for every file lad names after data."""
     text = str(name)
-    if (
-        text in ("", ".", "..")
-        or "/" in text
-        or "\\" in text
-        or any(ord(c) < 32 or ord(c) == 127 for c in text)
-        or len(text.encode("utf-8", "replace")) > _NAME_MAX
-    ):
+    unsafe = any(ord(c) < 32 or ord(c) == 127 or c in "/\\" for c in text)
+    if text in ("", ".", "..") or unsafe or len(text.encode("utf-8", "replace")) > _NAME_MAX:
         raise error(
             f"{what}{text!r} cannot name a file or folder: lad names files after data only by "
             "plain names (no '/', '..' or control characters), so nothing lands outside "
@@ -196,8 +191,7 @@ def child(root: PathLike, name: str, error: type[LadError] = LadError, what: str
 def below(root: PathLike, path: str, error: type[LadError] = LadError, what: str = "") -> Path:
     """`root / path` for a relative path config gave (a suite's `questions`), refused as `error`
     unless below `root` as written: not absolute, no `..` (symlinks are the user's layout)."""
-    parts = Path(path).parts
-    if Path(path).is_absolute() or ".." in parts or "\0" in str(path):
+    if Path(path).is_absolute() or ".." in Path(path).parts or "\0" in str(path):
         raise error(
             f"{what}{path!r} is not a path below {root}: a suite names its files relative to "
             "the benchmark's folder (no absolute path, no '..')"

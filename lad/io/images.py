@@ -71,14 +71,13 @@ def picture_suffix(data: bytes, where: str) -> str:
     try:
         with _open_unchecked(io.BytesIO(data)) as im:
             _check_size(f"{where}a picture", *im.size)
-            suffix = FORMATS[im.format]
             try:
                 _decode(im)
             except (OSError, ValueError, SyntaxError) as e:
                 raise UndecodedPicture(
                     f"{where}a picture's pixels do not decode ({_why(e)}): truncated or damaged"
                 ) from None
-            return suffix
+            return FORMATS[im.format]
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise DataError(
             f"{where}a picture's bytes are not an image lad reads ({_why(e)})"

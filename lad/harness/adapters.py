@@ -62,19 +62,13 @@ class PictureChoice:
         return [self.candidates[self.order.index(i)] for i in range(self.num_candidates)]
 
 
-def _choice(benchmark: Benchmark, doc: dict[str, Any]) -> Choice | None:
-    """The benchmark's rule on a document; None where it skips or refuses it."""
-    try:
-        made = benchmark.choose(Row(doc, f"{benchmark.name} document: "))
-    except LadError:
-        return None
-    return made if isinstance(made, Choice) else None
-
-
 def _adapter(benchmark: Benchmark) -> Callable[[dict[str, Any]], PictureChoice | None]:
     def adapt(doc: dict[str, Any]) -> PictureChoice | None:
-        made = _choice(benchmark, doc)
-        if made is None:
+        try:
+            made = benchmark.choose(Row(doc, f"{benchmark.name} document: "))
+        except LadError:  # the rule refuses it, as it skips a non-Choice: answered by generation
+            return None
+        if not isinstance(made, Choice):
             return None
         item = doc.get("lad_item")
         shift = int(doc.get("lad_shift") or 0)

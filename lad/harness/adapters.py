@@ -89,14 +89,11 @@ def _adapter(benchmark: Benchmark) -> Callable[[dict[str, Any]], PictureChoice |
     return adapt
 
 
-muirbench = _adapter(BENCHMARKS["muirbench"])
-blink = _adapter(BENCHMARKS["blink"])
-
-
 # How a document is recognised: the keys its schema must have, and the adapter reading it.
 ADAPTERS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], PictureChoice | None]]] = {
     name: (b.harness_keys, _adapter(b)) for name, b in BENCHMARKS.items() if b.harness_keys
 }
+muirbench, blink = ADAPTERS["muirbench"][1], ADAPTERS["blink"][1]
 
 
 def picture_choice(doc: dict[str, Any], adapter: str | None = None) -> PictureChoice | None:

@@ -221,7 +221,7 @@ def test_calibration_of_another_prompt_is_refused(run: dict[str, Path]) -> None:
 
     calibration = run["root"] / "calibration.json"
     scorer = PictureScorer(HarnessOptions(calibration=str(calibration), labels="digits"))
-    from lad.errors import CalibrationError
+    from lad.errors import CalibrationError, LadError
 
     with pytest.raises(CalibrationError, match=r"label.*check_calibration=False"):
         scorer.calibrated(CIRCULAR, N, [])
@@ -232,6 +232,10 @@ def test_calibration_of_another_prompt_is_refused(run: dict[str, Path]) -> None:
     lenient = LadModel(calibration=str(calibration), labels="digits", check_calibration="False")
     debiaser, source = lenient.scorer.calibrated(CIRCULAR, N, [])
     assert debiaser is not None and source.kind == "file"
+    # An unknown model_arg stops it before the model loads, as in lm-eval and Inspect (a null,
+    # e.g. lmms-eval's --max_batch_size left unset, passes).
+    with pytest.raises(LadError, match=r"unknown --model_args \['soup'\]; --model lad takes "):
+        LadModel(calibration=str(calibration), soup="1", max_batch_size=None)
 
 
 def test_calibration_docs_excluded_with_offset(run: dict[str, Path]) -> None:

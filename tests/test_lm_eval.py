@@ -218,6 +218,8 @@ def test_the_circular_variant_shifts_every_question_and_the_audit_reads_it(setup
 def test_tasks_lad_cannot_score_are_refused_in_one_line(setup, tmp_path):
     from lad.harness.lm_eval import LadLM
 
+    with pytest.raises(Exception, match=r"unknown --model_args \['model'\]; --model lad takes pre"):
+        LadLM(pretrained=str(setup["model"]), model="x", max_batch_size=4)  # lm-eval's own passes
     lm = LadLM(pretrained=str(setup["model"]), method="vanilla", device="cpu")
     for call in (lm.generate_until, lm.loglikelihood_rolling):
         with pytest.raises(Exception, match="scores multiple_choice tasks"):

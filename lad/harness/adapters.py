@@ -62,19 +62,13 @@ class PictureChoice:
         return [self.candidates[self.order.index(i)] for i in range(self.num_candidates)]
 
 
-def _choice(benchmark: Benchmark, doc: dict[str, Any]) -> Choice | None:
-    """The benchmark's rule on a document; None where it skips or refuses it."""
-    try:
-        made = benchmark.choose(Row(doc, f"{benchmark.name} document: "))
-    except LadError:
-        return None
-    return made if isinstance(made, Choice) else None
-
-
 def _adapter(benchmark: Benchmark) -> Callable[[dict[str, Any]], PictureChoice | None]:
     def adapt(doc: dict[str, Any]) -> PictureChoice | None:
-        made = _choice(benchmark, doc)
-        if made is None:
+        try:
+            made = benchmark.choose(Row(doc, f"{benchmark.name} document: "))
+        except LadError:  # the rule refuses it, as it skips a non-Choice: answered by generation
+            return None
+        if not isinstance(made, Choice):
             return None
         item = doc.get("lad_item")
         shift = int(doc.get("lad_shift") or 0)
@@ -95,14 +89,11 @@ def _adapter(benchmark: Benchmark) -> Callable[[dict[str, Any]], PictureChoice |
     return adapt
 
 
-muirbench = _adapter(BENCHMARKS["muirbench"])
-blink = _adapter(BENCHMARKS["blink"])
-
-
 # How a document is recognised: the keys its schema must have, and the adapter reading it.
 ADAPTERS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], PictureChoice | None]]] = {
     name: (b.harness_keys, _adapter(b)) for name, b in BENCHMARKS.items() if b.harness_keys
 }
+muirbench, blink = ADAPTERS["muirbench"][1], ADAPTERS["blink"][1]
 
 
 def picture_choice(doc: dict[str, Any], adapter: str | None = None) -> PictureChoice | None:

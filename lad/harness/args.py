@@ -24,6 +24,9 @@ NEEDS_CALIBRATION = ("pride", "lad", "attn-purified")
 # The fields of MethodOptions a harness's model_args set, by their own names.
 METHOD_ARGS = ("top_k", "tau")
 _NONE = (None, "", "None", "none")
+# What lmms-eval and lm-eval hand every model beside its model_args (their --max_batch_size),
+# which `--model lad` has no use for.
+HARNESS_SETTINGS = ("max_batch_size",)
 
 
 @dataclass(frozen=True)
@@ -63,17 +66,23 @@ def model_arg_names(cls: type[ModelArgs]) -> list[str]:
     return [*names[:at], *METHOD_ARGS, *names[at + 1 :]]
 
 
-def unknown_model_args(
-    cls: type[ModelArgs], given: Mapping[str, Any], *apart: str
-) -> dict[str, Any]:
-    """The model_args of `given` that `cls` does not take (`apart`: fields the harness gives
-    otherwise, as Inspect its model name)."""
-    takes = set(model_arg_names(cls)) - set(apart)
-    return {k: v for k, v in given.items() if k not in takes}
+def check_known_model_args(
+    cls: type[ModelArgs], given: Mapping[str, Any], flag: str, model: str = "model"
+) -> None:
+    """The one rule of every harness: a model_arg `cls` does not take stops `--model lad` before
+    the model loads, naming what it takes (`flag`: the harness's option for them). A null (a
+    harness's own setting left unset) or one of HARNESS_SETTINGS passes. `model`: the name the
+    harness takes the model by (lm-eval's pretrained; "": Inspect's model name)."""
+    names = model_arg_names(cls)
+    takes = [model, *names[1:]] if model else names[1:]  # names[0]: ModelArgs.model
+    passes = {*takes, *HARNESS_SETTINGS}
+    unknown = sorted(k for k, v in given.items() if k not in passes and v is not None)
+    if unknown:
+        raise LadError(f"unknown {flag} {unknown}; --model lad takes {', '.join(takes)}")
 
 
 def read_model_args(cls: type[ModelArgs], given: Mapping[str, Any], **apart: Any) -> Any:
-    """`cls` of the model_args `given` (those it does not take aside: `unknown_model_args`)
+    """`cls` of the model_args `given` (those it does not take aside: `check_known_model_args`)
     and the fields `apart`. Each value is read as its field's type (a harness hands over
     text: "4", "False"); a null or "", "None", "none" leaves a field at its default."""
     hints = typing.get_type_hints(cls) | typing.get_type_hints(MethodOptions)

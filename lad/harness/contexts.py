@@ -172,17 +172,14 @@ class Grouped:
 def questions(requests: Sequence[Any]) -> list[Grouped]:
     """lm-eval's loglikelihood requests regrouped per document (task, doc_id and context), each
     document's choices in their `idx` order, each present once."""
-    groups: dict[tuple[str, int, str], dict[int, tuple[int, str]]] = {}
-    docs: dict[tuple[str, int, str], Any] = {}
+    groups: dict[tuple[str, int, str], dict[int, tuple[int, Any]]] = {}
     for r, request in enumerate(requests):
-        context, continuation = request.args[:2]
-        key = (str(request.task_name), int(request.doc_id), context)
+        key = (str(request.task_name), int(request.doc_id), request.args[0])
         if request.idx in groups.setdefault(key, {}):
             raise LadError(
                 f"{_where(*key[:2])}: choice {request.idx} requested twice for one context"
             )
-        groups[key][request.idx] = (r, continuation)
-        docs[key] = request.doc
+        groups[key][request.idx] = (r, request)
     out = []
     for key, by_idx in groups.items():
         task, doc_id, context = key
@@ -194,6 +191,7 @@ def questions(requests: Sequence[Any]) -> list[Grouped]:
         if not context.strip():
             raise LadError(f"{_where(task, doc_id)}: a request with an empty context")
         ordered = [by_idx[i] for i in range(len(by_idx))]
-        question = parse_question(task, doc_id, context, [c for _, c in ordered], docs[key])
+        continuations = [request.args[1] for _, request in ordered]
+        question = parse_question(task, doc_id, context, continuations, ordered[0][1].doc)
         out.append(Grouped(question, tuple(r for r, _ in ordered)))
     return out

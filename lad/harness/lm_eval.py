@@ -20,7 +20,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from lad.errors import LadError
-from lad.harness.args import model_arg_names, read_model_args, unknown_model_args
+from lad.harness.args import check_known_model_args, read_model_args
 from lad.harness.contexts import questions
 from lad.harness.text_scorer import ChoiceOptions, ContextScorer
 
@@ -36,14 +36,7 @@ class LadLM(LM):
 
     def __init__(self, pretrained: str = ChoiceOptions.model, **model_args: Any) -> None:
         super().__init__()
-        unused = unknown_model_args(ChoiceOptions, model_args, "model")
-        unused = {k: v for k, v in unused.items() if v is not None and k != "max_batch_size"}
-        if unused:
-            names = ["pretrained", *model_arg_names(ChoiceOptions)[1:]]
-            raise LadError(
-                f"--model lad got model_args it does not take: {sorted(unused)}; it takes "
-                + ", ".join(names)
-            )
+        check_known_model_args(ChoiceOptions, model_args, "--model_args", "pretrained")
         batch = str(model_args.get("batch_size") or 1)
         if not batch.isdigit():  # lm-eval's "auto" / "auto:4"
             raise LadError(f"--batch_size {batch}: --model lad takes a whole number")

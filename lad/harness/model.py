@@ -24,7 +24,7 @@ from tqdm import tqdm
 from lad.backends.prompting import chat_messages, render
 from lad.errors import LadError
 from lad.harness.adapters import IMAGE_PLACEHOLDER, PictureChoice, picture_choice, undecoded
-from lad.harness.args import read_model_args, unknown_model_args
+from lad.harness.args import check_known_model_args, read_model_args
 from lad.harness.audit import write_model_audit
 from lad.harness.runner import HarnessOptions, PictureScorer
 
@@ -38,10 +38,7 @@ class LadModel(lmms):
 
     def __init__(self, **model_args: Any) -> None:
         super().__init__()
-        unused = unknown_model_args(HarnessOptions, model_args)
-        unused = {k: v for k, v in unused.items() if v is not None}
-        if unused:
-            logger.warning(f"lad: model_args not used: {sorted(unused)}")
+        check_known_model_args(HarnessOptions, model_args, "--model_args")
         self.options = read_model_args(HarnessOptions, model_args)
         self.scorer = PictureScorer(self.options)
         self._undecoded: dict[tuple[str, str], Any] = {}

@@ -90,11 +90,18 @@ class HarnessScorer:
     def backend(self) -> Any:
         return self.base.backend
 
-    def _no_calibration(self, n: int, asks: str, advice: str = "") -> CalibrationError:
-        return CalibrationError(
-            f"calibration={self.options.calibration} has no calibration for N = {n} "
-            f"({asks} of {n} options; it holds N = {sorted(self._loaded)}){advice}"
-        )
+    def from_file(
+        self, n: int, template: PromptTemplate, asks: str, advice: str = "", into: Any = None
+    ) -> Debiaser:
+        """calibration='s Debiaser of N (or `into` with its file loaded), checked on `template`."""
+        if n not in self._loaded:
+            raise CalibrationError(
+                f"calibration={self.options.calibration} has no calibration for N = {n} "
+                f"({asks} of {n} options; it holds N = {sorted(self._loaded)}){advice}"
+            )
+        debiaser = self._loaded[n] if into is None else into.load(self._loaded[n]._source)
+        debiaser.check_calibration_for(n, template)
+        return debiaser
 
     def score_asked(
         self,
@@ -163,11 +170,9 @@ class PictureScorer(HarnessScorer):
         """The Debiaser whose calibration answers task's questions of N candidates, checked
         against model, N, labels, prompt and preprocessing before any record is made."""
         if self.options.calibration:
-            if n not in self._loaded:
-                asks = f"task {task} asks picture questions"
-                raise self._no_calibration(n, asks, f"; add one made by lad calibrate -n {n}")
-            debiaser = self._loaded[n]
-            debiaser.check_calibration_for(n, self.template())
+            asks = f"task {task} asks picture questions"
+            advice = f"; add one made by lad calibrate -n {n}"
+            debiaser = self.from_file(n, self.template(), asks, advice)
             return debiaser, CalibrationSource("file", path=str(debiaser._source))
         if not self.options.calibration_docs:
             return None, CalibrationSource("none")

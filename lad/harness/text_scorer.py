@@ -69,10 +69,8 @@ class ContextScorer(HarnessScorer):
         n, template = len(question.options), question.template
         debiaser: Debiaser | None = None
         if self._loaded:
-            if n not in self._loaded:
-                raise self._no_calibration(n, f"task {question.task} asks questions")
-            debiaser = self._debiaser(question).load(self._loaded[n]._source)
-            debiaser.check_calibration_for(n, template)
+            asks, into = f"task {question.task} asks questions", self._debiaser(question)
+            debiaser = self.from_file(n, template, asks, into=into)
         elif self._items:
             items = [it for it in self._items if it.num_candidates == n]
             if not items:

@@ -33,7 +33,7 @@ from lad.run.preflight import check_inputs
 from lad.run.resume import World
 from lad.run.rundir import PART_INPUTS, RunDir
 from lad.run.runjson import file_digest, summed_times
-from lad.run.stages import Clock, LazyBackend, Stage, run_stage, sofa_sigma
+from lad.run.stages import Clock, LazyBackend, Stage, sofa_sigma
 from lad.suites import slug
 from lad.suites.data import benchmark_roots, cell_data, check_data
 from lad.suites.plan import SuiteResult, cell_numbers, compared, one_n, suite_models
@@ -112,8 +112,9 @@ def _evaluate(
     """The stages and scoring of a run whose inputs passed their checks. `work`: its items and
     requests, made already by the main process (None for generated shapes, built here once
     before the other processes read them, and in every process but the main one)."""
+    run = RunDir(run_dir)
     if world.is_main:
-        RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), inputs)
+        run.begin(config.identity(), EvalConfig().identity(), inputs)
         if work is None:
             work = run_items(config, run_dir, RunData())
     world.barrier()
@@ -121,14 +122,10 @@ def _evaluate(
         work = run_items(config, run_dir, read_data(config) if data is None else data)
     eval_items, cal_items, requests = work
     device = world.device(config.device)
-    make_backend = LazyBackend(config, device, run_dir, backends, eval_items + cal_items)
-    clock = Clock(run_dir, world, make_backend)
+    clock = Clock(world, LazyBackend(config, device, run_dir, backends, eval_items + cal_items))
 
     def stage(requests: list[Request], file: str, name: str, kind=None, desc="", acc_label=None):
-        path = RunDir(run_dir).records_file(file)
-        with clock(name, path, len(requests)):
-            args = (requests, path, config, desc or name, world, kind, acc_label)
-            return run_stage(make_backend, *args)
+        return clock.stage(requests, run.records_file(file), name, kind, desc, acc_label)
 
     cal_records = None
     if not config.calibration:
@@ -142,15 +139,14 @@ def _evaluate(
         # CapCal's extra pass: each request again, every candidate blanked (lad.data.blank). A
         # finished blank stage is only read back, by the same keys and orders: a rescoring
         # neither decodes a picture nor writes a grey one.
-        blanked = requests
-        if not RunDir.made(RunDir(run_dir).records_file("blank"), len(requests)):
-            blanked = blank_requests(requests, RunDir(run_dir).blank_folder)
+        made = RunDir.made(run.records_file("blank"), len(requests))
+        blanked = requests if made else blank_requests(requests, run.blank_folder)
         stage(blanked, "blank", "blank", acc_label="blank-prompt acc")
     for template in ("instruction", "cot", "self-consistency"):
         if template in config.methods:
             stage(requests, template, template, Stage(template))
     if "sofa" in config.methods:
-        sigma = sofa_sigma(config, run_dir, make_backend, cal_items, world, clock)
+        sigma = sofa_sigma(clock, cal_items)
         stage(requests, "sofa", "sofa", Stage(sofa_sigma=sigma), f"sofa σ={sigma:g}")
     if not world.is_main:
         return None

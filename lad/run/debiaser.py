@@ -311,8 +311,7 @@ class Debiaser:
         template = self._template(items)
         labels = self.check_calibration_for(items[0].num_candidates, template)
         requests = [(it, 0, list(range(it.num_candidates))) for it in items]
-        records = self._records(requests, template)
-        self.calibration_.check_compatible(records, strict=False)
+        records = self._records(requests, template)  # its L checked by `score` (lad.core.methods)
         return self._choices(items, records, labels)
 
     def check_calibration_for(self, num_candidates: int, template: PromptTemplate) -> list[str]:

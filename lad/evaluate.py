@@ -115,11 +115,11 @@ def _evaluate(
     run = RunDir(run_dir)
     if world.is_main:
         run.begin(config.identity(), EvalConfig().identity(), inputs)
-        if work is None:
-            work = run_items(config, run_dir, RunData())
+        if work is None:  # generated shapes, written here
+            work = run_items(config, run_dir)
     world.barrier()
     if work is None:  # a part's files exist from here on
-        work = run_items(config, run_dir, read_data(config) if data is None else data)
+        work = run_items(config, run_dir, data)
     eval_items, cal_items, requests = work
     device = world.device(config.device)
     clock = Clock(world, LazyBackend(config, device, run_dir, backends, eval_items + cal_items))
@@ -224,11 +224,10 @@ def evaluate_mixed(
     existed = run_dir.exists()
     try:
         write_part_inputs(config, items, parts, data.calibration)
-        part_data = {n: read_data(p) for n, p in parts.items()}
         work, inputs = {}, {}
         for n, part in parts.items():
             folder = run.part(n).path
-            work[n] = run_items(part, folder, part_data[n])  # a bad --orders refused here too
+            work[n] = run_items(part, folder, read_data(part))  # a bad --orders refused here too
             inputs[n] = check_inputs(part, folder, work[n])
     except LadError as e:
         if existed:

@@ -85,8 +85,8 @@ class Choice:
 
 
 # What a Debiaser runs with, beside its spec and options: a clone keeps them.
-_SESSION = ("batch_size", "device", "dtype", "quiet", "check_calibration", "pictures", "engine")
 _LOADING = ("device", "dtype", "quiet", "pictures", "engine")  # how its model is loaded
+_SESSION = ("batch_size", "check_calibration", *_LOADING)
 
 
 class Debiaser:

@@ -173,12 +173,18 @@ def score_run(
     """Predictions, metrics.json and the report, from the run directory's files alone (a mixed
     run: each part's, each cell's and the groups'); check_calibration: RunDir.calibration's."""
     run = RunDir(run_dir)
-    if run.is_mixed:
-        metrics = _score_mixed(run, methods, options, check_calibration)
+    folders = run.parts() if run.is_mixed else {0: run}
+    parts = {n: scoring_inputs(f, methods, options, check_calibration) for n, f in folders.items()}
+    start = time.perf_counter()
+    if run.is_mixed:  # each cell's metrics and the groups', from the parts' files alone
+        metrics: dict[str, Any] = {"num_candidates": sorted(parts), "methods_scored": list(methods)}
+        metrics.update(score_cells(run.cells(), parts, methods))
+        metrics["timing"] = reduce(summed_times, [f.timing() for f in folders.values()], {})
+        metrics["source"] = run.source()
+        run.write_metrics(metrics)
         table = format_cells_table(metrics, methods)
     else:
-        part = scoring_inputs(run, methods, options, check_calibration)
-        start = time.perf_counter()
+        part = parts[0]
         scored = score_records(
             part.records, methods, part.calibration, part.options, stages=part.stages
         )
@@ -253,20 +259,6 @@ def _named_as_given(message: str, config: EvalConfig, parts: dict[int, EvalConfi
             if copy and getattr(config, key) and copy != getattr(config, key):
                 message = message.replace(copy, f"{getattr(config, key)} (its N = {n} items)")
     return message
-
-
-def _score_mixed(
-    run: RunDir, methods: Sequence[str], options: MethodOptions, check_calibration: bool
-) -> dict[str, Any]:
-    """metrics.json of a mixed run (each cell's and the groups'), from its parts' files alone."""
-    folders = run.parts()
-    parts = {n: scoring_inputs(f, methods, options, check_calibration) for n, f in folders.items()}
-    metrics: dict[str, Any] = {"num_candidates": sorted(parts), "methods_scored": list(methods)}
-    metrics.update(score_cells(run.cells(), parts, methods))
-    metrics["timing"] = reduce(summed_times, [f.timing() for f in folders.values()], {})
-    metrics["source"] = run.source()
-    run.write_metrics(metrics)
-    return metrics
 
 
 # ---------------------------------------------------------------- suites

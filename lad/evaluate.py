@@ -216,9 +216,8 @@ def evaluate_mixed(
     of that N's items with its own calibration (held out from that N's items, or the N's file of
     --calibration DIR); cells.json names each cell's items; metrics.json holds each cell's
     metrics and the item-weighted groups (docs/formats.md, "Mixed runs")."""
-    items = data.items or []
     ns = sorted({c.num_candidates for c in cells})
-    parts = {n: part_config(config, run_dir, n, items, data.calibration) for n in ns}
+    parts = {n: part_config(config, run_dir, n, data) for n in ns}
     run = RunDir(run_dir)
     if not world.is_main:
         for n, part in parts.items():
@@ -229,7 +228,7 @@ def evaluate_mixed(
     run.begin(config.identity(), EvalConfig().identity(), own, write=False)
     existed = run_dir.exists()
     try:
-        write_part_inputs(config, items, parts, data.calibration)
+        write_part_inputs(config, parts, data)
         work, inputs = {}, {}
         for n, part in parts.items():
             folder = run.part(n).path

@@ -175,7 +175,6 @@ def score_run(
     run = RunDir(run_dir)
     folders = run.parts() if run.is_mixed else {0: run}
     parts = {n: scoring_inputs(f, methods, options, check_calibration) for n, f in folders.items()}
-    start = time.perf_counter()
     if run.is_mixed:  # each cell's metrics and the groups', from the parts' files alone
         metrics: dict[str, Any] = {"num_candidates": sorted(parts), "methods_scored": list(methods)}
         metrics.update(score_cells(run.cells(), parts, methods))
@@ -185,6 +184,7 @@ def score_run(
         table = format_cells_table(metrics, methods)
     else:
         part = parts[0]
+        start = time.perf_counter()
         scored = score_records(
             part.records, methods, part.calibration, part.options, stages=part.stages
         )

@@ -188,7 +188,8 @@ class RunDir(RunJson):
         path = self.file(STAGE_FILES[stage])
         if not path.is_file():
             return None
-        made, records = read_records(path), self.records
+        made = read_records(path)
+        records = self.records
         if stage == "perm-avg":
             n = records.num_candidates
             counts = np.unique(made.items, return_counts=True)[1] if len(made) else np.array([])

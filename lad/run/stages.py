@@ -209,11 +209,14 @@ def sofa_sigma(clock: Clock, cal_items: Sequence[Item]) -> float:
         return float(given)
     if not cal_items:
         raise RunError("--sofa-sigma auto chooses σ on calibration items; pass --calibration-data")
-    requests, run = cyclic_requests(cal_items), RunDir(clock.run_dir)
+    requests = cyclic_requests(cal_items)
+    run = RunDir(clock.run_dir)
     accuracy = {}
     for sigma in SOFA_GRID:
-        desc, kind = f"sofa grid σ={sigma:g}", Stage(sofa_sigma=sigma)
-        recs = clock.stage(requests, run.sofa_grid_file(sigma), "sofa grid", kind, desc)
+        kind = Stage(sofa_sigma=sigma)
+        recs = clock.stage(
+            requests, run.sofa_grid_file(sigma), "sofa grid", kind, f"sofa grid σ={sigma:g}"
+        )
         accuracy[sigma] = float(np.mean(recs.logprobs.argmax(axis=1) == recs.answer))
     best = max(SOFA_GRID, key=lambda s: (accuracy[s], -abs(s - 0.5), -s))
     if clock.world.is_main:

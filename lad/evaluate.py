@@ -33,7 +33,7 @@ from lad.run.preflight import check_inputs
 from lad.run.resume import World
 from lad.run.rundir import PART_INPUTS, RunDir
 from lad.run.runjson import file_digest, summed_times
-from lad.run.stages import Clock, LazyBackend, Stage, run_stage, sofa_sigma
+from lad.run.stages import Clock, LazyBackend, Stage, sofa_sigma
 from lad.suites import slug
 from lad.suites.data import benchmark_roots, cell_data, check_data
 from lad.suites.plan import SuiteResult, cell_numbers, compared, one_n, suite_models
@@ -112,23 +112,20 @@ def _evaluate(
     """The stages and scoring of a run whose inputs passed their checks. `work`: its items and
     requests, made already by the main process (None for generated shapes, built here once
     before the other processes read them, and in every process but the main one)."""
+    run = RunDir(run_dir)
     if world.is_main:
-        RunDir(run_dir).begin(config.identity(), EvalConfig().identity(), inputs)
-        if work is None:
-            work = run_items(config, run_dir, RunData())
+        run.begin(config.identity(), EvalConfig().identity(), inputs)
+        if work is None:  # generated shapes, written here
+            work = run_items(config, run_dir)
     world.barrier()
     if work is None:  # a part's files exist from here on
-        work = run_items(config, run_dir, read_data(config) if data is None else data)
+        work = run_items(config, run_dir, data)
     eval_items, cal_items, requests = work
     device = world.device(config.device)
-    make_backend = LazyBackend(config, device, run_dir, backends, eval_items + cal_items)
-    clock = Clock(run_dir, world, make_backend)
+    clock = Clock(world, LazyBackend(config, device, run_dir, backends, eval_items + cal_items))
 
     def stage(requests: list[Request], file: str, name: str, kind=None, desc="", acc_label=None):
-        path = RunDir(run_dir).records_file(file)
-        with clock(name, path, len(requests)):
-            args = (requests, path, config, desc or name, world, kind, acc_label)
-            return run_stage(make_backend, *args)
+        return clock.stage(requests, run.records_file(file), name, kind, desc, acc_label)
 
     cal_records = None
     if not config.calibration:
@@ -142,15 +139,14 @@ def _evaluate(
         # CapCal's extra pass: each request again, every candidate blanked (lad.data.blank). A
         # finished blank stage is only read back, by the same keys and orders: a rescoring
         # neither decodes a picture nor writes a grey one.
-        blanked = requests
-        if not RunDir.made(RunDir(run_dir).records_file("blank"), len(requests)):
-            blanked = blank_requests(requests, RunDir(run_dir).blank_folder)
+        made = RunDir.made(run.records_file("blank"), len(requests))
+        blanked = requests if made else blank_requests(requests, run.blank_folder)
         stage(blanked, "blank", "blank", acc_label="blank-prompt acc")
     for template in ("instruction", "cot", "self-consistency"):
         if template in config.methods:
             stage(requests, template, template, Stage(template))
     if "sofa" in config.methods:
-        sigma = sofa_sigma(config, run_dir, make_backend, cal_items, world, clock)
+        sigma = sofa_sigma(clock, cal_items)
         stage(requests, "sofa", "sofa", Stage(sofa_sigma=sigma), f"sofa σ={sigma:g}")
     if not world.is_main:
         return None
@@ -177,11 +173,17 @@ def score_run(
     """Predictions, metrics.json and the report, from the run directory's files alone (a mixed
     run: each part's, each cell's and the groups'); check_calibration: RunDir.calibration's."""
     run = RunDir(run_dir)
-    if run.is_mixed:
-        metrics = _score_mixed(run, methods, options, check_calibration)
+    folders = run.parts() if run.is_mixed else {0: run}
+    parts = {n: scoring_inputs(f, methods, options, check_calibration) for n, f in folders.items()}
+    if run.is_mixed:  # each cell's metrics and the groups', from the parts' files alone
+        metrics: dict[str, Any] = {"num_candidates": sorted(parts), "methods_scored": list(methods)}
+        metrics.update(score_cells(run.cells(), parts, methods))
+        metrics["timing"] = reduce(summed_times, [f.timing() for f in folders.values()], {})
+        metrics["source"] = run.source()
+        run.write_metrics(metrics)
         table = format_cells_table(metrics, methods)
     else:
-        part = scoring_inputs(run, methods, options, check_calibration)
+        part = parts[0]
         start = time.perf_counter()
         scored = score_records(
             part.records, methods, part.calibration, part.options, stages=part.stages
@@ -214,9 +216,8 @@ def evaluate_mixed(
     of that N's items with its own calibration (held out from that N's items, or the N's file of
     --calibration DIR); cells.json names each cell's items; metrics.json holds each cell's
     metrics and the item-weighted groups (docs/formats.md, "Mixed runs")."""
-    items = data.items or []
     ns = sorted({c.num_candidates for c in cells})
-    parts = {n: part_config(config, run_dir, n, items, data.calibration) for n in ns}
+    parts = {n: part_config(config, run_dir, n, data) for n in ns}
     run = RunDir(run_dir)
     if not world.is_main:
         for n, part in parts.items():
@@ -227,12 +228,11 @@ def evaluate_mixed(
     run.begin(config.identity(), EvalConfig().identity(), own, write=False)
     existed = run_dir.exists()
     try:
-        write_part_inputs(config, items, parts, data.calibration)
-        part_data = {n: read_data(p) for n, p in parts.items()}
+        write_part_inputs(config, parts, data)
         work, inputs = {}, {}
         for n, part in parts.items():
             folder = run.part(n).path
-            work[n] = run_items(part, folder, part_data[n])  # a bad --orders refused here too
+            work[n] = run_items(part, folder, read_data(part))  # a bad --orders refused here too
             inputs[n] = check_inputs(part, folder, work[n])
     except LadError as e:
         if existed:
@@ -258,20 +258,6 @@ def _named_as_given(message: str, config: EvalConfig, parts: dict[int, EvalConfi
             if copy and getattr(config, key) and copy != getattr(config, key):
                 message = message.replace(copy, f"{getattr(config, key)} (its N = {n} items)")
     return message
-
-
-def _score_mixed(
-    run: RunDir, methods: Sequence[str], options: MethodOptions, check_calibration: bool
-) -> dict[str, Any]:
-    """metrics.json of a mixed run (each cell's and the groups'), from its parts' files alone."""
-    folders = run.parts()
-    parts = {n: scoring_inputs(f, methods, options, check_calibration) for n, f in folders.items()}
-    metrics: dict[str, Any] = {"num_candidates": sorted(parts), "methods_scored": list(methods)}
-    metrics.update(score_cells(run.cells(), parts, methods))
-    metrics["timing"] = reduce(summed_times, [f.timing() for f in folders.values()], {})
-    metrics["source"] = run.source()
-    run.write_metrics(metrics)
-    return metrics
 
 
 # ---------------------------------------------------------------- suites

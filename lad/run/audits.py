@@ -35,11 +35,9 @@ def write_audit(root: Path, audit: Mapping[str, Any]) -> Path:
 def audit_folders(path: Path) -> list[Path]:
     """The run folders a harness audit lists, when `path` holds lad_audit.json and no
     metrics.json of its own; a mixed run's parts (one per N); else [path]."""
-    if (path / CELLS_FILE).is_file():
-        return run_folders(path)
     audit_path = path / AUDIT_FILE
-    if (path / METRICS_FILE).is_file() or not audit_path.is_file():
-        return [path]
+    if (path / CELLS_FILE).is_file() or (path / METRICS_FILE).is_file() or not audit_path.is_file():
+        return run_folders(path)
     audit = read_json(audit_path, RunError)
     if not isinstance(audit, dict) or audit.get("format") != AUDIT_FORMAT:
         raise RunError(f"{audit_path}: not a lad harness audit (format {AUDIT_FORMAT!r})")

@@ -156,7 +156,14 @@ class EvalConfig:
         ):
             if value not in allowed:
                 raise RunError(f"{flag} must be one of {', '.join(allowed)}. Got {value!r}.")
-        check_engine_methods(self.engine, self.methods)
+        # Only the HF backend generates replies or changes the attention mask (SoFA).
+        check_engine(self.engine)
+        needs_model = [m for m in self.methods if METHODS[m].stage != "records"]
+        if self.engine != "hf" and needs_model:
+            raise RunError(
+                f"--engine {self.engine} makes records only; --methods {', '.join(needs_model)} "
+                "need --engine hf"
+            )
         if self.calibrate_on == "evaluation" and (self.calibration_data or self.calibration):
             raise RunError(
                 "--calibrate-on evaluation calibrates on the first evaluation items; it cannot "
@@ -189,17 +196,6 @@ def check_methods(methods: tuple[str, ...]) -> tuple[str, ...]:
         got = ", ".join(unknown) if unknown else "none"
         raise RunError(f"--methods must name methods of {', '.join(METHODS)}. Got {got}.")
     return methods
-
-
-def check_engine_methods(engine: str, methods: tuple[str, ...]) -> None:
-    """Only the HF backend generates replies or changes the attention mask (SoFA)."""
-    check_engine(engine)
-    needs_model = [m for m in methods if METHODS[m].stage != "records"]
-    if engine != "hf" and needs_model:
-        raise RunError(
-            f"--engine {engine} makes records only; --methods {', '.join(needs_model)} need "
-            "--engine hf"
-        )
 
 
 SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RecordSpec))

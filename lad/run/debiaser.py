@@ -85,8 +85,8 @@ class Choice:
 
 
 # What a Debiaser runs with, beside its spec and options: a clone keeps them.
-_SESSION = ("batch_size", "device", "dtype", "quiet", "check_calibration", "pictures", "engine")
 _LOADING = ("device", "dtype", "quiet", "pictures", "engine")  # how its model is loaded
+_SESSION = ("batch_size", "check_calibration", *_LOADING)
 
 
 class Debiaser:
@@ -311,8 +311,7 @@ class Debiaser:
         template = self._template(items)
         labels = self.check_calibration_for(items[0].num_candidates, template)
         requests = [(it, 0, list(range(it.num_candidates))) for it in items]
-        records = self._records(requests, template)
-        self.calibration_.check_compatible(records, strict=False)
+        records = self._records(requests, template)  # its L checked by `score` (lad.core.methods)
         return self._choices(items, records, labels)
 
     def check_calibration_for(self, num_candidates: int, template: PromptTemplate) -> list[str]:

@@ -41,13 +41,7 @@ def scoring_inputs(
     return Part(records, calibration, options, stages)
 
 
-def part_config(
-    config: EvalConfig,
-    run_dir: Path,
-    n: int,
-    items: Sequence[Item],
-    calibration: Sequence[Item] | None,
-) -> EvalConfig:
+def part_config(config: EvalConfig, run_dir: Path, n: int, data: RunData) -> EvalConfig:
     """The run of N's items in n{N}/: its inputs the N's share of --data, --calibration-data and
     --orders (written into n{N}/data/), its calibration the N's of --calibration DIR, the rest
     decided from the N's items as a run of one N is (lad.run.inputs.resolved)."""
@@ -59,9 +53,9 @@ def part_config(
     if config.calibrate_on == "evaluation" and config.calibration_items is None:
         changes["calibration_items"] = DEFAULT_CALIBRATION_ITEMS  # each N's first 5, never fewer
     part = config.replace(**changes)
-    mine = [it for it in items if it.num_candidates == n]
+    mine = [it for it in data.items or () if it.num_candidates == n]
     if config.calibration_data and part.calibration_items is None:  # at most the N's share
-        return resolved(part, RunData(mine, _of_n(_calibration(config, calibration), n, config)))
+        return resolved(part, RunData(mine, _of_n(_calibration(config, data), n, config)))
     return resolved(part, RunData(mine))
 
 
@@ -93,23 +87,18 @@ def calibration_for(folder: str, n: int) -> str:
     )
 
 
-def _calibration(config: EvalConfig, read: Sequence[Item] | None) -> Sequence[Item]:
+def _calibration(config: EvalConfig, data: RunData) -> Sequence[Item]:
     """--calibration-data's items, as read already (a path that is no file: refused here)."""
+    read = data.calibration
     return read if read is not None else read_items(str(config.calibration_data))
 
 
-def write_part_inputs(
-    config: EvalConfig,
-    items: Sequence[Item],
-    parts: dict[int, EvalConfig],
-    calibration: Sequence[Item] | None,
-) -> None:
+def write_part_inputs(config: EvalConfig, parts: dict[int, EvalConfig], data: RunData) -> None:
     """Each N's items (and calibration items and orders) into its part's data/ folder; made
     again from the same inputs they are the same bytes, so a resumed part sees no change."""
-    if config.calibration_data:
-        calibration = _calibration(config, calibration)
+    calibration = _calibration(config, data) if config.calibration_data else data.calibration
     for n, part in parts.items():
-        write_items(part.data, [it for it in items if it.num_candidates == n])
+        write_items(part.data, [it for it in data.items or () if it.num_candidates == n])
         if calibration is not None and part.calibration_data:
             write_items(part.calibration_data, _of_n(calibration, n, config))
         if config.orders and part.orders:

@@ -193,16 +193,15 @@ class RunDir(RunJson):
         if stage == "perm-avg":
             n = records.num_candidates
             counts = np.unique(made.items, return_counts=True)[1] if len(made) else np.array([])
-            if set(made.items.tolist()) != set(records.items.tolist()) or (counts != n).any():
-                raise RunError(
-                    f"{path}: does not hold every evaluation item under all {n} cyclic shifts; "
-                    "the file is unfinished or from another run. Rerun the run's lad eval to "
-                    "finish it."
-                )
-        elif made.keys() != records.keys() or not np.array_equal(made.order, records.order):
+            fits = set(made.items.tolist()) == set(records.items.tolist()) and (counts == n).all()
+            differs = f"does not hold every evaluation item under all {n} cyclic shifts"
+        else:
+            fits = made.keys() == records.keys() and np.array_equal(made.order, records.order)
+            differs = "its (item, ordering) records differ from records.jsonl"
+        if not fits:
             raise RunError(
-                f"{path}: its (item, ordering) records differ from records.jsonl; the file is "
-                "unfinished or from another run. Rerun the run's lad eval to finish it."
+                f"{path}: {differs}; the file is unfinished or from another run. Rerun the run's "
+                "lad eval to finish it."
             )
         return made
 

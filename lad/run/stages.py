@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,28 +28,6 @@ from lad.run.rundir import RunDir
 from lad.run.runjson import summed_times
 
 SOFA_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
-
-
-def run_stage(
-    make_backend: Callable[[], Any],
-    requests: Sequence[Request],
-    path: Path,
-    config: EvalConfig,
-    desc: str,
-    world: World | None = None,
-    kind: Stage | None = None,
-    acc_label: str | None = None,
-) -> RecordSet:
-    """lad.run.resume.run_stage of a `Stage` (`kind`, default the vanilla prompt); the progress
-    bar's running accuracy is `acc_label` (default: what the stage's records predict)."""
-    kind = kind or Stage()
-    acc_label = acc_label or acc_label_for(kind)
-
-    def make(todo: Sequence[Request]) -> Iterator[Record]:
-        return _stage_records(make_backend(), todo, config, kind)
-
-    how = {"batch_size": config.batch_size, "quiet": config.quiet, "world": world}
-    return resume.run_stage(path, requests, make, desc=desc, acc_label=acc_label, **how)
 
 
 def acc_label_for(kind: Stage) -> str | None:
@@ -166,13 +144,36 @@ class LazyBackend:
 
 
 class Clock:
-    """Adds each stage's wall time in this session to run.json's "timing", the model's load apart
-    as "model_load", and the CPU threads of the session that loaded it. Only a stage with records
-    still to make counts, so a rerun that only rescores adds nothing; the main process writes (its
-    time includes waiting for the others)."""
+    """Makes the stages of the backend's run in this process (`stage`), and adds each stage's
+    wall time in this session to run.json's "timing", the model's load apart as "model_load", and
+    the CPU threads of the session that loaded it. Only a stage with records still to make counts,
+    so a rerun that only rescores adds nothing; the main process writes (its time includes
+    waiting for the others)."""
 
-    def __init__(self, run_dir: Path, world: World, backend: LazyBackend) -> None:
-        self.run_dir, self.world, self.backend = run_dir, world, backend
+    def __init__(self, world: World, backend: LazyBackend) -> None:
+        self.run_dir, self.world, self.backend = backend.run_dir, world, backend
+
+    def stage(
+        self,
+        requests: Sequence[Request],
+        path: Path,
+        name: str,
+        kind: Stage | None = None,
+        desc: str = "",
+        acc_label: str | None = None,
+    ) -> RecordSet:
+        """lad.run.resume.run_stage of a `Stage` (`kind`, default the vanilla prompt) into
+        `path`, timed as `name`; the progress bar says `desc` (default `name`) and its running
+        accuracy `acc_label` (default: what the stage's records predict)."""
+        kind, config = kind or Stage(), self.backend.config
+        how = {"batch_size": config.batch_size, "quiet": config.quiet, "world": self.world}
+        how["acc_label"] = acc_label or acc_label_for(kind)
+
+        def make(todo: Sequence[Request]) -> Iterator[Record]:
+            return _stage_records(self.backend(), todo, config, kind)
+
+        with self(name, path, len(requests)):
+            return resume.run_stage(path, requests, make, desc=desc or name, **how)
 
     @contextmanager
     def __call__(self, name: str, path: Path, count: int) -> Iterator[None]:
@@ -199,32 +200,26 @@ class Clock:
                 run.update("threads", lambda _: dict(threads))
 
 
-def sofa_sigma(
-    config: EvalConfig,
-    run_dir: Path,
-    make_backend: Callable[[], Any],
-    cal_items: Sequence[Item],
-    world: World,
-    clock: Clock,
-) -> float:
-    """σ for SoFA: the given number, or with `auto` the σ of SOFA_GRID whose vanilla readout is
-    most accurate on the symmetrised calibration set (ties: the σ nearest 0.5, then the smaller);
-    the choice is written to sofa.json."""
-    if config.sofa_sigma != "auto":
-        return float(config.sofa_sigma)
+def sofa_sigma(clock: Clock, cal_items: Sequence[Item]) -> float:
+    """σ for SoFA of the clock's run: the given number, or with `auto` the σ of SOFA_GRID whose
+    vanilla readout is most accurate on the symmetrised calibration set (ties: the σ nearest 0.5,
+    then the smaller); the choice is written to sofa.json."""
+    given = clock.backend.config.sofa_sigma
+    if given != "auto":
+        return float(given)
     if not cal_items:
         raise RunError("--sofa-sigma auto chooses σ on calibration items; pass --calibration-data")
     requests = cyclic_requests(cal_items)
+    run = RunDir(clock.run_dir)
     accuracy = {}
     for sigma in SOFA_GRID:
-        path = RunDir(run_dir).sofa_grid_file(sigma)
         kind = Stage(sofa_sigma=sigma)
-        with clock("sofa grid", path, len(requests)):
-            desc = f"sofa grid σ={sigma:g}"
-            recs = run_stage(make_backend, requests, path, config, desc, world, kind)
+        recs = clock.stage(
+            requests, run.sofa_grid_file(sigma), "sofa grid", kind, f"sofa grid σ={sigma:g}"
+        )
         accuracy[sigma] = float(np.mean(recs.logprobs.argmax(axis=1) == recs.answer))
     best = max(SOFA_GRID, key=lambda s: (accuracy[s], -abs(s - 0.5), -s))
-    if world.is_main:
+    if clock.world.is_main:
         choice = {"grid": list(SOFA_GRID), "accuracy": [accuracy[s] for s in SOFA_GRID]}
-        RunDir(run_dir).write_sofa_choice({**choice, "sigma": best})
+        run.write_sofa_choice({**choice, "sigma": best})
     return best

@@ -166,8 +166,8 @@ def open_checkpoint(settings: LoadSettings) -> Checkpoint:
     owner = template_owner(str(model), chat_template)
     if text_only:
         text_lm.check_text_options(image_options, settings.image_size)
-    if text_only or not settings.pictures:
-        text_lm.probe(processor, owner)
+    if text_only or not settings.pictures:  # a text prompt and the labels as a reply
+        reply_tokens(processor, text_lm.PROBE_QUESTION, 0, ["1", "2"], owner)
     else:
         chat_text(processor, "Which image?", 2, owner)
         reply_tokens(processor, "Which image?", 2, ["1", "2"], owner)

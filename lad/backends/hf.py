@@ -364,8 +364,6 @@ class Backend:
         full_mask = torch.cat([mask.repeat_interleave(m, dim=0), step_mask], dim=1)
         return decode_steps(self, ids, full_mask, cache).reshape(b, m, d, -1)
 
-    # ----------------------------------------------------------------- internals
-
     def score_prepared(
         self, encoded: Encoded, capture: str = "fast", keep_cache: bool = False
     ) -> tuple[list[Record], Prefill, dict[str, Any]]:

@@ -111,6 +111,16 @@ def check_order(item: Item, order: list[int]) -> None:
         )
 
 
+def check_context(item: Item, length: int, max_context: int, parts: str, fix: str) -> None:
+    """A prompt of more tokens than the model's context is refused: its item, its token count
+    (`parts`: how they divide, or ""), and what to do (`fix`)."""
+    if length > max_context:
+        raise BackendError(
+            f"item {item.id!r}: the prompt has {length} tokens{parts}, more than the model's "
+            f"context of {max_context}; {fix}"
+        )
+
+
 def batched(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
     """Consecutive requests, at most `size` (>= 1) per batch, one N per batch (the trie depends on
     N) and one kind of candidate (pictures or texts)."""

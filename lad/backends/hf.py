@@ -25,6 +25,7 @@ from lad.backends.batches import (
     Prefill,
     Queued,
     batched,
+    check_context,
     check_order,
     extend_inputs,
     make_record,
@@ -308,18 +309,13 @@ class Backend:
                     f"has {len(item.pictures)} images (chat template or processor dropped some)"
                 )
             spans.append([item_spans[k] for k in shown_pictures(item, order)[1]])
-            if length > self.max_context:
-                image_tokens = sum(end - start for start, end in item_spans)
-                fix = (
-                    "lower the image resolution/tiling options"
-                    if image_tokens >= length - image_tokens
-                    else "shorten the query"
-                )
-                raise BackendError(
-                    f"item {item.id!r}: the prompt has {length} tokens ({image_tokens} for the "
-                    f"images, {length - image_tokens} for the text), more than the model's "
-                    f"context of {self.max_context}; {fix}"
-                )
+            image = sum(end - start for start, end in item_spans)
+            text = length - image
+            fix = (
+                "shorten the query" if text > image else "lower the image resolution/tiling options"
+            )
+            parts = f" ({image} for the images, {text} for the text)"
+            check_context(item, length, self.max_context, parts, fix)
         return inputs, spans
 
     @torch.no_grad()
@@ -368,8 +364,6 @@ class Backend:
         full_mask = torch.cat([mask.repeat_interleave(m, dim=0), step_mask], dim=1)
         return decode_steps(self, ids, full_mask, cache).reshape(b, m, d, -1)
 
-    # ----------------------------------------------------------------- internals
-
     def score_prepared(
         self, encoded: Encoded, capture: str = "fast", keep_cache: bool = False
     ) -> tuple[list[Record], Prefill, dict[str, Any]]:
@@ -385,17 +379,16 @@ class Backend:
 
     def _read(self, queued: Queued) -> tuple[list[Record], Prefill, dict[str, Any]]:
         """Records of a queued batch: its results read back once, Eq. 6 summed on the host."""
-        encoded, pre, inputs = queued.encoded, queued.prefill, queued.inputs
-        batch, spans = encoded.batch, encoded.spans
-        rows = pre.rows.cpu()  # (B, L, T)
-        logprobs = queued.logprobs.cpu()
-        evidences = [evidence(rows[b], spans[b]) for b in range(len(batch))]
+        encoded, pre = queued.encoded, queued.prefill
+        rows, logprobs = pre.rows.cpu(), queued.logprobs.cpu()  # (B, L, T), (B, N)
         lengths = encoded.inputs["attention_mask"].sum(-1).tolist()
         records = [
-            make_record(req, logprobs[b], evidences[b], spans[b], lengths[b], self.layers_extra)
-            for b, req in enumerate(batch)
+            make_record(
+                req, logprobs[b], evidence(rows[b], spans), spans, lengths[b], self.layers_extra
+            )
+            for b, (req, spans) in enumerate(zip(encoded.batch, encoded.spans, strict=True))
         ]
-        return records, pre, inputs
+        return records, pre, queued.inputs
 
     def score_encoded(
         self,

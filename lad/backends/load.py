@@ -31,18 +31,9 @@ from lad.backends.prompting import chat_text, reply_tokens
 from lad.backends.settings import LoadSettings
 from lad.backends.threads import requested_threads, set_cpu_threads
 from lad.errors import BackendError, check_choice
+from lad.io.device import resolve_device
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-def _resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise BackendError(f"The 'device' parameter must be auto, cpu or cuda. Got {device!r}.")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise BackendError("--device cuda was asked for but no CUDA device is available")
-    return torch.device(device)
 
 
 def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
@@ -73,7 +64,7 @@ def load_backend(
 
     load = LoadSettings.of(model, **settings)
     requested_threads(os.environ)  # a bad LAD_NUM_THREADS is refused before the weights load
-    dev = _resolve_device(load.device)
+    dev = torch.device(resolve_device(load.device))
     torch_dtype = _resolve_dtype(load.dtype, dev)
     ckpt = open_checkpoint(load)
     text_only, arch = ckpt.text_only, ckpt.arch
@@ -175,8 +166,8 @@ def open_checkpoint(settings: LoadSettings) -> Checkpoint:
     owner = template_owner(str(model), chat_template)
     if text_only:
         text_lm.check_text_options(image_options, settings.image_size)
-    if text_only or not settings.pictures:
-        text_lm.probe(processor, owner)
+    if text_only or not settings.pictures:  # a text prompt and the labels as a reply
+        reply_tokens(processor, text_lm.PROBE_QUESTION, 0, ["1", "2"], owner)
     else:
         chat_text(processor, "Which image?", 2, owner)
         reply_tokens(processor, "Which image?", 2, ["1", "2"], owner)

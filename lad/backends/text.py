@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lad.backends.archs import ARCHS, Arch
+from lad.backends.batches import check_context
 from lad.backends.prompting import (
     adds_bos,
     check_data_text,
@@ -20,7 +21,6 @@ from lad.backends.prompting import (
     control_in,
     control_tokens,
     render,
-    reply_tokens,
     tokenised,
 )
 from lad.core.labels import LabelScheme
@@ -97,12 +97,6 @@ def check_text_options(image_options: dict[str, Any] | None, image_size: int | N
             "the model is a text-only causal LM: it takes no image options (--image-option, "
             "--image-size, --min-pixels, --max-pixels)"
         )
-
-
-def probe(processor: Any, owner: str) -> None:
-    """A text-only model's chat template must write a text prompt and the labels as a reply
-    (before the weights load)."""
-    reply_tokens(processor, PROBE_QUESTION, 0, ["1", "2"], owner)
 
 
 def check_text_tokenizer(
@@ -225,11 +219,7 @@ def encode_text(
     spans = []
     for b, (item, _, _) in enumerate(batch):
         spans.append([_span(texts[b], offsets[b], c, item, k) for k, c in enumerate(chars[b])])
-        if lengths[b] > max_context:
-            raise BackendError(
-                f"item {item.id!r}: the prompt has {lengths[b]} tokens, more than the model's "
-                f"context of {max_context}; shorten the question or the options"
-            )
+        check_context(item, lengths[b], max_context, "", "shorten the question or the options")
     return inputs, spans
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from lad.errors import BackendError, DataError
+from lad.io.device import resolve_device
 from lad.io.images import open_image
 
 DEFAULT_CLIP = "openai/clip-vit-large-patch14"
@@ -41,24 +42,12 @@ def cache_dir_for(out: str | Path, model: str) -> Path:
     return Path(out).resolve().parent / ".lad-clip-cache" / slug
 
 
-def _resolve_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise BackendError(f"--device {device} was asked for, but no CUDA device is available")
-    if device != "cpu" and not device.startswith("cuda"):
-        raise BackendError(f"--device must be auto, cpu or cuda[:i]. Got {device!r}.")
-    return device
-
-
 class ClipEmbedder:
     """Loads a CLIP-like model once and embeds images or texts in batches, ℓ2-normalised."""
 
     def __init__(self, model: str = DEFAULT_CLIP, *, device: str = "auto", batch_size: int = 32):
         self.model_name = model
-        self.device = _resolve_device(device)
+        self.device = resolve_device(device)
         self.batch_size = batch_size
 
     @functools.cached_property

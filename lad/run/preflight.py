@@ -4,7 +4,6 @@ calibration fits the records it is applied to. A refused run leaves nothing behi
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +18,7 @@ from lad.core.fingerprint import located
 from lad.core.prompts import check_text_labels
 from lad.data.items import Item
 from lad.errors import CalibrationError, RunError
+from lad.io.device import resolve_device
 from lad.io.files import check_not_inputs, check_output_dir, read_json
 from lad.io.images import check_images
 from lad.run.config import EvalConfig
@@ -36,7 +36,8 @@ def check_inputs(
     None for generated data.
     """
     check_output_dir(run_dir)
-    check_device(config.device)
+    if config.device != "auto":  # auto is always usable: torch is not imported for it yet
+        resolve_device(config.device, RunError)
     requested_threads(os.environ)  # LAD_NUM_THREADS
     if config.calibration:
         calibration = check_given_calibration(config)
@@ -85,22 +86,6 @@ def check_kind(config: EvalConfig, items: Sequence[Item]) -> None:
             f"--model {config.model} is a text-only causal LM ({fields.get('model_type')}), but "
             f"item {pictures!r} of the data has picture candidates; give items with text "
             "'candidates' or a multimodal model"
-        )
-
-
-def check_device(device: str) -> None:
-    if device in ("auto", "cpu"):
-        return
-    if not re.fullmatch(r"cuda(:\d+)?", device):
-        raise RunError(f"--device must be auto, cpu, cuda or cuda:N. Got {device!r}.")
-    import torch
-
-    if not torch.cuda.is_available():
-        raise RunError(f"--device {device}: no CUDA device is available here; use --device cpu")
-    index = int(device.partition(":")[2] or 0)
-    if index >= torch.cuda.device_count():
-        raise RunError(
-            f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)"
         )
 
 

@@ -5,7 +5,9 @@ build benchmark items files; the text ones (mmlu, judgments, text) from the file
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from lad.cli.flags import (
     InputPath,
@@ -269,15 +271,7 @@ def _register_released(commands: argparse._SubParsersAction, benchmark: Benchmar
             type=OutputPath,
             help="folder the pictures are written to (default: OUT's -pictures sibling)",
         )
-    add_whole(p, "--items", minimum=1, default=None, help="evaluation items (default: all)")
-    add_whole(
-        p,
-        "--calibration-items",
-        minimum=0,
-        default=5,
-        help="questions of each N held out to OUT's .calibration.jsonl sibling",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
+    _held_out(p, whole, "questions of each N held out to OUT's .calibration.jsonl sibling")
     if not benchmark.embedded:
         p.add_argument(
             "--skip-missing",
@@ -287,6 +281,18 @@ def _register_released(commands: argparse._SubParsersAction, benchmark: Benchmar
     add_quiet_flag(p, "print only what was written, not the counts per task")
     p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
     p.set_defaults(func=_run_released, benchmark=benchmark.name, implied=_released_outputs)
+
+
+def _held_out(
+    p: argparse.ArgumentParser, read: Callable[[int, str], Any], calibration: str
+) -> None:
+    """A converter's --items, --calibration-items (default 5) and --seed of the held-out choice;
+    read(minimum, flag): the numbers' argparse type."""
+    p.add_argument("--items", type=read(1, "--items"), help="evaluation items (default: all)")
+    p.add_argument(
+        "--calibration-items", type=read(0, "--calibration-items"), default=5, help=calibration
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
 
 
 def _run_released(args: argparse.Namespace) -> int:
@@ -343,16 +349,11 @@ def _register_text(commands: argparse._SubParsersAction) -> None:
             p.add_argument(
                 "--num-candidates", "-n", type=int, help="keep only questions with N options"
             )
-        p.add_argument("--items", type=int, default=None, help="evaluation items (default: all)")
-        p.add_argument(
-            "--calibration-items",
-            type=int,
-            default=5,
-            help="questions held out to OUT's .calibration.jsonl sibling (default 5)",
-        )
-        p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
+        held_out = "questions held out to OUT's .calibration.jsonl sibling (default 5)"
+        _held_out(p, lambda minimum, flag: int, held_out)
         p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
-        p.set_defaults(func=_run_text, converter=name, implied=_released_outputs)
+        options = [a.dest for a in p._actions if a.dest not in ("help", "path", "out")]
+        p.set_defaults(func=_run_text, converter=name, options=options, implied=_released_outputs)
     p = command(
         commands,
         "text-demo",
@@ -386,9 +387,7 @@ def _run_text(args: argparse.Namespace) -> int:
         "mmlu": mmlu.import_mmlu,
         "text": textjsonl.import_text,
     }[args.converter]
-    names = "task num_candidates items calibration_items seed question_field options_field "
-    names += "answer_field task_field"  # each converter's flags, those it has
-    options = {name: getattr(args, name) for name in names.split() if name in vars(args)}
+    options = {name: getattr(args, name) for name in args.options}  # the converter's own flags
     for line in summary_lines(convert(args.path, args.out, **options)):
         print(line)
     return 0

@@ -337,8 +337,10 @@ def image_options(args: argparse.Namespace) -> dict[str, Any]:
     return {**dict(args.image_option), **{k: v for k, v in budget.items() if v is not None}}
 
 
-def resolved(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
-    """The options among `names` that were stated or that args.preset sets (stated wins)."""
+def resolved(args: argparse.Namespace) -> dict[str, Any]:
+    """LAD's official-code variants (Eq. 1's average, the mixture, the attention mean, the layer
+    range) that were stated or that args.preset sets (stated wins): lad score's and ablate's."""
+    names = ("obs_mean", "mixture", "attn_mean", "layer_range")
     return with_preset(args.preset, {n: getattr(args, n, None) for n in names}, names)
 
 

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from lad.data.items import cyclic_shift
-from lad.data.shapes import BACKGROUND, COLOURS, SHAPES, shapes_vocabulary
+from lad.data.shapes import BACKGROUND, shapes_vocabulary
 from lad.demo import MODEL_DIR
 from lad.demo.batches import Example, PreparedItem, Tokens, collate, draw, load_items
 from lad.demo.recipe import Stage, TrainConfig
@@ -46,19 +46,7 @@ _MODEL_SHAPE = ("text_layers", "hidden", "heads", "kv_heads", "intermediate",
 # ----------------------------------------------------------------------------- losses
 
 
-class _Words:
-    """Token ids of the shapes' colour and shape words, and each text's words as a 0/1 vector."""
-
-    def __init__(self, tok: Any):
-        self.names = [*COLOURS, *SHAPES]
-        self.ids = torch.tensor([tok.convert_tokens_to_ids("▁" + w) for w in self.names])
-
-    def vector(self, text: str) -> torch.Tensor:
-        said = set(text.split())
-        return torch.tensor([float(w in said) for w in self.names])
-
-
-def _losses(model, batch, labels, last, examples, words, tokens, config):
+def _losses(model, batch, labels, last, examples, tokens, config):
     """Per-example LM loss, vision-word alignment and intermediate-layer grounding."""
     out = model(**batch, output_hidden_states=config.grounding_weight > 0)
     logits, target = out.logits[:, :-1], labels[:, 1:]
@@ -67,28 +55,27 @@ def _losses(model, batch, labels, last, examples, words, tokens, config):
     per_example = (ce * counted).sum(1) / counted.sum(1)
     parts = {"lm": per_example.mean()}
     embed = model.get_input_embeddings().weight
-    word_vectors = F.normalize(embed[words.ids], dim=-1)
+    word_vectors = F.normalize(embed[tokens.word_ids], dim=-1)
     if config.align_weight and embed.requires_grad:
         # Each picture's vision tokens (max over them) must name the words of its description.
         image = model.model.get_image_features(batch["pixel_values"], batch["image_grid_thw"])
         image = F.normalize(torch.stack(list(image.pooler_output)), dim=-1)
-        present = torch.stack([words.vector(d) for ex in examples for d in ex.descriptions])
+        present = torch.stack([tokens.said(d) for ex in examples for d in ex.descriptions])
         scores = 10 * (image @ word_vectors.T).amax(1)
         parts["align"] = F.binary_cross_entropy_with_logits(scores, present)
     if config.grounding_weight:
         hidden = out.hidden_states[config.grounding_layer]
         norm, head = model.model.language_model.norm, model.lm_head.weight
-        digits = [tokens.tok.convert_tokens_to_ids(str(k + 1)) for k in range(9)]
         index_losses, caption_losses = [], []
         for b, ex in enumerate(examples):
             where = (batch["input_ids"][b] == tokens.image_id).nonzero().flatten()
             picture = torch.arange(len(where)) // tokens.per_image
-            index_logits = norm(hidden[b, where]) @ head[digits[: len(ex.pixels)]].T
+            index_logits = norm(hidden[b, where]) @ head[tokens.digits[: len(ex.pixels)]].T
             index_losses.append(F.cross_entropy(index_logits, picture))
             if ex.kind == "match":
                 said = 10 * F.normalize(hidden[b, last[b]], dim=-1) @ word_vectors.T
                 caption_losses.append(
-                    F.binary_cross_entropy_with_logits(said, words.vector(ex.text))
+                    F.binary_cross_entropy_with_logits(said, tokens.said(ex.text))
                 )
         parts["index"] = torch.stack(index_losses).mean()
         if caption_losses:
@@ -107,7 +94,7 @@ def monitor(model: Any, tokens: Tokens, items: list[PreparedItem], n: int = 4) -
     last prompt token's attention to each picture per layer, raw and divided by its mean over
     shifts and items (a stand-in for the calibration's attention prior)."""
     model.eval()
-    labels = [tokens.tok.convert_tokens_to_ids(str(k + 1)) for k in range(n)]
+    labels = tokens.digits[:n]
     logp, attention, gold = [], [], []
     for it in items:
         shifts = [cyclic_shift(n, s) for s in range(n)]
@@ -228,7 +215,6 @@ def train(
         )
         held_out = load_items(processor, work, "eval", ("random",), config.monitor_items, config)
     tokens = Tokens(processor, train_items[0].pixels[0].shape[0] // 4)
-    words = _Words(tokens.tok)
     log(f"data and init: {time.perf_counter() - start:.0f}s, {len(train_items)} items")
     model.train()
     history: list[dict[str, Any]] = []
@@ -248,9 +234,7 @@ def train(
                 group["lr"] = _lr_at(step, stage, config)
             examples = [draw(train_items, config, stage, rng) for _ in range(config.batch_size)]
             batch, labels, last = collate(tokens, examples)
-            loss, parts, per_example = _losses(
-                model, batch, labels, last, examples, words, tokens, config
-            )
+            loss, parts, per_example = _losses(model, batch, labels, last, examples, tokens, config)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()

@@ -13,17 +13,17 @@ from lad.cli.flags import (
     InputPath,
     OutputPath,
     add_quiet_flag,
+    add_settings,
     add_whole,
     command,
-    model_path,
     options_from,
     read_as,
     whole,
 )
+from lad.data.builders import BuildOptions
 from lad.data.questions import Benchmark
 from lad.errors import DataError
 from lad.io.files import check_output_dir, check_output_file
-from lad.run.config import SETTINGS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,18 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_text(commands)
 
 
-def _common(p: argparse.ArgumentParser, items_default: int) -> None:
-    add_whole(p, "--num-candidates", "-n", minimum=2, default=4, help="images per item, N")
-    p.add_argument(
-        "--setting", choices=SETTINGS, default="random", help="how distractors are chosen"
-    )
-    add_whole(p, "--items", minimum=1, default=items_default, help="number of items")
-    p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
-
-
 def _register_shapes(commands: argparse._SubParsersAction) -> None:
     p = command(commands, "shapes", _run_shapes)
-    _common(p, items_default=100)
+    add_settings(p, "num_candidates", "setting", of=BuildOptions)
+    add_settings(p, "items", of=BuildOptions, default=100)
+    add_settings(p, "seed", of=BuildOptions)
     p.add_argument(
         "--split",
         choices=["train", "eval", "calibration"],
@@ -138,22 +131,8 @@ def _register_real(
             type=InputPath,
             help="instances_*.json (categories; required for adversarial)",
         )
-    _common(p, items_default=1000)
-    add_whole(
-        p,
-        "--calibration-items",
-        minimum=0,
-        default=5,
-        help="items written to OUT's .calibration.jsonl sibling, disjoint from the others",
-    )
-    p.add_argument(
-        "--clip",
-        type=model_path,
-        default="openai/clip-vit-large-patch14",
-        help="CLIP-like model (hub id or local path) for the adversarial setting",
-    )
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
-    add_whole(p, "--batch-size", minimum=1, default=32, help="CLIP batch size")
+    names = ("num_candidates", "setting", "items", "seed", "calibration_items", "clip")
+    add_settings(p, *names, "device", "batch_size", of=BuildOptions)
     p.add_argument(
         "--skip-missing", action="store_true", help="leave out listed images absent on disk"
     )
@@ -162,7 +141,7 @@ def _register_real(
 
 
 def _run_real(args: argparse.Namespace) -> int:
-    from lad.data.builders import BuildOptions, build_from_files
+    from lad.data.builders import build_from_files
 
     _items_out(args.out)  # an output that is an input: refused by lad.cli.main
     options = options_from(BuildOptions, args)

@@ -185,7 +185,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from lad.data.items import read_items
 
     out = check_output_file(args.out)
-    records_out = out.with_name(out.stem + ".records.jsonl")
+    records_out = _calibrate_files(args)[1]["its records file"]
     items = read_items(args.data)[: args.items]
     images = [p for it in items for p in it.pictures]
     check_not_inputs(

@@ -46,8 +46,9 @@ _MODEL_SHAPE = ("text_layers", "hidden", "heads", "kv_heads", "intermediate",
 # ----------------------------------------------------------------------------- losses
 
 
-def _losses(model, batch, labels, last, examples, tokens, config):
-    """Per-example LM loss, vision-word alignment and intermediate-layer grounding."""
+def _losses(model, examples, tokens, config):
+    """Per-example LM loss, vision-word alignment and intermediate-layer grounding of a batch."""
+    batch, labels, last = collate(tokens, examples)
     out = model(**batch, output_hidden_states=config.grounding_weight > 0)
     logits, target = out.logits[:, :-1], labels[:, 1:]
     ce = F.cross_entropy(logits.transpose(1, 2), target, ignore_index=-100, reduction="none")
@@ -233,8 +234,7 @@ def train(
             for group in opt.param_groups:
                 group["lr"] = _lr_at(step, stage, config)
             examples = [draw(train_items, config, stage, rng) for _ in range(config.batch_size)]
-            batch, labels, last = collate(tokens, examples)
-            loss, parts, per_example = _losses(model, batch, labels, last, examples, tokens, config)
+            loss, parts, per_example = _losses(model, examples, tokens, config)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()

@@ -77,6 +77,8 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=OutputPath, required=True, help="output folder (items.jsonl and images/)"
     )
+    options = [a.dest for a in p._actions if a.dest not in ("help", "picture_side", "out")]
+    p.set_defaults(options=options)  # build_shapes' keywords
 
 
 def _floats(text: str) -> list[float]:
@@ -93,8 +95,7 @@ def _run_shapes(args: argparse.Namespace) -> int:
     from lad.data.shapes import build_shapes
 
     check_output_dir(args.out)
-    flags = "num_candidates setting items split seed max_shapes position_weights"
-    given = {name: getattr(args, name) for name in flags.split()}
+    given = {name: getattr(args, name) for name in args.options}
     path = build_shapes(args.out, image_size=args.picture_side, **given)
     print(f"Wrote {args.items} items to {path}")
     return 0

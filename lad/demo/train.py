@@ -311,10 +311,7 @@ def _save(
 
 def plot_history(training_json: str | Path, path: str | Path) -> None:
     """The training curve: losses and held-out accuracies (logits, attention) against steps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from lad.outputs.figures import gaps, plt, save_figure
 
     history = json.loads(Path(training_json).read_text())["history"]
     steps = [r["step"] for r in history]
@@ -322,7 +319,7 @@ def plot_history(training_json: str | Path, path: str | Path) -> None:
     for name in ("lm_match", "lm_refer", "lm_find", "align", "index", "caption"):
         values = [r["loss"].get(name) for r in history]
         if any(v is not None for v in values):
-            left.plot(steps, [np.nan if v is None else v for v in values], label=name)
+            left.plot(steps, gaps(values), label=name)
     left.set(xlabel="step", ylabel="loss", yscale="log", title="training losses")
     if history:
         left.legend(fontsize=7)
@@ -340,7 +337,4 @@ def plot_history(training_json: str | Path, path: str | Path) -> None:
         if r0["stage"] != r1["stage"]:
             for ax in (left, right):
                 ax.axvline(r0["step"], color="black", lw=0.6)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, Path(path))

@@ -20,7 +20,7 @@ import math
 import shutil
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,6 @@ from lad.io.files import check_not_inputs
 from lad.testing.tiny_parts import chatml
 
 ARCH = "qwen2_vl"
-# The TrainConfig fields that are the tiny model's TinySize (same names).
-_MODEL_SHAPE = ("text_layers", "hidden", "heads", "kv_heads", "intermediate",
-                "vision_layers", "vision_hidden", "vision_heads")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- losses
@@ -152,8 +149,10 @@ def _initial_model(config: TrainConfig, out: Path) -> None:
 
     from lad.testing.tiny import TinySize, build_tiny_model
 
+    # The model's shape: the fields TrainConfig shares with TinySize, by name.
+    shape = {f.name for f in fields(TinySize)} & {f.name for f in fields(config)}
     size = TinySize(
-        **{name: getattr(config, name) for name in _MODEL_SHAPE},
+        **{name: getattr(config, name) for name in shape},
         patch=14,
         image_side=56,  # 4 tokens per image after the 2×2 merge: one per cell of a shapes scene
         max_positions=2048,

@@ -122,8 +122,8 @@ class Pool:
 @dataclass
 class BuildOptions:
     """How to draw items from a pool. A field's metadata is its flag of `lad data coco|flickr8k`
-    (as lad.run.spec.flag's, read by lad.cli.flags.add_settings); `lad data shapes` shares the
-    first four."""
+    (as lad.run.spec.flag's, read by lad.cli.flags.add_settings); `lad data shapes` shares those
+    of num_candidates, setting, items and seed."""
 
     num_candidates: int = field(
         default=4,
@@ -133,7 +133,6 @@ class BuildOptions:
         default="random", metadata={"help": "how distractors are chosen", "choices": SETTINGS}
     )
     items: int = field(default=1000, metadata={"help": "number of items", "minimum": 1})
-    seed: int = field(default=0, metadata={"help": "seed of every random choice", "type": int})
     calibration_items: int = field(
         default=5,
         metadata={
@@ -141,6 +140,7 @@ class BuildOptions:
             "minimum": 0,
         },
     )
+    seed: int = field(default=0, metadata={"help": "seed of every random choice", "type": int})
     clip: str = field(
         default=DEFAULT_CLIP,
         metadata={"help": "CLIP-like model (hub id or local path) for the adversarial setting"},

@@ -111,7 +111,7 @@ def _ablate(args: argparse.Namespace) -> int:
     if args.out is None and len(args.runs) > 1:
         raise LadError("--out is needed with several runs")
     out = Path(args.out) if args.out else Path(args.runs[0]) / "ablate"
-    variants = resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range"))
+    variants = resolved(args)
     refit = variants.pop("obs_mean", None)  # each run's own Eq. 1 average unless stated
     method = options_from(MethodOptions, args, obs_mean=MethodOptions.obs_mean, **variants)
     options = options_from(AblateOptions, args, options=method, obs_mean=refit)

@@ -5,23 +5,25 @@ build benchmark items files; the text ones (mmlu, judgments, text) from the file
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from lad.cli.flags import (
     InputPath,
     OutputPath,
     add_quiet_flag,
+    add_settings,
     add_whole,
     command,
-    model_path,
     options_from,
     read_as,
     whole,
 )
+from lad.data.builders import BuildOptions
 from lad.data.questions import Benchmark
 from lad.errors import DataError
 from lad.io.files import check_output_dir, check_output_file
-from lad.run.config import SETTINGS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,18 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_text(commands)
 
 
-def _common(p: argparse.ArgumentParser, items_default: int) -> None:
-    add_whole(p, "--num-candidates", "-n", minimum=2, default=4, help="images per item, N")
-    p.add_argument(
-        "--setting", choices=SETTINGS, default="random", help="how distractors are chosen"
-    )
-    add_whole(p, "--items", minimum=1, default=items_default, help="number of items")
-    p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
-
-
 def _register_shapes(commands: argparse._SubParsersAction) -> None:
     p = command(commands, "shapes", _run_shapes)
-    _common(p, items_default=100)
+    add_settings(p, "num_candidates", "setting", of=BuildOptions)
+    add_settings(p, "items", of=BuildOptions, default=100)
+    add_settings(p, "seed", of=BuildOptions)
     p.add_argument(
         "--split",
         choices=["train", "eval", "calibration"],
@@ -82,6 +77,8 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=OutputPath, required=True, help="output folder (items.jsonl and images/)"
     )
+    options = [a.dest for a in p._actions if a.dest not in ("help", "picture_side", "out")]
+    p.set_defaults(options=options)  # build_shapes' keywords
 
 
 def _floats(text: str) -> list[float]:
@@ -98,8 +95,7 @@ def _run_shapes(args: argparse.Namespace) -> int:
     from lad.data.shapes import build_shapes
 
     check_output_dir(args.out)
-    flags = "num_candidates setting items split seed max_shapes position_weights"
-    given = {name: getattr(args, name) for name in flags.split()}
+    given = {name: getattr(args, name) for name in args.options}
     path = build_shapes(args.out, image_size=args.picture_side, **given)
     print(f"Wrote {args.items} items to {path}")
     return 0
@@ -136,22 +132,8 @@ def _register_real(
             type=InputPath,
             help="instances_*.json (categories; required for adversarial)",
         )
-    _common(p, items_default=1000)
-    add_whole(
-        p,
-        "--calibration-items",
-        minimum=0,
-        default=5,
-        help="items written to OUT's .calibration.jsonl sibling, disjoint from the others",
-    )
-    p.add_argument(
-        "--clip",
-        type=model_path,
-        default="openai/clip-vit-large-patch14",
-        help="CLIP-like model (hub id or local path) for the adversarial setting",
-    )
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
-    add_whole(p, "--batch-size", minimum=1, default=32, help="CLIP batch size")
+    names = ("num_candidates", "setting", "items", "seed", "calibration_items", "clip")
+    add_settings(p, *names, "device", "batch_size", of=BuildOptions)
     p.add_argument(
         "--skip-missing", action="store_true", help="leave out listed images absent on disk"
     )
@@ -160,7 +142,7 @@ def _register_real(
 
 
 def _run_real(args: argparse.Namespace) -> int:
-    from lad.data.builders import BuildOptions, build_from_files
+    from lad.data.builders import build_from_files
 
     _items_out(args.out)  # an output that is an input: refused by lad.cli.main
     options = options_from(BuildOptions, args)
@@ -269,15 +251,7 @@ def _register_released(commands: argparse._SubParsersAction, benchmark: Benchmar
             type=OutputPath,
             help="folder the pictures are written to (default: OUT's -pictures sibling)",
         )
-    add_whole(p, "--items", minimum=1, default=None, help="evaluation items (default: all)")
-    add_whole(
-        p,
-        "--calibration-items",
-        minimum=0,
-        default=5,
-        help="questions of each N held out to OUT's .calibration.jsonl sibling",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
+    _held_out(p, whole, "questions of each N held out to OUT's .calibration.jsonl sibling")
     if not benchmark.embedded:
         p.add_argument(
             "--skip-missing",
@@ -287,6 +261,18 @@ def _register_released(commands: argparse._SubParsersAction, benchmark: Benchmar
     add_quiet_flag(p, "print only what was written, not the counts per task")
     p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
     p.set_defaults(func=_run_released, benchmark=benchmark.name, implied=_released_outputs)
+
+
+def _held_out(
+    p: argparse.ArgumentParser, read: Callable[[int, str], Any], calibration: str
+) -> None:
+    """A converter's --items, --calibration-items (default 5) and --seed of the held-out choice;
+    read(minimum, flag): the numbers' argparse type."""
+    p.add_argument("--items", type=read(1, "--items"), help="evaluation items (default: all)")
+    p.add_argument(
+        "--calibration-items", type=read(0, "--calibration-items"), default=5, help=calibration
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
 
 
 def _run_released(args: argparse.Namespace) -> int:
@@ -343,16 +329,11 @@ def _register_text(commands: argparse._SubParsersAction) -> None:
             p.add_argument(
                 "--num-candidates", "-n", type=int, help="keep only questions with N options"
             )
-        p.add_argument("--items", type=int, default=None, help="evaluation items (default: all)")
-        p.add_argument(
-            "--calibration-items",
-            type=int,
-            default=5,
-            help="questions held out to OUT's .calibration.jsonl sibling (default 5)",
-        )
-        p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
+        held_out = "questions held out to OUT's .calibration.jsonl sibling (default 5)"
+        _held_out(p, lambda minimum, flag: int, held_out)
         p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
-        p.set_defaults(func=_run_text, converter=name, implied=_released_outputs)
+        options = [a.dest for a in p._actions if a.dest not in ("help", "path", "out")]
+        p.set_defaults(func=_run_text, converter=name, options=options, implied=_released_outputs)
     p = command(
         commands,
         "text-demo",
@@ -386,9 +367,7 @@ def _run_text(args: argparse.Namespace) -> int:
         "mmlu": mmlu.import_mmlu,
         "text": textjsonl.import_text,
     }[args.converter]
-    names = "task num_candidates items calibration_items seed question_field options_field "
-    names += "answer_field task_field"  # each converter's flags, those it has
-    options = {name: getattr(args, name) for name in names.split() if name in vars(args)}
+    options = {name: getattr(args, name) for name in args.options}  # the converter's own flags
     for line in summary_lines(convert(args.path, args.out, **options)):
         print(line)
     return 0

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from lad.cli.flags import InputPath, OutputPath, command, options_from
+from lad.cli.flags import InputPath, OutputPath, add_settings, command, options_from
 from lad.demo.recipe import DRIFTS, TrainConfig
 from lad.errors import LadError
 
@@ -37,14 +37,11 @@ def _add_train_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", type=OutputPath, required=True, help="folder to write the model into (replaced)"
     )
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of data, init and batches")
+    add_settings(p, "seed", of=TrainConfig)
     p.add_argument("--stage-steps", default=",".join(str(s.steps) for s in d.stages),
                    help="steps of the stages " + ", ".join(s.name for s in d.stages)
                    + " (0 skips one)")  # fmt: skip
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="prompts per step")
-    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
-    p.add_argument("--train-items", type=int, default=d.train_items,
-                   help="training items drawn per setting")  # fmt: skip
+    add_settings(p, "batch_size", "lr", "train_items", of=TrainConfig)
     p.add_argument("--position-decay", type=float, default=d.stages[-1].position_decay,
                    help="bias stage: answer at position p with weight decay**p")  # fmt: skip
     p.add_argument("--keep-label", type=float, default=d.stages[-1].keep_label,
@@ -52,7 +49,7 @@ def _add_train_flags(p: argparse.ArgumentParser) -> None:
                    "this**p, else drifts (1 = always its own)")  # fmt: skip
     p.add_argument("--drift", choices=DRIFTS, default=d.stages[-1].drift,
                    help="bias stage: the picture a drifted label names")  # fmt: skip
-    p.add_argument("--threads", type=int, default=d.threads, help="CPU threads")
+    add_settings(p, "threads", of=TrainConfig)
     p.add_argument("--init", type=InputPath, default=None,
                    help="start from this checkpoint, not a fresh model")  # fmt: skip
     p.add_argument(

@@ -240,12 +240,14 @@ DECLARED = {
 PRESET_SET = {name for preset in PRESETS.values() for name in preset}
 
 
-def add_settings(p: Any, *names: str, **override: Any) -> None:
-    """The flags of declared settings, in order: each field's metadata as add_argument's options,
-    its `minimum` (or `above`) as a bounded number's type, its text read by PARSERS where the
-    setting has one; `override`: this command's own options."""
+def add_settings(p: Any, *names: str, of: Any = None, **override: Any) -> None:
+    """The flags of declared settings (DECLARED's, or the fields of the dataclass `of`), in order:
+    each field's metadata as add_argument's options, its `minimum` (or `above`) as a bounded
+    number's type, its text read by PARSERS where the setting has one; `override`: this command's
+    own options."""
+    fields = DECLARED if of is None else {f.name: f for f in dataclasses.fields(of)}
     for name in names:
-        declared = DECLARED[name]
+        declared = fields[name]
         options = {k: v for k, v in declared.metadata.items() if k != "scoring"}
         flags = options.pop("flags", ("--" + name.replace("_", "-"),))
         default = None if name in PRESET_SET else declared.default
@@ -337,8 +339,10 @@ def image_options(args: argparse.Namespace) -> dict[str, Any]:
     return {**dict(args.image_option), **{k: v for k, v in budget.items() if v is not None}}
 
 
-def resolved(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
-    """The options among `names` that were stated or that args.preset sets (stated wins)."""
+def resolved(args: argparse.Namespace) -> dict[str, Any]:
+    """LAD's official-code variants (Eq. 1's average, the mixture, the attention mean, the layer
+    range) that were stated or that args.preset sets (stated wins): lad score's and ablate's."""
+    names = ("obs_mean", "mixture", "attn_mean", "layer_range")
     return with_preset(args.preset, {n: getattr(args, n, None) for n in names}, names)
 
 
@@ -384,6 +388,7 @@ def check_layer_range_flag(
 # How the settings' text is read where a bound or a choice does not say it (add_settings).
 PARSERS = {
     "model": model_path,
+    "clip": model_path,  # lad data coco|flickr8k's CLIP model
     "data": items_or_shapes,
     "layer_range": _layer_range,
     "layers": _layers,

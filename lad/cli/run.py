@@ -34,11 +34,11 @@ MODEL_FLAGS += ("prompt_template", "chat_template")
 BASELINE_FLAGS = ("max_new_tokens", "sc_samples", "sc_temperature", "sc_top_k", "sofa_sigma")
 
 
-def _template(path: str | None) -> Any:
-    """The --prompt-template FILE, read and checked (lad.core.prompts.PromptTemplate), or None."""
+def _template(path: str | None) -> str | None:
+    """The --prompt-template FILE's text, read and checked (lad.core.prompts), or None."""
     from lad.core.prompts import PromptTemplate
 
-    return None if path is None else PromptTemplate.from_file(path)
+    return None if path is None else PromptTemplate.from_file(path).text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -140,7 +140,7 @@ def _eval(args: argparse.Namespace) -> int:
     stated = {name: getattr(args, name) for name in FIELDS if hasattr(args, name)}
     stated["methods"] = methods_given(args.methods, DEFAULTS.methods)
     stated["image_options"] = image_options(args)
-    stated["prompt_template"] = getattr(_template(args.prompt_template), "text", None)
+    stated["prompt_template"] = _template(args.prompt_template)
     config = eval_config(args.preset, **stated)
     data = read_data(config)  # each input file read once, here
     config, note = resolve_calibration_items(config, data)
@@ -185,7 +185,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from lad.data.items import read_items
 
     out = check_output_file(args.out)
-    records_out = out.with_name(out.stem + ".records.jsonl")
+    records_out = _calibrate_files(args)[1]["its records file"]
     items = read_items(args.data)[: args.items]
     images = [p for it in items for p in it.pictures]
     check_not_inputs(
@@ -254,7 +254,7 @@ def build_debiaser(args: argparse.Namespace, **more: Any) -> Any:
         args.model,
         preset=args.preset,
         **{name: getattr(args, name) for name in names},
-        prompt_template=getattr(_template(args.prompt_template), "text", None),
+        prompt_template=_template(args.prompt_template),
         image_options=image_options(args) or None,
         **more,
     )

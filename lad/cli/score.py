@@ -86,7 +86,7 @@ def run_score(args: argparse.Namespace) -> int:
         lad score --records runs/default/records.jsonl --calibration-records \\
             runs/default/calibration.jsonl --methods vanilla,lad --out predictions.jsonl
     """
-    values = resolved(args, ("obs_mean", "mixture", "attn_mean", "layer_range"))
+    values = resolved(args)
     check_output_file(args.out)  # an output that is an input: refused by lad.cli.main
     if args.save_calibration:
         check_output_file(args.save_calibration, "--save-calibration")

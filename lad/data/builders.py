@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -121,16 +121,32 @@ class Pool:
 
 @dataclass
 class BuildOptions:
-    """How to draw items from a pool (the `lad data coco|flickr8k` options)."""
+    """How to draw items from a pool. A field's metadata is its flag of `lad data coco|flickr8k`
+    (as lad.run.spec.flag's, read by lad.cli.flags.add_settings); `lad data shapes` shares those
+    of num_candidates, setting, items and seed."""
 
-    num_candidates: int = 4
-    setting: str = "random"
-    items: int = 1000
-    calibration_items: int = 5
-    seed: int = 0
-    clip: str = DEFAULT_CLIP
-    device: str = "auto"
-    batch_size: int = 32
+    num_candidates: int = field(
+        default=4,
+        metadata={"help": "images per item, N", "flags": ("--num-candidates", "-n"), "minimum": 2},
+    )
+    setting: str = field(
+        default="random", metadata={"help": "how distractors are chosen", "choices": SETTINGS}
+    )
+    items: int = field(default=1000, metadata={"help": "number of items", "minimum": 1})
+    calibration_items: int = field(
+        default=5,
+        metadata={
+            "help": "items written to OUT's .calibration.jsonl sibling, disjoint from the others",
+            "minimum": 0,
+        },
+    )
+    seed: int = field(default=0, metadata={"help": "seed of every random choice", "type": int})
+    clip: str = field(
+        default=DEFAULT_CLIP,
+        metadata={"help": "CLIP-like model (hub id or local path) for the adversarial setting"},
+    )
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda[:i]"})
+    batch_size: int = field(default=32, metadata={"help": "CLIP batch size", "minimum": 1})
     text_threshold: float = TEXT_SIMILARITY_THRESHOLD
 
 

@@ -18,7 +18,7 @@ from lad.backends.prompting import chat_text  # exactly the backend's prompt bui
 from lad.core.labels import get_scheme
 from lad.core.prompts import render_prompt
 from lad.data.items import read_items
-from lad.data.shapes import build_shapes
+from lad.data.shapes import COLOURS, SHAPES, build_shapes
 from lad.demo.recipe import Stage, TrainConfig
 from lad.io.images import open_image
 
@@ -112,7 +112,8 @@ def prompt_text(processor: Any, query: str, num_candidates: int) -> str:
 
 
 class Tokens:
-    """Token ids of prompts and targets, cached; image placeholders expanded as by the processor."""
+    """Token ids of prompts and targets, cached (image placeholders expanded as by the processor),
+    of the labels 1..9, and of the shapes' colour and shape words (the auxiliary losses')."""
 
     def __init__(self, processor: Any, tokens_per_image: int):
         self.processor = processor
@@ -120,6 +121,14 @@ class Tokens:
         self.image_id = self.tok.convert_tokens_to_ids(processor.image_token)
         self.per_image = tokens_per_image
         self.cache: dict[tuple[str, str, int], list[int]] = {}
+        self.digits = [self.tok.convert_tokens_to_ids(str(k + 1)) for k in range(9)]
+        self.words = [*COLOURS, *SHAPES]
+        self.word_ids = torch.tensor([self.tok.convert_tokens_to_ids("▁" + w) for w in self.words])
+
+    def said(self, text: str) -> torch.Tensor:
+        """Which of the words `text` says, as a 0/1 vector."""
+        said = set(text.split())
+        return torch.tensor([float(w in said) for w in self.words])
 
     def prompt(self, kind: str, text: str, n: int) -> list[int]:
         key = (kind, text, n)

@@ -54,15 +54,18 @@ STAGES = (
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything that defines the demo model. Same config and seed → same weights (on CPU)."""
+    """Everything that defines the demo model. Same config and seed → same weights (on CPU). A
+    field with metadata is a flag of `lad demo train` (lad.cli.flags.add_settings)."""
 
-    seed: int = 0
+    seed: int = field(default=0, metadata={"help": "seed of data, init and batches", "type": int})
     stages: tuple[Stage, ...] = STAGES
-    batch_size: int = 16
-    lr: float = 1e-3
+    batch_size: int = field(default=16, metadata={"help": "prompts per step", "type": int})
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate", "type": float})
     warmup: int = 100
     weight_decay: float = 0.01
-    train_items: int = 2000  # per setting, each with 4 candidates
+    train_items: int = field(  # each with 4 candidates
+        default=2000, metadata={"help": "training items drawn per setting", "type": int}
+    )
     settings: tuple[str, ...] = ("random",)
     refer_share: float = 0.2
     find_share: float = 0.2  # the rest is caption matching
@@ -79,7 +82,7 @@ class TrainConfig:
     vision_layers: int = 2
     vision_hidden: int = 64
     vision_heads: int = 2
-    threads: int = 1
+    threads: int = field(default=1, metadata={"help": "CPU threads", "type": int})
     monitor_every: int = 250
     monitor_items: int = 100
     extra: dict[str, Any] = field(default_factory=dict)

@@ -20,7 +20,7 @@ import math
 import shutil
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from lad.data.items import cyclic_shift
-from lad.data.shapes import BACKGROUND, COLOURS, SHAPES, shapes_vocabulary
+from lad.data.shapes import BACKGROUND, shapes_vocabulary
 from lad.demo import MODEL_DIR
 from lad.demo.batches import Example, PreparedItem, Tokens, collate, draw, load_items
 from lad.demo.recipe import Stage, TrainConfig
@@ -38,28 +38,14 @@ from lad.io.files import check_not_inputs
 from lad.testing.tiny_parts import chatml
 
 ARCH = "qwen2_vl"
-# The TrainConfig fields that are the tiny model's TinySize (same names).
-_MODEL_SHAPE = ("text_layers", "hidden", "heads", "kv_heads", "intermediate",
-                "vision_layers", "vision_hidden", "vision_heads")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- losses
 
 
-class _Words:
-    """Token ids of the shapes' colour and shape words, and each text's words as a 0/1 vector."""
-
-    def __init__(self, tok: Any):
-        self.names = [*COLOURS, *SHAPES]
-        self.ids = torch.tensor([tok.convert_tokens_to_ids("▁" + w) for w in self.names])
-
-    def vector(self, text: str) -> torch.Tensor:
-        said = set(text.split())
-        return torch.tensor([float(w in said) for w in self.names])
-
-
-def _losses(model, batch, labels, last, examples, words, tokens, config):
-    """Per-example LM loss, vision-word alignment and intermediate-layer grounding."""
+def _losses(model, examples, tokens, config):
+    """Per-example LM loss, vision-word alignment and intermediate-layer grounding of a batch."""
+    batch, labels, last = collate(tokens, examples)
     out = model(**batch, output_hidden_states=config.grounding_weight > 0)
     logits, target = out.logits[:, :-1], labels[:, 1:]
     ce = F.cross_entropy(logits.transpose(1, 2), target, ignore_index=-100, reduction="none")
@@ -67,28 +53,27 @@ def _losses(model, batch, labels, last, examples, words, tokens, config):
     per_example = (ce * counted).sum(1) / counted.sum(1)
     parts = {"lm": per_example.mean()}
     embed = model.get_input_embeddings().weight
-    word_vectors = F.normalize(embed[words.ids], dim=-1)
+    word_vectors = F.normalize(embed[tokens.word_ids], dim=-1)
     if config.align_weight and embed.requires_grad:
         # Each picture's vision tokens (max over them) must name the words of its description.
         image = model.model.get_image_features(batch["pixel_values"], batch["image_grid_thw"])
         image = F.normalize(torch.stack(list(image.pooler_output)), dim=-1)
-        present = torch.stack([words.vector(d) for ex in examples for d in ex.descriptions])
+        present = torch.stack([tokens.said(d) for ex in examples for d in ex.descriptions])
         scores = 10 * (image @ word_vectors.T).amax(1)
         parts["align"] = F.binary_cross_entropy_with_logits(scores, present)
     if config.grounding_weight:
         hidden = out.hidden_states[config.grounding_layer]
         norm, head = model.model.language_model.norm, model.lm_head.weight
-        digits = [tokens.tok.convert_tokens_to_ids(str(k + 1)) for k in range(9)]
         index_losses, caption_losses = [], []
         for b, ex in enumerate(examples):
             where = (batch["input_ids"][b] == tokens.image_id).nonzero().flatten()
             picture = torch.arange(len(where)) // tokens.per_image
-            index_logits = norm(hidden[b, where]) @ head[digits[: len(ex.pixels)]].T
+            index_logits = norm(hidden[b, where]) @ head[tokens.digits[: len(ex.pixels)]].T
             index_losses.append(F.cross_entropy(index_logits, picture))
             if ex.kind == "match":
                 said = 10 * F.normalize(hidden[b, last[b]], dim=-1) @ word_vectors.T
                 caption_losses.append(
-                    F.binary_cross_entropy_with_logits(said, words.vector(ex.text))
+                    F.binary_cross_entropy_with_logits(said, tokens.said(ex.text))
                 )
         parts["index"] = torch.stack(index_losses).mean()
         if caption_losses:
@@ -107,7 +92,7 @@ def monitor(model: Any, tokens: Tokens, items: list[PreparedItem], n: int = 4) -
     last prompt token's attention to each picture per layer, raw and divided by its mean over
     shifts and items (a stand-in for the calibration's attention prior)."""
     model.eval()
-    labels = [tokens.tok.convert_tokens_to_ids(str(k + 1)) for k in range(n)]
+    labels = tokens.digits[:n]
     logp, attention, gold = [], [], []
     for it in items:
         shifts = [cyclic_shift(n, s) for s in range(n)]
@@ -164,8 +149,10 @@ def _initial_model(config: TrainConfig, out: Path) -> None:
 
     from lad.testing.tiny import TinySize, build_tiny_model
 
+    # The model's shape: the fields TrainConfig shares with TinySize, by name.
+    shape = {f.name for f in fields(TinySize)} & {f.name for f in fields(config)}
     size = TinySize(
-        **{name: getattr(config, name) for name in _MODEL_SHAPE},
+        **{name: getattr(config, name) for name in shape},
         patch=14,
         image_side=56,  # 4 tokens per image after the 2×2 merge: one per cell of a shapes scene
         max_positions=2048,
@@ -228,7 +215,6 @@ def train(
         )
         held_out = load_items(processor, work, "eval", ("random",), config.monitor_items, config)
     tokens = Tokens(processor, train_items[0].pixels[0].shape[0] // 4)
-    words = _Words(tokens.tok)
     log(f"data and init: {time.perf_counter() - start:.0f}s, {len(train_items)} items")
     model.train()
     history: list[dict[str, Any]] = []
@@ -247,10 +233,7 @@ def train(
             for group in opt.param_groups:
                 group["lr"] = _lr_at(step, stage, config)
             examples = [draw(train_items, config, stage, rng) for _ in range(config.batch_size)]
-            batch, labels, last = collate(tokens, examples)
-            loss, parts, per_example = _losses(
-                model, batch, labels, last, examples, words, tokens, config
-            )
+            loss, parts, per_example = _losses(model, examples, tokens, config)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
@@ -327,10 +310,7 @@ def _save(
 
 def plot_history(training_json: str | Path, path: str | Path) -> None:
     """The training curve: losses and held-out accuracies (logits, attention) against steps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from lad.outputs.figures import gaps, plt, save_figure
 
     history = json.loads(Path(training_json).read_text())["history"]
     steps = [r["step"] for r in history]
@@ -338,7 +318,7 @@ def plot_history(training_json: str | Path, path: str | Path) -> None:
     for name in ("lm_match", "lm_refer", "lm_find", "align", "index", "caption"):
         values = [r["loss"].get(name) for r in history]
         if any(v is not None for v in values):
-            left.plot(steps, [np.nan if v is None else v for v in values], label=name)
+            left.plot(steps, gaps(values), label=name)
     left.set(xlabel="step", ylabel="loss", yscale="log", title="training losses")
     if history:
         left.legend(fontsize=7)
@@ -356,7 +336,4 @@ def plot_history(training_json: str | Path, path: str | Path) -> None:
         if r0["stage"] != r1["stage"]:
             for ax in (left, right):
                 ax.axvline(r0["step"], color="black", lw=0.6)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, Path(path))

@@ -55,3 +55,41 @@ def test_eval_help_says_candidates_and_every_prompt_placeholder():
     assert "{options}" in text
     for placeholder in shown:
         assert "{" + placeholder + "}" in text, placeholder
+
+
+@pytest.mark.parametrize("command", ["calibrate", "predict"])
+def test_every_model_flag_reaches_the_debiaser(command, monkeypatch, tmp_path):
+    """A model flag lad calibrate or lad predict takes is handed to its Debiaser, none silently
+    dropped (lad predict --batch-size was, before this test)."""
+    import lad.run.debiaser
+    from lad.cli import run as cli_run
+
+    template = tmp_path / "chat.jinja"
+    template.write_text("{{ messages }}")
+    stated = {
+        "model": "some/model",
+        "device": "cpu",
+        "trust_remote_code": True,
+        "engine": "hf",
+        "dtype": "float32",
+        "labels": "upper",
+        "batch_size": 3,
+        "chat_template": str(template),
+    }
+    argv = [command]
+    for name, value in stated.items():
+        flag = "--" + name.replace("_", "-")
+        argv += [flag] if value is True else [flag, str(value)]
+    argv += (
+        ["--out", str(tmp_path / "c.json"), "--data", "d.jsonl"] if command == "calibrate" else []
+    )
+    argv += ["--calibration", "c.json", "--query", "q", "a.png"] if command == "predict" else []
+    args = build_parser().parse_args(argv)
+    given = {}
+    monkeypatch.setattr(
+        lad.run.debiaser, "Debiaser", lambda model, **kw: given.update(kw, model=model)
+    )
+    cli_run.build_debiaser(args)
+    missing = [n for n in cli_run.MODEL_FLAGS if n != "prompt_template" and n not in given]
+    assert not missing
+    assert {n: given[n] for n in stated} == stated

@@ -191,7 +191,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     check_not_inputs(
         {"--out": out, "its records file": records_out}, {"--data": args.data, "image": images}
     )
-    debiaser = build_debiaser(args, obs_mean=args.obs_mean, batch_size=args.batch_size)
+    debiaser = build_debiaser(args, obs_mean=args.obs_mean)
     debiaser.fit(items, records_path=records_out)
     debiaser.save(out)
     cal = debiaser.calibration_
@@ -249,7 +249,7 @@ def build_debiaser(args: argparse.Namespace, **more: Any) -> Any:
     from lad.run.debiaser import Debiaser
 
     names = ("labels", "device", "dtype", "quiet", "chat_template", "image_size", "engine")
-    names += ("trust_remote_code", "repetition_penalty")
+    names += ("trust_remote_code", "repetition_penalty", "batch_size")
     return Debiaser(
         args.model,
         preset=args.preset,

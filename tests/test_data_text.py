@@ -129,3 +129,31 @@ def test_generic_text_missing_field_is_one_line(tmp_path, capsys):
     assert "expected MMLU's fields" in capsys.readouterr().err
     with pytest.raises(DataError, match=r"missing field 'q' \(set it with --question-field\)"):
         import_text(src, tmp_path / "q.jsonl", question_field="q")  # the flag, not the name
+
+
+_COUNTS = [
+    ("--items", "0", "--items must be >= 1. Got 0."),
+    ("--calibration-items", "-1", "--calibration-items must be >= 0. Got -1."),
+    ("--num-candidates", "1", "--num-candidates must be >= 2. Got 1."),
+]
+
+
+@pytest.mark.parametrize(
+    "converter, flag, value, message",
+    # judgments are always two candidates: no --num-candidates
+    [
+        (c, *case)
+        for c in ("mmlu", "judgments", "text")
+        for case in _COUNTS[: 2 + (c != "judgments")]
+    ],
+)
+def test_text_converters_name_the_flag_out_of_range(
+    tmp_path, capsys, converter, flag, value, message
+):
+    """The text converters read their counts as the released ones do: a count out of range is
+    one line naming its flag (it was one line naming --items and --calibration-items together)."""
+    src = _jsonl(tmp_path / "q.jsonl", [{"question": "q?", "options": ["a", "b"], "answer": 0}])
+    out = tmp_path / "o.jsonl"
+    assert main(["data", converter, str(src), flag, value, "--out", str(out)]) == 1
+    assert capsys.readouterr().err.strip() == f"Error: {message}"
+    assert not out.exists()

@@ -326,11 +326,9 @@ def _register_text(commands: argparse._SubParsersAction) -> None:
             p.add_argument("--task-field", help="the field that names a row's task (default: none)")
         p.add_argument("--task", help="convert only this task (default: every task)")
         if name != "judgments":
-            p.add_argument(
-                "--num-candidates", "-n", type=int, help="keep only questions with N options"
-            )
-        held_out = "questions held out to OUT's .calibration.jsonl sibling (default 5)"
-        _held_out(p, lambda minimum, flag: int, held_out)
+            help = "keep only questions with N options"
+            add_whole(p, "--num-candidates", "-n", minimum=2, help=help)
+        _held_out(p, whole, "questions held out to OUT's .calibration.jsonl sibling (default 5)")
         p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
         options = [a.dest for a in p._actions if a.dest not in ("help", "path", "out")]
         p.set_defaults(func=_run_text, converter=name, options=options, implied=_released_outputs)

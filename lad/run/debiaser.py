@@ -23,7 +23,6 @@ import numpy as np
 
 from lad.backends.engines import check_engine
 from lad.core.calibrate import Calibration
-from lad.core.fingerprint import located
 from lad.core.methods import MethodOptions, lad_posterior, score, selected_layers
 from lad.core.prompts import PromptTemplate, vanilla_template
 from lad.core.records import RecordSet, RecordWriter
@@ -227,10 +226,7 @@ class Debiaser:
     def load(self, path: str | Path) -> Debiaser:
         """Use a calibration saved earlier (by `save`, `lad calibrate` or `lad eval`)."""
         calibration = Calibration.load(path)
-        try:
-            calibration.check_compatible(obs_mean=self.obs_mean)
-        except CalibrationError as e:
-            raise located(e, path) from None
+        calibration.check_compatible(obs_mean=self.obs_mean, where=path)
         self.calibration_ = calibration
         self._source = path
         return self
@@ -320,17 +316,13 @@ class Debiaser:
         (the layer count is checked on the records); return the labels c_1 … c_N."""
         self._check_fitted()
         asked = self.spec.fingerprint(num_candidates, template=template)
-        try:
-            self.calibration_.check_compatible(
-                fingerprint=asked,
-                strict=self.check_calibration,
-                require_fingerprint=True,
-                whose="this query's",
-            )
-        except CalibrationError as e:
-            if not hasattr(self, "_source"):
-                raise
-            raise located(e, self._source) from None
+        self.calibration_.check_compatible(
+            fingerprint=asked,
+            strict=self.check_calibration,
+            require_fingerprint=True,
+            whose="this query's",
+            where=getattr(self, "_source", None),
+        )
         return list(asked.labels)
 
     def _choices(self, items: list[Item], records: RecordSet, labels: list[str]) -> list[Choice]:

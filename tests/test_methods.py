@@ -137,7 +137,7 @@ def test_layer_strategies():
     assert selected_layers(records, MethodOptions(layers=(0, 2))).tolist() == [[0, 2]]
     assert selected_layers(records, MethodOptions(top_k=1)).tolist() == [[1]]
     assert selected_layers(records, MethodOptions(top_k=3)).tolist() == [[1, 2, 0]]
-    with pytest.raises(LadError, match=r"top_k 9 is more than the records' 3 layers"):
+    with pytest.raises(LadError, match=r"top_k 9 is more than the 3 layers of the records"):
         selected_layers(records, MethodOptions(top_k=9))
     assert selected_layers(records, MethodOptions(layer_range=(0, 0))).tolist() == [[0]]
     # A range past the last layer is clipped to the records' layers, as the official code's hooks

@@ -149,12 +149,18 @@ def selected_layers(records: RecordSet, options: MethodOptions = MethodOptions()
     first, last = options.layer_range or (0, nl - 1)
     check_layer_range(options.layer_range, nl)
     last = min(last, nl - 1)  # a range past the last layer is clipped, as in the official code
-    if options.top_k > nl:  # an error, not a silent cut (inside a layer_range K is capped)
-        raise LadError(f"top_k {options.top_k} is more than the records' {nl} layers (Eq. 9)")
+    check_top_k(options.top_k, nl, "the records")
     strength = records.attention[:, first : last + 1, :].sum(axis=2)  # Eq. 8, (R, L')
     k = min(options.top_k, last - first + 1)
     # Stable sort of −S: ties go to the lower layer, so selection is deterministic (Eq. 9).
     return np.argsort(-strength, axis=1, kind="stable")[:, :k] + first
+
+
+def check_top_k(top_k: int, num_layers: int | None, what: object) -> None:
+    """K of Eq. 9 cannot exceed the L layers of `what` (the records, a calibration, a model): an
+    error, not a silent cut (inside a layer_range K is capped). num_layers None: not known yet."""
+    if num_layers is not None and top_k > num_layers:
+        raise LadError(f"top_k {top_k} is more than the {num_layers} layers of {what}")
 
 
 def check_layer_range(layer_range: tuple[int, int] | None, num_layers: int) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from lad.backends.engines import check_engine
 from lad.core.calibrate import Calibration
-from lad.core.methods import MethodOptions, lad_posterior, score, selected_layers
+from lad.core.methods import MethodOptions, check_top_k, lad_posterior, score, selected_layers
 from lad.core.prompts import PromptTemplate, vanilla_template
 from lad.core.records import RecordSet, RecordWriter
 from lad.data.items import Item, check_texts
@@ -275,11 +275,8 @@ class Debiaser:
         if not queries:
             raise LadError("predict_many needs at least one (query, images) pair")
         options = self.options  # --top-k and --tau checked before the model loads
-        if options.top_k > self.calibration_.num_layers:
-            raise CalibrationError(
-                f"top_k {options.top_k} is more than the {self.calibration_.num_layers} layers "
-                f"of the calibration {getattr(self, '_source', '')}".rstrip()
-            )
+        source = f"the calibration {getattr(self, '_source', '')}".rstrip()
+        check_top_k(options.top_k, self.calibration_.num_layers, source)
         noun = "text options" if texts else "images"
         items = []
         for i, (text, candidates) in enumerate(queries):

@@ -14,6 +14,7 @@ from lad.backends.checkpoint import resolve_model
 from lad.backends.text import is_text_model
 from lad.backends.threads import requested_threads
 from lad.core.calibrate import Calibration
+from lad.core.methods import check_top_k
 from lad.core.prompts import check_text_labels
 from lad.data.items import Item
 from lad.errors import RunError
@@ -86,12 +87,6 @@ def check_kind(config: EvalConfig, items: Sequence[Item]) -> None:
             f"item {pictures!r} of the data has picture candidates; give items with text "
             "'candidates' or a multimodal model"
         )
-
-
-def check_top_k(top_k: int, num_layers: int | None, what: object) -> None:
-    """K of Eq. 9 cannot exceed the number of layers (an error, not a silent cut)."""
-    if num_layers is not None and top_k > num_layers:
-        raise RunError(f"--top-k {top_k} is more than the {num_layers} layers of {what}")
 
 
 def model_num_layers(model: str) -> int | None:

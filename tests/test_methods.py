@@ -213,7 +213,7 @@ def test_perm_avg_is_invariant_to_the_input_order():
 def test_perm_avg_errors():
     model = SyntheticModel(num_candidates=4)
     records = model.eval_records(3, num_shuffles=2)
-    with pytest.raises(LadError, match="perm-avg needs perm_records"):
+    with pytest.raises(LadError, match="perm-avg needs the records of its cyclic shifts"):
         score("perm-avg", records)
     with pytest.raises(RecordError, match="perm-avg records lack item 'item-00002'"):
         score("perm-avg", records, perm_records=model.perm_records(2))

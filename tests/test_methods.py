@@ -137,7 +137,7 @@ def test_layer_strategies():
     assert selected_layers(records, MethodOptions(layers=(0, 2))).tolist() == [[0, 2]]
     assert selected_layers(records, MethodOptions(top_k=1)).tolist() == [[1]]
     assert selected_layers(records, MethodOptions(top_k=3)).tolist() == [[1, 2, 0]]
-    with pytest.raises(LadError, match=r"top_k 9 is more than the records' 3 layers"):
+    with pytest.raises(LadError, match=r"top_k 9 is more than the 3 layers of the records"):
         selected_layers(records, MethodOptions(top_k=9))
     assert selected_layers(records, MethodOptions(layer_range=(0, 0))).tolist() == [[0]]
     # A range past the last layer is clipped to the records' layers, as the official code's hooks
@@ -213,7 +213,7 @@ def test_perm_avg_is_invariant_to_the_input_order():
 def test_perm_avg_errors():
     model = SyntheticModel(num_candidates=4)
     records = model.eval_records(3, num_shuffles=2)
-    with pytest.raises(LadError, match="perm-avg needs perm_records"):
+    with pytest.raises(LadError, match="perm-avg needs the records of its cyclic shifts"):
         score("perm-avg", records)
     with pytest.raises(RecordError, match="perm-avg records lack item 'item-00002'"):
         score("perm-avg", records, perm_records=model.perm_records(2))

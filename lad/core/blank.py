@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from lad.core.records import RecordSet
-from lad.errors import LadError, RecordError
+from lad.errors import RecordError
 
 ENTROPY = "entropy"
 
@@ -33,18 +33,10 @@ def blank_alpha(records: RecordSet, alpha: float | str) -> np.ndarray:
     return np.clip(h / np.log(records.num_candidates), 0.0, 1.0)
 
 
-def blank_scores(records: RecordSet, blank: RecordSet | None, alpha: float | str) -> np.ndarray:
+def blank_scores(records: RecordSet, blank: RecordSet, alpha: float | str) -> np.ndarray:
     """(R, N) S_j of CapCal for each record, from its blank prompt's record in `blank` (the same
-    item and ordering)."""
-    if blank is None or not len(blank):
-        raise LadError(
-            "blank needs the records of its blank prompts (blank_records.jsonl): each evaluated "
-            "(item, ordering) asked with every candidate blanked; make them with lad eval "
-            "--methods blank"
-        )
+    item and ordering; lad.core.methods.choose checks they are given, of the same N)."""
     n = records.num_candidates
-    if blank.num_candidates != n:
-        raise RecordError(f"blank records have N = {blank.num_candidates}, the records N = {n}")
     pairs = zip(blank.items, blank.ordering, strict=True)
     index = {(str(i), int(o)): k for k, (i, o) in enumerate(pairs)}
     keys = zip(records.items, records.ordering, strict=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from lad.core.fingerprint import UNKNOWN, Fingerprint, check_fingerprint
+from lad.core.fingerprint import UNKNOWN, Fingerprint, check_fingerprint, located
 from lad.core.records import Record, RecordSet
 from lad.errors import CalibrationError, check_choice
 from lad.io.files import read_json, write_text
@@ -204,6 +204,7 @@ class Calibration:
         strict: bool = True,
         require_fingerprint: bool = False,
         whose: str = "the records'",
+        where: object = None,
     ) -> None:
         """The one check that this calibration fits `records` (or, before any exist, records of
         `fingerprint`, whose labels give N): always their N and layer count L, and Eq. 1's
@@ -214,31 +215,39 @@ class Calibration:
         model, labels or prompt (one fitted on bare records), since nothing then shows it fits.
         whose: what the calibration is applied to, possessive ("this query's"). A refusal that
         `strict` False would skip is a CalibrationMismatch.
+        where: where the calibration is (its file), if known: each refusal then begins with it.
         """
-        self.check_fitted()
-        num_candidates = num_layers = None
-        if fingerprint is not None and fingerprint.labels:
-            num_candidates = len(fingerprint.labels)
-        if records is not None and len(records):
-            num_candidates, num_layers = records.num_candidates, records.num_layers
-        if num_candidates is not None and num_candidates != self.num_candidates:
-            raise CalibrationError(
-                f"the calibration is for N = {self.num_candidates} candidates but the records "
-                f"have N = {num_candidates}; calibrate with records of the same N"
-            )
-        if num_layers is not None and num_layers != self.num_layers:
-            raise CalibrationError(
-                f"the calibration has L = {self.num_layers} attention layers but the records "
-                f"have L = {num_layers}; was it made with another model?"
-            )
-        if obs_mean is not None and obs_mean != self.obs_mean:
-            raise CalibrationError(
-                f"the calibration was fitted with obs_mean {self.obs_mean!r} (Eq. 1), not "
-                f"{obs_mean!r}; refit it with obs_mean {obs_mean!r} (lad calibrate --obs-mean "
-                f"{obs_mean}), or leave obs_mean out to use the calibration's"
-            )
-        if strict:
-            check_fingerprint(self.fingerprint, fingerprint or UNKNOWN, whose, require_fingerprint)
+        try:
+            self.check_fitted()
+            num_candidates = num_layers = None
+            if fingerprint is not None and fingerprint.labels:
+                num_candidates = len(fingerprint.labels)
+            if records is not None and len(records):
+                num_candidates, num_layers = records.num_candidates, records.num_layers
+            if num_candidates is not None and num_candidates != self.num_candidates:
+                raise CalibrationError(
+                    f"the calibration is for N = {self.num_candidates} candidates but the records "
+                    f"have N = {num_candidates}; calibrate with records of the same N"
+                )
+            if num_layers is not None and num_layers != self.num_layers:
+                raise CalibrationError(
+                    f"the calibration has L = {self.num_layers} attention layers but the records "
+                    f"have L = {num_layers}; was it made with another model?"
+                )
+            if obs_mean is not None and obs_mean != self.obs_mean:
+                raise CalibrationError(
+                    f"the calibration was fitted with obs_mean {self.obs_mean!r} (Eq. 1), not "
+                    f"{obs_mean!r}; refit it with obs_mean {obs_mean!r} (lad calibrate --obs-mean "
+                    f"{obs_mean}), or leave obs_mean out to use the calibration's"
+                )
+            if strict:
+                check_fingerprint(
+                    self.fingerprint, fingerprint or UNKNOWN, whose, require_fingerprint
+                )
+        except CalibrationError as e:
+            if where is None:
+                raise
+            raise located(e, where) from None
 
     # -- files ---------------------------------------------------------------------------------
 

@@ -149,12 +149,18 @@ def selected_layers(records: RecordSet, options: MethodOptions = MethodOptions()
     first, last = options.layer_range or (0, nl - 1)
     check_layer_range(options.layer_range, nl)
     last = min(last, nl - 1)  # a range past the last layer is clipped, as in the official code
-    if options.top_k > nl:  # an error, not a silent cut (inside a layer_range K is capped)
-        raise LadError(f"top_k {options.top_k} is more than the records' {nl} layers (Eq. 9)")
+    check_top_k(options.top_k, nl, "the records")
     strength = records.attention[:, first : last + 1, :].sum(axis=2)  # Eq. 8, (R, L')
     k = min(options.top_k, last - first + 1)
     # Stable sort of −S: ties go to the lower layer, so selection is deterministic (Eq. 9).
     return np.argsort(-strength, axis=1, kind="stable")[:, :k] + first
+
+
+def check_top_k(top_k: int, num_layers: int | None, what: object) -> None:
+    """K of Eq. 9 cannot exceed the L layers of `what` (the records, a calibration, a model): an
+    error, not a silent cut (inside a layer_range K is capped). num_layers None: not known yet."""
+    if num_layers is not None and top_k > num_layers:
+        raise LadError(f"top_k {top_k} is more than the {num_layers} layers of {what}")
 
 
 def check_layer_range(layer_range: tuple[int, int] | None, num_layers: int) -> None:
@@ -246,13 +252,7 @@ def _attn_purified(records: RecordSet, calibration, options, extra) -> np.ndarra
 
 def _perm_avg(records: RecordSet, calibration, options, perm_records) -> np.ndarray:
     """Mean log P per image identity over the item's N cyclic shifts, read at each position."""
-    if perm_records is None or not len(perm_records):
-        raise LadError("perm-avg needs perm_records: each evaluated item under all N cyclic shifts")
     n = records.num_candidates
-    if perm_records.num_candidates != n:
-        raise RecordError(
-            f"perm-avg records have N = {perm_records.num_candidates}, the records N = {n}"
-        )
     check_symmetrised(perm_records, what="perm-avg records")
     names, inverse = np.unique(perm_records.items, return_inverse=True)
     by_image = np.zeros((len(names), n))
@@ -323,8 +323,8 @@ class Method:
     ("instruction", "cot", "self-consistency", "sofa"), made for the same (item, ordering) keys.
     parse: for generation methods, reply -> position (-1 unparseable).
     extra: the stage of its extra passes' records, handed to `scores` as its fourth argument
-    ("perm-avg": each evaluated item under all N cyclic shifts; "blank": each query's blank
-    prompt); None: no extra passes.
+    (`choose` checks they are there, of the records' N); None: no extra passes.
+    extra_records: what those records are, as a refusal of their absence names them.
     """
 
     name: str
@@ -334,6 +334,7 @@ class Method:
     stage: str = "records"
     parse: Callable[[str, list[str]], int] | None = None
     extra: str | None = None
+    extra_records: str = ""
 
     def forward_passes(self, num_candidates: int) -> float:
         return float(num_candidates if self.passes == "N" else int(self.passes))
@@ -358,6 +359,8 @@ METHODS: dict[str, Method] = {
             "log P averaged per image over N cyclic shifts",
             "N",
             extra="perm-avg",
+            extra_records="cyclic shifts (perm_records.jsonl): each evaluated item under all N "
+            "cyclic shifts",
         ),
         Method(
             "blank",
@@ -365,6 +368,8 @@ METHODS: dict[str, Method] = {
             "P(c_j|x) minus α (P(c_j|x_blank) − 1/N), candidates blanked (CapCal)",
             "2",
             extra="blank",
+            extra_records="blank prompts (blank_records.jsonl): each evaluated (item, ordering) "
+            "asked with every candidate blanked",
         ),
         _generation(
             "instruction", "fairness-instruction prompt, greedy reply parsed", parse_answer
@@ -399,8 +404,7 @@ def choose(
     """((R, N) scores, (R,) chosen positions) of `method`: the scores are finite, higher is
     better; the choice is their argmax (the first on ties), for generation methods the parsed
     reply (majority for self-consistency), -1 where unparseable.
-    perm_records: the records of the method's extra passes, its Method.extra stage's (perm-avg:
-    each item under all N cyclic shifts; blank: each record's blank prompt)."""
+    perm_records: the records of the method's extra passes (Method.extra, .extra_records)."""
     if method not in METHODS:
         raise LadError(f"Unknown method {method!r}. Methods computed from records: {list(METHODS)}")
     if calibration is not None:
@@ -409,6 +413,8 @@ def choose(
         return np.zeros((0, records.num_candidates)), np.zeros(0, dtype=np.int64)
     if METHODS[method].parse is not None:  # votes and majority from one parse of the replies
         return _generated_choice(method, records, options)
+    if METHODS[method].extra is not None:
+        _check_extra(method, records, perm_records)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below, once
         scores = METHODS[method].scores(records, calibration, options, perm_records)
     if not np.isfinite(scores).all():  # e.g. tau = 1e308 overflows Eq. 12
@@ -417,6 +423,20 @@ def choose(
             f" and top_k = {options.top_k}; use a smaller --tau"
         )
     return scores, scores.argmax(axis=1)
+
+
+def _check_extra(method: str, records: RecordSet, extra: RecordSet | None) -> None:
+    """The records of `method`'s extra passes (Method.extra) are given, of the records' N."""
+    if extra is None or not len(extra):
+        raise LadError(
+            f"{method} needs the records of its {METHODS[method].extra_records}; make them with "
+            f"lad eval --methods {method}"
+        )
+    if extra.num_candidates != records.num_candidates:
+        raise RecordError(
+            f"{method} records have N = {extra.num_candidates}, the records N = "
+            f"{records.num_candidates}"
+        )
 
 
 def score(method: str, records: RecordSet, *args: Any, **kwargs: Any) -> np.ndarray:

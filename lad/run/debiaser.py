@@ -23,8 +23,7 @@ import numpy as np
 
 from lad.backends.engines import check_engine
 from lad.core.calibrate import Calibration
-from lad.core.fingerprint import located
-from lad.core.methods import MethodOptions, lad_posterior, score, selected_layers
+from lad.core.methods import MethodOptions, check_top_k, lad_posterior, score, selected_layers
 from lad.core.prompts import PromptTemplate, vanilla_template
 from lad.core.records import RecordSet, RecordWriter
 from lad.data.items import Item, check_texts
@@ -227,10 +226,7 @@ class Debiaser:
     def load(self, path: str | Path) -> Debiaser:
         """Use a calibration saved earlier (by `save`, `lad calibrate` or `lad eval`)."""
         calibration = Calibration.load(path)
-        try:
-            calibration.check_compatible(obs_mean=self.obs_mean)
-        except CalibrationError as e:
-            raise located(e, path) from None
+        calibration.check_compatible(obs_mean=self.obs_mean, where=path)
         self.calibration_ = calibration
         self._source = path
         return self
@@ -279,11 +275,8 @@ class Debiaser:
         if not queries:
             raise LadError("predict_many needs at least one (query, images) pair")
         options = self.options  # --top-k and --tau checked before the model loads
-        if options.top_k > self.calibration_.num_layers:
-            raise CalibrationError(
-                f"top_k {options.top_k} is more than the {self.calibration_.num_layers} layers "
-                f"of the calibration {getattr(self, '_source', '')}".rstrip()
-            )
+        source = f"the calibration {getattr(self, '_source', '')}".rstrip()
+        check_top_k(options.top_k, self.calibration_.num_layers, source)
         noun = "text options" if texts else "images"
         items = []
         for i, (text, candidates) in enumerate(queries):
@@ -320,17 +313,13 @@ class Debiaser:
         (the layer count is checked on the records); return the labels c_1 … c_N."""
         self._check_fitted()
         asked = self.spec.fingerprint(num_candidates, template=template)
-        try:
-            self.calibration_.check_compatible(
-                fingerprint=asked,
-                strict=self.check_calibration,
-                require_fingerprint=True,
-                whose="this query's",
-            )
-        except CalibrationError as e:
-            if not hasattr(self, "_source"):
-                raise
-            raise located(e, self._source) from None
+        self.calibration_.check_compatible(
+            fingerprint=asked,
+            strict=self.check_calibration,
+            require_fingerprint=True,
+            whose="this query's",
+            where=getattr(self, "_source", None),
+        )
         return list(asked.labels)
 
     def _choices(self, items: list[Item], records: RecordSet, labels: list[str]) -> list[Choice]:

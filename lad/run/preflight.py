@@ -14,10 +14,10 @@ from lad.backends.checkpoint import resolve_model
 from lad.backends.text import is_text_model
 from lad.backends.threads import requested_threads
 from lad.core.calibrate import Calibration
-from lad.core.fingerprint import located
+from lad.core.methods import check_top_k
 from lad.core.prompts import check_text_labels
 from lad.data.items import Item
-from lad.errors import CalibrationError, RunError
+from lad.errors import RunError
 from lad.io.device import resolve_device
 from lad.io.files import check_not_inputs, check_output_dir, read_json
 from lad.io.images import check_images
@@ -89,12 +89,6 @@ def check_kind(config: EvalConfig, items: Sequence[Item]) -> None:
         )
 
 
-def check_top_k(top_k: int, num_layers: int | None, what: object) -> None:
-    """K of Eq. 9 cannot exceed the number of layers (an error, not a silent cut)."""
-    if num_layers is not None and top_k > num_layers:
-        raise RunError(f"--top-k {top_k} is more than the {num_layers} layers of {what}")
-
-
 def model_num_layers(model: str) -> int | None:
     """The language decoder's layer count (of layers with softmax attention, a record's rows:
     lad.backends.archs.attention_layers) from a local checkpoint's config.json (None for a hub
@@ -114,13 +108,11 @@ def check_given_calibration(config: EvalConfig) -> Calibration:
     (unless --no-calibration-check), before any model work (the layer count is checked once
     records exist)."""
     calibration = Calibration.load(config.calibration)
-    try:
-        calibration.check_compatible(
-            fingerprint=config.spec.fingerprint(config.num_candidates),
-            obs_mean=config.obs_mean,
-            strict=config.check_calibration,
-            require_fingerprint=True,
-        )
-    except CalibrationError as e:
-        raise located(e, config.calibration) from e
+    calibration.check_compatible(
+        fingerprint=config.spec.fingerprint(config.num_candidates),
+        obs_mean=config.obs_mean,
+        strict=config.check_calibration,
+        require_fingerprint=True,
+        where=config.calibration,
+    )
     return calibration

@@ -19,10 +19,9 @@ import numpy as np
 
 from lad.core.calibrate import Calibration
 from lad.core.cells import cells_from_json
-from lad.core.fingerprint import located
 from lad.core.predictions import write_predictions
 from lad.core.records import RecordSet, read_records, write_records
-from lad.errors import CalibrationError, LadError, RunError
+from lad.errors import LadError, RunError
 from lad.io.files import read_json, write_text
 from lad.run.runjson import RECORDS_VERSION as RECORDS_VERSION
 from lad.run.runjson import RUN_FORMAT, RunJson, check_same, json_text
@@ -232,10 +231,8 @@ class RunDir(RunJson):
         except LadError as e:  # run.json's arguments name no label scheme lad knows, ...
             raise RunError(f"{self.file('run.json')}: {e}") from None
         strict = check and not self.is_harness  # a harness made it of these records: N, L suffice
-        try:
-            calibration.check_compatible(records, fingerprint, strict=strict)
-        except CalibrationError as e:
-            raise located(e, self.arguments.get("calibration") or "calibration.json") from e
+        where = self.arguments.get("calibration") or "calibration.json"
+        calibration.check_compatible(records, fingerprint, strict=strict, where=where)
         return calibration
 
     def check(self) -> RunDir:

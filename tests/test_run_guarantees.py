@@ -5,6 +5,7 @@ refused before any model work (lad.backends.checkpoint.check_repetition_penalty)
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -80,3 +81,20 @@ def test_a_calibration_file_mixing_questions_and_captions_is_refused_before_the_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds question and caption items but --data" in err[0], err
     assert not (tmp_path / "run").exists()
+
+
+def test_eval_top_k_above_a_hub_models_layers_is_refused_before_any_record(
+    tmp_path, capsys, monkeypatch
+):
+    """A model whose layers preflight cannot read (a hub id) is checked once it loads, before
+    its first record: K > L was refused only at scoring, after every stage had run."""
+    import lad.run.preflight
+
+    monkeypatch.setattr(lad.run.preflight, "model_num_layers", lambda model: None)
+    out = tmp_path / "r"
+    argv = ["eval", "--items", "2", "--num-shuffles", "1", "--top-k", "99", "--quiet"]
+    assert main([*argv, "--out", str(out)]) == 1
+    assert re.fullmatch(
+        r"Error: top_k 99 is more than the \d+ layers of demo\n", capsys.readouterr().err
+    )
+    assert not list(out.glob("*.jsonl")) or all(f.stat().st_size == 0 for f in out.glob("*.jsonl"))

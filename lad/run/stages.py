@@ -16,7 +16,7 @@ import numpy as np
 
 from lad.backends.text import check_item_text
 from lad.backends.threads import record_choice, resumed_threads
-from lad.core.methods import check_layer_range
+from lad.core.methods import check_layer_range, check_top_k
 from lad.core.records import Record, RecordSet
 from lad.data.items import Item
 from lad.data.orders import Request, cyclic_requests
@@ -131,8 +131,10 @@ class LazyBackend:
                     engine=self.config.engine,
                 )
             self.backend = self.shared[key]
-            # Before any record: a layer range past the model's layers would fail only at scoring,
-            # a control token in an item's text at its batch (check_item_text).
+            # Before any record: K or a layer range past the model's layers (a hub model's, which
+            # preflight cannot read) would fail only at scoring, a control token in an item's
+            # text at its batch (check_item_text).
+            check_top_k(self.config.top_k, self.backend.num_layers, self.config.model)
             check_layer_range(self.config.layer_range, self.backend.num_layers)
             processor = getattr(self.backend, "processor", None)
             spec = self.config.spec.for_items(self.items)

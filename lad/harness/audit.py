@@ -10,7 +10,6 @@ askings, and the share of repeats whose choice differs is the method's noise flo
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -22,8 +21,7 @@ from lad.core.audit import noise_floor
 from lad.core.metrics import compute_metrics
 from lad.core.records import RecordSet
 from lad.errors import LadError
-from lad.io.files import write_text
-from lad.run.audits import ANSWERS_FILE, audit_part, check_audit_destination, write_audit
+from lad.run.audits import audit_part, check_audit_destination, write_answers, write_audit
 
 ROW_KEYS = ("item", "ordering", "order", "answer", "prediction")
 _SUMMARY_KEYS = (
@@ -207,7 +205,6 @@ def write_rows_audit(rows_by_task: dict[str, list[dict]], output: Path, source: 
             arguments = {"labels": "upper", "source": source, "task": task}
             run.write_run(arguments, None, harness={"task": task, "source": source})
             run.write_metrics(metrics)  # answers only: nothing to fingerprint
-            mine = [r for r in rows if len(r["order"]) == n]  # the rows behind it (lad export)
-            write_text(run.file(ANSWERS_FILE), "".join(json.dumps(r) + "\n" for r in mine))
+            write_answers(run, [r for r in rows if len(r["order"]) == n])
             tasks[task][str(n)] = _summary(metrics, folder)
     return _write_audit(output, tasks, source=source)

@@ -26,7 +26,19 @@ from lad.harness.adapters import (
 )
 from lad.harness.audit import pooled
 
-AUDIT_METRICS = ("lad_acc", "lad_rstd", "lad_cons", "lad_flip", "lad_circular")
+# lad's metrics in each harness's results (Inspect's too: lad.harness.inspect_audit), each the
+# metrics.json key it pools over N. Acc (%): accuracy per shift, averaged over the shifts; RStd:
+# the std of the recall at each answer position; Cons. (%): questions whose chosen option is the
+# same under every shift (for a pair: the share of agreeing judgments); flip rate (%): the share
+# of pairs of shifts of a question whose choices differ; CircularEval accuracy (%): questions
+# right under every shift.
+AUDIT_METRICS = {
+    "lad_acc": "acc",
+    "lad_rstd": "rstd",
+    "lad_cons": "cons",
+    "lad_flip": "flip_rate",
+    "lad_circular": "circular_acc",
+}
 
 
 def _expand(
@@ -153,7 +165,6 @@ muirbench_docs_repeated = _yaml_function(
 )
 blink_docs_repeated = _yaml_function("blink_docs_repeated", _expand, "blink", _blink_shift, 2)
 # The aggregations of AUDIT_METRICS: `pooled` of each one's metric, over every N.
-_KEYS = ("acc", "rstd", "cons", "flip_rate", "circular_acc")  # of AUDIT_METRICS, in order
 lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular = (
-    _yaml_function(name, pooled, key) for name, key in zip(AUDIT_METRICS, _KEYS, strict=True)
+    _yaml_function(name, pooled, key) for name, key in AUDIT_METRICS.items()
 )

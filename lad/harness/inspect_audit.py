@@ -48,6 +48,7 @@ from inspect_ai.solver import Choice, Choices, Generate, Solver, TaskState, mult
 from lad.data.items import cyclic_shift
 from lad.errors import LadError
 from lad.harness.audit import pooled_metrics, rows_metrics
+from lad.harness.circular import AUDIT_METRICS, shifted_row
 
 STORE_KEY = "lad_rows"  # the sample store's key of its audit rows
 
@@ -103,15 +104,8 @@ def circular(solver: Solver | None = None, **multiple_choice_args: Any) -> Solve
             state.messages = copy.deepcopy(messages)
             state.choices = Choices([Choice(values[i], None, i) for i in order])
             state = await ask(state, generate)
-            rows.append(
-                {
-                    "item": str(state.sample_id),
-                    "ordering": s,
-                    "order": order,
-                    "answer": order.index(answer),
-                    "prediction": _chosen(state),
-                }
-            )
+            asked = {"lad_item": state.sample_id, "lad_shift": s}  # as a circular document
+            rows.append(shifted_row(asked, n, order.index(answer), _chosen(state)))
             completions.append(state.output.completion)
         state.store.set(STORE_KEY, sorted(rows, key=lambda r: r["ordering"]))
         state.store.set("lad_completions", [completions[-1], *completions[:-1]])
@@ -170,18 +164,10 @@ def _pooled(name: str, key: str) -> Callable[[], Metric]:
     return metric(name=name, scores="unreduced")(factory)
 
 
-# Acc (%): accuracy per shift, averaged over the shifts; RStd: the std of the recall at each
-# answer position; Cons. (%): questions whose chosen option is the same under every shift (for a
-# pair: the share of agreeing judgments); flip rate (%): the share of pairs of shifts of a
-# question whose choices differ; CircularEval accuracy (%): questions right under every shift.
-_POOLED = {
-    "lad_acc": "acc",
-    "lad_rstd": "rstd",
-    "lad_cons": "cons",
-    "lad_flip": "flip_rate",
-    "lad_circular": "circular_acc",
-}
-lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular = map(_pooled, _POOLED, _POOLED.values())
+# lad's metrics of every harness (lad.harness.circular.AUDIT_METRICS), by the same names.
+lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular = map(
+    _pooled, AUDIT_METRICS, AUDIT_METRICS.values()
+)
 
 
 @metric(scores="unreduced")

@@ -115,22 +115,14 @@ class HarnessScorer:
         and prompt (and, for perm-avg, of `perm_items` under all N cyclic shifts), checked
         against its calibration if it has one, and `methods` scored on them."""
         template = vanilla_template(perm_items, debiaser.prompt_template)
-
-        def records(asked: list) -> RecordSet:
-            made = self.backend.records(
-                asked,
-                template=template,
-                scheme=debiaser.spec.scheme,
-                batch_size=self.options.batch_size,
-            )
-            return RecordSet.from_records(list(made))
-
-        shown = records(requests)
+        shown = debiaser.records(requests, template, backend=self.backend)
         calibration = getattr(debiaser, "calibration_", None)
         if calibration is not None:
             calibration.check_compatible(shown, strict=False)
-        shifts = self.options.method == "perm-avg"  # its extra stage: each item's N shifts
-        stages = {"perm-avg": records(cyclic_requests(perm_items))} if shifts else {}
+        stages: dict[str, RecordSet] = {}
+        if self.options.method == "perm-avg":  # its extra stage: each item's N shifts
+            shifted = cyclic_requests(perm_items)
+            stages["perm-avg"] = debiaser.records(shifted, template, backend=self.backend)
         options = debiaser.options
         scored = score_records(shown, methods, calibration, options, stages=stages, **score)
         return shown, stages, scored

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,12 @@ def audit_part(root: Path, task: str, n: int, *, under: str = "") -> tuple[RunDi
     folder = child(base, task, RunError, "a task named ") / RunDir.part_name(n)
     name = "/".join(filter(None, (under, task, RunDir.part_name(n))))
     return RunDir(folder), name
+
+
+def write_answers(run: RunDir, rows: Iterable[Mapping[str, Any]]) -> None:
+    """The audit rows behind a (task, N)'s folder, one JSON object a line (lad export reads
+    them)."""
+    write_text(run.file(ANSWERS_FILE), "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def write_audit(root: Path, audit: Mapping[str, Any]) -> Path:

@@ -188,11 +188,20 @@ class Debiaser:
     def _template(self, items: Sequence[Item]) -> PromptTemplate:
         return vanilla_template(items, self.prompt_template)
 
-    def _records(
-        self, requests: list, template: PromptTemplate, path: Path | None = None
+    def records(
+        self,
+        requests: list,
+        template: PromptTemplate,
+        path: Path | None = None,
+        *,
+        backend: Any = None,
     ) -> RecordSet:
+        """The records of `requests` asked with `template` and this Debiaser's label scheme and
+        batch size, made by `backend` (default: its own model, loaded on first use: a clone made
+        before a model loaded does not share it) and, with `path`, written there as they come."""
         batches = {"scheme": self.spec.scheme, "batch_size": self.batch_size}
-        stream = self.backend.records(requests, template=template, **batches)
+        made_by = self.backend if backend is None else backend
+        stream = made_by.records(requests, template=template, **batches)
         if path is None:
             return RecordSet.from_records(list(stream))
         path.unlink(missing_ok=True)
@@ -214,7 +223,7 @@ class Debiaser:
         check_images(items)  # before the model loads
         template = self._template(items)
         path = Path(records_path) if records_path else None
-        records = self._records(cyclic_requests(items), template, path)
+        records = self.records(cyclic_requests(items), template, path)
         made = self.spec.fingerprint(records.num_candidates, template=template)
         self.calibration_ = Calibration(obs_mean=self.obs_mean or "prob").fit(records, made)
         return self
@@ -304,7 +313,7 @@ class Debiaser:
         template = self._template(items)
         labels = self.check_calibration_for(items[0].num_candidates, template)
         requests = [(it, 0, list(range(it.num_candidates))) for it in items]
-        records = self._records(requests, template)  # its L checked by `score` (lad.core.methods)
+        records = self.records(requests, template)  # its L checked by `score` (lad.core.methods)
         return self._choices(items, records, labels)
 
     def check_calibration_for(self, num_candidates: int, template: PromptTemplate) -> list[str]:

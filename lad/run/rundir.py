@@ -92,7 +92,7 @@ class RunDir(RunJson):
     # -- writes --------------------------------------------------------------------------------
 
     def write_calibration(self, calibration: Calibration) -> None:
-        calibration.save(self.file("calibration.json"))
+        calibration.save(self.calibration_file)
 
     def write_sofa_choice(self, choice: Mapping[str, Any]) -> None:
         """sofa.json: the σ grid, each σ's accuracy and the σ chosen (--sofa-sigma auto)."""
@@ -103,7 +103,7 @@ class RunDir(RunJson):
         write_text(self.file(CELLS_FILE), json.dumps(layout, indent=1) + "\n")
 
     def write_metrics(self, metrics: Mapping[str, Any]) -> None:
-        write_text(self.file("metrics.json"), json_text(dict(metrics)))
+        write_text(self.metrics_file, json_text(dict(metrics)))
 
     def writes(self, path: str | Path) -> bool:
         """Whether `lad eval` writes `path` in this run (RUN_OUTPUTS, report/, the lock, SoFA's
@@ -219,7 +219,7 @@ class RunDir(RunJson):
     def calibration(self, *, check: bool = True) -> Calibration:
         """calibration.json, refused if it does not fit the run's records (their N and L always;
         with `check`, their model, label scheme, prompt, chat template and preprocessing)."""
-        path = self.file("calibration.json")
+        path = self.calibration_file
         if not path.is_file():
             raise RunError(
                 f"{self.path}: no calibration.json; the run is unfinished, rerun its lad eval"
@@ -243,9 +243,9 @@ class RunDir(RunJson):
         if self.is_mixed:
             for part in self.parts().values():
                 part.check()
-        elif self.file("records.jsonl").is_file() or not self.file("metrics.json").is_file():
+        elif self.file("records.jsonl").is_file() or not self.metrics_file.is_file():
             _ = self.records
-        if self.file("metrics.json").is_file():
+        if self.metrics_file.is_file():
             self.metrics()
         return self
 
@@ -256,7 +256,7 @@ class RunDir(RunJson):
 
     def metrics(self) -> dict[str, Any]:
         """metrics.json, refused unless it was computed from this run's records and arguments."""
-        path = self.file("metrics.json")
+        path = self.metrics_file
         if not path.is_file():
             raise RunError(f"{self.path}: no metrics.json; finish the run with `lad eval` first")
         metrics = read_json(path, RunError)
@@ -298,7 +298,7 @@ class RunDir(RunJson):
     def write_scored(self, scored: Any, **more: Any) -> dict[str, Any]:
         """predictions.jsonl and metrics.json of a `lad.core.scoring.Scored` (plus `more`
         top-level metrics keys); returns the metrics written."""
-        write_predictions(self.file("predictions.jsonl"), scored.predictions)
+        write_predictions(self.predictions_file, scored.predictions)
         metrics = {**scored.metrics, **more, "source": self.source()}
         self.write_metrics(metrics)
         return metrics
@@ -306,7 +306,7 @@ class RunDir(RunJson):
     def finished(self, arguments: Mapping[str, Any], methods: Any) -> dict[str, Any] | None:
         """The run's metrics when it was finished with these record-defining `arguments`
         (`begin`'s rule) and scored every one of `methods`; else None."""
-        if not self.file("metrics.json").is_file():
+        if not self.metrics_file.is_file():
             return None
         try:
             stored = self.check().run_json

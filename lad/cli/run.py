@@ -245,7 +245,8 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def build_debiaser(args: argparse.Namespace, **more: Any) -> Any:
-    """The Debiaser of a command's model, spec and --preset flags (stated flags win)."""
+    """The Debiaser of a command's model, spec and --preset flags (stated flags win): every one
+    of its settings the command declares a flag for is handed on."""
     from lad.run.debiaser import Debiaser
 
     names = ("labels", "device", "dtype", "quiet", "chat_template", "image_size", "engine")
@@ -253,7 +254,7 @@ def build_debiaser(args: argparse.Namespace, **more: Any) -> Any:
     return Debiaser(
         args.model,
         preset=args.preset,
-        **{name: getattr(args, name) for name in names},
+        **{name: getattr(args, name) for name in names if hasattr(args, name)},
         prompt_template=_template(args.prompt_template),
         image_options=image_options(args) or None,
         **more,

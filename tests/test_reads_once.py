@@ -1,5 +1,6 @@
 """Issue 40, point 4: a run's inputs are read once and handed down. Counted: the files lad parses
-(lad.io.files.read_text: items, calibration items, a checkpoint's config.json), not the reads of
+(lad.io.files.read_text: items, calibration items, a checkpoint's config.json and
+generation_config.json), not the reads of
 transformers nor the SHA-256 of run.json's inputs (lad.run.runjson.file_digest)."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from lad.suites import Model, load_suite
 from tests.test_suites import _mmiu_six
 
 CONFIG = str(MODEL_DIR / "config.json")
+GENERATION = str(MODEL_DIR / "generation_config.json")
 
 
 @pytest.fixture
@@ -53,7 +55,12 @@ def test_a_suite_reads_each_cells_items_and_the_models_config_once(tmp_path, rea
         suite,
         cells=suite.cells[:2],
         models=[Model("a", "demo"), Model("b", "demo")],
-        settings={**suite.settings, "methods": ("vanilla", "lad"), "num_shuffles": 2},
+        settings={
+            **suite.settings,
+            "methods": ("vanilla", "lad"),
+            "num_shuffles": 2,
+            "repetition_penalty": "model",  # generation_config.json's (the demo's: none)
+        },
     )
     mmiu = _mmiu_six(tmp_path / "MMIU")
     result = run_suite(suite, tmp_path / "out", data_roots=[str(mmiu)], say=lambda line: None)
@@ -62,4 +69,4 @@ def test_a_suite_reads_each_cells_items_and_the_models_config_once(tmp_path, rea
     for cell in suite.cells[:2]:
         assert reads[str(data / f"{cell.slug}.jsonl")] == 1
         assert reads[str(data / f"{cell.slug}.calibration.jsonl")] == 1
-    assert reads[CONFIG] == 1
+    assert reads[CONFIG] == reads[GENERATION] == 1

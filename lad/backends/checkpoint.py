@@ -39,11 +39,8 @@ def model_repetition_penalty(model: str) -> float | None:
     """repetition_penalty of a checkpoint's generation_config (None where it sets none)."""
     path = Path(resolve_model(model))
     if path.is_dir():
-        file = path / "generation_config.json"
-        if not file.is_file():
-            return None
-        values = read_json(file, RunError, "generation config")
-        penalty = values.get("repetition_penalty") if isinstance(values, dict) else None
+        values = local_config(path, RunError, "generation_config.json", "generation config")
+        penalty = (values or {}).get("repetition_penalty")
     else:  # a hub id: transformers reads it, as generate would
         from transformers import GenerationConfig
 
@@ -145,16 +142,22 @@ def check_remote_code(model: str, trust_remote_code: bool) -> None:
         )
 
 
-# Each local config.json parsed, by (path, inode, mtime, size): rewritten, it is read again.
+# Each checkpoint file parsed, by (path, inode, mtime, size): rewritten, it is read again.
 _CONFIGS: dict[tuple[str, int, int, int], dict[str, Any] | None] = {}
 
 
-def local_config(model: str | Path, error: type[LadError] = BackendError) -> dict[str, Any] | None:
-    """A local checkpoint's config.json (`model`: a folder, resolve_model's), parsed once per
-    process while the file is unchanged: what lad's checks read before transformers loads it
-    (the layer count, the model type, remote code). None for a hub id (no such file) or a file
-    holding no JSON object; a file that cannot be read is `error` naming it, at every call."""
-    path = Path(model) / "config.json"
+def local_config(
+    model: str | Path,
+    error: type[LadError] = BackendError,
+    name: str = "config.json",
+    what: str = "model config",
+) -> dict[str, Any] | None:
+    """A local checkpoint's config.json (or its file `name`; `model`: a folder, resolve_model's),
+    parsed once per process while the file is unchanged: what lad reads before transformers
+    loads it (the layer count, the model type, remote code, the repetition penalty). None for a
+    hub id (no such file) or a file holding no JSON object; a file that cannot be read is
+    `error` naming it, at every call."""
+    path = Path(model) / name
     if not path.is_file():
         return None
     st = path.stat()
@@ -162,7 +165,7 @@ def local_config(model: str | Path, error: type[LadError] = BackendError) -> dic
     if key in _CONFIGS:
         note_input(path)  # an input of this command too, as read_json makes it
     else:
-        fields = read_json(path, error, "model config")
+        fields = read_json(path, error, what)
         _CONFIGS[key] = fields if isinstance(fields, dict) else None
     return _CONFIGS[key]
 

@@ -1,6 +1,6 @@
-"""What lad reads of a checkpoint beyond its weights: where `demo` lives, its config.json's fields
-(`local_config`, read once), and the repetition penalty of its generation_config (docs/methods.md,
-"The official code's variants")."""
+"""What lad reads of a checkpoint beyond its weights: where `demo` lives, its config.json and
+generation_config.json (`local_config`: each read once), and the repetition penalty of its
+generation_config (docs/methods.md, "The official code's variants")."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from lad.core.metrics import format_panel, format_table
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
 from lad.data.blank import blank_requests
+from lad.data.items import Item, read_items
 from lad.data.orders import Request, cyclic_requests
 from lad.errors import LadError
 from lad.io.files import child
@@ -284,12 +285,15 @@ def run_suite(
     models = suite_models(suite, model)
     chosen = {label: compared(suite, label, compare) for label, _ in models}  # before any work
     plans = []
+    items: dict[str, list[Item]] = {}  # a converted cell's items, read once for all its runs
     for label, path in models:
         for cell in suite.cells:
             settings = {**suite.settings, **cell.settings}
             preset = settings.pop("preset", "paper")
             data = cell_data(suite, cell, roots, out, settings)
-            n = cell.num_candidates or one_n(data["data"])
+            if cell.num_candidates is None and data["data"] != "shapes" and cell.id not in items:
+                items[cell.id] = read_items(data["data"])  # its N: refused before any work
+            n = cell.num_candidates or one_n(items.get(cell.id))
             stated = {**settings, **data, "model": path, "quiet": True}
             stated["trust_remote_code"] = trust_remote_code or None
             config = eval_config(preset, **stated, **({"num_candidates": n} if n else {}))
@@ -298,13 +302,16 @@ def run_suite(
     results: dict[str, dict[str, Any]] = {label: {} for label, _ in models}
     runs: dict[str, dict[str, Path]] = {label: {} for label, _ in models}
     skipped = []
+    inputs: dict[str, RunData | None] = {}  # each cell's, read once for every model's run
     for k, (label, cell, config, run_dir) in enumerate(plans, 1):
         if k > 1 and label != plans[k - 2][0]:
             backends.clear()  # the model before is done with: free its memory for the next
-        try:
-            data: RunData | None = read_data(config)
-        except LadError:
-            data = None  # refused by evaluate, with its reason
+        if cell.id not in inputs:
+            try:
+                inputs[cell.id] = read_data(config, items.get(cell.id))
+            except LadError:
+                inputs[cell.id] = None  # refused by evaluate, with its reason
+        data: RunData | None = inputs[cell.id]
         metrics = None if data is None else _finished(config, run_dir, data)
         say(f"[{k}/{len(plans)}] {label} · {cell.id}: {'finished' if metrics else 'running'}")
         if metrics is None:

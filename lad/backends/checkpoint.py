@@ -1,13 +1,14 @@
-"""What lad reads of a checkpoint beyond its weights: where `demo` lives, and the repetition
-penalty of its generation_config (docs/methods.md, "The official code's variants")."""
+"""What lad reads of a checkpoint beyond its weights: where `demo` lives, its config.json and
+generation_config.json (`local_config`: each read once), and the repetition penalty of its
+generation_config (docs/methods.md, "The official code's variants")."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from lad.errors import BackendError, RunError
-from lad.io.files import read_json
+from lad.errors import BackendError, LadError, RunError
+from lad.io.files import note_input, read_json
 
 # A penalty divides (or multiplies) logits: beyond these it overflows or erases a bfloat16 logit.
 PENALTY_RANGE = (1e-4, 1e4)
@@ -38,11 +39,8 @@ def model_repetition_penalty(model: str) -> float | None:
     """repetition_penalty of a checkpoint's generation_config (None where it sets none)."""
     path = Path(resolve_model(model))
     if path.is_dir():
-        file = path / "generation_config.json"
-        if not file.is_file():
-            return None
-        values = read_json(file, RunError, "generation config")
-        penalty = values.get("repetition_penalty") if isinstance(values, dict) else None
+        values = local_config(path, RunError, "generation_config.json", "generation config")
+        penalty = (values or {}).get("repetition_penalty")
     else:  # a hub id: transformers reads it, as generate would
         from transformers import GenerationConfig
 
@@ -115,9 +113,7 @@ def remote_code_note(model: str) -> str:
     code is written for, and how to get it; else ""."""
     from lad.backends.archs import ARCHS
 
-    path = Path(model) / "config.json"
-    config = read_json(path, BackendError, "model config") if path.is_file() else None
-    kind = config.get("model_type") if isinstance(config, dict) else None
+    kind = (local_config(model) or {}).get("model_type")
     for arch in ARCHS:
         if arch.remote_code and kind in arch.model_types:
             version = arch.remote_code
@@ -136,17 +132,42 @@ def check_remote_code(model: str, trust_remote_code: bool) -> None:
     folder (its config's auto_map): refused in one line unless `trust_remote_code`."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    path = Path(model) / "config.json"
-    if trust_remote_code or not path.is_file():
-        return
-    config = read_json(path, BackendError, "model config")
-    model_type = config.get("model_type") if isinstance(config, dict) else None
-    if isinstance(config, dict) and "auto_map" in config and model_type not in CONFIG_MAPPING_NAMES:
+    config = None if trust_remote_code else local_config(model)
+    model_type = config.get("model_type") if config else None
+    if config and "auto_map" in config and model_type not in CONFIG_MAPPING_NAMES:
         raise BackendError(
             f"--model {model}: model_type {model_type!r} is not one transformers knows; its "
             "folder's own code would run (config.json auto_map): pass --trust-remote-code "
             "(trust_remote_code=True) if you trust that code"
         )
+
+
+# Each checkpoint file parsed, by (path, inode, mtime, size): rewritten, it is read again.
+_CONFIGS: dict[tuple[str, int, int, int], dict[str, Any] | None] = {}
+
+
+def local_config(
+    model: str | Path,
+    error: type[LadError] = BackendError,
+    name: str = "config.json",
+    what: str = "model config",
+) -> dict[str, Any] | None:
+    """A local checkpoint's config.json (or its file `name`; `model`: a folder, resolve_model's),
+    parsed once per process while the file is unchanged: what lad reads before transformers
+    loads it (the layer count, the model type, remote code, the repetition penalty). None for a
+    hub id (no such file) or a file holding no JSON object; a file that cannot be read is
+    `error` naming it, at every call."""
+    path = Path(model) / name
+    if not path.is_file():
+        return None
+    st = path.stat()
+    key = (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
+    if key in _CONFIGS:
+        note_input(path)  # an input of this command too, as read_json makes it
+    else:
+        fields = read_json(path, error, what)
+        _CONFIGS[key] = fields if isinstance(fields, dict) else None
+    return _CONFIGS[key]
 
 
 def template_owner(model: str, chat_template: str | Path | None) -> str:

@@ -31,9 +31,11 @@ class RunData:
     calibration: list[Item] | None = None
 
 
-def read_data(config: EvalConfig) -> RunData:
-    """The items of --data and --calibration-data, each file read once."""
-    items = None if config.data == "shapes" else read_items(config.data)
+def read_data(config: EvalConfig, items: list[Item] | None = None) -> RunData:
+    """The items of --data and --calibration-data, each file read once (`items`: --data's, read
+    already)."""
+    if items is None and config.data != "shapes":
+        items = read_items(config.data)
     source = config.calibration_data
     return RunData(items, read_items(source) if source and Path(source).is_file() else None)
 

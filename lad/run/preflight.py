@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from lad.backends.archs import attention_layers
-from lad.backends.checkpoint import resolve_model
+from lad.backends.checkpoint import local_config, resolve_model
 from lad.backends.text import is_text_model
 from lad.backends.threads import requested_threads
 from lad.core.calibrate import Calibration
@@ -19,7 +19,7 @@ from lad.core.prompts import check_text_labels
 from lad.data.items import Item
 from lad.errors import RunError
 from lad.io.device import resolve_device
-from lad.io.files import check_not_inputs, check_output_dir, read_json
+from lad.io.files import check_not_inputs, check_output_dir
 from lad.io.images import check_images
 from lad.run.config import EvalConfig
 from lad.run.rundir import RUN_OUTPUTS, RunDir
@@ -77,11 +77,8 @@ def check_kind(config: EvalConfig, items: Sequence[Item]) -> None:
     if any(it.is_text for it in items):
         check_text_labels(config.scheme)
     pictures = next((it.id for it in items if not it.is_text), None)
-    path = Path(resolve_model(config.model)) / "config.json"
-    if pictures is None or not path.is_file():
-        return
-    fields = read_json(path, RunError, "model config")
-    if isinstance(fields, dict) and is_text_model(SimpleNamespace(**fields)):
+    fields = None if pictures is None else local_config(resolve_model(config.model), RunError)
+    if fields and is_text_model(SimpleNamespace(**fields)):
         raise RunError(
             f"--model {config.model} is a text-only causal LM ({fields.get('model_type')}), but "
             f"item {pictures!r} of the data has picture candidates; give items with text "
@@ -93,11 +90,8 @@ def model_num_layers(model: str) -> int | None:
     """The language decoder's layer count (of layers with softmax attention, a record's rows:
     lad.backends.archs.attention_layers) from a local checkpoint's config.json (None for a hub
     id: it is then checked when the records exist)."""
-    path = Path(model) / "config.json"
-    if not path.is_file():
-        return None
-    config = read_json(path, RunError, "model config")
-    text = config.get("text_config") or config if isinstance(config, dict) else {}
+    config = local_config(model, RunError) or {}
+    text = config.get("text_config") or config
     layers = text.get("num_hidden_layers") if isinstance(text, dict) else None
     return len(attention_layers(text)) if isinstance(layers, int) else None
 

@@ -3,11 +3,12 @@ runs, the paper model each is compared with, a converted cell's N, a run's numbe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lad.data.items import read_items
+from lad.data.items import Item
 from lad.errors import LadError
 from lad.suites import Suite
 
@@ -52,11 +53,10 @@ def compared(suite: Suite, label: str, compare: str | None) -> str | None:
     return next(iter(suite.paper)) if len(suite.paper) == 1 else None
 
 
-def one_n(data: str) -> int | None:
-    """The N of a converted items file whose items all have one N (else None: a mixed run)."""
-    if data == "shapes":
-        return None
-    ns = {it.num_candidates for it in read_items(data)}
+def one_n(items: Sequence[Item] | None) -> int | None:
+    """The N of a converted cell's items when they all have one N (else None: a mixed run, or
+    the shapes benchmark's generated data)."""
+    ns = {it.num_candidates for it in items or ()}
     return ns.pop() if len(ns) == 1 else None
 
 

@@ -23,6 +23,17 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MPLCONFIGDIR", str(home / "mpl"))
 
 
+@pytest.fixture(autouse=True)
+def _no_figure_left_open():
+    """A test that keeps a figure to read it (one that replaces lad's saving) leaves it to be
+    closed here, so figures never pile up across the tests of one worker."""
+    import sys
+
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
 @pytest.fixture(scope="session")
 def llava15_tiny(tmp_path_factory):
     """LLaVA-OneVision-1.5's shrunk random-weight copy (lad.testing.remote) in a folder of its hub

@@ -157,3 +157,12 @@ def test_text_converters_name_the_flag_out_of_range(
     assert main(["data", converter, str(src), flag, value, "--out", str(out)]) == 1
     assert capsys.readouterr().err.strip() == f"Error: {message}"
     assert not out.exists()
+
+
+def test_a_text_converter_refuses_an_option_it_does_not_take(tmp_path):
+    """The released converters' picture options mean nothing to a text file: passed to a text
+    converter they are refused, never silently ignored."""
+    src = _jsonl(tmp_path / "q.jsonl", [{"question": "q?", "options": ["a", "b"], "answer": 0}])
+    with pytest.raises(TypeError, match="images"):
+        import_text(src, tmp_path / "o.jsonl", images=str(tmp_path))
+    assert not (tmp_path / "o.jsonl").exists()

@@ -98,18 +98,19 @@ def convert_rows(
     benchmark: str,
     rule: Callable[[Row, int], Item | str],
     task_of: Callable[[Row], str] = lambda row: "all",
-    **options: Any,
+    task: str | None = None,
+    num_candidates: int | None = None,
+    items: int | None = None,
+    calibration_items: int = 5,
+    seed: int = 0,
 ) -> Written:
     """Every row of `task` (None: of every task) of the file (JSON Lines, a JSON list, parquet,
     or a folder of parquet files) through `rule` (the row and its 0-based number in the file to
     an item, or why it is skipped), keeping the items of `num_candidates` candidates (None: every
-    N, a cell each), into an items file `out`, its held-out calibration items and a summary;
-    options: task, num_candidates, items, calibration_items, seed (lad.data.released.Options)."""
-    split = Options(**options)
-    check_split(split.items, split.calibration_items)
+    N, a cell each), into an items file `out`, its held-out calibration items and a summary."""
+    check_split(items, calibration_items)
     rows = list(Questions(path).rows(_ANY_ROWS, None))
     tasks = sorted({task_of(row) for row in rows})
-    task, num_candidates = split.task, split.num_candidates
     if task is not None and task not in tasks:
         raise DataError(f"{path}: no question of task {task!r}; its tasks: {tasks}")
     converted = Converted()
@@ -129,6 +130,7 @@ def convert_rows(
         if it.id in seen:
             raise DataError(f"{path}: two questions have the id {it.id!r}; ids must be unique")
         seen.add(it.id)
+    split = Options(items=items, calibration_items=calibration_items, seed=seed)
     return write_split(converted, out, benchmark, path, split)
 
 

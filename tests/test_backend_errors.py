@@ -170,3 +170,38 @@ def test_remote_code_is_refused_without_trust_remote_code(tmp_path: Path) -> Non
     with pytest.raises(BackendError, match=r"model_type 'made_up_vlm' .*--trust-remote-code") as e:
         load_backend(str(tmp_path), device="cpu")
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "device, message",
+    [
+        ("gpu", r"^--device must be auto, cpu or cuda\[:N\]\. Got 'gpu'\.$"),
+        ("cuda:abc", r"^--device must be auto, cpu or cuda\[:N\]\. Got 'cuda:abc'\.$"),
+        ("cuda:0x", r"^--device must be auto, cpu or cuda\[:N\]\. Got 'cuda:0x'\.$"),
+    ],
+)
+def test_every_reader_of_device_refuses_it_by_one_rule(tmp_path, device, message):
+    """load_backend and the CLIP embedder of lad data coco|flickr8k refuse a --device as lad
+    eval's preflight does, one message, before anything loads (junk reached torch before)."""
+    from lad.data.clip import ClipEmbedder
+
+    with pytest.raises(BackendError, match=message):
+        load_backend(str(tmp_path), device=device)
+    with pytest.raises(BackendError, match=message):
+        ClipEmbedder(str(tmp_path), device=device)
+
+
+def test_a_cuda_device_the_machine_lacks_is_one_line(tmp_path, monkeypatch):
+    """cuda:N past the machine's GPUs (or any CUDA without one) is refused naming what there is."""
+    import torch
+
+    from lad.io.device import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(BackendError, match=r"^--device cuda: no CUDA device is available here"):
+        load_backend(str(tmp_path), device="cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("cuda:0") == "cuda:0"
+    with pytest.raises(BackendError, match=r"^--device cuda:1: this machine has 1 CUDA device"):
+        load_backend(str(tmp_path), device="cuda:1")

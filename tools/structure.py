@@ -232,17 +232,21 @@ def commit_lines(files: list[str], commits: dict[str, str]) -> dict[str, int] | 
     None without git history (a shallow or exported tree)."""
     try:
         full = {_git("rev-parse", c).strip(): g for c, g in commits.items()}
-        blamed: Counter[tuple[str, str]] = Counter()
-        for f in files:
-            commit = ""
-            for line in _git("blame", "--line-porcelain", "-w", "-M", "-C", "--", f).split("\n"):
-                head = line.split(" ")
-                if len(head[0]) == 40 and len(head) >= 3:
-                    commit = head[0]
-                elif line.startswith("filename ") and commit in full:
-                    blamed[(commit, line[len("filename ") :])] += 1
     except (OSError, subprocess.CalledProcessError):
         return None
+    blamed: Counter[tuple[str, str]] = Counter()
+    for f in files:
+        try:
+            porcelain = _git("blame", "--line-porcelain", "-w", "-M", "-C", "--", f)
+        except subprocess.CalledProcessError:  # a module git does not track yet: no commit's
+            continue
+        commit = ""
+        for line in porcelain.split("\n"):
+            head = line.split(" ")
+            if len(head[0]) == 40 and len(head) >= 3:
+                commit = head[0]
+            elif line.startswith("filename ") and commit in full:
+                blamed[(commit, line[len("filename ") :])] += 1
     out: Counter[str] = Counter({g: 0 for g in full.values()})
     for commit in {c for c, _ in blamed}:
         growth = {}

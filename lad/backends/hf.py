@@ -19,7 +19,7 @@ import torch
 
 from lad.backends import capture as cap
 from lad.backends import text as text_lm
-from lad.backends.archs import Arch, attention_layers
+from lad.backends.archs import attention_layers
 from lad.backends.batches import (
     Encoded,
     Prefill,
@@ -57,6 +57,7 @@ from lad.errors import BackendError, check_choice
 from lad.io.images import open_image
 
 if TYPE_CHECKING:
+    from lad.backends.load import Checkpoint
     from lad.core.items import Request
 
 # Entered around a batch's prompt forward (and its label decoding) with (inputs, image spans).
@@ -69,28 +70,18 @@ PREFETCH = 4  # batches prepared ahead of a GPU model, in as many worker threads
 class Backend:
     """A loaded model that turns (item, ordering, order) requests into records."""
 
-    def __init__(
-        self,
-        model_id: str,
-        model: Any,
-        processor: Any,
-        arch: Arch,
-        image_options: dict[str, Any],
-        *,
-        image_size: int | None = None,
-        repetition_penalty: float | None = None,
-        template_owner: str | None = None,
-    ) -> None:
-        self.model_id = model_id
-        self.template_owner = template_owner or model_id  # named by chat-template errors
+    def __init__(self, checkpoint: Checkpoint, model: Any) -> None:
+        self.model_id = str(checkpoint.model)
+        self.template_owner = checkpoint.owner  # named by chat-template errors
         self.model = model
-        self.processor = processor
-        self.arch = arch
-        self.image_options = image_options
-        self.image_size = image_size  # resize every picture to this square first (None: as is)
+        self.processor = checkpoint.processor
+        self.arch = checkpoint.arch
+        self.image_options = checkpoint.options
+        # resize every picture to this square first (None: as is)
+        self.image_size = checkpoint.settings.image_size
         # Label steps' logits penalised as transformers' RepetitionPenaltyLogitsProcessor does
         # (lad.backends.scoring.RepetitionPenalty); None or 1: not at all.
-        self.repetition_penalty = repetition_penalty
+        self.repetition_penalty = checkpoint.settings.repetition_penalty
         text = model.config.get_text_config()
         # The decoder layers with softmax attention (all but in a hybrid): a record row each.
         self.attention_layers: list[int] = attention_layers(text)
@@ -102,14 +93,14 @@ class Backend:
         # The token an image's placeholder expands to (the processor's image_token_id is wrong
         # for Gemma3; the config's is right for every supported architecture).
         self.image_token: int | None = getattr(model.config, "image_token_id", None)
-        self.text_only = arch is text_lm.TEXT_ARCH  # a causal LM of text alone (no pictures)
+        self.text_only = checkpoint.text_only  # a causal LM of text alone (no pictures)
         self.device = next(model.parameters()).device
         self.forward = Forward.of(model)  # its cache argument's name, logits_to_keep or not
         self._tries: dict[tuple[str, int], LabelTrie] = {}
         self._round_tripped: set[tuple[str, str, int, bool]] = set()  # (template, scheme, N, text)
         self._end_of_answer: int | None = None
         # Worker threads encode with their own processor copies; the original is used under lock.
-        self._processors = ProcessorPool(processor)
+        self._processors = ProcessorPool(self.processor)
         # Queue batch b+1 on the device before reading batch b's results back (records); on a
         # CPU the model computes synchronously and there is nothing to overlap.
         self.overlap = self.device.type == "cuda"

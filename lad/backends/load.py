@@ -121,16 +121,7 @@ class Checkpoint:
     text_only: bool
 
     def backend(self, net: Any) -> Backend:
-        return Backend(
-            str(self.model),
-            net,
-            self.processor,
-            self.arch,
-            self.options,
-            image_size=self.settings.image_size,
-            repetition_penalty=self.settings.repetition_penalty,
-            template_owner=self.owner,
-        )
+        return Backend(self, net)
 
 
 def open_checkpoint(settings: LoadSettings) -> Checkpoint:

@@ -45,7 +45,8 @@ class Arch:
         user's `options`, whose "min_pixels" / "max_pixels" set a pixel-budget processor's size
         (a processor call's own min_pixels / max_pixels are deprecated in transformers 5)."""
         user = dict(options or {})
-        pixels = {k: user.pop(k) for k in ("min_pixels", "max_pixels") if k in user}
+        edges = {"min_pixels": "shortest_edge", "max_pixels": "longest_edge"}
+        pixels = {edge: user.pop(key) for key, edge in edges.items() if key in user}
         merged = {**self.image_options, **user}
         if not pixels:
             return merged
@@ -56,10 +57,7 @@ class Arch:
                 f"{self.name} has none: use --image-size, or its own processor option with "
                 "--image-option KEY=VALUE (docs/backends.md)"
             )
-        size = dict(merged.get("size") or {})
-        for key, edge in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
-            if key in pixels:
-                size[edge] = pixels[key]
+        size = {**(merged.get("size") or {}), **pixels}
         if size.get("shortest_edge", 0) > size.get("longest_edge", float("inf")):
             raise BackendError(
                 f"--min-pixels {size['shortest_edge']} exceeds --max-pixels {size['longest_edge']}"

@@ -286,8 +286,7 @@ class Backend:
     def _encode_host(
         self, batch: list[Request], texts: list[str], images: list[list[Any]], processor: Any
     ) -> tuple[dict[str, Any], list[list[tuple[int, int]]]]:
-        tok = processor.tokenizer
-        markers = [tok.convert_tokens_to_ids(m) for m in self.arch.markers]
+        markers = [processor.tokenizer.convert_tokens_to_ids(m) for m in self.arch.markers]
         inputs, all_spans = encode(
             processor, texts, images, self.image_options, self.image_token, markers, self.model_id
         )

@@ -23,9 +23,8 @@ P = TypeVar("P")
 
 def prefetched(batches: Iterable[B], prepare: Callable[[B], P], *, ahead: int = 2) -> Iterator[P]:
     """prepare(batch) for each batch, in order, with up to `ahead` batches prepared in advance by
-    as many worker threads; ahead=0 prepares each batch in the caller's thread when it is due."""
-    if ahead < 0:
-        raise ValueError(f"The 'ahead' parameter must be >= 0. Got {ahead}.")
+    as many worker threads; ahead=0 prepares each batch in the caller's thread when it is due
+    (a negative `ahead`: the pool's ValueError; Backend.records refuses one first)."""
     if ahead == 0:
         for batch in batches:
             yield prepare(batch)

@@ -255,8 +255,8 @@ def _span(
     lo, hi = chars
     where = f"item {item.id!r}, option at position {k + 1}"
     if lo == hi:  # an empty option (the blank prompt, lad.data.blank): no token, Eq. 6 sums 0
-        after = [t for t, (s, e) in enumerate(offsets) if e > s and s >= lo]
-        return (after[0], after[0]) if after else (len(offsets), len(offsets))
+        after = next((t for t, (s, e) in enumerate(offsets) if e > s and s >= lo), len(offsets))
+        return after, after
     inside = [t for t, (s, e) in enumerate(offsets) if e > s and s < hi and e > lo]
     if not inside:
         raise BackendError(f"{where}: no token of the prompt holds the option's text")

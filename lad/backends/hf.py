@@ -341,8 +341,8 @@ class Backend:
         return Prefill(logits[:, 0], self.forward.cache_of(out), rows, paths)
 
     @torch.no_grad()
-    def _decode_paths(self, trie: LabelTrie, pre: Prefill, mask: torch.Tensor) -> torch.Tensor:
-        """Logits after each token of each trie path, reusing the prompt's cache: (B, M, D, V)."""
+    def _decode_paths(self, trie: LabelTrie, cache: Any, mask: torch.Tensor) -> torch.Tensor:
+        """Logits after each token of each trie path, on the prompts' cache: (B, M, D, V)."""
         b, m = mask.shape[0], len(trie.paths)
         d = max(len(p) for p in trie.paths)
         ids = torch.full((b * m, d), trie.eos, dtype=torch.long, device=mask.device)
@@ -350,7 +350,7 @@ class Backend:
         for j, path in enumerate(trie.paths):
             ids[j::m, : len(path)] = torch.tensor(path, device=mask.device)
             step_mask[j::m, : len(path)] = 1
-        cache = repeat_rows(pre.cache, b, m, mask.device)  # not reused after
+        cache = repeat_rows(cache, b, m, mask.device)  # not reused after
         full_mask = torch.cat([mask.repeat_interleave(m, dim=0), step_mask], dim=1)
         return decode_steps(self, ids, full_mask, cache).reshape(b, m, d, -1)
 
@@ -401,10 +401,9 @@ class Backend:
                 paths = pre.path_logits
             else:
                 pre = self.prefill(inputs, capture, keep_cache=keep_cache or bool(trie.paths))
-                kept = copy.deepcopy(pre.cache) if trie.paths and keep_cache else pre.cache
+                cache = copy.deepcopy(pre.cache) if trie.paths and keep_cache else pre.cache
                 mask = inputs["attention_mask"]
-                paths = self._decode_paths(trie, pre, mask) if trie.paths else None
-                pre = Prefill(pre.logits, kept, pre.rows)
+                paths = self._decode_paths(trie, cache, mask) if trie.paths else None
         return pre, label_logprobs(trie, pre.logits, paths, self._penalty(inputs, pre.logits))
 
     def _penalty(self, inputs: dict[str, Any], logits: torch.Tensor) -> RepetitionPenalty | None:

@@ -321,8 +321,7 @@ def encode(
         )
     placeholder = getattr(processor, "image_token", None) or "the image placeholder"
     spans = []
-    for b in range(len(texts)):
-        ids = inputs["input_ids"][b].tolist()
+    for b, ids in enumerate(inputs["input_ids"].tolist()):
         chars = [r["new_span"] for r in replacements[b] if r.get("type") == "image"]
         found = OffsetSpans(processor.tokenizer, ids, offsets[b], image_token, markers)
         spans.append([found.span(k, c, placeholder, model) for k, c in enumerate(chars)])

@@ -19,11 +19,10 @@ from lad.backends.batches import Prefill, batched
 from lad.backends.hf import Backend, decode_steps, repeat_rows
 from lad.core.labels import LabelScheme
 from lad.core.records import Record
+from lad.errors import BackendError
 
 if TYPE_CHECKING:
     from lad.core.items import Request
-
-from lad.errors import BackendError
 
 
 @dataclass(frozen=True)

@@ -54,19 +54,33 @@ def picture_bytes(value: Any, where: str) -> bytes:
 
 
 class _Pictures:
-    """Where a conversion's pictures are: embedded bytes written to `folder`, each named by its
-    content (lad.io.files.content_path), or files the rows name under `roots` (lad.io.files.inside).
-    `undo` removes what this conversion wrote, and the folders it made for them."""
+    """Where a conversion's pictures are: embedded bytes written to `folder` (--pictures, else
+    beside `out`, the items file to be), each named by its content (lad.io.files.content_path),
+    or files the rows name under `roots` (--images, then the question file's folder;
+    lad.io.files.inside). `undo` removes what this conversion wrote, and the folders it made."""
 
-    def __init__(self, folder: Path | None, roots: list[Path], skip_missing: bool) -> None:
-        self.folder, self.roots, self.skip_missing = folder, roots, skip_missing
+    def __init__(
+        self, benchmark: Benchmark, questions: Questions, options: Options, out: str | Path | None
+    ) -> None:
+        self.folder: Path | None = None
+        self.roots: list[Path] = []
+        self.skip_missing = options.skip_missing
         self.pending: dict[Path, bytes] = {}
         self.created: list[Path] = []
         self.new_folders: list[Path] = []  # deepest first
-        if folder is not None:
-            self.new_folders = list(takewhile(lambda p: not p.exists(), [folder, *folder.parents]))
-            if folder.is_dir():
-                remove_stale_temporaries(folder)
+        if not benchmark.embedded:
+            roots = [Path(options.images)] if options.images is not None else []
+            if roots and not roots[0].is_dir():
+                raise DataError(f"{roots[0]}: no such image folder")
+            path = questions.path
+            self.roots = [*roots, path if path.is_dir() else path.parent]
+            return
+        folder = pictures_folder(out if out is not None else questions.path, options.pictures)
+        check_output_dir(folder, "--pictures")
+        self.folder = folder
+        self.new_folders = list(takewhile(lambda p: not p.exists(), [folder, *folder.parents]))
+        if folder.is_dir():
+            remove_stale_temporaries(folder)
 
     def locate(self, refs: list[Any], where: str) -> list[Path] | str:
         """The files of a question's pictures (given in the order its row lists them), or why
@@ -323,29 +337,13 @@ def read(
     elif task is not None and task not in tasks:
         raise DataError(f"{path}: no question of task {task!r}; its tasks: {sorted(tasks)}")
     base = Path(out if out is not None else path).absolute().parent
-    pictures = _Pictures(*_places(benchmark, questions, options, out), options.skip_missing)
+    pictures = _Pictures(benchmark, questions, options, out)
     try:
         converted = collect(benchmark, questions, pictures, task, base.resolve(), options, one_task)
     except LadError:  # a refusal; an interrupted conversion keeps what it wrote (a rerun reuses it)
         pictures.undo()
         raise
     return task, converted, pictures
-
-
-def _places(
-    benchmark: Benchmark, questions: Questions, options: Options, out: str | Path | None
-) -> tuple[Path | None, list[Path]]:
-    """(the pictures folder, None where the rows name files; the folders those files may be in)."""
-    if benchmark.embedded:
-        where = out if out is not None else questions.path
-        folder = pictures_folder(where, options.pictures)
-        check_output_dir(folder, "--pictures")
-        return folder, []
-    roots = [Path(options.images)] if options.images is not None else []
-    if roots and not roots[0].is_dir():
-        raise DataError(f"{roots[0]}: no such image folder")
-    path = questions.path
-    return None, [*roots, path if path.is_dir() else path.parent]
 
 
 def convert(

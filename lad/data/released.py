@@ -57,7 +57,8 @@ class _Pictures:
     """Where a conversion's pictures are: embedded bytes written to `folder` (--pictures, else
     beside `out`, the items file to be), each named by its content (lad.io.files.content_path),
     or files the rows name under `roots` (--images, then the question file's folder;
-    lad.io.files.inside). `undo` removes what this conversion wrote, and the folders it made."""
+    lad.io.files.inside). `base`: the items file's folder, which its picture paths are written
+    relative to. `undo` removes what this conversion wrote, and the folders it made."""
 
     def __init__(
         self, benchmark: Benchmark, questions: Questions, options: Options, out: str | Path | None
@@ -68,19 +69,20 @@ class _Pictures:
         self.pending: dict[Path, bytes] = {}
         self.created: list[Path] = []
         self.new_folders: list[Path] = []  # deepest first
-        if not benchmark.embedded:
+        beside = Path(out if out is not None else questions.path)  # the items file to be
+        if benchmark.embedded:
+            self.folder = folder = pictures_folder(beside, options.pictures)
+            check_output_dir(folder, "--pictures")
+            self.new_folders = list(takewhile(lambda p: not p.exists(), [folder, *folder.parents]))
+            if folder.is_dir():
+                remove_stale_temporaries(folder)
+        else:
             roots = [Path(options.images)] if options.images is not None else []
             if roots and not roots[0].is_dir():
                 raise DataError(f"{roots[0]}: no such image folder")
             path = questions.path
             self.roots = [*roots, path if path.is_dir() else path.parent]
-            return
-        folder = pictures_folder(out if out is not None else questions.path, options.pictures)
-        check_output_dir(folder, "--pictures")
-        self.folder = folder
-        self.new_folders = list(takewhile(lambda p: not p.exists(), [folder, *folder.parents]))
-        if folder.is_dir():
-            remove_stale_temporaries(folder)
+        self.base = beside.absolute().parent.resolve()
 
     def locate(self, refs: list[Any], where: str) -> list[Path] | str:
         """The files of a question's pictures (given in the order its row lists them), or why
@@ -180,20 +182,19 @@ def collect(
     questions: Questions,
     pictures: _Pictures,
     task: str | None,
-    base: Path,
     options: Options,
     one_task: bool,
 ) -> Converted:
     """Every row of `task` (None: of every task) through the benchmark's rule, keeping the
     questions of `options.num_candidates` candidates (None: of every N; of the one N there must
     be when `one_task`) whose item the items reader accepts and whose id no earlier question
-    has; each item keeps its task under "task" (lad eval's cells); `base`: the output's folder."""
+    has; each item keeps its task under "task" (lad eval's cells)."""
     converted = Converted()
     seen: set[str] = set()
     for row in questions.rows(benchmark, task):
         made = benchmark.choose(row)
         name = made.task if isinstance(made, Choice) else benchmark.task(row.fields)
-        why = _why_skipped(made, row, pictures, options.num_candidates, seen, base)
+        why = _why_skipped(made, row, pictures, options.num_candidates, seen)
         if isinstance(why, str):
             converted.skip(name, why, made.num_candidates if isinstance(made, Choice) else None)
         else:
@@ -221,7 +222,6 @@ def _why_skipped(
     pictures: _Pictures,
     num_candidates: int | None,
     seen: set[str],
-    base: Path,
 ) -> Item | str:
     """The item of a row's choice, its pictures in place; or why it is skipped."""
     if isinstance(made, str):
@@ -240,7 +240,7 @@ def _why_skipped(
     item = Item(made.item, made.question, candidates, made.answer, made.extra, made.question)
     item.context_images = context
     try:  # what lad writes, its own reader reads
-        check_item(item_object(item, base), row.where)
+        check_item(item_object(item, pictures.base), row.where)
     except ItemRuleError as e:
         return e.reason
     pictures.commit(files)
@@ -336,10 +336,9 @@ def read(
         task = next(iter(tasks))
     elif task is not None and task not in tasks:
         raise DataError(f"{path}: no question of task {task!r}; its tasks: {sorted(tasks)}")
-    base = Path(out if out is not None else path).absolute().parent
     pictures = _Pictures(benchmark, questions, options, out)
     try:
-        converted = collect(benchmark, questions, pictures, task, base.resolve(), options, one_task)
+        converted = collect(benchmark, questions, pictures, task, options, one_task)
     except LadError:  # a refusal; an interrupted conversion keeps what it wrote (a rerun reuses it)
         pictures.undo()
         raise

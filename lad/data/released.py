@@ -205,13 +205,9 @@ def collect(
     sizes = Counter(it.num_candidates for it in converted.items)
     if len(sizes) > 1 and one_task:
         listed = ", ".join(f"N = {n} ({c})" for n, c in sorted(sizes.items()))
-        which = (
-            "the questions converted have" if task is None else f"task {task!r} has questions with"
-        )
-        also = " (and a task with --task)" if task is None else ""
-        raise DataError(
-            f"{questions.path}: {which} different numbers of candidates ({listed}); "
-            f"choose one with --num-candidates{also}"
+        raise DataError(  # one_task: read resolved the task
+            f"{questions.path}: task {task!r} has questions with different numbers of candidates "
+            f"({listed}); choose one with --num-candidates"
         )
     return converted
 

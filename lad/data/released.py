@@ -55,10 +55,11 @@ def picture_bytes(value: Any, where: str) -> bytes:
 
 class _Pictures:
     """Where a conversion's pictures are: embedded bytes written to `folder` (--pictures, else
-    beside `out`, the items file to be), each named by its content (lad.io.files.content_path),
-    or files the rows name under `roots` (--images, then the question file's folder;
-    lad.io.files.inside). `base`: the items file's folder, which its picture paths are written
-    relative to. `undo` removes what this conversion wrote, and the folders it made."""
+    the -pictures sibling of `out`, the items file to be), each named by its content
+    (lad.io.files.content_path), or files the rows name under `roots` (--images, then the question
+    file's folder; lad.io.files.inside). `base`: the folder of `out` (None: of the question file),
+    which picture paths are written relative to. `undo` removes what this conversion wrote, and
+    the folders it made for them."""
 
     def __init__(
         self, benchmark: Benchmark, questions: Questions, options: Options, out: str | Path | None

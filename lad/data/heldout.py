@@ -12,7 +12,7 @@ not supply them all. With one task and one N this is the seeded choice lad has a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import zip_longest
 from typing import Any
 
@@ -80,14 +80,12 @@ def skipped_text(skipped: dict[str, int]) -> str:
     return f"skipped {sum(skipped.values())} ({reasons})" if skipped else ""
 
 
-def cell_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+def cell_lines(rows: Sequence[dict[str, Any]]) -> Iterator[str]:
     """The printed summary per cell: `  TASK N=n: converted c, held out h; skipped s (...)`."""
-    lines = []
     for row in rows:
         tail = skipped_text(row["skipped"])
         if row["num_candidates"] is None:
-            lines.append(f"  {row['task']} (N not known): {tail}")
+            yield f"  {row['task']} (N not known): {tail}"
             continue
         head = f"  {row['task']} N={row['num_candidates']}: converted {row['converted']}, "
-        lines.append(head + f"held out {row['held_out']}" + (f"; {tail}" if tail else ""))
-    return lines
+        yield head + f"held out {row['held_out']}" + (f"; {tail}" if tail else "")

@@ -209,21 +209,19 @@ def _json_rows(path: Path) -> list[Row]:
         if not isinstance(rows, list):
             raise DataError(f"{path}: expected a JSON list of questions")
         return [_row(obj, f"{path}: entry {i}: ") for i, obj in enumerate(rows)]
-    return [
-        _row(_json_line(line, path, n), f"{path}:{n}: ")
-        for n, line in enumerate(text.splitlines(), 1)
-        if line.strip()
-    ]
-
-
-def _json_line(line: str, path: Path, n: int) -> Any:
-    try:
-        return loads_json(line, DataError, f"{path}:{n}: ")
-    except json.JSONDecodeError as e:
-        raise DataError(
-            f"{path}:{n}: not valid JSON ({e.msg}); expected a JSON list of questions, one "
-            "question per line (JSON Lines), or a .parquet file"
-        ) from None
+    questions = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = loads_json(line, DataError, f"{path}:{n}: ")
+        except json.JSONDecodeError as e:
+            raise DataError(
+                f"{path}:{n}: not valid JSON ({e.msg}); expected a JSON list of questions, one "
+                "question per line (JSON Lines), or a .parquet file"
+            ) from None
+        questions.append(_row(obj, f"{path}:{n}: "))
+    return questions
 
 
 def _row(obj: Any, where: str) -> Row:

@@ -54,19 +54,36 @@ def picture_bytes(value: Any, where: str) -> bytes:
 
 
 class _Pictures:
-    """Where a conversion's pictures are: embedded bytes written to `folder`, each named by its
-    content (lad.io.files.content_path), or files the rows name under `roots` (lad.io.files.inside).
-    `undo` removes what this conversion wrote, and the folders it made for them."""
+    """Where a conversion's pictures are: embedded bytes written to `folder` (--pictures, else
+    the -pictures sibling of `out`, the items file to be), each named by its content
+    (lad.io.files.content_path), or files the rows name under `roots` (--images, then the question
+    file's folder; lad.io.files.inside). `base`: the folder of `out` (None: of the question file),
+    which picture paths are written relative to. `undo` removes what this conversion wrote, and
+    the folders it made for them."""
 
-    def __init__(self, folder: Path | None, roots: list[Path], skip_missing: bool) -> None:
-        self.folder, self.roots, self.skip_missing = folder, roots, skip_missing
+    def __init__(
+        self, benchmark: Benchmark, questions: Questions, options: Options, out: str | Path | None
+    ) -> None:
+        self.folder: Path | None = None
+        self.roots: list[Path] = []
+        self.skip_missing = options.skip_missing
         self.pending: dict[Path, bytes] = {}
         self.created: list[Path] = []
         self.new_folders: list[Path] = []  # deepest first
-        if folder is not None:
+        beside = Path(out if out is not None else questions.path)  # the items file to be
+        if benchmark.embedded:
+            self.folder = folder = pictures_folder(beside, options.pictures)
+            check_output_dir(folder, "--pictures")
             self.new_folders = list(takewhile(lambda p: not p.exists(), [folder, *folder.parents]))
             if folder.is_dir():
                 remove_stale_temporaries(folder)
+        else:
+            roots = [Path(options.images)] if options.images is not None else []
+            if roots and not roots[0].is_dir():
+                raise DataError(f"{roots[0]}: no such image folder")
+            path = questions.path
+            self.roots = [*roots, path if path.is_dir() else path.parent]
+        self.base = beside.absolute().parent.resolve()
 
     def locate(self, refs: list[Any], where: str) -> list[Path] | str:
         """The files of a question's pictures (given in the order its row lists them), or why
@@ -166,20 +183,19 @@ def collect(
     questions: Questions,
     pictures: _Pictures,
     task: str | None,
-    base: Path,
     options: Options,
     one_task: bool,
 ) -> Converted:
     """Every row of `task` (None: of every task) through the benchmark's rule, keeping the
     questions of `options.num_candidates` candidates (None: of every N; of the one N there must
     be when `one_task`) whose item the items reader accepts and whose id no earlier question
-    has; each item keeps its task under "task" (lad eval's cells); `base`: the output's folder."""
+    has; each item keeps its task under "task" (lad eval's cells)."""
     converted = Converted()
     seen: set[str] = set()
     for row in questions.rows(benchmark, task):
         made = benchmark.choose(row)
         name = made.task if isinstance(made, Choice) else benchmark.task(row.fields)
-        why = _why_skipped(made, row, pictures, options.num_candidates, seen, base)
+        why = _why_skipped(made, row, pictures, options.num_candidates, seen)
         if isinstance(why, str):
             converted.skip(name, why, made.num_candidates if isinstance(made, Choice) else None)
         else:
@@ -190,13 +206,9 @@ def collect(
     sizes = Counter(it.num_candidates for it in converted.items)
     if len(sizes) > 1 and one_task:
         listed = ", ".join(f"N = {n} ({c})" for n, c in sorted(sizes.items()))
-        which = (
-            "the questions converted have" if task is None else f"task {task!r} has questions with"
-        )
-        also = " (and a task with --task)" if task is None else ""
-        raise DataError(
-            f"{questions.path}: {which} different numbers of candidates ({listed}); "
-            f"choose one with --num-candidates{also}"
+        raise DataError(  # one_task: read resolved the task
+            f"{questions.path}: task {task!r} has questions with different numbers of candidates "
+            f"({listed}); choose one with --num-candidates"
         )
     return converted
 
@@ -207,7 +219,6 @@ def _why_skipped(
     pictures: _Pictures,
     num_candidates: int | None,
     seen: set[str],
-    base: Path,
 ) -> Item | str:
     """The item of a row's choice, its pictures in place; or why it is skipped."""
     if isinstance(made, str):
@@ -226,7 +237,7 @@ def _why_skipped(
     item = Item(made.item, made.question, candidates, made.answer, made.extra, made.question)
     item.context_images = context
     try:  # what lad writes, its own reader reads
-        check_item(item_object(item, base), row.where)
+        check_item(item_object(item, pictures.base), row.where)
     except ItemRuleError as e:
         return e.reason
     pictures.commit(files)
@@ -322,30 +333,13 @@ def read(
         task = next(iter(tasks))
     elif task is not None and task not in tasks:
         raise DataError(f"{path}: no question of task {task!r}; its tasks: {sorted(tasks)}")
-    base = Path(out if out is not None else path).absolute().parent
-    pictures = _Pictures(*_places(benchmark, questions, options, out), options.skip_missing)
+    pictures = _Pictures(benchmark, questions, options, out)
     try:
-        converted = collect(benchmark, questions, pictures, task, base.resolve(), options, one_task)
+        converted = collect(benchmark, questions, pictures, task, options, one_task)
     except LadError:  # a refusal; an interrupted conversion keeps what it wrote (a rerun reuses it)
         pictures.undo()
         raise
     return task, converted, pictures
-
-
-def _places(
-    benchmark: Benchmark, questions: Questions, options: Options, out: str | Path | None
-) -> tuple[Path | None, list[Path]]:
-    """(the pictures folder, None where the rows name files; the folders those files may be in)."""
-    if benchmark.embedded:
-        where = out if out is not None else questions.path
-        folder = pictures_folder(where, options.pictures)
-        check_output_dir(folder, "--pictures")
-        return folder, []
-    roots = [Path(options.images)] if options.images is not None else []
-    if roots and not roots[0].is_dir():
-        raise DataError(f"{roots[0]}: no such image folder")
-    path = questions.path
-    return None, [*roots, path if path.is_dir() else path.parent]
 
 
 def convert(

@@ -68,9 +68,7 @@ _TASK_Q = (
     "one image."
 )
 _TAIL_Q = "\nQuestion: {question}\nAnswer:"
-QUESTION_TEMPLATES: dict[str, str] = {
-    name: text.replace(_TASK, _TASK_Q).replace(_TAIL, _TAIL_Q) for name, text in TEMPLATES.items()
-}
+QUESTION_TEMPLATES: dict[str, str] = _four(_TASK_Q, _ONLY, _FAIR, _SC, _TAIL_Q)
 
 # Text candidates: the same four prompts, asking to choose an option listed under its label.
 _TASK_T = (

@@ -300,9 +300,8 @@ class Calibration:
         log_bias: np.ndarray,
         attention_prior: np.ndarray,
         pride_log_prior: np.ndarray | None = None,
-        **meta: Any,
     ) -> Calibration:
-        """A calibration made from given matrices (tests, ablations). log_obs = log_bias."""
+        """A calibration made from given matrices (tests). log_obs = log_bias."""
         cal = cls()
         cal.log_bias = np.asarray(log_bias, dtype=np.float64)
         cal.log_obs = cal.log_bias.copy()
@@ -314,8 +313,6 @@ class Calibration:
         )
         cal.num_items = 0
         cal.num_candidates, cal.num_layers = num, cal.attention_prior.shape[0]
-        for key, value in meta.items():
-            setattr(cal, key, value)
         return cal
 
 

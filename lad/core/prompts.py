@@ -16,14 +16,11 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from lad.core.items import Item
 from lad.core.labels import LABEL_SCHEMES, LabelScheme
 from lad.errors import DataError, LadError
 from lad.io import files, limits
-
-if TYPE_CHECKING:
-    from lad.core.items import Item
 
 # One part of the user turn: text, or a picture slot ("candidate", position) / ("context", j).
 Part = str | tuple[str, int]

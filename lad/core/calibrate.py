@@ -266,35 +266,31 @@ class Calibration:
 
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
+        """Read a "lad-calibration/1" file (the one place old versions would be handled)."""
         obj = read_json(path, CalibrationError, "calibration file")
-        return cls.from_dict(obj, source=path)
-
-    @classmethod
-    def from_dict(cls, obj: Any, source: object = "calibration") -> Calibration:
-        """Read a "lad-calibration/1" object (the one place old versions would be handled)."""
         if not isinstance(obj, dict) or obj.get("format") != FORMAT:
             got = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
-            raise CalibrationError(f"{source}: expected format {FORMAT!r}, got {got!r}")
+            raise CalibrationError(f"{path}: expected format {FORMAT!r}, got {got!r}")
         if obj.get("obs_mean", "prob") not in OBS_MEANS:
-            raise CalibrationError(f"{source}: 'obs_mean' must be one of {list(OBS_MEANS)}")
+            raise CalibrationError(f"{path}: 'obs_mean' must be one of {list(OBS_MEANS)}")
         cal = cls(obs_mean=obj.get("obs_mean", "prob"))
         try:
             num, nl = int(obj["num_candidates"]), int(obj["num_layers"])
-            cal.log_obs = _matrix(obj, "log_obs", (num, num), source)
-            cal.log_bias = _matrix(obj, "log_bias", (num, num), source)
-            cal.attention_prior = _matrix(obj, "attention_prior", (nl, num), source)
-            cal.pride_log_prior = _matrix(obj, "pride_log_prior", (num,), source)
+            cal.log_obs = _matrix(obj, "log_obs", (num, num), path)
+            cal.log_bias = _matrix(obj, "log_bias", (num, num), path)
+            cal.attention_prior = _matrix(obj, "attention_prior", (nl, num), path)
+            cal.pride_log_prior = _matrix(obj, "pride_log_prior", (num,), path)
             cal.gamma = float(obj["gamma"])
             cal.num_items = int(obj["num_items"])
             cal.model = str(obj.get("model") or "")
             cal.labels = [str(x) for x in obj.get("labels") or []]
             cal.prompt_sha256 = str(obj.get("prompt_sha256") or "")
-            cal.preprocessing = _read_preprocessing(obj.get("preprocessing"), source)
+            cal.preprocessing = _read_preprocessing(obj.get("preprocessing"), path)
         except KeyError as e:
-            raise CalibrationError(f"{source}: missing key {e.args[0]!r}") from None
+            raise CalibrationError(f"{path}: missing key {e.args[0]!r}") from None
         except (TypeError, ValueError) as e:
-            raise CalibrationError(f"{source}: malformed calibration ({e})") from None
-        _check_plausible(cal, source)
+            raise CalibrationError(f"{path}: malformed calibration ({e})") from None
+        _check_plausible(cal, path)
         cal.num_candidates, cal.num_layers = num, nl
         return cal
 
@@ -304,9 +300,8 @@ class Calibration:
         log_bias: np.ndarray,
         attention_prior: np.ndarray,
         pride_log_prior: np.ndarray | None = None,
-        **meta: Any,
     ) -> Calibration:
-        """A calibration made from given matrices (tests, ablations). log_obs = log_bias."""
+        """A calibration made from given matrices (tests). log_obs = log_bias."""
         cal = cls()
         cal.log_bias = np.asarray(log_bias, dtype=np.float64)
         cal.log_obs = cal.log_bias.copy()
@@ -318,8 +313,6 @@ class Calibration:
         )
         cal.num_items = 0
         cal.num_candidates, cal.num_layers = num, cal.attention_prior.shape[0]
-        for key, value in meta.items():
-            setattr(cal, key, value)
         return cal
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from lad.core.calibrate import Calibration
 from lad.core.methods import MethodOptions
+from lad.core.metrics import compute_metrics
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
 from lad.errors import RunError
@@ -120,8 +121,6 @@ def measure_cells(
 ) -> dict[str, Any]:
     """ "cells" and "groups" of one N's records and each method's chosen positions (`lad score`,
     `lad metrics` on a part of a mixed run): `compute_metrics` of each cell's selection."""
-    from lad.core.metrics import compute_metrics
-
     out = {}
     for cell in cells:
         mask = np.isin(records.items, np.asarray(cell.items, dtype=object))

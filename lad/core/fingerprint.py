@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lad.core.prompts import CAPTION_DESCRIPTION, QUESTION_DESCRIPTION, describe_prompt
 from lad.errors import CalibrationError
 
 # calibration.json's "preprocessing" (additive to lad-calibration/1): how the calibration records'
@@ -107,8 +108,6 @@ def check_fingerprint(made: Fingerprint, theirs: Fingerprint, whose: str, requir
 
 def _prompt_mismatch(made_as: Fingerprint, prompt_sha256: str, whose: str) -> str:
     """The two prompts in words (lad.core.prompts.describe_prompt), not as fingerprints."""
-    from lad.core.prompts import CAPTION_DESCRIPTION, QUESTION_DESCRIPTION, describe_prompt
-
     made = describe_prompt(made_as.prompt_sha256, list(made_as.labels))
     asked = describe_prompt(prompt_sha256, list(made_as.labels))
     hint = ""

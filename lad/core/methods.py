@@ -41,6 +41,14 @@ CHOICES = {
 LOG_ZERO = math.log(np.finfo(np.float64).tiny)
 
 
+def flag(default: Any, help: str, **cli: Any) -> Any:
+    """A setting declared once: its default, and its flag's help and argparse options (`flags`:
+    its option strings; `minimum` or `above`: a number's bound; `flag_default`: the flag's, where
+    it is not the setting's), which lad.cli.flags.add_settings reads. The settings of RecordSpec,
+    EvalConfig and MethodOptions are declared so."""
+    return field(default=default, metadata={"help": help, **cli})
+
+
 @dataclass(frozen=True)
 class MethodOptions:
     """Options of the attention-guided methods (defaults: the paper's); each field's help (its
@@ -55,48 +63,34 @@ class MethodOptions:
     labels:      the label scheme the records were made with; generated replies are parsed in it.
     """
 
-    top_k: int = field(default=2, metadata={"help": "K layers selected by Eq. 9", "minimum": 1})
-    tau: float = field(
-        default=5.0, metadata={"help": "τ of Eq. 12, >= 0; inf for the limit", "minimum": 0.0}
-    )
-    layers: str | tuple[int, ...] = field(
-        default="top-k",
-        metadata={"help": "top-k (Eq. 9), all, or comma-separated 0-based layer indices"},
+    top_k: int = flag(2, "K layers selected by Eq. 9", minimum=1)
+    tau: float = flag(5.0, "τ of Eq. 12, >= 0; inf for the limit", minimum=0.0)
+    layers: str | tuple[int, ...] = flag(
+        "top-k", "top-k (Eq. 9), all, or comma-separated 0-based layer indices"
     )
     use_prior: bool = True
-    obs_mean: str = field(
-        default="prob",
-        metadata={"help": "Eq. 1 over probabilities (paper, default) or logits (official code)"},
+    obs_mean: str = flag(
+        "prob", "Eq. 1 over probabilities (paper, default) or logits (official code)"
     )
-    mixture: str = field(
-        default="prob",
-        metadata={
-            "help": "Eq. 13 in probability space (paper, default) or log space (official code)"
-        },
+    mixture: str = flag(
+        "prob", "Eq. 13 in probability space (paper, default) or log space (official code)"
     )
-    attn_mean: str = field(
-        default="log",
-        metadata={
-            "help": "Eq. 11 mean of log attention (paper, default) or log of mean attention "
-            "(official)"
-        },
+    attn_mean: str = flag(
+        "log",
+        "Eq. 11 mean of log attention (paper, default) or log of mean attention (official)",
     )
-    layer_range: tuple[int, int] | None = field(
-        default=None,
-        metadata={
-            "help": "0-based layers Eq. 9 searches (those with softmax attention: all but on a "
-            "hybrid model such as Qwen3.5); an end past the model's last is cut to it, a start "
-            "past it is refused before model work (default: all; official: 21,35)",
-            "metavar": "FIRST,LAST",
-        },
+    layer_range: tuple[int, int] | None = flag(
+        None,
+        "0-based layers Eq. 9 searches (those with softmax attention: all but on a hybrid model "
+        "such as Qwen3.5); an end past the model's last is cut to it, a start past it is refused "
+        "before model work (default: all; official: 21,35)",
+        metavar="FIRST,LAST",
     )
     labels: str = "digits"
-    blank_alpha: float | str = field(
-        default=1.0,
-        metadata={
-            "help": "α of the blank method (CapCal): a number >= 0, or entropy for α = "
-            "H(P(·|x)) / log N (default: %(default)s)"
-        },
+    blank_alpha: float | str = flag(
+        1.0,
+        "α of the blank method (CapCal): a number >= 0, or entropy for α = H(P(·|x)) / log N "
+        "(default: %(default)s)",
     )
 
     def __post_init__(self) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from lad.core import audit
 from lad.core.audit import DEFAULT_BOOTSTRAP, Bootstrap
+from lad.core.methods import METHODS
 from lad.core.records import RecordSet
 from lad.errors import LadError
 
@@ -102,8 +103,6 @@ def compute_metrics(
     n = records.num_candidates
     names, item_index = np.unique(records.items, return_inverse=True)
     per_item = np.bincount(item_index)  # (item, ordering) pairs are unique in a RecordSet
-    from lad.core.methods import METHODS  # forward passes per prediction of each
-
     known = {**{name: m.forward_passes(n) for name, m in METHODS.items()}, **(costs or {})}
     methods = {}
     for method, pred in predictions_by_method.items():

@@ -80,8 +80,5 @@ def parse_answer_is(reply: str, labels: Sequence[str]) -> int:
 def majority_vote(positions: Sequence[int]) -> int:
     """Most frequent parsed position; ties go to the earliest first vote; -1 if none parsed."""
     parsed = [p for p in positions if p != UNPARSEABLE]
-    if not parsed:
-        return UNPARSEABLE
-    counts = Counter(parsed)
-    best = max(counts.values())
-    return next(p for p in parsed if counts[p] == best)
+    # most_common orders equal counts as first encountered: the earliest first vote wins a tie.
+    return Counter(parsed).most_common(1)[0][0] if parsed else UNPARSEABLE

@@ -16,14 +16,11 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from lad.core.items import Item
 from lad.core.labels import LABEL_SCHEMES, LabelScheme
 from lad.errors import DataError, LadError
 from lad.io import files, limits
-
-if TYPE_CHECKING:
-    from lad.core.items import Item
 
 # One part of the user turn: text, or a picture slot ("candidate", position) / ("context", j).
 Part = str | tuple[str, int]
@@ -68,9 +65,7 @@ _TASK_Q = (
     "one image."
 )
 _TAIL_Q = "\nQuestion: {question}\nAnswer:"
-QUESTION_TEMPLATES: dict[str, str] = {
-    name: text.replace(_TASK, _TASK_Q).replace(_TAIL, _TAIL_Q) for name, text in TEMPLATES.items()
-}
+QUESTION_TEMPLATES: dict[str, str] = _four(_TASK_Q, _ONLY, _FAIR, _SC, _TAIL_Q)
 
 # Text candidates: the same four prompts, asking to choose an option listed under its label.
 _TASK_T = (

@@ -90,7 +90,7 @@ class RecordSet:
     def from_records(cls, records: Iterable[Record]) -> RecordSet:
         """Validate and stack records (in memory; see `read_records` for files)."""
         rows = [{key: getattr(r, key) for key in RECORD_KEYS} for r in records]
-        return _from_objects(rows, list(range(1, len(rows) + 1)), where=_record_where)
+        return _from_objects(rows, lambda i: f"record {i + 1}: ")
 
     def to_records(self) -> list[Record]:
         columns = [getattr(self, name).tolist() for name in _ARRAYS]  # Record's field order
@@ -133,10 +133,6 @@ concat = RecordSet.concat
 
 # ---------------------------------------------------------------------------------------------
 # Validation shared by jsonl, parquet and in-memory records.
-
-
-def _record_where(lineno: int) -> str:
-    return f"record {lineno}: "
 
 
 def _fault(obj: Any, n: int | None = None, nl: int | None = None) -> str | None:
@@ -202,14 +198,10 @@ def _as_floats(values: list, name: str, where_of) -> np.ndarray:
     raise RecordError(f"{where_of(0)}{name!r} could not be read as numbers")
 
 
-def _from_objects(objs: list[dict], linenos: list[int], where) -> RecordSet:
-    """Validate parsed record objects and stack them; `where(lineno)` prefixes messages."""
+def _from_objects(objs: list[dict], where_of) -> RecordSet:
+    """Validate parsed record objects and stack them; `where_of(i)` prefixes messages."""
     if not objs:
         return RecordSet.empty()
-
-    def where_of(i: int) -> str:
-        return where(linenos[i])
-
     if fault := _fault(objs[0]):
         raise RecordError(where_of(0) + fault)
     n, nl = len(objs[0]["logprobs"]), len(objs[0]["attention"])
@@ -318,8 +310,7 @@ def read_records(path: str | Path, *, missing_ok: bool = False) -> RecordSet:
         validate(records, row_where(path))
         return records
     rows = list(jsonl_objects(path))
-    objs = [obj for _, obj in rows]
-    return _from_objects(objs, [lineno for lineno, _ in rows], where=lambda n: at(path, n))
+    return _from_objects([obj for _, obj in rows], lambda i: at(path, rows[i][0]))
 
 
 def jsonl_objects(path: Path) -> Iterator[tuple[int, Any]]:

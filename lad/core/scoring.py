@@ -35,14 +35,12 @@ def score_records(
     options: MethodOptions | None = None,
     *,
     stages: Mapping[str, RecordSet] | None = None,
-    costs: Mapping[str, float] | None = None,
     bootstrap: Bootstrap | None = DEFAULT_BOOTSTRAP,
 ) -> Scored:
     """Score `records` with each method, on its stage's records (`stages`: the records of the
     generation, SoFA, perm-avg and blank stages by stage name; lad.core.methods.Method.stage
     and .extra), and measure them.
 
-    costs: forward passes per item by method, over each method's own (`compute_metrics`).
     bootstrap: the position audit's resampling (lad.core.audit; None: no audit, for sweeps).
     """
     options = options or MethodOptions()
@@ -57,7 +55,7 @@ def score_records(
         if METHODS[method].parse is not None:  # tokens per record (all its paths), averaged
             counts = [sum(extra.get("generated_tokens", [])) for extra in stage.extra]
             tokens[method] = float(np.mean(counts)) if counts else 0.0
-    out.metrics = compute_metrics(records, out.chosen, costs=costs, bootstrap=bootstrap)
+    out.metrics = compute_metrics(records, out.chosen, bootstrap=bootstrap)
     for method, count in tokens.items():
         out.metrics["methods"][method]["generated_tokens_per_item"] = count
     return out

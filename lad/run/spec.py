@@ -26,6 +26,7 @@ from lad.backends.engines import load_engine
 from lad.backends.settings import LoadSettings
 from lad.core.fingerprint import Fingerprint
 from lad.core.labels import LABEL_SCHEMES, LabelScheme, get_scheme
+from lad.core.methods import flag
 from lad.core.prompts import (
     CAPTION,
     PromptTemplate,
@@ -36,14 +37,6 @@ from lad.core.prompts import (
 from lad.errors import RunError
 from lad.io.files import InputPath
 from lad.io.limits import check_image_flags
-
-
-def flag(default: Any, help: str, **cli: Any) -> Any:
-    """A setting declared once: its default, and its flag's help and argparse options (`flags`:
-    its option strings; `minimum` or `above`: a number's bound; `flag_default`: the flag's, where
-    it is not the setting's), which lad.cli.flags.add_settings reads. The settings of RecordSpec,
-    EvalConfig and MethodOptions are declared so."""
-    return field(default=default, metadata={"help": help, **cli})
 
 
 @dataclass(frozen=True)

@@ -159,25 +159,25 @@ def _run_real(args: argparse.Namespace) -> int:
     return 0
 
 
-def _calibration_split(args: argparse.Namespace) -> tuple[dict, dict]:
+def _calibration_split(args: argparse.Namespace) -> dict:
     """The calibration items written beside --out X.jsonl, as X.calibration.jsonl."""
     from lad.data.builders import calibration_path_for
 
-    return {}, {"its calibration file": calibration_path_for(Path(args.out))}
+    return {"its calibration file": calibration_path_for(Path(args.out))}
 
 
-def _released_outputs(args: argparse.Namespace) -> tuple[dict, dict]:
+def _released_outputs(args: argparse.Namespace) -> dict:
     """What a released-benchmark or text converter writes beside --out X.jsonl:
     X.calibration.jsonl, X.summary.json and, where pictures are extracted, X-pictures/ unless
     --pictures says."""
-    _, outputs = _calibration_split(args)
+    outputs = _calibration_split(args)
     out = Path(args.out)
     from lad.data.released import pictures_folder, summary_path_for
 
     outputs["its summary"] = summary_path_for(out)
     if "pictures" in vars(args) and args.pictures is None:
         outputs["its pictures folder"] = pictures_folder(out, None)
-    return {}, outputs
+    return outputs
 
 
 def _items_out(text: str) -> Path:

@@ -44,14 +44,14 @@ def model_path(text: str) -> str:
 
 FILE_TYPES = (InputPath, OutputPath, items_or_shapes, model_path)
 
-Implied = Callable[[argparse.Namespace], tuple[dict[str, Any], dict[str, Any]]]
+Implied = Callable[[argparse.Namespace], dict[str, Any]]
 
 
 def declared_files(
     parser: argparse.ArgumentParser, args: argparse.Namespace
 ) -> tuple[dict[str, list[Path]], dict[str, Path]]:
     """(inputs, outputs) of the command `args` runs: its typed flags' values, by flag name, and
-    the files it implies (set_defaults(implied=f), f(args) -> (inputs, outputs))."""
+    the files it writes without a flag (set_defaults(implied=f), f(args) -> outputs)."""
     inputs: dict[str, list[Path]] = {}
     outputs: dict[str, Path] = {}
     for action in parser._actions:
@@ -68,10 +68,7 @@ def declared_files(
                 outputs[name] = Path(v)
     implied: Implied | None = getattr(args, "implied", None)
     if implied is not None:
-        more_inputs, more_outputs = implied(args)
-        for key, value in more_inputs.items():
-            inputs.setdefault(key, []).extend(Path(p) for p in value)
-        outputs.update({k: Path(v) for k, v in more_outputs.items() if v is not None})
+        outputs.update({k: Path(v) for k, v in implied(args).items() if v is not None})
     return inputs, outputs
 
 

@@ -20,6 +20,7 @@ from lad.cli.flags import (
 )
 from lad.data.builders import BuildOptions
 from lad.data.questions import Benchmark
+from lad.data.shapes import SPLITS
 from lad.errors import DataError
 from lad.io.files import check_output_dir, check_output_file
 
@@ -49,7 +50,7 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
     add_settings(p, "seed", of=BuildOptions)
     p.add_argument(
         "--split",
-        choices=["train", "eval", "calibration"],
+        choices=SPLITS,
         default="eval",
         help="which of the benchmark's disjoint item sets to draw",
     )

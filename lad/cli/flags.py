@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.backends.checkpoint import check_repetition_penalty
-from lad.core.methods import CHOICES, MethodOptions
+from lad.core.methods import CHOICES, LAYER_STRATEGIES, MethodOptions
 from lad.errors import LadError
 from lad.io.files import InputPath, OutputPath
 from lad.run.config import EvalConfig, check_methods
@@ -324,7 +324,7 @@ def _check_sigma(value: float, text: str) -> None:
 
 
 def _layers(text: str) -> str | tuple[int, ...]:
-    if text in ("top-k", "all"):
+    if text in LAYER_STRATEGIES:
         return text
     indices = "'top-k', 'all' or comma-separated 0-based layer indices"
     return read_as(lambda t: tuple(int(x) for x in t.split(",")), text, indices)

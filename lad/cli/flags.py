@@ -44,8 +44,6 @@ def model_path(text: str) -> str:
 
 FILE_TYPES = (InputPath, OutputPath, items_or_shapes, model_path)
 
-Implied = Callable[[argparse.Namespace], dict[str, Any]]
-
 
 def declared_files(
     parser: argparse.ArgumentParser, args: argparse.Namespace
@@ -66,7 +64,7 @@ def declared_files(
                 inputs.setdefault(name, []).append(Path(v))
             elif isinstance(v, OutputPath):
                 outputs[name] = Path(v)
-    implied: Implied | None = getattr(args, "implied", None)
+    implied = getattr(args, "implied", None)
     if implied is not None:
         outputs.update({k: Path(v) for k, v in implied(args).items() if v is not None})
     return inputs, outputs

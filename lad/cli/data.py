@@ -5,9 +5,7 @@ build benchmark items files; the text ones (mmlu, judgments, text) from the file
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from lad.cli.flags import (
     InputPath,
@@ -22,6 +20,7 @@ from lad.cli.flags import (
 )
 from lad.data.builders import BuildOptions
 from lad.data.questions import Benchmark
+from lad.data.shapes import SPLITS
 from lad.errors import DataError
 from lad.io.files import check_output_dir, check_output_file
 
@@ -51,7 +50,7 @@ def _register_shapes(commands: argparse._SubParsersAction) -> None:
     add_settings(p, "seed", of=BuildOptions)
     p.add_argument(
         "--split",
-        choices=["train", "eval", "calibration"],
+        choices=SPLITS,
         default="eval",
         help="which of the benchmark's disjoint item sets to draw",
     )
@@ -161,25 +160,25 @@ def _run_real(args: argparse.Namespace) -> int:
     return 0
 
 
-def _calibration_split(args: argparse.Namespace) -> tuple[dict, dict]:
+def _calibration_split(args: argparse.Namespace) -> dict:
     """The calibration items written beside --out X.jsonl, as X.calibration.jsonl."""
     from lad.data.builders import calibration_path_for
 
-    return {}, {"its calibration file": calibration_path_for(Path(args.out))}
+    return {"its calibration file": calibration_path_for(Path(args.out))}
 
 
-def _released_outputs(args: argparse.Namespace) -> tuple[dict, dict]:
+def _released_outputs(args: argparse.Namespace) -> dict:
     """What a released-benchmark or text converter writes beside --out X.jsonl:
     X.calibration.jsonl, X.summary.json and, where pictures are extracted, X-pictures/ unless
     --pictures says."""
-    _, outputs = _calibration_split(args)
+    outputs = _calibration_split(args)
     out = Path(args.out)
     from lad.data.released import pictures_folder, summary_path_for
 
     outputs["its summary"] = summary_path_for(out)
     if "pictures" in vars(args) and args.pictures is None:
         outputs["its pictures folder"] = pictures_folder(out, None)
-    return {}, outputs
+    return outputs
 
 
 def _items_out(text: str) -> Path:
@@ -251,7 +250,7 @@ def _register_released(commands: argparse._SubParsersAction, benchmark: Benchmar
             type=OutputPath,
             help="folder the pictures are written to (default: OUT's -pictures sibling)",
         )
-    _held_out(p, whole, "questions of each N held out to OUT's .calibration.jsonl sibling")
+    _held_out(p, "questions of each N held out to OUT's .calibration.jsonl sibling")
     if not benchmark.embedded:
         p.add_argument(
             "--skip-missing",
@@ -263,15 +262,10 @@ def _register_released(commands: argparse._SubParsersAction, benchmark: Benchmar
     p.set_defaults(func=_run_released, benchmark=benchmark.name, implied=_released_outputs)
 
 
-def _held_out(
-    p: argparse.ArgumentParser, read: Callable[[int, str], Any], calibration: str
-) -> None:
-    """A converter's --items, --calibration-items (default 5) and --seed of the held-out choice;
-    read(minimum, flag): the numbers' argparse type."""
-    p.add_argument("--items", type=read(1, "--items"), help="evaluation items (default: all)")
-    p.add_argument(
-        "--calibration-items", type=read(0, "--calibration-items"), default=5, help=calibration
-    )
+def _held_out(p: argparse.ArgumentParser, calibration: str) -> None:
+    """A converter's --items, --calibration-items (default 5) and --seed of the held-out choice."""
+    add_whole(p, "--items", minimum=1, help="evaluation items (default: all)")
+    add_whole(p, "--calibration-items", minimum=0, default=5, help=calibration)
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
 
 
@@ -328,7 +322,7 @@ def _register_text(commands: argparse._SubParsersAction) -> None:
         if name != "judgments":
             help = "keep only questions with N options"
             add_whole(p, "--num-candidates", "-n", minimum=2, help=help)
-        _held_out(p, whole, "questions held out to OUT's .calibration.jsonl sibling (default 5)")
+        _held_out(p, "questions held out to OUT's .calibration.jsonl sibling (default 5)")
         p.add_argument("--out", type=OutputPath, required=True, help="output items file (.jsonl)")
         options = [a.dest for a in p._actions if a.dest not in ("help", "path", "out")]
         p.set_defaults(func=_run_text, converter=name, options=options, implied=_released_outputs)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.backends.checkpoint import check_repetition_penalty
-from lad.core.methods import CHOICES, MethodOptions
+from lad.core.methods import CHOICES, LAYER_STRATEGIES, MethodOptions
 from lad.errors import LadError
 from lad.io.files import InputPath, OutputPath
 from lad.run.config import EvalConfig, check_methods
@@ -44,14 +44,12 @@ def model_path(text: str) -> str:
 
 FILE_TYPES = (InputPath, OutputPath, items_or_shapes, model_path)
 
-Implied = Callable[[argparse.Namespace], tuple[dict[str, Any], dict[str, Any]]]
-
 
 def declared_files(
     parser: argparse.ArgumentParser, args: argparse.Namespace
 ) -> tuple[dict[str, list[Path]], dict[str, Path]]:
     """(inputs, outputs) of the command `args` runs: its typed flags' values, by flag name, and
-    the files it implies (set_defaults(implied=f), f(args) -> (inputs, outputs))."""
+    the files it writes without a flag (set_defaults(implied=f), f(args) -> outputs)."""
     inputs: dict[str, list[Path]] = {}
     outputs: dict[str, Path] = {}
     for action in parser._actions:
@@ -66,12 +64,9 @@ def declared_files(
                 inputs.setdefault(name, []).append(Path(v))
             elif isinstance(v, OutputPath):
                 outputs[name] = Path(v)
-    implied: Implied | None = getattr(args, "implied", None)
+    implied = getattr(args, "implied", None)
     if implied is not None:
-        more_inputs, more_outputs = implied(args)
-        for key, value in more_inputs.items():
-            inputs.setdefault(key, []).extend(Path(p) for p in value)
-        outputs.update({k: Path(v) for k, v in more_outputs.items() if v is not None})
+        outputs.update({k: Path(v) for k, v in implied(args).items() if v is not None})
     return inputs, outputs
 
 
@@ -327,7 +322,7 @@ def _check_sigma(value: float, text: str) -> None:
 
 
 def _layers(text: str) -> str | tuple[int, ...]:
-    if text in ("top-k", "all"):
+    if text in LAYER_STRATEGIES:
         return text
     indices = "'top-k', 'all' or comma-separated 0-based layer indices"
     return read_as(lambda t: tuple(int(x) for x in t.split(",")), text, indices)

@@ -86,11 +86,11 @@ def _lm_eval_files(args: argparse.Namespace) -> int:
     return 0
 
 
-def _audit_file(args: argparse.Namespace) -> tuple[dict, dict]:
+def _audit_file(args: argparse.Namespace) -> dict:
     """The audit summary written into --out (default: OUTPUT_PATH itself)."""
     from lad.run.audits import AUDIT_FILE
 
-    return {}, {"its audit file": Path(args.out or args.output_path) / AUDIT_FILE}
+    return {"its audit file": Path(args.out or args.output_path) / AUDIT_FILE}
 
 
 def _tasks(args: argparse.Namespace) -> int:

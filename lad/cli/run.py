@@ -105,17 +105,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
 
 
-def _run_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+def _run_files(args: argparse.Namespace) -> dict[str, Any]:
     """The files of a run directory lad eval writes (lad.run.rundir.RUN_OUTPUTS)."""
     from lad.run.rundir import RUN_OUTPUTS
 
-    return {}, {f"--out {args.out}/{name}": Path(args.out) / name for name in RUN_OUTPUTS}
+    return {f"--out {args.out}/{name}": Path(args.out) / name for name in RUN_OUTPUTS}
 
 
-def _calibrate_files(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+def _calibrate_files(args: argparse.Namespace) -> dict[str, Any]:
     """lad calibrate writes its records beside --out X.json, as X.records.jsonl."""
     out = Path(args.out)
-    return {}, {"its records file": out.with_name(out.stem + ".records.jsonl")}
+    return {"its records file": out.with_name(out.stem + ".records.jsonl")}
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -185,7 +185,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from lad.data.items import read_items
 
     out = check_output_file(args.out)
-    records_out = _calibrate_files(args)[1]["its records file"]
+    records_out = _calibrate_files(args)["its records file"]
     items = read_items(args.data)[: args.items]
     images = [p for it in items for p in it.pictures]
     check_not_inputs(

@@ -67,7 +67,7 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
             points = {
                 str(n): summary(by_n[n].metrics(method, by_n[n].options(options)))
                 for n in ns
-                if method in by_n[n].methods()
+                if not by_n[n].lacks(method)
             }
             if points:
                 series[method] = points
@@ -375,7 +375,7 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
         if len(absent) == 2:
             continue
         opts = run.options(options)
-        for method in (m for m in COST_METHODS if m in run.methods()):
+        for method in (m for m in COST_METHODS if not run.lacks(m)):
             m = run.metrics(method, opts)
             once = _calibration_passes(run, method)
             passes = f"{m['forward_passes_per_item']:g}"

@@ -259,11 +259,8 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
         opts = run.options(options)
         for size in (s for s in options.sizes if s <= have):
             subsets = calibration_subsets(items, size, options.subsets, options.seed)
-            got: dict[str, list[dict]] = {"lad": [], "pride": []}
-            for subset in subsets:
-                fitted = run.fit_calibration(subset)
-                for method in got:
-                    got[method].append(run.metrics(method, opts, fitted))
+            fitted = [run.fit_calibration(subset) for subset in subsets]
+            got = {m: [run.metrics(m, opts, c) for c in fitted] for m in ("lad", "pride")}
             point = {m: _size_point(v) for m, v in got.items()}
             accs = [f"{p['mean']:.2f} ± {p['shuffle_std']:.2f}" for p in point.values()]
             spreads = [round(p["subset_std"], 2) for p in point.values()]

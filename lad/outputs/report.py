@@ -163,8 +163,7 @@ def _recall_errors(m: dict[str, Any]) -> np.ndarray | None:
     if ci is None:
         return None
     recall = gaps(m["recall_by_position"])
-    lo = gaps([None if v is None else v[0] for v in ci["recall_by_position"]])
-    hi = gaps([None if v is None else v[1] for v in ci["recall_by_position"]])
+    lo, hi = np.array([v or (np.nan, np.nan) for v in ci["recall_by_position"]], dtype=float).T
     return np.stack([recall - lo, hi - recall])
 
 

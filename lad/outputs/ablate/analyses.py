@@ -67,7 +67,7 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
             points = {
                 str(n): summary(by_n[n].metrics(method, by_n[n].options(options)))
                 for n in ns
-                if method in by_n[n].methods()
+                if not by_n[n].lacks(method)
             }
             if points:
                 series[method] = points
@@ -259,11 +259,8 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
         opts = run.options(options)
         for size in (s for s in options.sizes if s <= have):
             subsets = calibration_subsets(items, size, options.subsets, options.seed)
-            got: dict[str, list[dict]] = {"lad": [], "pride": []}
-            for subset in subsets:
-                fitted = run.fit_calibration(subset)
-                for method in got:
-                    got[method].append(run.metrics(method, opts, fitted))
+            fitted = [run.fit_calibration(subset) for subset in subsets]
+            got = {m: [run.metrics(m, opts, c) for c in fitted] for m in ("lad", "pride")}
             point = {m: _size_point(v) for m, v in got.items()}
             accs = [f"{p['mean']:.2f} ± {p['shuffle_std']:.2f}" for p in point.values()]
             spreads = [round(p["subset_std"], 2) for p in point.values()]
@@ -375,7 +372,7 @@ def cost_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> 
         if len(absent) == 2:
             continue
         opts = run.options(options)
-        for method in (m for m in COST_METHODS if m in run.methods()):
+        for method in (m for m in COST_METHODS if not run.lacks(m)):
             m = run.metrics(method, opts)
             once = _calibration_passes(run, method)
             passes = f"{m['forward_passes_per_item']:g}"

@@ -30,27 +30,22 @@ def write_ablation(result: Ablation, out_dir: str | Path) -> Path:
     for table in result.tables:
         stem = ANALYSES[table.key].stem
         write_text(out / f"{stem}.md", markdown(table, f"{stem}.png"))
-        write_text(out / f"{stem}.json", _dumps(table_json(table)) + "\n")
+        fields = asdict(table)  # the Table's fields in their order, its key as "analysis"
+        _write_json(out / f"{stem}.json", {"analysis": fields.pop("key"), **fields})
         ANALYSES[table.key].figure(table, out / f"{stem}.png")
     summary = {
         "runs": result.runs,
         "analyses": {t.key: ANALYSES[t.key].stem for t in result.tables},
         "missing": [asdict(m) for m in result.missing],
     }
-    write_text(out / "summary.json", _dumps(summary) + "\n")
+    _write_json(out / "summary.json", summary)
     page = out / "index.html"
     write_text(page, html_page("lad ablate", _html(result)))
     return page
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=False)
-
-
-def table_json(table: Table) -> dict[str, Any]:
-    """The Table's fields in their order, its key as "analysis"."""
-    fields = asdict(table)
-    return {"analysis": fields.pop("key"), **fields}
+def _write_json(path: Path, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def cell_text(value: Any) -> str:
@@ -65,7 +60,7 @@ def missing_text(m: Missing) -> str:
     return f"{m.analysis}: {m.reason}" + (f"; to get it: {m.fix}" if m.fix else "")
 
 
-def markdown(table: Table, figure: str | None = None) -> str:
+def markdown(table: Table, figure: str) -> str:
     """The table as GitHub Markdown, with its caption, what it leaves out, and its figure."""
 
     def row(cells: list[Any]) -> str:
@@ -76,8 +71,7 @@ def markdown(table: Table, figure: str | None = None) -> str:
     lines += [row(r) for r in table.rows]
     if table.missing:
         lines += ["", "Not shown:", ""] + [f"- {missing_text(m)}" for m in table.missing]
-    if figure:
-        lines += ["", f"![{table.title}]({figure})"]
+    lines += ["", f"![{table.title}]({figure})"]
     return "\n".join(lines) + "\n"
 
 

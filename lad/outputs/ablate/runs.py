@@ -158,10 +158,6 @@ class Run:
         searched = self.searched_layers(layer_range)
         return f"{k} (= all {searched})" if 0 < searched <= k else str(k)
 
-    def methods(self) -> list[str]:
-        """The methods whose inputs this run holds: each stage they read (Method.stage, .extra)."""
-        return [m for m in METHODS if not self.lacks(m)]
-
     def lacks(self, method: str) -> str:
         """The file of the first stage `method` reads that this run does not hold ("": none)."""
         held = {"records", None, *self.stages}
@@ -233,14 +229,12 @@ class Run:
         """metrics.json's entry for `method` on this run's records."""
         if lacking := self.lacks(method):
             raise AnalysisError(f"{self.name} has no {lacking}", self.methods_fix(method))
-        held = {**self.stages, "records": self.records}
-        stages = {s: held[s] for s in (METHODS[method].stage, METHODS[method].extra) if s}
         scored = score_records(
             self.records,
             [method],
             calibration or self.calibration,
             options or self.options(),
-            stages=stages,
+            stages=self.stages,  # score_records takes the method's own of them
             bootstrap=None,  # sweeps: no audit (bootstrap, permutation test) per configuration
         )
         return scored.metrics["methods"][method]

@@ -178,9 +178,7 @@ def pooled(rows: Sequence[dict[str, Any]], key: str) -> float:
     """One number over all N for lmms-eval's table: `key` of each N's metrics, weighted by its
     records (acc, cons, flip_rate, circular_acc; RStd is defined within one N, so this is the
     records-weighted mean of the per-N RStd); N groups where it is undefined are left out."""
-    if not rows:
-        return float("nan")
-    value = pooled_metrics(rows_metrics(rows), key)
+    value = pooled_metrics(rows_metrics(rows), key)  # no rows: no N defines it
     return float("nan") if value is None else value
 
 

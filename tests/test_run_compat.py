@@ -24,8 +24,8 @@ from lad.cli import main
 from lad.core.methods import MethodOptions
 from lad.core.scoring import score_records
 from lad.errors import LadError
-from lad.harness.audit import write_rows_audit
-from lad.harness.runner import CalibrationSource, TaskResult, write_audit_folder
+from lad.harness.audit import write_audit_folder, write_rows_audit
+from lad.harness.runner import CalibrationSource, TaskResult
 from lad.outputs.ablate import ablate, load_runs
 from lad.outputs.report import write_report
 from lad.run.rundir import RunDir

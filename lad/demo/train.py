@@ -109,9 +109,7 @@ def monitor(model: Any, tokens: Tokens, items: list[PreparedItem], n: int = 4) -
     model.train()
     lp, att, g = torch.stack(logp), torch.stack(attention, 1), torch.tensor(gold)
     vanilla = lp.argmax(-1) == g
-    by_image = torch.zeros(len(items), n)
-    for s in range(n):
-        by_image += lp[:, s].roll(s, dims=-1)
+    by_image = sum(lp[:, s].roll(s, dims=-1) for s in range(n))  # each picture's, over shifts
     answers = torch.tensor([it.answer for it in items])
     purified = att / att.mean((1, 2), keepdim=True)
     pct = lambda x: round(float(x.float().mean()) * 100, 1)  # noqa: E731

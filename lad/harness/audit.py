@@ -22,6 +22,7 @@ from lad.core.metrics import compute_metrics
 from lad.core.records import RecordSet
 from lad.errors import LadError
 from lad.run.audits import audit_part, check_audit_destination, write_answers, write_audit
+from lad.run.rundir import RunDir
 
 ROW_KEYS = ("item", "ordering", "order", "answer", "prediction")
 _SUMMARY_KEYS = (
@@ -94,8 +95,6 @@ _RECORDED = ("model", "labels", "method", "prompt_template")
 
 def write_model_audit(results: Sequence[Any], output: Path, options: Any) -> Path:
     """`--model lad`'s folders and lad_audit.json (lad.harness.runner.TaskResult each)."""
-    from lad.harness.runner import write_audit_folder
-
     tasks: dict[str, dict[str, Any]] = defaultdict(dict)
     for result in results:
         n = result.records.num_candidates
@@ -110,6 +109,23 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any) -> Pat
         tasks[result.task][str(n)] = _summary(metrics, folder, calibration=calibration)
     head = {"source": "--model lad", "model": options.model, "method": options.method}
     return _write_audit(output, dict(tasks), **head, labels=options.labels)
+
+
+def write_audit_folder(result: Any, folder: Path, arguments: dict[str, Any]) -> dict:
+    """A run directory (lad.run.rundir.RunDir) for one (task, N), a lad.harness.runner.TaskResult,
+    which `lad report`, `lad ablate` and `lad metrics` read like any other: records, predictions
+    of each method, metrics.json, calibration.json, run.json."""
+    run = RunDir(folder)
+    harness = {"task": result.task, "calibration": result.source.to_dict()}
+    arguments = {**arguments, "num_candidates": result.records.num_candidates}
+    run.write_run(
+        arguments,
+        result.records,
+        harness=harness,
+        stages=result.stages,
+        calibration=result.calibration,
+    )
+    return run.write_scored(result.scored, harness=harness)
 
 
 def _write_audit(output: Path, tasks: dict[str, Any], **head: Any) -> Path:
@@ -178,9 +194,7 @@ def pooled(rows: Sequence[dict[str, Any]], key: str) -> float:
     """One number over all N for lmms-eval's table: `key` of each N's metrics, weighted by its
     records (acc, cons, flip_rate, circular_acc; RStd is defined within one N, so this is the
     records-weighted mean of the per-N RStd); N groups where it is undefined are left out."""
-    if not rows:
-        return float("nan")
-    value = pooled_metrics(rows_metrics(rows), key)
+    value = pooled_metrics(rows_metrics(rows), key)  # no rows: no N defines it
     return float("nan") if value is None else value
 
 

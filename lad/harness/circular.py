@@ -41,15 +41,11 @@ AUDIT_METRICS = {
 }
 
 
-def _expand(
-    dataset: Any,
-    adapter: str,
-    shifted: Callable[[dict, PictureChoice, int], dict],
-    repeats: int = 1,
-):
-    """Each picture question of `dataset` (a datasets.Dataset) under all N cyclic shifts, each
-    shift `repeats` times (documents in a row, `lad_repeat` 0, 1, … when more than once); the
-    pictures' bytes are moved, never re-encoded."""
+def _expand(dataset: Any, adapter: str, repeats: int = 1):
+    """Each picture question of `dataset` (a datasets.Dataset) under all N cyclic shifts
+    (`_SHIFTED[adapter]`), each shift `repeats` times (documents in a row, `lad_repeat` 0, 1, …
+    when more than once); the pictures' bytes are moved, never re-encoded."""
+    shifted = _SHIFTED[adapter]
     rows = []
     for doc in undecoded(dataset):
         choice = picture_choice(doc, adapter)
@@ -93,6 +89,10 @@ def _blink_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
     doc.update({key: pictures[i] for key, i in zip(keys, order, strict=True)})
     doc["answer"] = f"({string.ascii_uppercase[named.index(keys[order.index(choice.answer)])]})"
     return doc
+
+
+# Each adapter's document under the cyclic shift s of its option pictures.
+_SHIFTED = {"muirbench": _muirbench_shift, "blink": _blink_shift}
 
 
 def audit_row(doc: dict, positions: list[int], parsed: str) -> dict[str, Any]:
@@ -158,12 +158,10 @@ def _yaml_function(name: str, body: Callable[..., Any], *args: Any) -> Callable[
 
 
 # process_docs: each picture question under all N shifts (`_repeated`: each shift twice).
-muirbench_docs = _yaml_function("muirbench_docs", _expand, "muirbench", _muirbench_shift)
-blink_docs = _yaml_function("blink_docs", _expand, "blink", _blink_shift)
-muirbench_docs_repeated = _yaml_function(
-    "muirbench_docs_repeated", _expand, "muirbench", _muirbench_shift, 2
-)
-blink_docs_repeated = _yaml_function("blink_docs_repeated", _expand, "blink", _blink_shift, 2)
+muirbench_docs = _yaml_function("muirbench_docs", _expand, "muirbench")
+blink_docs = _yaml_function("blink_docs", _expand, "blink")
+muirbench_docs_repeated = _yaml_function("muirbench_docs_repeated", _expand, "muirbench", 2)
+blink_docs_repeated = _yaml_function("blink_docs_repeated", _expand, "blink", 2)
 # The aggregations of AUDIT_METRICS: `pooled` of each one's metric, over every N.
 lad_acc, lad_rstd, lad_cons, lad_flip, lad_circular = (
     _yaml_function(name, pooled, key) for name, key in AUDIT_METRICS.items()

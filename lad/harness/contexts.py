@@ -181,8 +181,7 @@ def questions(requests: Sequence[Any]) -> list[Grouped]:
             )
         groups[key][request.idx] = (r, request)
     out = []
-    for key, by_idx in groups.items():
-        task, doc_id, context = key
+    for (task, doc_id, context), by_idx in groups.items():
         if sorted(by_idx) != list(range(len(by_idx))):
             raise LadError(
                 f"{_where(task, doc_id)}: its choices are requests {sorted(by_idx)}, not 0..N-1 "

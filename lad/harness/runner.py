@@ -25,7 +25,6 @@ from lad.harness.adapters import PictureChoice
 from lad.harness.args import ModelArgs, check_model_args
 from lad.harness.pictures import PictureFiles
 from lad.run.debiaser import Debiaser
-from lad.run.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -231,20 +230,3 @@ def _is_calibration(path: Path) -> bool:
     except (OSError, ValueError, RecursionError):
         return False
     return isinstance(obj, dict) and obj.get("format") == CALIBRATION_FORMAT
-
-
-def write_audit_folder(result: TaskResult, folder: Path, arguments: dict[str, Any]) -> dict:
-    """A run directory for one (task, N) (lad.run.rundir.RunDir), which `lad report`, `lad
-    ablate` and `lad metrics` read like any other: records, predictions of each method,
-    metrics.json, calibration.json, run.json."""
-    run = RunDir(folder)
-    harness = {"task": result.task, "calibration": result.source.to_dict()}
-    arguments = {**arguments, "num_candidates": result.records.num_candidates}
-    run.write_run(
-        arguments,
-        result.records,
-        harness=harness,
-        stages=result.stages,
-        calibration=result.calibration,
-    )
-    return run.write_scored(result.scored, harness=harness)

@@ -74,29 +74,28 @@ def row_problem(row: dict[str, Any]) -> str | None:
     return None
 
 
-def _sample(raw: bytes, path: Path, lineno: int) -> dict[str, Any]:
-    """One logged line's document; its audit row (`lad_acc`) is checked with the task's others
-    (`checked_rows`)."""
+def _sample(raw: bytes, where: str) -> dict[str, Any]:
+    """One logged line's document (`where`: its file and line); its audit row (`lad_acc`) is
+    checked with the task's others (`checked_rows`)."""
     try:
-        sample = loads_json(raw.decode("utf-8"), LadError, at(path, lineno))
+        sample = loads_json(raw.decode("utf-8"), LadError, where)
     except UnicodeDecodeError as e:
         raise LadError(
-            f"{at(path, lineno)}not UTF-8 text (byte {e.start}); not an lmms-eval samples log"
+            f"{where}not UTF-8 text (byte {e.start}); not an lmms-eval samples log"
         ) from None
     except json.JSONDecodeError as e:
-        raise LadError(f"{at(path, lineno)}not valid JSON ({e.msg})") from None
+        raise LadError(f"{where}not valid JSON ({e.msg})") from None
     if not isinstance(sample, dict):
         raise LadError(
-            f"{at(path, lineno)}expected a JSON object (one logged document), got "
-            f"{type(sample).__name__}"
+            f"{where}expected a JSON object (one logged document), got {type(sample).__name__}"
         )
     return sample
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
     with path.open("rb") as f:
-        lines = [(lineno, raw) for lineno, raw in enumerate(f, 1) if raw.strip()]
-    found = ((at(path, n), _sample(raw, path, n)) for n, raw in lines)
+        lines = [(at(path, lineno), raw) for lineno, raw in enumerate(f, 1) if raw.strip()]
+    found = ((where, _sample(raw, where)) for where, raw in lines)
     return checked_rows(
         (where, sample["lad_acc"]) for where, sample in found if "lad_acc" in sample
     )

@@ -236,13 +236,6 @@ def _a(what: str) -> str:
     return f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
 
 
-def check_not_binary(path: PathLike, head: bytes, error: type[LadError], what: str) -> None:
-    """Refuse a file whose first bytes `head` say it is a binary format, naming the format."""
-    for magic, kind in _BINARY_FORMATS.items():
-        if head.startswith(magic):
-            raise error(f"{path}: is {kind}, not {_a(what)} (UTF-8 text)")
-
-
 def read_text(path: PathLike, error: type[LadError] = LadError, what: str = "text file") -> str:
     """A UTF-8 text file's text; a missing file, a folder, a binary format or non-UTF-8 bytes is
     `error` naming the file (and where). The file becomes an input of the running command."""
@@ -253,7 +246,9 @@ def read_text(path: PathLike, error: type[LadError] = LadError, what: str = "tex
         raise error(f"{path}: no such {what}")
     note_input(path)
     data = path.read_bytes()
-    check_not_binary(path, data[:8], error, what)
+    for magic, kind in _BINARY_FORMATS.items():
+        if data.startswith(magic):
+            raise error(f"{path}: is {kind}, not {_a(what)} (UTF-8 text)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -348,12 +343,7 @@ def guarding(
     global _guard
     check_not_inputs(outputs, inputs)
     named = [(k, Path(v)) for k, v in outputs.items() if v is not None]
-    for (name, path), (other, where) in itertools.combinations(named, 2):
-        if _same(path, where):
-            raise LadError(
-                f"{name} {path} is the same file as {other} {where}: a command writes each "
-                f"of its files once; choose another {_flag(name)}"
-            )
+    _refuse_same(itertools.combinations(named, 2), "a command writes each of its files once")
     guard = _Guard([path for _, path in named])
     for name, path in _flatten(inputs):
         guard.add(name, path)
@@ -413,11 +403,17 @@ def check_not_inputs(
 ) -> None:
     """Refuse an output that is one of the inputs, however spelled (`./x` and `x`, a symlink or
     a hard link to it). Keys are how the user named each path, e.g. "--out", "--records"."""
-    for (out_name, out), (in_name, path) in itertools.product(outputs.items(), _flatten(inputs)):
-        if out is not None and _same(Path(out), path):
+    pairs = itertools.product(outputs.items(), _flatten(inputs))
+    _refuse_same(pairs, "lad never writes over its inputs")
+
+
+def _refuse_same(pairs: Iterable[tuple[tuple[str, Any], tuple[str, Path]]], why: str) -> None:
+    """Refuse the first pair ((name, output), (name, path)) that is one file, saying `why`."""
+    for (name, path), (other, where) in pairs:
+        if path is not None and _same(Path(path), where):
             raise LadError(
-                f"{out_name} {out} is the same file as {in_name} {path}: lad never writes "
-                f"over its inputs; choose another {_flag(out_name)}"
+                f"{name} {path} is the same file as {other} {where}: {why}; choose another "
+                f"{_flag(name)}"
             )
 
 

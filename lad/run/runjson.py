@@ -216,7 +216,7 @@ class RunJson:
 
     @property
     def is_harness(self) -> bool:
-        """A harness audit's folder (lad.harness.runner): made without `lad eval`."""
+        """A harness audit's folder (lad.harness.audit): made without `lad eval`."""
         return "harness" in self.run_json
 
     def timing(self) -> dict[str, float]:

@@ -76,6 +76,10 @@ def test_every_model_flag_reaches_the_debiaser(command, monkeypatch, tmp_path):
         "batch_size": 3,
         "chat_template": str(template),
     }
+    # How records are scored: each as typed and as parsed (lad serve dropped all but two).
+    options = {"top_k": ("3", 3), "tau": ("2.5", 2.5), "layer_range": ("1,2", (1, 2))}
+    options |= {"mixture": ("log", "log"), "attn_mean": ("raw", "raw")}
+    options |= {"obs_mean": ("logit", "logit"), "blank_alpha": ("0.5", 0.5)}
     parser = build_parser()
     declared = {a.dest for a in COMMANDS[f"lad {command}"]._actions}
     argv = [command]
@@ -83,6 +87,9 @@ def test_every_model_flag_reaches_the_debiaser(command, monkeypatch, tmp_path):
         flag = "--" + name.replace("_", "-")
         if name in declared:
             argv += [flag] if value is True else [flag, str(value)]
+    for name, (typed, _) in options.items():
+        argv += ["--" + name.replace("_", "-"), typed] if name in declared else []
+    stated |= {name: parsed for name, (_, parsed) in options.items()}
     argv += ["--calibration", "c.json"] if command != "calibrate" else ["--out", "c.json"]
     argv += ["--data", "d.jsonl"] if command == "calibrate" else []
     argv += ["--query", "q", "a.png"] if command == "predict" else []

@@ -26,7 +26,7 @@ from lad.cli.flags import (
 )
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
-from lad.run.config import DEFAULTS
+from lad.run.config import DEFAULTS, OPTION_FIELDS
 
 # The model and record flags of lad eval, calibrate and predict.
 MODEL_FLAGS = ("model", "device", "trust_remote_code", "engine", "dtype", "labels", "batch_size")
@@ -191,7 +191,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     check_not_inputs(
         {"--out": out, "its records file": records_out}, {"--data": args.data, "image": images}
     )
-    debiaser = build_debiaser(args, obs_mean=args.obs_mean)
+    debiaser = build_debiaser(args)
     debiaser.fit(items, records_path=records_out)
     debiaser.save(out)
     cal = debiaser.calibration_
@@ -225,13 +225,7 @@ def _predict(args: argparse.Namespace) -> int:
             "lad predict takes the candidate images or --text-options TEXT ..., "
             + ("not both" if args.images else "and got neither")
         )
-    names = ("top_k", "tau", "check_calibration", "obs_mean", "mixture", "attn_mean", "layer_range")
-    debiaser = build_debiaser(args, **{n: getattr(args, n) for n in names}).load(args.calibration)
-    from lad.run.preflight import check_top_k
-
-    layers = debiaser.calibration_.num_layers  # the model's, as far as can be known before it loads
-    check_top_k(args.top_k, layers, f"the calibration {args.calibration}")
-    check_layer_range_flag(debiaser.options.layer_range, layers, args)
+    debiaser = calibrated_debiaser(args)
     choice = debiaser.predict(
         args.query, args.images, question=args.question, texts=args.text_options
     )
@@ -250,7 +244,8 @@ def build_debiaser(args: argparse.Namespace, **more: Any) -> Any:
     from lad.run.debiaser import Debiaser
 
     names = ("labels", "device", "dtype", "quiet", "chat_template", "image_size", "engine")
-    names += ("trust_remote_code", "repetition_penalty", "batch_size")
+    names += ("trust_remote_code", "repetition_penalty", "batch_size", "check_calibration")
+    names += OPTION_FIELDS
     return Debiaser(
         args.model,
         preset=args.preset,
@@ -259,6 +254,18 @@ def build_debiaser(args: argparse.Namespace, **more: Any) -> Any:
         image_options=image_options(args) or None,
         **more,
     )
+
+
+def calibrated_debiaser(args: argparse.Namespace) -> Any:
+    """build_debiaser's Debiaser with --calibration loaded, its --top-k and --layer-range checked
+    against the calibration's layers before the model loads (lad predict, lad serve)."""
+    from lad.run.preflight import check_top_k
+
+    debiaser = build_debiaser(args).load(args.calibration)
+    layers = debiaser.calibration_.num_layers  # the model's, as far as can be known before it loads
+    check_top_k(args.top_k, layers, f"the calibration {args.calibration}")
+    check_layer_range_flag(debiaser.options.layer_range, layers, args)
+    return debiaser
 
 
 def _report(args: argparse.Namespace) -> int:

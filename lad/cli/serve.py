@@ -49,10 +49,10 @@ def _serve(args: argparse.Namespace) -> int:
         curl -s localhost:8000/choose -d '{"query": "a red circle", "images": \\
             ["a.png", "b.png", "c.png", "d.png"]}'
     """
-    from lad.cli.run import build_debiaser
+    from lad.cli.run import calibrated_debiaser
     from lad.run.serve import serve
 
-    debiaser = build_debiaser(args, top_k=args.top_k, tau=args.tau).load(args.calibration)
+    debiaser = calibrated_debiaser(args)
     serve(
         debiaser,
         host=args.host,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -166,3 +167,14 @@ def test_a_text_converter_refuses_an_option_it_does_not_take(tmp_path):
     with pytest.raises(TypeError, match="images"):
         import_text(src, tmp_path / "o.jsonl", images=str(tmp_path))
     assert not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize("converter", ["mmlu", "judgments", "text", "text-demo"])
+def test_a_text_converter_refuses_a_folder_out_before_reading(tmp_path, capsys, converter):
+    """--out naming a folder is one line naming the flag, as for every other converter, before
+    the input is read (it came as "o.jsonl: Is a directory" once the conversion had run)."""
+    (tmp_path / "o.jsonl").mkdir()
+    source = [] if converter == "text-demo" else [str(tmp_path / "missing.jsonl")]
+    assert main(["data", converter, *source, "--out", str(tmp_path / "o.jsonl")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(r"--out .*o\.jsonl is a folder", err[0]), err

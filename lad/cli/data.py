@@ -343,7 +343,7 @@ def _register_text(commands: argparse._SubParsersAction) -> None:
 def _run_text_demo(args: argparse.Namespace) -> int:
     from lad.demo.text import write_text_demo_items
 
-    _jsonl(str(args.out))
+    _items_out(str(args.out))
     for path, count in write_text_demo_items(args.out).items():
         print(f"written: {path} ({count} items)")
     return 0
@@ -353,7 +353,7 @@ def _run_text(args: argparse.Namespace) -> int:
     from lad.data import judgments, mmlu, textjsonl
     from lad.data.released import summary_lines
 
-    _jsonl(str(args.out))
+    _items_out(str(args.out))
     convert = {
         "judgments": judgments.import_judgments,
         "mmlu": mmlu.import_mmlu,

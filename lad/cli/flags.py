@@ -1,5 +1,5 @@
 """Flags shared by several commands, declared once: a setting's flag is built from its field
-(lad.run.spec.flag, in RecordSpec, EvalConfig and MethodOptions) by `add_settings`.
+(lad.core.methods.flag, in RecordSpec, EvalConfig and MethodOptions) by `add_settings`.
 
 Options a preset can set (lad.run.presets) default to None here, so `resolved` can tell a stated
 flag from an unstated one: a stated flag wins, then the preset, then lad's default (the paper's).
@@ -225,7 +225,7 @@ def options_from(cls: Any, args: argparse.Namespace, **more: Any) -> Any:
     return cls(**given, **more)
 
 
-# Every setting declared with its flag (lad.run.spec.flag), by name.
+# Every setting declared with its flag (lad.core.methods.flag), by name.
 DECLARED = {
     f.name: f
     for cls in (RecordSpec, EvalConfig, MethodOptions)

@@ -122,7 +122,7 @@ class Pool:
 @dataclass
 class BuildOptions:
     """How to draw items from a pool. A field's metadata is its flag of `lad data coco|flickr8k`
-    (as lad.run.spec.flag's, read by lad.cli.flags.add_settings); `lad data shapes` shares those
+    (as lad.core.methods.flag's, read by lad.cli.flags.add_settings); `lad data shapes` shares those
     of num_candidates, setting, items and seed."""
 
     num_candidates: int = field(

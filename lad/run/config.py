@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lad.backends.engines import ENGINES, check_engine
-from lad.core.methods import METHODS, MethodOptions
+from lad.core.methods import METHODS, MethodOptions, flag
 from lad.core.prompts import PromptTemplate
 from lad.data.builders import SETTINGS  # the shapes benchmark's settings
 from lad.errors import RunError
 from lad.io import limits
 from lad.io.files import InputPath
 from lad.run.presets import with_preset
-from lad.run.spec import RecordSpec, flag
+from lad.run.spec import RecordSpec
 
 DEFAULT_METHODS = ("vanilla", "pride", "blank", "lad", "attn", "attn-purified", "perm-avg")
 # Where the calibration items come from: held out from the evaluation items (the paper, §4.2),

@@ -123,7 +123,7 @@ def _evaluate(
         work = run_items(config, run_dir, data)
     eval_items, cal_items, requests = work
     device = world.device(config.device)
-    clock = Clock(world, LazyBackend(config, device, run_dir, backends, eval_items + cal_items))
+    clock = Clock(world, LazyBackend(config, device, run, backends, eval_items + cal_items))
 
     def stage(requests: list[Request], file: str, name: str, kind=None, desc="", acc_label=None):
         return clock.stage(requests, run.records_file(file), name, kind, desc, acc_label)

@@ -144,8 +144,7 @@ class RunDir(RunJson):
 
     def parts(self) -> dict[int, RunDir]:
         """The run directory of each N of a mixed run (n{N}/), by N."""
-        ns = {c.num_candidates for c in self.cells()}
-        parts = {n: self.part(n) for n in sorted(ns)}
+        parts = {n: self.part(n) for n in sorted({c.num_candidates for c in self.cells()})}
         root = self.path.resolve()
         for part in parts.values():  # a run reads its own parts, never a folder elsewhere
             if part.path.is_symlink() or not part.path.resolve().is_relative_to(root):

@@ -107,10 +107,9 @@ def load_items(
     n = config.num_candidates
     on_eval = config.calibrate_on == "evaluation"
     if config.data == "shapes":
-        num_eval = config.items or 100
         common = {"num_candidates": n, "setting": config.setting, "seed": config.seed}
         folder = RunDir(run_dir).data_folder
-        eval_path = build_shapes(folder("eval"), items=num_eval, split="eval", **common)
+        eval_path = build_shapes(folder("eval"), items=config.items or 100, split="eval", **common)
         if on_eval:
             items = read_items(eval_path, n)
             return items, items[: config.calibration_items]

@@ -101,7 +101,7 @@ class RunDir(RunJson):
 
     def write_cells(self, layout: Any) -> None:
         """cells.json of a mixed run (lad.core.cells.cells_json)."""
-        write_text(self.file(CELLS_FILE), json.dumps(layout, indent=1) + "\n")
+        write_text(self.file(CELLS_FILE), json_text(layout, indent=1))
 
     def write_metrics(self, metrics: Mapping[str, Any]) -> None:
         write_text(self.metrics_file, json_text(dict(metrics)))

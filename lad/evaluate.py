@@ -89,10 +89,10 @@ def evaluate(
     if len(cells) > 1:
         return evaluate_mixed(config, cells, run_dir, world, after_checks, backends or {}, data)
     config = resolved(config, data)
-    if not world.is_main:
-        return _evaluate(config, run_dir, world, backends=backends, data=data)
     # The items and requests, made once: a bad --orders file is refused before the first write.
     work = None if config.data == "shapes" else run_items(config, run_dir, data)
+    if not world.is_main:
+        return _evaluate(config, run_dir, world, None, work, backends=backends)
     inputs = check_inputs(config, run_dir, work)
     if after_checks is not None:
         after_checks()
@@ -108,22 +108,21 @@ def _evaluate(
     work: RunItems | None = None,
     report: bool = True,
     backends: dict | None = None,
-    data: RunData | None = None,
 ) -> RunResult | None:
     """The stages and scoring of a run whose inputs passed their checks. `work`: its items and
-    requests, made already by the main process (None for generated shapes, built here once
-    before the other processes read them, and in every process but the main one)."""
+    requests, made already (None for generated shapes, built here once before the other
+    processes read them, and for a mixed run's part but in the main process, which wrote it)."""
     run = RunDir(run_dir)
     if world.is_main:
         run.begin(config.identity(), EvalConfig().identity(), inputs)
         if work is None:  # generated shapes, written here
             work = run_items(config, run_dir)
     world.barrier()
-    if work is None:  # a part's files exist from here on
-        work = run_items(config, run_dir, data)
+    if work is None:  # the generated or the part's files exist from here on
+        work = run_items(config, run_dir)
     eval_items, cal_items, requests = work
     device = world.device(config.device)
-    clock = Clock(world, LazyBackend(config, device, run_dir, backends, eval_items + cal_items))
+    clock = Clock(world, LazyBackend(config, device, run, backends, eval_items + cal_items))
 
     def stage(requests: list[Request], file: str, name: str, kind=None, desc="", acc_label=None):
         return clock.stage(requests, run.records_file(file), name, kind, desc, acc_label)

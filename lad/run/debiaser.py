@@ -303,10 +303,9 @@ class Debiaser:
                 for image in candidates:
                     check_image(image)
             # The true answer is unknown here; the record's answer field is not used.
-            paths = [] if texts else [Path(p) for p in candidates]
-            items.append(Item(f"query-{i}", text, paths, 0, question=text if questions else None))
-            if texts:
-                items[-1].candidates = list(candidates)
+            paths, shown = ([], list(candidates)) if texts else ([Path(p) for p in candidates], [])
+            asked = text if questions else None
+            items.append(Item(f"query-{i}", text, paths, 0, question=asked, candidates=shown))
         sizes = {it.num_candidates for it in items}
         if len(sizes) > 1:
             raise DataError(f"predict_many needs the same N for every query; got {sorted(sizes)}")

@@ -40,9 +40,10 @@ def read_data(config: EvalConfig, items: list[Item] | None = None) -> RunData:
     return RunData(items, read_items(source) if source and Path(source).is_file() else None)
 
 
-def _with_n(items: list[Item], n: int, path: str) -> list[Item]:
-    """`items`, each of N candidates; else the file is read again to name the line that is not."""
-    return items if all(it.num_candidates == n for it in items) else read_items(path, n)
+def _with_n(items: list[Item] | None, n: int, path: str) -> list[Item]:
+    """`items` (None: unread), each of N candidates; else the file is read to name what is not."""
+    fits = items is not None and all(it.num_candidates == n for it in items)
+    return items if fits else read_items(path, n)
 
 
 class RunItems(NamedTuple):
@@ -106,10 +107,9 @@ def load_items(
     n = config.num_candidates
     on_eval = config.calibrate_on == "evaluation"
     if config.data == "shapes":
-        num_eval = config.items or 100
         common = {"num_candidates": n, "setting": config.setting, "seed": config.seed}
         folder = RunDir(run_dir).data_folder
-        eval_path = build_shapes(folder("eval"), items=num_eval, split="eval", **common)
+        eval_path = build_shapes(folder("eval"), items=config.items or 100, split="eval", **common)
         if on_eval:
             items = read_items(eval_path, n)
             return items, items[: config.calibration_items]
@@ -117,15 +117,12 @@ def load_items(
         cal_path = build_shapes(folder("calibration"), items=size, split="calibration", **common)
         return read_items(eval_path, n), read_items(cal_path, n)
     data = read_data(config) if data is None else data
-    items = _with_n(data.items, n, config.data) if data.items else read_items(config.data, n)
+    items = _with_n(data.items, n, config.data)
     if on_eval:
         _enough(items, config.calibration_items, config.data)
         return items[: config.items or len(items)], items[: config.calibration_items]
     if config.calibration_data:
-        calibration = data.calibration
-        if calibration is None:
-            calibration = read_items(config.calibration_data, n)  # refused, naming the file
-        calibration = _with_n(calibration, n, config.calibration_data)
+        calibration = _with_n(data.calibration, n, config.calibration_data)
         _enough(calibration, config.calibration_items, config.calibration_data)
         _same_kind(items, calibration, config)
     elif config.calibration:

@@ -96,20 +96,21 @@ def _calibration(config: EvalConfig, data: RunData) -> Sequence[Item]:
 def write_part_inputs(config: EvalConfig, parts: dict[int, EvalConfig], data: RunData) -> None:
     """Each N's items (and calibration items and orders) into its part's data/ folder; made
     again from the same inputs they are the same bytes, so a resumed part sees no change."""
-    calibration = _calibration(config, data) if config.calibration_data else data.calibration
+    calibration = _calibration(config, data) if config.calibration_data else None
+    orders = Path(config.orders).read_text(encoding="utf-8") if config.orders else ""  # read once
     for n, part in parts.items():
         write_items(part.data, [it for it in data.items or () if it.num_candidates == n])
-        if calibration is not None and part.calibration_data:
+        if calibration is not None:
             write_items(part.calibration_data, _of_n(calibration, n, config))
-        if config.orders and part.orders:
-            write_text(part.orders, "".join(_orders_of(Path(config.orders), n)))
+        if config.orders:
+            write_text(part.orders, "".join(_orders_of(orders, n)))
 
 
-def _orders_of(path: Path, n: int) -> list[str]:
-    """The lines of an orders file whose order has N entries (a line not read as one goes to
-    every N, so each part's reader names it)."""
+def _orders_of(text: str, n: int) -> list[str]:
+    """The lines of an orders file's `text` whose order has N entries (a line not read as one
+    goes to every N, so each part's reader names it)."""
     lines = []
-    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+    for line in text.splitlines(keepends=True):
         try:
             order = json.loads(line).get("order")
         except (json.JSONDecodeError, AttributeError, RecursionError):

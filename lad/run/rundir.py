@@ -59,6 +59,7 @@ class RunDir(RunJson):
         self.run_file = self.file(RUN_FILE)
         self.calibration_file = self.file(CALIBRATION_FILE)
         self.metrics_file = self.file(METRICS_FILE)
+        self.records_path = self.records_file("records")  # records.jsonl: the evaluation's
         self.predictions_file = self.file("predictions.jsonl")
         self.report_folder = self.file("report")
         self.blank_folder = self.file("blank")  # the blank stage's grey pictures (lad.data.blank)
@@ -100,7 +101,7 @@ class RunDir(RunJson):
 
     def write_cells(self, layout: Any) -> None:
         """cells.json of a mixed run (lad.core.cells.cells_json)."""
-        write_text(self.file(CELLS_FILE), json.dumps(layout, indent=1) + "\n")
+        write_text(self.file(CELLS_FILE), json_text(layout, indent=1))
 
     def write_metrics(self, metrics: Mapping[str, Any]) -> None:
         write_text(self.metrics_file, json_text(dict(metrics)))
@@ -143,8 +144,7 @@ class RunDir(RunJson):
 
     def parts(self) -> dict[int, RunDir]:
         """The run directory of each N of a mixed run (n{N}/), by N."""
-        ns = {c.num_candidates for c in self.cells()}
-        parts = {n: self.part(n) for n in sorted(ns)}
+        parts = {n: self.part(n) for n in sorted({c.num_candidates for c in self.cells()})}
         root = self.path.resolve()
         for part in parts.values():  # a run reads its own parts, never a folder elsewhere
             if part.path.is_symlink() or not part.path.resolve().is_relative_to(root):
@@ -167,7 +167,7 @@ class RunDir(RunJson):
     @cached_property
     def records(self) -> RecordSet:
         """records.jsonl: every item under the same number of orderings, numbered 0..T-1."""
-        path = self.file("records.jsonl")
+        path = self.records_path
         if not path.is_file():
             raise RunError(
                 f"{self.path}: no records.jsonl; the run is unfinished, rerun its lad eval"
@@ -182,9 +182,7 @@ class RunDir(RunJson):
         """A method stage's records (STAGE_FILES), None where the run has none; they must
         answer the same requests as records.jsonl, in order (perm-avg's: every evaluation item
         under all N cyclic shifts)."""
-        if stage == "records":
-            return self.records
-        path = self.file(STAGE_FILES[stage])
+        path = self.records_file(stage)
         if not path.is_file():
             return None
         made = read_records(path)
@@ -211,7 +209,7 @@ class RunDir(RunJson):
 
     def calibration_records(self) -> RecordSet | None:
         """calibration.jsonl (the symmetrised calibration set), or None."""
-        path = self.file("calibration.jsonl")
+        path = self.records_file("calibration")
         return read_records(path) if path.is_file() else None
 
     # -- calibration and metrics ---------------------------------------------------------------
@@ -229,7 +227,7 @@ class RunDir(RunJson):
         try:
             fingerprint = self.spec.fingerprint(records.num_candidates, self.inputs)
         except LadError as e:  # run.json's arguments name no label scheme lad knows, ...
-            raise RunError(f"{self.file('run.json')}: {e}") from None
+            raise RunError(f"{self.run_file}: {e}") from None
         strict = check and not self.is_harness  # a harness made it of these records: N, L suffice
         where = self.arguments.get("calibration") or "calibration.json"
         calibration.check_compatible(records, fingerprint, strict=strict, where=where)
@@ -243,7 +241,7 @@ class RunDir(RunJson):
         if self.is_mixed:
             for part in self.parts().values():
                 part.check()
-        elif self.file("records.jsonl").is_file() or not self.metrics_file.is_file():
+        elif self.records_path.is_file() or not self.metrics_file.is_file():
             _ = self.records
         if self.metrics_file.is_file():
             self.metrics()
@@ -252,7 +250,7 @@ class RunDir(RunJson):
     @property
     def answers_only(self) -> bool:
         """A harness audit of any model's logged answers: metrics without records."""
-        return self.is_harness and not self.file("records.jsonl").is_file()
+        return self.is_harness and not self.records_path.is_file()
 
     def metrics(self) -> dict[str, Any]:
         """metrics.json, refused unless it was computed from this run's records and arguments."""
@@ -265,7 +263,7 @@ class RunDir(RunJson):
         source = metrics.get("source")
         if self.is_mixed and not isinstance(source, dict):
             raise RunError(f'{path}: no "source" (what it was computed from); rerun lad eval')
-        if not self.is_mixed and not self.file("records.jsonl").is_file():
+        if not self.is_mixed and not self.records_path.is_file():
             return metrics  # a model's answers only: nothing to match
         if isinstance(source, dict):  # written since lad kept it: both must match
             if source != self.source():
@@ -291,7 +289,7 @@ class RunDir(RunJson):
             return {"cells_sha256": cells, "parts": parts}
         arguments = json.dumps(self.run_json["arguments"], sort_keys=True)
         return {
-            "records_sha256": hashlib.sha256(self.file("records.jsonl").read_bytes()).hexdigest(),
+            "records_sha256": hashlib.sha256(self.records_path.read_bytes()).hexdigest(),
             "arguments_sha256": hashlib.sha256(arguments.encode()).hexdigest(),
         }
 
@@ -340,7 +338,7 @@ class RunDir(RunJson):
         )
         self.__dict__.pop("records", None)
         if records is not None:
-            write_records(self.file("records.jsonl"), records)
+            write_records(self.records_path, records)
         for stage, made in (stages or {}).items():
             write_records(self.records_file(stage), made)
         if calibration is not None:

@@ -42,14 +42,13 @@ def file_digest(path: str | Path, images: Iterable[Path] = ()) -> dict[str, Any]
     return out
 
 
-def read_run_json(path: Path, older: bool = False) -> dict[str, Any]:
-    """run.json, checked; the one place older layouts are read (`older`, for readers of finished
-    runs): a run.json without "format" (a harness folder before lad marked it, whose metrics.json
-    says "harness") reads as one of lad's format."""
+def read_run_json(path: Path, metrics: Path | None = None) -> dict[str, Any]:
+    """run.json, checked; the one place older layouts are read (`metrics`: the run's metrics.json,
+    for readers of finished runs): a run.json without "format" (a harness folder before lad marked
+    it, whose metrics.json says "harness") reads as one of lad's format."""
     stored = read_json(path, RunError, "run.json")
-    if older and isinstance(stored, dict) and "format" not in stored:
+    if metrics is not None and isinstance(stored, dict) and "format" not in stored:
         stored = {**stored, "format": RUN_FORMAT}
-        metrics = path.parent / "metrics.json"
         made = read_json(metrics, RunError) if metrics.is_file() else None
         if isinstance(made, dict) and isinstance(made.get("harness"), dict):
             stored["harness"] = made["harness"]
@@ -119,19 +118,21 @@ class RunJson:
     (`run_json`), updated beside its arguments by `update` alone."""
 
     path: Path
+    run_file: Path  # run.json, and the run's metrics.json (RunDir's)
+    metrics_file: Path
 
     def file(self, name: str) -> Path:
         return self.path / name
 
     def _write_run_json(self, run_json: Mapping[str, Any]) -> None:
-        write_text(self.file("run.json"), json_text(dict(run_json)))
+        write_text(self.run_file, json_text(dict(run_json)))
         self.__dict__.pop("run_json", None)
 
     def update(self, key: str, change: Any) -> None:
         """run.json with `change(stored[key])` as its `key`, beside "arguments" (a rerun's check
         never compares it): the one way a begun run's run.json is updated ("timing", "threads",
         "attention_layers": lad.run.stages.Clock)."""
-        stored = read_run_json(self.file("run.json"))
+        stored = read_run_json(self.run_file)
         stored[key] = change(stored.get(key))
         self._write_run_json(stored)
 
@@ -152,7 +153,7 @@ class RunJson:
         holder = None if write else running_holder(self.path)
         if holder is not None:
             raise in_use(self.path, holder)
-        path = self.file("run.json")
+        path = self.run_file
         wanted = {"format": RUN_FORMAT, "arguments": json.loads(json.dumps(dict(arguments)))}
         wanted["inputs"] = dict(inputs or {})
         wanted["records_version"] = RECORDS_VERSION
@@ -171,7 +172,7 @@ class RunJson:
     def check_records_version(self) -> None:
         """Refuse to add records to a run whose records an older lad made another way (the two
         would mix in one run); its finished records can still be rescored without the model."""
-        made = read_run_json(self.file("run.json")).get("records_version", 1)
+        made = self.run_json.get("records_version", 1)
         if made != RECORDS_VERSION and self.made_records():
             raise RunError(
                 f"{self.path} holds records made by an older lad (records version {made}; this "
@@ -187,17 +188,17 @@ class RunJson:
             raise RunError(
                 f"{self.path}: not a directory; pass run directories made by lad eval --out DIR"
             )
-        if not self.file("run.json").is_file():
+        if not self.run_file.is_file():
             raise RunError(
                 f"{self.path}: not a lad run directory (no run.json); make one with lad eval"
             )
 
     @cached_property
     def run_json(self) -> dict[str, Any]:
-        if not self.file("run.json").is_file() and self.file("metrics.json").is_file():
+        if not self.run_file.is_file() and self.metrics_file.is_file():
             return {"format": RUN_FORMAT, "arguments": {}}  # lad score's and metrics' output
         self.check_is_run()
-        return read_run_json(self.file("run.json"), older=True)
+        return read_run_json(self.run_file, self.metrics_file)
 
     @property
     def arguments(self) -> dict[str, Any]:

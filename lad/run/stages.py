@@ -100,7 +100,7 @@ class LazyBackend:
 
     config: EvalConfig
     device: str
-    run_dir: Path
+    run: RunDir
     shared: dict | None = None
     items: Sequence[Item] = ()  # the run's items: their text checked once the model loads
     backend: Any = None
@@ -114,11 +114,10 @@ class LazyBackend:
 
     def __call__(self) -> Any:
         if self.backend is None:
-            run = RunDir(self.run_dir)
-            run.check_records_version()  # new records must match the old ones
+            self.run.check_records_version()  # new records must match the old ones
             start = time.perf_counter()
-            if run.made_records():  # a resumed run keeps its thread count
-                self.recorded = run.threads()
+            if self.run.made_records():  # a resumed run keeps its thread count
+                self.recorded = self.run.threads()
             spec = dataclasses.replace(self.config.spec, labels="digits", prompt_template=None)
             key = (repr(spec), self.device, self.config.dtype, self.pictures, self.config.engine)
             if key not in self.shared:
@@ -126,7 +125,7 @@ class LazyBackend:
                     device=self.device,
                     dtype=self.config.dtype,
                     quiet=self.config.quiet,
-                    threads=resumed_threads(self.recorded, run.run_file),
+                    threads=resumed_threads(self.recorded, self.run.run_file),
                     pictures=self.pictures,
                     engine=self.config.engine,
                 )
@@ -153,7 +152,7 @@ class Clock:
     waiting for the others)."""
 
     def __init__(self, world: World, backend: LazyBackend) -> None:
-        self.run_dir, self.world, self.backend = backend.run_dir, world, backend
+        self.run, self.world, self.backend = backend.run, world, backend
 
     def stage(
         self,
@@ -189,17 +188,16 @@ class Clock:
             load = self.backend.load_seconds - loaded
             times = {"model_load": load} if load else {}
             times[name] = time.perf_counter() - start - load
-            run = RunDir(self.run_dir)
-            run.update("timing", lambda timing: summed_times(timing, times))
+            self.run.update("timing", lambda timing: summed_times(timing, times))
             # The decoder layers of the records' attention rows, in order (all but in a hybrid
             # model; lad.backends.archs.attention_layers).
             layers = getattr(self.backend.backend, "attention_layers", None)
             if load and layers is not None:
-                run.update("attention_layers", lambda _: list(layers))
+                self.run.update("attention_layers", lambda _: list(layers))
             choice = getattr(self.backend.backend, "threads", None)  # None on an accelerator
             if load and choice is not None:
                 threads = record_choice(self.backend.recorded, choice)
-                run.update("threads", lambda _: dict(threads))
+                self.run.update("threads", lambda _: dict(threads))
 
 
 def sofa_sigma(clock: Clock, cal_items: Sequence[Item]) -> float:
@@ -212,16 +210,15 @@ def sofa_sigma(clock: Clock, cal_items: Sequence[Item]) -> float:
     if not cal_items:
         raise RunError("--sofa-sigma auto chooses σ on calibration items; pass --calibration-data")
     requests = cyclic_requests(cal_items)
-    run = RunDir(clock.run_dir)
     accuracy = {}
     for sigma in SOFA_GRID:
         kind = Stage(sofa_sigma=sigma)
         recs = clock.stage(
-            requests, run.sofa_grid_file(sigma), "sofa grid", kind, f"sofa grid σ={sigma:g}"
+            requests, clock.run.sofa_grid_file(sigma), "sofa grid", kind, f"sofa grid σ={sigma:g}"
         )
         accuracy[sigma] = float(np.mean(recs.logprobs.argmax(axis=1) == recs.answer))
     best = max(SOFA_GRID, key=lambda s: (accuracy[s], -abs(s - 0.5), -s))
     if clock.world.is_main:
         choice = {"grid": list(SOFA_GRID), "accuracy": [accuracy[s] for s in SOFA_GRID]}
-        run.write_sofa_choice({**choice, "sigma": best})
+        clock.run.write_sofa_choice({**choice, "sigma": best})
     return best

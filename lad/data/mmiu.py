@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lad.data.questions import Benchmark, Row
-from lad.data.released import Converted, Options, read
+from lad.data.released import Converted, Options, Written, convert, read
 from lad.data.rules import (
     EMPTY_QUESTION,
     NO_ANSWER,
@@ -204,3 +204,13 @@ def read_mmiu(
     chosen, converted, _ = read(BENCHMARK, path, Options(images=images_dir, **options))
     assert chosen is not None  # one task
     return chosen, converted
+
+
+def import_mmiu(
+    path: str | Path, out: str | Path, *, images_dir: str | Path | None = None, **options: Any
+) -> tuple[str, Written]:
+    """Convert one MMIU task into an items file `out`, calibration items and a summary beside
+    it; options: those of lad.data.released.Options (task, num_candidates, items, ...)."""
+    chosen, written = convert(BENCHMARK, path, out, Options(images=images_dir, **options))
+    assert chosen is not None  # one task
+    return chosen, written

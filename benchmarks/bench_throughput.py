@@ -55,7 +55,9 @@ from lad.backends import capture as cap
 from lad.backends import vision
 from lad.backends.archs import arch_for
 from lad.backends.hf import PREFETCH, Backend, Encoded
+from lad.backends.load import Checkpoint
 from lad.backends.pipeline import prefetched
+from lad.backends.settings import LoadSettings
 from lad.core.labels import get_scheme
 from lad.data.items import Item
 from lad.testing.tiny import ARCHITECTURES, TinySize, build_tiny_parts
@@ -204,7 +206,9 @@ def build_backend(shape: Shape, device: torch.device, dtype: torch.dtype) -> Bac
         model = cls._from_config(config, dtype=dtype, attn_implementation=impl).eval()
     if arch.packed_vision:
         vision.use_packed_vision(model)
-    return Backend(shape.checkpoint, model, processor, arch, dict(arch.image_options))
+    name, options = shape.checkpoint, dict(arch.image_options)
+    settings = LoadSettings(name)
+    return Checkpoint(name, settings, config, processor, arch, options, name, False).backend(model)
 
 
 def write_images(folder: Path, count: int, side: int) -> list[Path]:

@@ -9,11 +9,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from lad.core.methods import flag
 from lad.data.clip import DEFAULT_CLIP, CacheStats, ClipEmbedder, EmbeddingCache, cache_dir_for
 from lad.data.items import Item, seeded_rng, write_items
 from lad.errors import DataError, check_choice
@@ -125,28 +126,18 @@ class BuildOptions:
     (as lad.core.methods.flag's, read by lad.cli.flags.add_settings); `lad data shapes` shares those
     of num_candidates, setting, items and seed."""
 
-    num_candidates: int = field(
-        default=4,
-        metadata={"help": "images per item, N", "flags": ("--num-candidates", "-n"), "minimum": 2},
+    num_candidates: int = flag(4, "images per item, N", flags=("--num-candidates", "-n"), minimum=2)
+    setting: str = flag("random", "how distractors are chosen", choices=SETTINGS)
+    items: int = flag(1000, "number of items", minimum=1)
+    calibration_items: int = flag(
+        5, "items written to OUT's .calibration.jsonl sibling, disjoint from the others", minimum=0
     )
-    setting: str = field(
-        default="random", metadata={"help": "how distractors are chosen", "choices": SETTINGS}
+    seed: int = flag(0, "seed of every random choice", type=int)
+    clip: str = flag(
+        DEFAULT_CLIP, "CLIP-like model (hub id or local path) for the adversarial setting"
     )
-    items: int = field(default=1000, metadata={"help": "number of items", "minimum": 1})
-    calibration_items: int = field(
-        default=5,
-        metadata={
-            "help": "items written to OUT's .calibration.jsonl sibling, disjoint from the others",
-            "minimum": 0,
-        },
-    )
-    seed: int = field(default=0, metadata={"help": "seed of every random choice", "type": int})
-    clip: str = field(
-        default=DEFAULT_CLIP,
-        metadata={"help": "CLIP-like model (hub id or local path) for the adversarial setting"},
-    )
-    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda[:i]"})
-    batch_size: int = field(default=32, metadata={"help": "CLIP batch size", "minimum": 1})
+    device: str = flag("auto", "auto, cpu or cuda[:i]")
+    batch_size: int = flag(32, "CLIP batch size", minimum=1)
     text_threshold: float = TEXT_SIMILARITY_THRESHOLD
 
 

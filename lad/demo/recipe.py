@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from lad.core.methods import flag
 from lad.errors import LadError
 
 DRIFTS = ("first", "previous")
@@ -57,15 +58,13 @@ class TrainConfig:
     """Everything that defines the demo model. Same config and seed → same weights (on CPU). A
     field with metadata is a flag of `lad demo train` (lad.cli.flags.add_settings)."""
 
-    seed: int = field(default=0, metadata={"help": "seed of data, init and batches", "type": int})
+    seed: int = flag(0, "seed of data, init and batches", type=int)
     stages: tuple[Stage, ...] = STAGES
-    batch_size: int = field(default=16, metadata={"help": "prompts per step", "type": int})
-    lr: float = field(default=1e-3, metadata={"help": "peak learning rate", "type": float})
+    batch_size: int = flag(16, "prompts per step", type=int)
+    lr: float = flag(1e-3, "peak learning rate", type=float)
     warmup: int = 100
     weight_decay: float = 0.01
-    train_items: int = field(  # each with 4 candidates
-        default=2000, metadata={"help": "training items drawn per setting", "type": int}
-    )
+    train_items: int = flag(2000, "training items drawn per setting", type=int)  # 4 candidates each
     settings: tuple[str, ...] = ("random",)
     refer_share: float = 0.2
     find_share: float = 0.2  # the rest is caption matching
@@ -82,7 +81,7 @@ class TrainConfig:
     vision_layers: int = 2
     vision_hidden: int = 64
     vision_heads: int = 2
-    threads: int = field(default=1, metadata={"help": "CPU threads", "type": int})
+    threads: int = flag(1, "CPU threads", type=int)
     monitor_every: int = 250
     monitor_items: int = 100
     extra: dict[str, Any] = field(default_factory=dict)

@@ -324,6 +324,16 @@ def test_eval_top_k_zero(model, shapes, tmp_path, capsys):
     )
 
 
+@pytest.mark.parametrize("alpha", ["inf", "-1"])
+def test_eval_blank_alpha_out_of_range_names_the_flag(model, shapes, tmp_path, capsys, alpha):
+    """inf passed the flag (a number >= 0) and came back as the library's 'blank_alpha'."""
+    refused(
+        capsys,
+        _eval(model, shapes, tmp_path / "r", "--blank-alpha", alpha),
+        rf"^Error: --blank-alpha must be a (finite )?number >= 0( or entropy)?\. Got {alpha}\.$",
+    )
+
+
 def test_eval_top_k_above_the_models_layers(model, shapes, tmp_path, capsys):
     refused(
         capsys,

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import inspect
 import json
+import math
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -276,7 +277,12 @@ def add_lad_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _blank_alpha(text: str) -> float | str:
-    return "entropy" if text.strip() == "entropy" else number("--blank-alpha", 0.0)(text)
+    if text.strip() == "entropy":
+        return "entropy"
+    value = number("--blank-alpha", 0.0)(text)
+    if value == math.inf:  # α scales log P(·|blank) (CapCal): inf has no meaning there
+        raise LadError(f"--blank-alpha must be a finite number >= 0 or entropy. Got {text}.")
+    return value
 
 
 def add_image_flags(p: argparse.ArgumentParser) -> None:

@@ -99,7 +99,8 @@ class MethodOptions:
         real = isinstance(alpha, numbers.Real) and not isinstance(alpha, bool)
         if alpha != ENTROPY and not (real and 0 <= alpha < math.inf):
             raise LadError(
-                f"The 'blank_alpha' parameter must be a number >= 0 or 'entropy'. Got {alpha!r}."
+                "The 'blank_alpha' parameter must be a finite number >= 0 or 'entropy'. "
+                f"Got {alpha!r}."
             )
         for name, allowed in CHOICES.items():
             check_choice(name, getattr(self, name), allowed)

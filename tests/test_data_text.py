@@ -178,3 +178,13 @@ def test_a_text_converter_refuses_a_folder_out_before_reading(tmp_path, capsys, 
     assert main(["data", converter, *source, "--out", str(tmp_path / "o.jsonl")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.search(r"--out .*o\.jsonl is a folder", err[0]), err
+
+
+def test_an_output_name_too_long_is_refused_before_any_file(tmp_path, capsys):
+    """Every declared output's name is checked against the file system's limit before the
+    command runs: text-demo wrote its items file, then failed on the longer calibration name."""
+    out = tmp_path / ("b" * 240 + ".jsonl")  # fits; its .calibration.jsonl sibling does not
+    assert main(["data", "text-demo", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(r"^Error: its calibration file .* 255 bytes", err[0]), err
+    assert list(tmp_path.iterdir()) == []

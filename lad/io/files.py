@@ -343,6 +343,8 @@ def guarding(
     global _guard
     check_not_inputs(outputs, inputs)
     named = [(k, Path(v)) for k, v in outputs.items() if v is not None]
+    for name, path in named:
+        check_name_fits(name, path)
     _refuse_same(itertools.combinations(named, 2), "a command writes each of its files once")
     guard = _Guard([path for _, path in named])
     for name, path in _flatten(inputs):
@@ -352,6 +354,21 @@ def guarding(
         yield
     finally:
         _guard = previous
+
+
+def check_name_fits(name: str, path: Path) -> None:
+    """Each part of `path` fits its file system's name length, so that a command writing several
+    files is refused before the first, not after it (`name`: the flag)."""
+    folder = Path(path.absolute().anchor)  # the deepest folder of `path` that exists
+    for part in path.absolute().parts[1:]:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+        if len(os.fsencode(part)) > limit:
+            raise LadError(
+                f"{name} {path}: the name {part[:40]}… is longer than the {limit} bytes a file "
+                "name may have here; choose a shorter one"
+            )
+        if (folder / part).is_dir():
+            folder = folder / part
 
 
 def note_input(path: PathLike) -> None:

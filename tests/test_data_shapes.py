@@ -126,13 +126,15 @@ def test_vocabulary_covers_every_query():
         ({"split": "test"}, "'split' parameter must be one of"),
         ({"num_candidates": 1}, "--num-candidates must be between 2 and 26"),
         ({"max_shapes": 5}, "--max-shapes must be between 1 and 4"),
-        ({"position_weights": [1, 1]}, "position weights must be 4 non-negative numbers"),
+        ({"position_weights": [1, 1]}, "--position-weights must be 4 non-negative numbers"),
+        ({"position_weights": [1e308, 1e308, 1, 1]}, "summing to a finite number"),  # Σw = inf
     ],
 )
 def test_bad_arguments_are_clear_errors(tmp_path, kwargs, message):
     args = {"num_candidates": 4, "items": 2, **kwargs}
     with pytest.raises(DataError, match=message):
-        build_shapes(tmp_path, **args)
+        build_shapes(tmp_path / "out", **args)
+    assert not (tmp_path / "out").exists()  # refused before anything is written
 
 
 def test_cli_builds_and_reports_errors(tmp_path, capsys):
@@ -141,4 +143,4 @@ def test_cli_builds_and_reports_errors(tmp_path, capsys):
     assert main([*argv, "--setting", "adversarial", "--image-size", "32"]) == 0
     assert len(read_items(out / "items.jsonl", num_candidates=3)) == 3
     assert main([*argv, "--position-weights", "1,2"]) == 1
-    assert capsys.readouterr().err.startswith("Error: position weights must be 3")
+    assert capsys.readouterr().err.startswith("Error: --position-weights must be 3")

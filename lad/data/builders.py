@@ -40,13 +40,15 @@ def balanced_positions(
     if weights is None:
         weights = [1.0] * num_candidates
     w = np.asarray(weights, dtype=np.float64)
-    if w.shape != (num_candidates,) or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+    with np.errstate(over="ignore"):
+        total = w.sum() if w.shape == (num_candidates,) else np.nan
+    if not np.isfinite(total) or np.any(w < 0) or total <= 0:  # Σw finite: so is every weight
         raise DataError(
-            f"position weights must be {num_candidates} non-negative numbers, not all zero; "
-            f"got {list(weights)}"
+            f"--position-weights must be {num_candidates} non-negative numbers, not all zero, "
+            f"summing to a finite number; got {list(weights)}"
         )
     # Largest-remainder rounding keeps the counts within one of count·w/Σw.
-    exact = count * w / w.sum()
+    exact = count * (w / total)
     counts = np.floor(exact).astype(int)
     remainder_order = np.argsort(-(exact - counts), kind="stable")
     counts[remainder_order[: count - counts.sum()]] += 1

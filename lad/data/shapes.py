@@ -210,14 +210,14 @@ def build_shapes(
     the answer's position is balanced (or follows `position_weights`), the same arguments always
     give the same files."""
     _check_args(num_candidates, setting, items, split, image_size, max_shapes)
-    out_dir = Path(out_dir)
-    image_dir = out_dir / "images"
-    image_dir.mkdir(parents=True, exist_ok=True)
     answers = [s for s in all_scenes(max_shapes) if scene_split(s) == split]
     if not answers:
         raise DataError(f"no scene of at most {max_shapes} objects falls in split {split!r}")
     rng = seeded_rng(seed, "shapes", split, setting, num_candidates, max_shapes, image_size)
     positions = balanced_positions(items, num_candidates, rng, position_weights)
+    out_dir = Path(out_dir)  # written only once every argument is known good
+    image_dir = out_dir / "images"
+    image_dir.mkdir(parents=True, exist_ok=True)
     built = []
     for i, position in enumerate(positions):
         answer = answers[int(rng.integers(len(answers)))]

@@ -128,6 +128,7 @@ def test_vocabulary_covers_every_query():
         ({"max_shapes": 5}, "--max-shapes must be between 1 and 4"),
         ({"position_weights": [1, 1]}, "--position-weights must be 4 non-negative numbers"),
         ({"position_weights": [1e308, 1e308, 1, 1]}, "summing to a finite number"),  # Σw = inf
+        ({"image_size": 15}, "--picture-side must be between 16 and 1024 pixels"),
     ],
 )
 def test_bad_arguments_are_clear_errors(tmp_path, kwargs, message):
@@ -144,3 +145,6 @@ def test_cli_builds_and_reports_errors(tmp_path, capsys):
     assert len(read_items(out / "items.jsonl", num_candidates=3)) == 3
     assert main([*argv, "--position-weights", "1,2"]) == 1
     assert capsys.readouterr().err.startswith("Error: --position-weights must be 3")
+    for flag in ("--picture-side", "--image-size"):  # the flag's old name says its new one
+        assert main([*argv, flag, "15"]) == 1
+        assert capsys.readouterr().err.startswith("Error: --picture-side must be between 16")

@@ -381,11 +381,11 @@ def test_eval_items_below_one(model, shapes, tmp_path, capsys, items):
     refused(capsys, _eval(model, shapes, tmp_path / "r", "--items", items), r"--items must be >= 1")
 
 
-def test_data_shapes_image_size_above_the_maximum(tmp_path, capsys):
+def test_data_shapes_picture_side_above_the_maximum(tmp_path, capsys):
     refused(
         capsys,
-        ["data", "shapes", "--image-size", 100_000, "--out", tmp_path / "s"],
-        r"--image-size must be between 16 and 1024 pixels\. Got 100000",
+        ["data", "shapes", "--picture-side", 100_000, "--out", tmp_path / "s"],
+        r"--picture-side must be between 16 and 1024 pixels\. Got 100000",
     )
 
 

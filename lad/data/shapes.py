@@ -103,7 +103,7 @@ def _check_args(
     limits.GENERATED_ITEMS.check(items, f"--items {items}")
     if not 16 <= image_size <= MAX_IMAGE_SIZE:
         raise DataError(
-            f"--image-size must be between 16 and {MAX_IMAGE_SIZE} pixels. Got {image_size}."
+            f"--picture-side must be between 16 and {MAX_IMAGE_SIZE} pixels. Got {image_size}."
         )
     if not 1 <= max_shapes <= MAX_SHAPES:
         raise DataError(f"--max-shapes must be between 1 and {MAX_SHAPES}. Got {max_shapes}.")

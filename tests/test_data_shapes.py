@@ -127,7 +127,7 @@ def test_vocabulary_covers_every_query():
         ({"num_candidates": 1}, "--num-candidates must be between 2 and 26"),
         ({"max_shapes": 5}, "--max-shapes must be between 1 and 4"),
         ({"position_weights": [1, 1]}, "--position-weights must be 4 non-negative numbers"),
-        ({"position_weights": [1e308, 1e308, 1, 1]}, "summing to a finite number"),  # Σw = inf
+        ({"position_weights": [1e308, 1e308, 1, 1]}, "sum times the item count is finite"),
         ({"image_size": 15}, "--picture-side must be between 16 and 1024 pixels"),
     ],
 )

@@ -42,13 +42,14 @@ def balanced_positions(
     w = np.asarray(weights, dtype=np.float64)
     with np.errstate(over="ignore"):
         total = w.sum() if w.shape == (num_candidates,) else np.nan
-    if not np.isfinite(total) or np.any(w < 0) or total <= 0:  # Σw finite: so is every weight
+        finite = np.isfinite(count * total)  # then so is every count·w below
+    if not finite or np.any(w < 0) or total <= 0:
         raise DataError(
             f"--position-weights must be {num_candidates} non-negative numbers, not all zero, "
-            f"summing to a finite number; got {list(weights)}"
+            f"whose sum times the item count is finite; got {list(weights)}"
         )
     # Largest-remainder rounding keeps the counts within one of count·w/Σw.
-    exact = count * (w / total)
+    exact = count * w / total
     counts = np.floor(exact).astype(int)
     remainder_order = np.argsort(-(exact - counts), kind="stable")
     counts[remainder_order[: count - counts.sum()]] += 1

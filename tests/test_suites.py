@@ -2,8 +2,8 @@
 cells equal each cell run alone (byte-equal records, equal metrics); the built-in suites' paper
 numbers are the paper's text; `lad suite run table5` on the demo model prints Table 5's layout
 with the paper's LLaVA-OV row beside lad's; a suite of shapes cells at several N and the
-released-schema fixtures of MMIU, MuirBench and BLINK runs on the demo model, skips its
-finished cells on a rerun, and its table holds each run's own numbers."""
+released-schema fixtures of MMIU, MuirBench and BLINK runs on the demo model, only rescores
+its finished cells on a rerun, and its table holds each run's own numbers."""
 
 from __future__ import annotations
 
@@ -391,6 +391,44 @@ def test_a_demo_suite_runs_every_cell_and_tables_their_numbers(tmp_path, capsys)
     again = capsys.readouterr().out
     assert again.count(": finished") == 5
     assert again.split("\n", 5)[-1] == printed.split("\n", 5)[-1]
+
+
+SHAPES_SUITE = """
+name = "mine"
+[benchmarks.shapes]
+kind = "shapes"
+[settings]
+methods = ["vanilla", "lad"]
+num_shuffles = 2
+items = 6
+device = "cpu"
+[[cells]]
+id = "s3"
+num_candidates = 3
+"""
+
+
+def test_a_rerun_rescores_a_finished_cell_under_changed_scoring_settings(tmp_path, capsys):
+    """A scoring setting (Eq. 1's average here) changed since a cell finished: the rerun makes no
+    record again and scores the stored ones anew, as a rerun of the cell's lad eval would."""
+    suite = tmp_path / "mine.toml"
+    suite.write_text(SHAPES_SUITE)
+    run = ["suite", "run", str(suite), "--model", "demo", "--out"]
+
+    def lad_acc(out: Path) -> float:
+        return json.loads((out / "demo" / "s3" / "metrics.json").read_text())["methods"]["lad"][
+            "acc"
+        ]
+
+    assert main([*run, str(tmp_path / "a")]) == 0
+    before, records = lad_acc(tmp_path / "a"), (tmp_path / "a/demo/s3/records.jsonl").read_bytes()
+    suite.write_text(SHAPES_SUITE.replace("items = 6", 'items = 6\nattn_mean = "raw"'))
+    capsys.readouterr()
+    assert main([*run, str(tmp_path / "a")]) == 0
+    assert "[1/1] demo · s3: finished, rescored" in capsys.readouterr().out
+    assert (tmp_path / "a/demo/s3/records.jsonl").read_bytes() == records
+    assert main([*run, str(tmp_path / "fresh")]) == 0
+    assert lad_acc(tmp_path / "a") == lad_acc(tmp_path / "fresh") != before
 
 
 def test_table1_on_the_demo_model_shows_the_papers_three_models(tmp_path):

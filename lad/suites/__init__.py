@@ -6,7 +6,7 @@ table (lad.suites.table).
 
 One run directory per (model, cell): the paper calibrates each cell of its tables on that cell's
 own held-out items (Table 3 shows what a calibration carried to other data costs), and a cell's
-run directory is then exactly a `lad eval` run, resumed, skipped when finished, and read by
+run directory is then exactly a `lad eval` run, resumed, only rescored when finished, and read by
 `lad report`/`lad ablate` as any other.
 """
 

@@ -295,7 +295,10 @@ def run_suite(
             n = cell.num_candidates or one_n(items.get(cell.id))
             stated = {**settings, **data, "model": path, "quiet": True}
             stated["trust_remote_code"] = trust_remote_code or None
-            config = eval_config(preset, **stated, **({"num_candidates": n} if n else {}))
+            try:  # a setting refused with the others (--sofa-sigma 2): named by its cell
+                config = eval_config(preset, **stated, **({"num_candidates": n} if n else {}))
+            except LadError as e:
+                raise type(e)(f"{suite.source}: cell {cell.id!r}: {e}") from None
             plans.append((label, cell, config, child(child(out, slug(label)), cell.slug)))
     backends: dict = {}
     results: dict[str, dict[str, Any]] = {label: {} for label, _ in models}

@@ -510,6 +510,58 @@ def test_where_a_suites_benchmarks_live(tmp_path):
         load_suite("nope")
 
 
+SETTING = '[benchmarks.s]\nkind = "shapes"\n[settings]\n{}\n[[cells]]\nnum_candidates = 3\n'
+
+
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [
+        ("tau = 5", {"tau": 5.0}),
+        ("tau = inf", {"tau": float("inf")}),
+        ("top_k = 3", {"top_k": 3}),
+        ("blank_alpha = 0.5", {"blank_alpha": 0.5}),
+        ('blank_alpha = "entropy"', {"blank_alpha": "entropy"}),
+        ("layer_range = [0, 3]", {"layer_range": (0, 3)}),
+        ('layer_range = "0,3"', {"layer_range": (0, 3)}),
+        ('layers = "0,2"', {"layers": (0, 2)}),
+        ("image_size = 64", {"image_size": 64}),
+    ],
+)
+def test_a_suites_settings_take_their_lad_eval_options_types(tmp_path, given, read):
+    """Every setting takes its option's type (MethodOptions' and RecordSpec's as EvalConfig's)."""
+    path = tmp_path / "s.toml"
+    path.write_text(SETTING.format(given))
+    assert load_suite(path).settings == read
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ('tau = "5"', "[settings] tau must be a number, got '5'"),
+        ("tau = -1", "[settings] tau must be >= 0, got -1.0"),
+        ("top_k = 0", "[settings] top_k must be >= 1, got 0"),
+        ("image_size = 0", "[settings] image_size must be >= 1, got 0"),
+        ('layer_range = "a,b"', "[settings] layer_range must be an array of whole numbers"),
+        (
+            "layer_range = [3, 0]",
+            "[settings] layer_range: The 'layer_range' parameter must be (first, last)",
+        ),
+        (
+            'blank_alpha = "x"',
+            "[settings] blank_alpha: The 'blank_alpha' parameter must be a number >= 0",
+        ),
+        ("sofa_sigma = 2", "cell 's N=3': --sofa-sigma must be a number in [0, 1] or 'auto'"),
+    ],
+)
+def test_a_wrong_setting_is_refused_naming_the_file_and_key(tmp_path, capsys, given, says):
+    path = tmp_path / "s.toml"
+    path.write_text(SETTING.format(given))
+    assert main(["suite", "run", str(path), "--model", "demo", "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"Error: {path}: {says}"), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_few_paper_numbers_read_by_eye():
     """Spot values typed from the paper's PDF tables, independent of the text's layout."""
     table1 = load_suite("table1").paper

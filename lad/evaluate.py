@@ -274,8 +274,8 @@ def run_suite(
     trust_remote_code: bool = False,
 ) -> SuiteResult:
     """Run every cell of `suite` (lad.suites.Suite) for its models, or for `model` alone, into
-    out/<model>/<cell>/ (one `lad eval` run directory each; a finished one is skipped), and lay
-    the numbers out beside the paper's. Every benchmark folder is checked first, and every
+    out/<model>/<cell>/ (one `lad eval` run directory each; a finished one is only rescored), and
+    lay the numbers out beside the paper's. Every benchmark folder is checked first, and every
     cell's data converted, before any model work. trust_remote_code: the models' own code may
     run (RecordSpec.trust_remote_code)."""
     out = Path(out)
@@ -295,12 +295,15 @@ def run_suite(
             n = cell.num_candidates or one_n(items.get(cell.id))
             stated = {**settings, **data, "model": path, "quiet": True}
             stated["trust_remote_code"] = trust_remote_code or None
-            config = eval_config(preset, **stated, **({"num_candidates": n} if n else {}))
+            try:  # a setting refused with the others (--sofa-sigma 2): named by its cell
+                config = eval_config(preset, **stated, **({"num_candidates": n} if n else {}))
+            except LadError as e:
+                raise type(e)(f"{suite.source}: cell {cell.id!r}: {e}") from None
             plans.append((label, cell, config, child(child(out, slug(label)), cell.slug)))
     backends: dict = {}
     results: dict[str, dict[str, Any]] = {label: {} for label, _ in models}
     runs: dict[str, dict[str, Path]] = {label: {} for label, _ in models}
-    skipped = []
+    rescored = []  # the finished cells: no model work, only scoring
     inputs: dict[str, RunData | None] = {}  # each cell's, read once for every model's run
     for k, (label, cell, config, run_dir) in enumerate(plans, 1):
         if k > 1 and label != plans[k - 2][0]:
@@ -311,25 +314,27 @@ def run_suite(
             except LadError:
                 inputs[cell.id] = None  # refused by evaluate, with its reason
         data: RunData | None = inputs[cell.id]
-        metrics = None if data is None else _finished(config, run_dir, data)
-        say(f"[{k}/{len(plans)}] {label} · {cell.id}: {'finished' if metrics else 'running'}")
-        if metrics is None:
-            result = evaluate(config, run_dir, backends=backends, data=data)
-            metrics = result.metrics if result is not None else None
-        else:
-            skipped.append(run_dir)
-        results[label][cell.id] = cell_numbers(metrics)
+        finished = data is not None and _finished(config, run_dir, data)
+        state = "finished, rescored" if finished else "running"
+        say(f"[{k}/{len(plans)}] {label} · {cell.id}: {state}")
+        if finished:
+            rescored.append(run_dir)
+        # A finished cell's records are read back, never remade, and scored again under the
+        # suite's methods and scoring settings, as a rerun of its lad eval is (metrics.json does
+        # not say which scoring settings made it).
+        result = evaluate(config, run_dir, backends=backends, data=data)
+        results[label][cell.id] = cell_numbers(result.metrics if result is not None else None)
         runs[label][cell.id] = run_dir
     rows = table_rows(suite, results, chosen)
-    return SuiteResult(format_suite_table(suite, rows), rows, runs, skipped)
+    return SuiteResult(format_suite_table(suite, rows), rows, runs, rescored)
 
 
-def _finished(config: EvalConfig, run_dir: Path, data: RunData) -> dict[str, Any] | None:
-    """A run directory's metrics when it was finished with these arguments and methods."""
+def _finished(config: EvalConfig, run_dir: Path, data: RunData) -> bool:
+    """Whether a run directory was finished with these record-defining arguments and methods."""
     made = config  # a mixed run's run.json: its arguments as given (each part resolves)
     try:
         if len(cells_of(data.items or [])) <= 1:
             made = resolved(config, data)
     except LadError:
-        return None
-    return RunDir(run_dir).finished(made.identity(), config.methods)
+        return False
+    return RunDir(run_dir).finished(made.identity(), config.methods) is not None

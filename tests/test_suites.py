@@ -2,8 +2,8 @@
 cells equal each cell run alone (byte-equal records, equal metrics); the built-in suites' paper
 numbers are the paper's text; `lad suite run table5` on the demo model prints Table 5's layout
 with the paper's LLaVA-OV row beside lad's; a suite of shapes cells at several N and the
-released-schema fixtures of MMIU, MuirBench and BLINK runs on the demo model, skips its
-finished cells on a rerun, and its table holds each run's own numbers."""
+released-schema fixtures of MMIU, MuirBench and BLINK runs on the demo model, only rescores
+its finished cells on a rerun, and its table holds each run's own numbers."""
 
 from __future__ import annotations
 
@@ -393,6 +393,44 @@ def test_a_demo_suite_runs_every_cell_and_tables_their_numbers(tmp_path, capsys)
     assert again.split("\n", 5)[-1] == printed.split("\n", 5)[-1]
 
 
+SHAPES_SUITE = """
+name = "mine"
+[benchmarks.shapes]
+kind = "shapes"
+[settings]
+methods = ["vanilla", "lad"]
+num_shuffles = 2
+items = 6
+device = "cpu"
+[[cells]]
+id = "s3"
+num_candidates = 3
+"""
+
+
+def test_a_rerun_rescores_a_finished_cell_under_changed_scoring_settings(tmp_path, capsys):
+    """A scoring setting (Eq. 1's average here) changed since a cell finished: the rerun makes no
+    record again and scores the stored ones anew, as a rerun of the cell's lad eval would."""
+    suite = tmp_path / "mine.toml"
+    suite.write_text(SHAPES_SUITE)
+    run = ["suite", "run", str(suite), "--model", "demo", "--out"]
+
+    def lad_acc(out: Path) -> float:
+        return json.loads((out / "demo" / "s3" / "metrics.json").read_text())["methods"]["lad"][
+            "acc"
+        ]
+
+    assert main([*run, str(tmp_path / "a")]) == 0
+    before, records = lad_acc(tmp_path / "a"), (tmp_path / "a/demo/s3/records.jsonl").read_bytes()
+    suite.write_text(SHAPES_SUITE.replace("items = 6", 'items = 6\nattn_mean = "raw"'))
+    capsys.readouterr()
+    assert main([*run, str(tmp_path / "a")]) == 0
+    assert "[1/1] demo · s3: finished, rescored" in capsys.readouterr().out
+    assert (tmp_path / "a/demo/s3/records.jsonl").read_bytes() == records
+    assert main([*run, str(tmp_path / "fresh")]) == 0
+    assert lad_acc(tmp_path / "a") == lad_acc(tmp_path / "fresh") != before
+
+
 def test_table1_on_the_demo_model_shows_the_papers_three_models(tmp_path):
     import dataclasses
 
@@ -470,6 +508,58 @@ def test_where_a_suites_benchmarks_live(tmp_path):
         load_suite(path)
     with pytest.raises(DataError, match=r"nope: neither a suite file nor a built-in suite"):
         load_suite("nope")
+
+
+SETTING = '[benchmarks.s]\nkind = "shapes"\n[settings]\n{}\n[[cells]]\nnum_candidates = 3\n'
+
+
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [
+        ("tau = 5", {"tau": 5.0}),
+        ("tau = inf", {"tau": float("inf")}),
+        ("top_k = 3", {"top_k": 3}),
+        ("blank_alpha = 0.5", {"blank_alpha": 0.5}),
+        ('blank_alpha = "entropy"', {"blank_alpha": "entropy"}),
+        ("layer_range = [0, 3]", {"layer_range": (0, 3)}),
+        ('layer_range = "0,3"', {"layer_range": (0, 3)}),
+        ('layers = "0,2"', {"layers": (0, 2)}),
+        ("image_size = 64", {"image_size": 64}),
+    ],
+)
+def test_a_suites_settings_take_their_lad_eval_options_types(tmp_path, given, read):
+    """Every setting takes its option's type (MethodOptions' and RecordSpec's as EvalConfig's)."""
+    path = tmp_path / "s.toml"
+    path.write_text(SETTING.format(given))
+    assert load_suite(path).settings == read
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ('tau = "5"', "[settings] tau must be a number, got '5'"),
+        ("tau = -1", "[settings] tau must be >= 0, got -1.0"),
+        ("top_k = 0", "[settings] top_k must be >= 1, got 0"),
+        ("image_size = 0", "[settings] image_size must be >= 1, got 0"),
+        ('layer_range = "a,b"', "[settings] layer_range must be an array of whole numbers"),
+        (
+            "layer_range = [3, 0]",
+            "[settings] layer_range: The 'layer_range' parameter must be (first, last)",
+        ),
+        (
+            'blank_alpha = "x"',
+            "[settings] blank_alpha: The 'blank_alpha' parameter must be a number >= 0",
+        ),
+        ("sofa_sigma = 2", "cell 's N=3': --sofa-sigma must be a number in [0, 1] or 'auto'"),
+    ],
+)
+def test_a_wrong_setting_is_refused_naming_the_file_and_key(tmp_path, capsys, given, says):
+    path = tmp_path / "s.toml"
+    path.write_text(SETTING.format(given))
+    assert main(["suite", "run", str(path), "--model", "demo", "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"Error: {path}: {says}"), err
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_few_paper_numbers_read_by_eye():

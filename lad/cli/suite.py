@@ -42,9 +42,9 @@ def _run(args: argparse.Namespace) -> int:
 
     Run every (task, N, setting) cell of a suite for its models (or --model alone): each cell's
     data converted once from your download into OUT/data/, one lad eval run directory per model
-    and cell in OUT/<model>/<cell>/ (a finished one is skipped), then one table with the paper's
-    published numbers beside lad's and the difference. Built-in suites: table1, table5, blink,
-    muirbench (lad suite list).
+    and cell in OUT/<model>/<cell>/ (a finished one is only rescored), then one table with the
+    paper's published numbers beside lad's and the difference. Built-in suites: table1, table5,
+    blink, muirbench (lad suite list).
 
     Example:
         lad suite run table5 --model llava-hf/llava-onevision-qwen2-7b-ov-hf --data-root MMIU \\

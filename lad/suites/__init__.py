@@ -6,26 +6,30 @@ table (lad.suites.table).
 
 One run directory per (model, cell): the paper calibrates each cell of its tables on that cell's
 own held-out items (Table 3 shows what a calibration carried to other data costs), and a cell's
-run directory is then exactly a `lad eval` run, resumed, skipped when finished, and read by
+run directory is then exactly a `lad eval` run, resumed, only rescored when finished, and read by
 `lad report`/`lad ablate` as any other.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
+from lad.core.methods import MethodOptions
 from lad.data.benchmarks import BENCHMARKS
-from lad.errors import DataError
+from lad.errors import DataError, LadError
 from lad.io.files import below, child, read_text
-from lad.run.config import FIELDS, EvalConfig
+from lad.run.config import FIELDS, OPTION_FIELDS, EvalConfig
+from lad.run.spec import RecordSpec
 
 BUILT_IN = Path(__file__).resolve().parent
 # Where a benchmark's data sit, per kind: the keys a [benchmarks.NAME] table may set, each a path
@@ -43,6 +47,10 @@ KINDS: dict[str, dict[str, str]] = {
 # Run settings a suite may not set: each cell sets them.
 PER_CELL = ("model", "data", "num_candidates", "setting", "calibration_data", "calibration")
 CELL_KEYS = ("id", "benchmark", "task", "num_candidates", "setting")
+# Each run setting's field (RecordSpec's, EvalConfig's, MethodOptions'): its type, its bound.
+SETTING_CLASSES = (RecordSpec, EvalConfig, MethodOptions)
+SETTING_FIELDS = {f.name: f for cls in SETTING_CLASSES for f in dataclasses.fields(cls)}
+HINTS = {k: v for cls in SETTING_CLASSES for k, v in typing.get_type_hints(cls).items()}
 LAYOUTS = ("cells", "methods")
 METRICS = ("acc", "acc_std", "rstd", "delta_rstd", "cons")
 
@@ -145,10 +153,7 @@ def _suite(raw: dict[str, Any], path: Path) -> Suite:
         name: _benchmark(name, spec, f"{where}[benchmarks.{name}] ", path.parent)
         for name, spec in _table(raw, "benchmarks", where).items()
     }
-    settings = dict(_table(raw, "settings", where, {}))
-    _settings(settings, f"{where}[settings] ")
-    if "methods" in settings:
-        settings["methods"] = tuple(settings["methods"])
+    settings = _settings(_table(raw, "settings", where, {}), f"{where}[settings] ")
     cells = _each(raw, "cells", where, lambda cell, at: _cell(cell, benchmarks, at))
     if not cells:
         raise DataError(f"{where}names no [[cells]]")
@@ -206,22 +211,77 @@ def _benchmark(name: str, spec: Any, where: str, base: Path) -> Benchmark:
     return Benchmark(name, kind, folder, paths, root=root, options=options)
 
 
-def _settings(settings: dict[str, Any], where: str) -> None:
-    """Each key one of lad eval's options a suite may set, its value of that option's type."""
-    hints = typing.get_type_hints(EvalConfig)
+def _settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
+    """The settings, each key one of lad eval's options a suite may set, its value of that
+    option's type (an array as a tuple; a tuple's text as its flag takes it, "0,3") within its
+    flag's bound, and a method option one MethodOptions takes; refused naming `where` and key."""
+    read = {}
     for key, value in settings.items():
         if (key not in FIELDS or key in PER_CELL) and key != "preset":
             raise DataError(
                 f"{where}{key!r} is not a run setting a suite sets (lad eval's options, less "
                 f"{', '.join(PER_CELL)}, which each cell sets)"
             )
-        wanted = hints.get(key, str)
+        wanted = HINTS.get(key, str)
+        value = _indices(value) if _indices_type(wanted) else value
         if not _of_type(value, wanted):
             raise DataError(f"{where}{key} must be {_type_name(wanted)}, got {value!r:.60}")
+        if isinstance(value, list):
+            value = tuple(value)
+        kinds = _alternatives(wanted)
+        if type(value) is int and float in kinds and int not in kinds:
+            value = float(value)  # as its flag reads "5": 5.0
+        outside = _outside(value, SETTING_FIELDS[key].metadata if key in SETTING_FIELDS else {})
+        if outside:
+            raise DataError(f"{where}{key} must be {outside}, got {value!r}")
+        if key in OPTION_FIELDS:
+            try:
+                MethodOptions(**{key: value})
+            except LadError as e:
+                raise DataError(f"{where}{key}: {e}") from None
+        read[key] = value
+    return read
+
+
+def _outside(value: Any, metadata: Any) -> str | None:
+    """The bound its flag declares (`minimum`, `above`) that a number is outside (NaN is)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    low, above = metadata.get("minimum"), metadata.get("above")
+    if low is not None and not value >= low:
+        return f">= {low:g}"
+    if above is not None and not value > above:
+        return f"> {above:g}"
+    return None
+
+
+def _alternatives(hint: Any) -> tuple[Any, ...]:
+    """The types a type `hint` allows: a union's members, else itself."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    return typing.get_args(hint) if union else (hint,)
+
+
+def _indices_type(hint: Any) -> bool:
+    """Whether the type `hint` is, or may be, a tuple of whole numbers (layer indices)."""
+    return any(_is_indices(a) for a in _alternatives(hint))
+
+
+def _is_indices(hint: Any) -> bool:
+    return typing.get_origin(hint) is tuple and typing.get_args(hint)[0] is int
+
+
+def _indices(value: Any) -> Any:
+    """A tuple setting's text as its flag reads it ("0,3": (0, 3)); other values as they are."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return tuple(int(part) for part in value.split(","))
+    except ValueError:
+        return value
 
 
 def _of_type(value: Any, hint: Any) -> bool:
-    """`value` (parsed TOML) is of the type `hint` (an EvalConfig field's): a bool is no number,
+    """`value` (parsed TOML) is of the type `hint` (a setting's field's): a bool is no number,
     an integer is a float, an array is a tuple."""
     args = typing.get_args(hint)
     origin = typing.get_origin(hint)
@@ -237,16 +297,21 @@ def _of_type(value: Any, hint: Any) -> bool:
         return isinstance(value, int | float)
     if origin is tuple:
         return isinstance(value, list | tuple) and all(_of_type(v, args[0]) for v in value)
-    if origin is dict:
+    if origin in (dict, Mapping):
         return isinstance(value, dict)
     return hint is Any or isinstance(value, hint)
 
 
 def _type_name(hint: Any) -> str:
     names = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
-    parts = [a for a in typing.get_args(hint) or (hint,) if a is not type(None)]
-    return " or ".join(names.get(a, "an array" if typing.get_origin(a) is tuple else "a table")
-                       for a in parts)  # fmt: skip
+    parts = [a for a in _alternatives(hint) if a is not type(None)]
+
+    def name(a: Any) -> str:
+        if _is_indices(a):
+            return 'an array of whole numbers (or their text, "0,3")'
+        return "an array" if typing.get_origin(a) is tuple else "a table"
+
+    return " or ".join(names.get(a) or name(a) for a in parts)
 
 
 def _cell(raw: Any, benchmarks: dict[str, Benchmark], where: str) -> SuiteCell:
@@ -259,8 +324,7 @@ def _cell(raw: Any, benchmarks: dict[str, Benchmark], where: str) -> SuiteCell:
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 2):
         raise DataError(f"{where}num_candidates must be a whole number >= 2. Got {n!r}.")
     task = _text(raw, "task", None, where)
-    settings = {k: v for k, v in raw.items() if k not in CELL_KEYS}
-    _settings(settings, where)
+    settings = _settings({k: v for k, v in raw.items() if k not in CELL_KEYS}, where)
     default_id = " ".join(str(p) for p in (task or name, raw.get("setting"), n and f"N={n}") if p)
     cell_id = _text(raw, "id", default_id, where)
     child("--out", slug(cell_id), DataError, f"{where}id {cell_id!r} gives ")  # a folder's name

@@ -15,12 +15,13 @@ from lad.suites import Suite
 
 @dataclass
 class SuiteResult:
-    """A suite's table (lad.suites.table), its rows, and each (model, cell)'s run directory."""
+    """A suite's table (lad.suites.table), its rows, each (model, cell)'s run directory, and
+    those of the cells found finished (only rescored: no model work)."""
 
     table: str
     rows: list[Any]
     runs: dict[str, dict[str, Path]]
-    skipped: list[Path]
+    rescored: list[Path]
 
 
 def suite_models(suite: Suite, model: str | None) -> list[tuple[str, str]]:

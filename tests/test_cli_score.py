@@ -54,6 +54,36 @@ def test_score_with_a_saved_calibration_matches_fitting(run_dir, capsys):
     np.testing.assert_allclose([p.scores for p in a], [p.scores for p in b])
 
 
+def test_a_calibration_of_another_runs_model_is_refused(tmp_path, capsys):
+    """Records beside a run.json say how they were made: a calibration of another model is
+    refused in one line naming --no-calibration-check, as lad eval and lad predict refuse it."""
+    from lad.run.rundir import RunDir
+
+    model = SyntheticModel(num_candidates=4, num_layers=6)  # the same N and L on both sides
+    for name in ("demo", "text-demo"):
+        RunDir(tmp_path / name).begin({"model": name}, {})
+        write_records(tmp_path / name / "records.jsonl", model.eval_records(8, num_shuffles=2))
+        write_records(tmp_path / name / "calibration.jsonl", model.calibration_records(5))
+    records, demo = str(tmp_path / "text-demo" / "records.jsonl"), tmp_path / "demo"
+    score = ["score", "--records", records, "--method", "lad"]
+    fit = ["--calibration-records", str(demo / "calibration.jsonl")]
+    saved = ["--save-calibration", str(tmp_path / "demo.json")]
+    assert main(["score", "--records", str(demo / "records.jsonl"), "--method", "lad", *fit,
+                 *saved, "--out", str(tmp_path / "a.jsonl")]) == 0  # fmt: skip
+    capsys.readouterr()
+    for given in (["--calibration", str(tmp_path / "demo.json")], fit):
+        assert main([*score, *given, "--out", str(tmp_path / "b.jsonl")]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"Error: {given[1]}: ")
+        assert "'demo' but the records' is 'text-demo'" in err and "--no-calibration-check" in err
+        assert not (tmp_path / "b.jsonl").exists()
+        skipped = [*score, *given, "--no-calibration-check", "--out", str(tmp_path / "b.jsonl")]
+        assert main(skipped) == 0
+        (tmp_path / "b.jsonl").unlink()
+    own = ["--calibration-records", str(tmp_path / "text-demo" / "calibration.jsonl")]
+    assert main([*score, *own, "--out", str(tmp_path / "c.jsonl")]) == 0  # its own run's: used
+
+
 def test_layers_and_no_prior(run_dir, capsys):
     d = run_dir
     assert main(["score", "--records", str(d / "records.jsonl"), "--method", "attn-purified",

@@ -36,7 +36,7 @@ from lad.core.records import RecordSet, read_records
 from lad.core.scoring import score_records
 from lad.errors import LadError
 from lad.io.files import check_output_file, write_text
-from lad.run.rundir import cells_of_part
+from lad.run.rundir import cells_of_part, made_as
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -69,6 +69,7 @@ def _register_score(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--allow-partial", action="store_true", help="accept calibration items missing shifts"
     )
+    add_settings(p, "check_calibration")
     p.add_argument(
         "--save-calibration", type=OutputPath, help="also write the fitted calibration.json here"
     )
@@ -91,14 +92,20 @@ def run_score(args: argparse.Namespace) -> int:
     if args.save_calibration:
         check_output_file(args.save_calibration, "--save-calibration")
     records = run_records(args.records, "score")
-    calibration = None
+    calibration, where = None, args.calibration or args.calibration_records
     if args.calibration:
         calibration = Calibration.load(args.calibration)
         values.setdefault("obs_mean", calibration.obs_mean)  # unless stated: the file's own
     elif args.calibration_records:
+        fitted_on = read_records(args.calibration_records)
         calibration = Calibration(obs_mean=values.get("obs_mean", "prob")).fit(
-            read_records(args.calibration_records), allow_partial=args.allow_partial
+            fitted_on,
+            made_as(args.calibration_records, fitted_on),
+            allow_partial=args.allow_partial,
         )
+    if calibration is not None:  # what the records' run.json says they were made as, if any
+        made = made_as(args.records, records)
+        calibration.check_compatible(records, made, strict=args.check_calibration, where=where)
     options = options_from(MethodOptions, args, use_prior=not args.no_prior, **values)
     if args.save_calibration:
         if calibration is None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from lad.core.calibrate import Calibration
 from lad.core.cells import cells_from_json
+from lad.core.fingerprint import UNKNOWN, Fingerprint
 from lad.core.predictions import write_predictions
 from lad.core.records import RecordSet, read_records, write_records
 from lad.errors import LadError, RunError
@@ -224,14 +225,19 @@ class RunDir(RunJson):
             )
         calibration = Calibration.load(path)
         records = self.records
-        try:
-            fingerprint = self.spec.fingerprint(records.num_candidates, self.inputs)
-        except LadError as e:  # run.json's arguments name no label scheme lad knows, ...
-            raise RunError(f"{self.run_file}: {e}") from None
+        fingerprint = self.fingerprint(records.num_candidates)
         strict = check and not self.is_harness  # a harness made it of these records: N, L suffice
         where = self.arguments.get("calibration") or "calibration.json"
         calibration.check_compatible(records, fingerprint, strict=strict, where=where)
         return calibration
+
+    def fingerprint(self, num_candidates: int) -> Fingerprint:
+        """What the run's records of `num_candidates` candidates were made as (run.json's
+        arguments and inputs): what a calibration applied to them is checked against."""
+        try:
+            return self.spec.fingerprint(num_candidates, self.inputs)
+        except LadError as e:  # run.json's arguments name no label scheme lad knows, ...
+            raise RunError(f"{self.run_file}: {e}") from None
 
     def check(self) -> RunDir:
         """The checks every reader of a finished run makes before reading on (a mixed run: each
@@ -362,6 +368,17 @@ def run_folders(path: Path) -> list[Path]:
     if not (path / CELLS_FILE).is_file():
         return [path]
     return [part.path for part in RunDir(path).parts().values()]
+
+
+def made_as(records_path: str | Path, records: RecordSet) -> Fingerprint:
+    """What the records of the file `records_path` were made as: the fingerprint of the run
+    whose run.json lies beside it (`RunDir.fingerprint`); unknown (UNKNOWN: a calibration is then
+    checked on N and L alone) for a file of records without one, or in a harness audit's folder,
+    whose prompts are the harness's."""
+    run = RunDir(Path(records_path).parent)
+    if not len(records) or not run.run_file.is_file() or run.is_harness:
+        return UNKNOWN
+    return run.fingerprint(records.num_candidates)
 
 
 def cells_of_part(records_path: str | Path) -> list[Any]:

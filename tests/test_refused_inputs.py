@@ -324,6 +324,18 @@ def test_eval_top_k_zero(model, shapes, tmp_path, capsys):
     )
 
 
+def test_eval_items_above_what_the_data_holds(model, shapes, tmp_path, capsys):
+    """A stated --items is what the run evaluates: 4 items less 1 held out are not 9 (it was
+    cut to 3 while run.json said 9, and a rerun with --items 3 was then refused)."""
+    refused(
+        capsys,
+        _eval(model, shapes, tmp_path / "r", "--items", 9),
+        r"items\.jsonl: holds 3 evaluation items left after holding out the calibration items "
+        r"but --items asks for 9; pass --items 3, or leave it out for all of them$",
+    )
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("alpha", ["inf", "-1"])
 def test_eval_blank_alpha_out_of_range_names_the_flag(model, shapes, tmp_path, capsys, alpha):
     """inf passed the flag (a number >= 0) and came back as the library's 'blank_alpha'."""

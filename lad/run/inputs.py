@@ -120,7 +120,7 @@ def load_items(
     items = _with_n(data.items, n, config.data)
     if on_eval:
         _enough(items, config.calibration_items, config.data)
-        return items[: config.items or len(items)], items[: config.calibration_items]
+        return _stated(items, config), items[: config.calibration_items]
     if config.calibration_data:
         calibration = _with_n(data.calibration, n, config.calibration_data)
         _enough(calibration, config.calibration_items, config.calibration_data)
@@ -145,9 +145,21 @@ def load_items(
             f"calibration items must be disjoint from evaluation items; shared ids: "
             f"{sorted(overlap)[:5]}"
         )
-    if config.items:
-        items = items[: config.items]
-    return items, calibration
+    return _stated(items, config), calibration
+
+
+def _stated(items: list[Item], config: EvalConfig) -> list[Item]:
+    """The first --items of the evaluation items; a stated count is what the run evaluates,
+    never silently fewer (run.json records it)."""
+    if config.items and len(items) < config.items:
+        held_out = not (config.calibration_data or config.calibration)
+        held_out = held_out and config.calibrate_on != "evaluation"
+        left = " left after holding out the calibration items" if held_out else ""
+        raise DataError(
+            f"{config.data}: holds {len(items)} evaluation items{left} but --items asks for "
+            f"{config.items}; pass --items {len(items)}, or leave it out for all of them"
+        )
+    return items[: config.items] if config.items else items
 
 
 def _enough(items: Sequence[Item], wanted: int, path: object) -> None:

@@ -30,7 +30,7 @@ from lad.run.config import EvalConfig, eval_config
 from lad.run.inputs import RunData, RunItems, read_data, resolved, run_items
 from lad.run.lock import RunLock
 from lad.run.mixed import part_config, scoring_inputs, write_part_inputs
-from lad.run.preflight import check_inputs
+from lad.run.preflight import check_inputs, model_digest
 from lad.run.resume import World
 from lad.run.rundir import PART_INPUTS, RunDir
 from lad.run.runjson import file_digest, summed_times
@@ -224,6 +224,7 @@ def evaluate_mixed(
             _evaluate(part, run.part(n).path, world, backends=backends)
         return None
     own = {k: file_digest(getattr(config, k)) for k in PART_INPUTS if getattr(config, k)}
+    own.update(model_digest(config.model))
     # Refused before the first write: a live run, or another run's directory.
     run.begin(config.identity(), EvalConfig().identity(), own, write=False)
     existed = run_dir.exists()

@@ -198,6 +198,28 @@ def test_changed_calibration_items_are_refused(here, no_model, capsys):
     assert re.search(r"cal/items\.jsonl \(--calibration-data\) changed since run", line), line
 
 
+def test_changed_model_folder_is_refused(here, no_model, capsys):
+    """A local --model folder is an input: its weights by size and modification time, its JSON
+    files by their bytes; a run.json from before lad stamped it resumes as it did."""
+    weights = here / "model/model.safetensors"
+    stored = json.loads((here / "run/run.json").read_text())
+    assert set(stored["inputs"]["model"]["files"]) == {p.name for p in (here / "model").iterdir()}
+    config = here / "model/config.json"
+    config.write_bytes(config.read_bytes())  # rewritten, the same bytes: no change
+    assert main(_eval_args("run")) == 0
+    capsys.readouterr()
+    weights.write_bytes(weights.read_bytes()[:-1] + b" ")  # new weights, in the same folder
+    before = (here / "run/metrics.json").read_bytes()
+    assert main(_eval_args("run")) == 1
+    line = one_error_line(capsys)
+    assert re.search(r"model/model\.safetensors \(--model\) changed .* since run was made", line)
+    assert "another --out" in line, line
+    assert (here / "run/metrics.json").read_bytes() == before
+    del stored["inputs"]["model"]  # as lad wrote it before it stamped the model folder
+    (here / "run/run.json").write_text(json.dumps(stored, indent=2) + "\n")
+    assert main(_eval_args("run")) == 0
+
+
 def test_changed_calibration_file_is_refused(here, no_model, capsys):
     # The stored records suit a run that loads --calibration (records do not depend on it).
     fresh = here / "with-cal"

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from lad.backends.archs import attention_layers
-from lad.backends.checkpoint import local_config, resolve_model
+from lad.backends.checkpoint import SHIPPED_MODELS, local_config, resolve_model
 from lad.backends.text import is_text_model
 from lad.backends.threads import requested_threads
 from lad.core.calibrate import Calibration
@@ -23,7 +23,7 @@ from lad.io.files import check_not_inputs, check_output_dir
 from lad.io.images import check_images
 from lad.run.config import EvalConfig
 from lad.run.rundir import RUN_OUTPUTS, RunDir
-from lad.run.runjson import file_digest
+from lad.run.runjson import file_digest, folder_digest
 
 
 def check_inputs(
@@ -58,6 +58,7 @@ def check_inputs(
         if getattr(config, name) and Path(getattr(config, name)).is_file():
             inputs[name] = file_digest(getattr(config, name))
     files = {name: getattr(config, name) for name in inputs}
+    inputs.update(model_digest(config.model))
     outputs = {f"--out {run_dir}/{name}": run_dir / name for name in RUN_OUTPUTS}
     check_not_inputs(outputs, {"--" + k.replace("_", "-"): v for k, v in files.items()})
     run = RunDir(run_dir)
@@ -69,6 +70,15 @@ def check_inputs(
                 "metrics or report), so it cannot be one of the run's inputs; move it elsewhere"
             )
     return inputs
+
+
+def model_digest(model: str) -> dict[str, Any]:
+    """run.json's "inputs" entry of a local --model folder (lad.run.runjson.folder_digest), so
+    a rerun after its weights or configs changed is refused; none for a shipped model (its
+    identity is lad's version) or a hub id (its name)."""
+    if model in SHIPPED_MODELS or not Path(model).is_dir():
+        return {}
+    return {"model": folder_digest(model)}
 
 
 def check_kind(config: EvalConfig, items: Sequence[Item]) -> None:

@@ -32,14 +32,38 @@ def file_digest(path: str | Path, images: Iterable[Path] = ()) -> dict[str, Any]
     every image on every rerun), keyed by the image's path relative to the file's folder."""
     path = Path(path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    stats = {}
-    for image in dict.fromkeys(images):
-        st = image.stat()
-        stats[os.path.relpath(image, path.parent)] = f"{st.st_size} {st.st_mtime_ns}"
+    stats = {os.path.relpath(image, path.parent): file_stamp(image) for image in images}
     out: dict[str, Any] = {"path": str(path.resolve()), "sha256": digest}
     if stats:
         out["images"] = stats
     return out
+
+
+def file_stamp(path: Path) -> str:
+    """A file's size and modification time, "SIZE MTIME_NS": what run.json keeps of a file too
+    large to read on every rerun (an image an items file lists, a checkpoint's weights)."""
+    st = path.stat()
+    return f"{st.st_size} {st.st_mtime_ns}"
+
+
+# A local checkpoint's files read whole on a rerun (configs, tokenizer, chat template): their
+# content decides, not when they were written; every other file (weights) by its file_stamp.
+HASHED_SUFFIXES = (".json", ".jinja")
+HASHED_BELOW = 64 * 2**20  # bytes: a JSON file larger than this is stamped, not read
+
+
+def folder_digest(path: str | Path) -> dict[str, Any]:
+    """What run.json keeps of a local --model folder (lad.run.preflight.model_digest): each file
+    the checkpoint loads from (the folder's own, hidden ones aside) by its file_stamp, its
+    JSON and Jinja files by "sha256:HEX" (a rewrite with the same bytes is no change)."""
+    path = Path(path)
+    files = {}
+    for file in sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")):
+        if file.suffix in HASHED_SUFFIXES and file.stat().st_size < HASHED_BELOW:
+            files[file.name] = "sha256:" + hashlib.sha256(file.read_bytes()).hexdigest()
+        else:
+            files[file.name] = file_stamp(file)
+    return {"path": str(path.resolve()), "files": files}
 
 
 def read_run_json(path: Path, metrics: Path | None = None) -> dict[str, Any]:
@@ -68,8 +92,9 @@ def check_same(
     made_from, now_from = stored.get("inputs", {}), wanted["inputs"]
     for name, value in wanted["arguments"].items():
         made = stored["arguments"].get(name, defaults.get(name))
-        if name in made_from and name in now_from:
+        if name in made_from and "sha256" in now_from.get(name, {}):
             continue  # a fingerprinted file: its content decides, not how its path is spelled
+        # (a --model folder's name stays compared: the records' fingerprint names the model)
         paths = name in PATH_ARGUMENTS and isinstance(made, str) and isinstance(value, str)
         if made != value and not (paths and os.path.normpath(made) == os.path.normpath(value)):
             flag = "--" + name.replace("_", "-")
@@ -82,6 +107,9 @@ def check_same(
         if before is None:
             continue  # a run.json from before lad kept fingerprints
         flag = "--" + name.replace("_", "-")
+        if "files" in now:  # a local --model folder (folder_digest)
+            check_same_folder(run_dir, flag, before.get("files", {}), now)
+            continue
         if before.get("sha256") != now["sha256"]:
             raise RunError(
                 f"{now['path']} ({flag}) changed since {run_dir} was made from it: its records "
@@ -96,6 +124,25 @@ def check_same(
                     f"modification time differ), so its records would be stale. Restore it, "
                     "or use another --out."
                 )
+
+
+def check_same_folder(
+    run_dir: Path, flag: str, before: Mapping[str, str], now: Mapping[str, Any]
+) -> None:
+    """Refuse a folder (folder_digest) one of whose files changed, appeared or went since the
+    run was made from it, naming the first such file."""
+    files = now["files"]
+    for name in sorted(before.keys() | files.keys()):
+        if before.get(name) != files.get(name):
+            how = "is new" if name not in before else "is gone" if name not in files else ""
+            if not how:
+                what = "bytes" if files[name].startswith("sha256:") else "size or modification time"
+                how = f"changed (its {what} differ)"
+            raise RunError(
+                f"{Path(now['path']) / name} ({flag}) {how} since {run_dir} was made from that "
+                "folder, so its records would be stale. Restore the folder as it was, or use "
+                "another --out."
+            )
 
 
 def summed_times(

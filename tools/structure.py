@@ -18,8 +18,8 @@ And three of size and surface:
 - lines per capability: lad/'s lines split into the features lad had at commit 696e84e and
   each capability added since (CAPABILITIES: its modules, and the lines its commits added to
   the other modules that are still there, by git blame), so a round's growth is measured apart
-  from the old features' size; issue 43's guarantees are counted with the old features, their
-  size shown.
+  from the old features' size; issue 43's guarantees and stop 52's defect fixes are counted
+  with the old features, their sizes shown (SHOWN_APART).
 - Backend's public methods (lad.backends.hf.Backend: those without a leading underscore).
 - private names imported from another module of lad (`from lad.x import _name`), with where.
 """
@@ -72,8 +72,18 @@ CAPABILITIES = {
         ("4c921f9", "e7dd3da", "2c6284d", "477729b"),
     ),
 }
-# Shown apart but counted with the old features: issue 43's guarantees harden what lad had.
-GUARANTEE_COMMITS = ("4c0a572", "de4adc5", "c322f0c", "291a49d", "8a44d26", "a198c5d", "db521e8")
+# Shown apart but counted with the old features, since they harden what lad had: issue 43's
+# guarantees, and the defects a hostile read of lad found at stop 52 (each commit's message says
+# which).
+SHOWN_APART = {
+    "issue 43's guarantees": (
+        "4c0a572", "de4adc5", "c322f0c", "291a49d", "8a44d26", "a198c5d", "db521e8",
+    ),
+    "stop 52's defect fixes": (
+        "6fd1f91", "e4811b3", "0acbe1d", "fcb6688", "2050efd", "577df33", "48435ca", "740f6a9",
+        "38ac327", "d7a96b7", "8b8d3bc", "5b7ef89",
+    ),
+}  # fmt: skip
 BACKEND = ROOT / "backends" / "hf.py"
 
 
@@ -262,7 +272,7 @@ def commit_lines(files: list[str], commits: dict[str, str]) -> dict[str, int] | 
 
 def capability_lines(lines: dict[str, int]) -> dict[str, int | None]:
     """Lines of each capability: its modules, and its commits' lines still in the other modules
-    (commit_lines); "old features": the rest of lad/, of which issue 43's guarantees are shown
+    (commit_lines); "old features": the rest of lad/, of which SHOWN_APART's groups are shown
     apart. Without git history only the modules count (the commits' lines read as None)."""
     modules = {}
     for name, (globs, _) in CAPABILITIES.items():
@@ -270,7 +280,7 @@ def capability_lines(lines: dict[str, int]) -> dict[str, int | None]:
     new = set().union(*modules.values())
     old = sorted(p for p in lines if p not in new)
     groups = {c: name for name, (_, commits) in CAPABILITIES.items() for c in commits}
-    groups.update({c: "guarantees" for c in GUARANTEE_COMMITS})
+    groups.update({c: name for name, commits in SHOWN_APART.items() for c in commits})
     brought = commit_lines(old, groups)
     sizes: dict[str, int | None] = {}
     in_old = 0
@@ -279,8 +289,8 @@ def capability_lines(lines: dict[str, int]) -> dict[str, int | None]:
         in_old += extra
         sizes[name] = sum(lines[p] for p in paths) + extra
     total_old = sum(lines[p] for p in old) - in_old
-    guarantees = None if brought is None else brought["guarantees"]
-    return {"old features": total_old, "of which issue 43's guarantees": guarantees, **sizes}
+    apart = {f"of which {name}": (brought or {}).get(name) for name in SHOWN_APART}
+    return {"old features": total_old, **apart, **sizes}
 
 
 def backend_public_methods() -> list[str]:

@@ -548,7 +548,7 @@ def test_a_suites_settings_take_their_lad_eval_options_types(tmp_path, given, re
         ),
         (
             'blank_alpha = "x"',
-            "[settings] blank_alpha: The 'blank_alpha' parameter must be a number >= 0",
+            "[settings] blank_alpha: The 'blank_alpha' parameter must be a finite number >= 0",
         ),
         ("sofa_sigma = 2", "cell 's N=3': --sofa-sigma must be a number in [0, 1] or 'auto'"),
     ],

@@ -161,9 +161,12 @@ def _run_real(args: argparse.Namespace) -> int:
 
 
 def _calibration_split(args: argparse.Namespace) -> dict:
-    """The calibration items written beside --out X.jsonl, as X.calibration.jsonl."""
+    """The calibration items written beside --out X.jsonl, as X.calibration.jsonl (none with
+    --calibration-items 0)."""
     from lad.data.builders import calibration_path_for
 
+    if getattr(args, "calibration_items", None) == 0:
+        return {}
     return {"its calibration file": calibration_path_for(Path(args.out))}
 
 

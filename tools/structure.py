@@ -81,7 +81,7 @@ SHOWN_APART = {
     ),
     "stop 52's defect fixes": (
         "6fd1f91", "e4811b3", "0acbe1d", "fcb6688", "2050efd", "577df33", "48435ca", "740f6a9",
-        "38ac327", "d7a96b7", "8b8d3bc", "5b7ef89",
+        "38ac327", "d7a96b7", "8b8d3bc", "5b7ef89", "99d387b",
     ),
 }  # fmt: skip
 BACKEND = ROOT / "backends" / "hf.py"

@@ -336,16 +336,6 @@ def test_eval_items_above_what_the_data_holds(model, shapes, tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("alpha", ["inf", "-1"])
-def test_eval_blank_alpha_out_of_range_names_the_flag(model, shapes, tmp_path, capsys, alpha):
-    """inf passed the flag (a number >= 0) and came back as the library's 'blank_alpha'."""
-    refused(
-        capsys,
-        _eval(model, shapes, tmp_path / "r", "--blank-alpha", alpha),
-        rf"^Error: --blank-alpha must be a (finite )?number >= 0( or entropy)?\. Got {alpha}\.$",
-    )
-
-
 def test_eval_top_k_above_the_models_layers(model, shapes, tmp_path, capsys):
     refused(
         capsys,
@@ -365,13 +355,22 @@ def test_eval_top_k_above_the_calibrations_layers(shapes, calibration, tmp_path,
     )
 
 
-@pytest.mark.parametrize("tau", ["nan", "-1"])
-def test_eval_tau_not_a_number_or_negative(model, shapes, tmp_path, capsys, tau):
-    # (tau = inf is allowed: the limit of Eq. 12, argmax of the purified attention)
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        # (tau = inf is allowed: the limit of Eq. 12, argmax of the purified attention)
+        ("--tau", "nan", "--tau must be a number >= 0. Got nan."),
+        ("--tau", "-1", "--tau must be a number >= 0. Got -1."),
+        # inf passed the flag (a number >= 0) and came back as the library's 'blank_alpha'
+        ("--blank-alpha", "inf", "--blank-alpha must be a finite number >= 0 or entropy. Got inf."),
+        ("--blank-alpha", "-1", "--blank-alpha must be a number >= 0. Got -1."),
+    ],
+)
+def test_eval_number_out_of_range_names_the_flag(
+    model, shapes, tmp_path, capsys, flag, value, message
+):
     refused(
-        capsys,
-        _eval(model, shapes, tmp_path / "r", "--tau", tau),
-        rf"^Error: --tau must be a number >= 0\. Got {tau}\.$",
+        capsys, _eval(model, shapes, tmp_path / "r", flag, value), f"^Error: {re.escape(message)}$"
     )
 
 

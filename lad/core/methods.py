@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,19 @@ def flag(default: Any, help: str, **cli: Any) -> Any:
     it is not the setting's), which lad.cli.flags.add_settings reads. The settings of RecordSpec,
     EvalConfig and MethodOptions are declared so."""
     return field(default=default, metadata={"help": help, **cli})
+
+
+def broken_bound(value: Any, metadata: Mapping[str, Any]) -> str | None:
+    """The bound a setting's flag() declares (`minimum`, `above`) that a number `value` is
+    outside (NaN is outside both), as ">= 1" or "> 0"; None for a value inside, or no number."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    low, above = metadata.get("minimum"), metadata.get("above")
+    if low is not None and not value >= low:
+        return f">= {low:g}"
+    if above is not None and not value > above:
+        return f"> {above:g}"
+    return None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lad.backends.engines import ENGINES, check_engine
-from lad.core.methods import METHODS, MethodOptions, flag
+from lad.core.methods import METHODS, MethodOptions, broken_bound, flag
 from lad.core.prompts import PromptTemplate
 from lad.data.builders import SETTINGS  # the shapes benchmark's settings
 from lad.errors import RunError
@@ -125,12 +125,12 @@ class EvalConfig:
     def __post_init__(self) -> None:
         check_methods(self.methods)
         for f in dataclasses.fields(self):  # the bounds its flags declare, as the CLI checks them
-            value, low = getattr(self, f.name), f.metadata.get("minimum")
-            flag = f.metadata.get("flags", ("--" + f.name.replace("_", "-"),))[0]
-            if low is not None and value is not None and value < low:
-                raise RunError(f"{flag} must be >= {low}. Got {value}.")
-            if "above" in f.metadata and not value > f.metadata["above"]:
-                raise RunError(f"{flag} must be a number > {f.metadata['above']:g}. Got {value}.")
+            value = getattr(self, f.name)
+            broken = broken_bound(value, f.metadata)
+            if broken:
+                flag = f.metadata.get("flags", ("--" + f.name.replace("_", "-"),))[0]
+                noun = "" if broken.startswith(">=") else "a number "
+                raise RunError(f"{flag} must be {noun}{broken}. Got {value}.")
         self.scheme.labels(self.num_candidates)  # N beyond the scheme: before work
         for limit, option, value in (
             (limits.SHUFFLES, "--num-shuffles", self.num_shuffles),

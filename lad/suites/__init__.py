@@ -24,7 +24,7 @@ from typing import Any
 
 import tomllib
 
-from lad.core.methods import MethodOptions
+from lad.core.methods import MethodOptions, broken_bound
 from lad.data.benchmarks import BENCHMARKS
 from lad.errors import DataError, LadError
 from lad.io.files import below, child, read_text
@@ -231,7 +231,7 @@ def _settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
         kinds = _alternatives(wanted)
         if type(value) is int and float in kinds and int not in kinds:
             value = float(value)  # as its flag reads "5": 5.0
-        outside = _outside(value, SETTING_FIELDS[key].metadata if key in SETTING_FIELDS else {})
+        outside = broken_bound(value, SETTING_FIELDS[key].metadata if key in SETTING_FIELDS else {})
         if outside:
             raise DataError(f"{where}{key} must be {outside}, got {value!r}")
         if key in OPTION_FIELDS:
@@ -241,18 +241,6 @@ def _settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
                 raise DataError(f"{where}{key}: {e}") from None
         read[key] = value
     return read
-
-
-def _outside(value: Any, metadata: Any) -> str | None:
-    """The bound its flag declares (`minimum`, `above`) that a number is outside (NaN is)."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return None
-    low, above = metadata.get("minimum"), metadata.get("above")
-    if low is not None and not value >= low:
-        return f">= {low:g}"
-    if above is not None and not value > above:
-        return f"> {above:g}"
-    return None
 
 
 def _alternatives(hint: Any) -> tuple[Any, ...]:

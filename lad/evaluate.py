@@ -30,7 +30,7 @@ from lad.run.config import EvalConfig, eval_config
 from lad.run.inputs import RunData, RunItems, read_data, resolved, run_items
 from lad.run.lock import RunLock
 from lad.run.mixed import part_config, scoring_inputs, write_part_inputs
-from lad.run.preflight import check_inputs, model_digest
+from lad.run.preflight import Checked, check_inputs, model_digest
 from lad.run.resume import World
 from lad.run.rundir import PART_INPUTS, RunDir
 from lad.run.runjson import file_digest, summed_times
@@ -53,16 +53,19 @@ class RunResult:
 
 
 def fit_or_load_calibration(
-    config: EvalConfig, run_dir: Path, calibration_records: RecordSet | None
+    config: EvalConfig,
+    run_dir: Path,
+    calibration_records: RecordSet | None,
+    given: Calibration | None = None,
 ) -> None:
+    """Write the run's calibration.json: `given` (--calibration, as its checks read it) or one
+    fitted on the calibration records."""
     run = RunDir(run_dir)
-    if config.calibration:
-        calibration = Calibration.load(config.calibration)
-    else:
+    if given is None:
         assert calibration_records is not None
         made = config.spec.fingerprint(config.num_candidates, run.inputs)
-        calibration = Calibration(obs_mean=config.obs_mean).fit(calibration_records, made)
-    run.write_calibration(calibration)
+        given = Calibration(obs_mean=config.obs_mean).fit(calibration_records, made)
+    run.write_calibration(given)
 
 
 def evaluate(
@@ -93,28 +96,29 @@ def evaluate(
     work = None if config.data == "shapes" else run_items(config, run_dir, data)
     if not world.is_main:
         return _evaluate(config, run_dir, world, None, work, backends=backends)
-    inputs = check_inputs(config, run_dir, work)
+    checked = check_inputs(config, run_dir, work)
     if after_checks is not None:
         after_checks()
     with RunLock(run_dir):
-        return _evaluate(config, run_dir, world, inputs, work, backends=backends)
+        return _evaluate(config, run_dir, world, checked, work, backends=backends)
 
 
 def _evaluate(
     config: EvalConfig,
     run_dir: Path,
     world: World,
-    inputs: dict[str, Any] | None = None,
+    checked: Checked | None = None,
     work: RunItems | None = None,
     report: bool = True,
     backends: dict | None = None,
 ) -> RunResult | None:
-    """The stages and scoring of a run whose inputs passed their checks. `work`: its items and
+    """The stages and scoring of a run whose inputs passed their checks (`checked`, in the main
+    process). `work`: its items and
     requests, made already (None for generated shapes, built here once before the other
     processes read them, and for a mixed run's part but in the main process, which wrote it)."""
     run = RunDir(run_dir)
     if world.is_main:
-        run.begin(config.identity(), EvalConfig().identity(), inputs)
+        run.begin(config.identity(), EvalConfig().identity(), checked.inputs)
         if work is None:  # generated shapes, written here
             work = run_items(config, run_dir)
     world.barrier()
@@ -150,7 +154,7 @@ def _evaluate(
         stage(requests, "sofa", "sofa", Stage(sofa_sigma=sigma), f"sofa σ={sigma:g}")
     if not world.is_main:
         return None
-    fit_or_load_calibration(config, run_dir, cal_records)
+    fit_or_load_calibration(config, run_dir, cal_records, checked.calibration)
     return _score(config, run_dir, report)
 
 
@@ -230,11 +234,11 @@ def evaluate_mixed(
     existed = run_dir.exists()
     try:
         write_part_inputs(config, parts, data)
-        work, inputs = {}, {}
+        work, checked = {}, {}
         for n, part in parts.items():
             folder = run.part(n).path
             work[n] = run_items(part, folder, read_data(part))  # a bad --orders refused here too
-            inputs[n] = check_inputs(part, folder, work[n])
+            checked[n] = check_inputs(part, folder, work[n])
     except LadError as e:
         if existed:
             raise
@@ -247,7 +251,7 @@ def evaluate_mixed(
         run.write_cells(cells_json(cells, {n: RunDir.part_name(n) for n in parts}))
         for n, part in parts.items():
             with RunLock(run.part(n).path):
-                _evaluate(part, run.part(n).path, world, inputs[n], work[n], False, backends)
+                _evaluate(part, run.part(n).path, world, checked[n], work[n], False, backends)
         return _score(config, run_dir)
 
 

@@ -222,7 +222,7 @@ def test_run_fingerprints_context_pictures_as_it_does_candidates(pictures, tmp_p
     write_items(tmp_path / "items.jsonl", items)
     config = eval_config(data=str(tmp_path / "items.jsonl"), num_candidates=3)
     evaluation = read_items(tmp_path / "items.jsonl")
-    inputs = check_inputs(config, tmp_path / "run", (evaluation, []))
+    inputs = check_inputs(config, tmp_path / "run", (evaluation, [])).inputs
     fingerprinted = inputs["data"]["images"]
     for it in items:
         for p in it.pictures:

@@ -17,6 +17,7 @@ from lad.cli import main
 from lad.data.shapes import build_shapes
 from lad.evaluate import run_suite
 from lad.io import files
+from lad.run.rundir import RunDir
 from lad.suites import Model, load_suite
 from tests.test_suites import _mmiu_six
 
@@ -70,3 +71,18 @@ def test_a_suite_reads_each_cells_items_and_the_models_config_once(tmp_path, rea
         assert reads[str(data / f"{cell.slug}.jsonl")] == 1
         assert reads[str(data / f"{cell.slug}.calibration.jsonl")] == 1
     assert reads[CONFIG] == reads[GENERATION] == 1
+
+
+def test_a_given_calibration_is_read_once_and_metrics_once_per_check(tmp_path, reads):
+    data = build_shapes(tmp_path / "s", num_candidates=3, items=8, split="eval")
+    args = ["eval", "--data", str(data), "--num-candidates", "3", "--calibration-items", "2",
+            "--num-shuffles", "2", "--methods", "vanilla,lad", "--quiet"]  # fmt: skip
+    assert main([*args, "--out", str(tmp_path / "fit")]) == 0
+    calibration = tmp_path / "fit" / "calibration.json"
+    reads.clear()
+    assert main([*args, "--calibration", str(calibration), "--out", str(tmp_path / "run")]) == 0
+    assert reads[str(calibration.resolve())] == 1
+    metrics = tmp_path / "run" / "metrics.json"
+    reads.clear()
+    assert RunDir(tmp_path / "run").finished(RunDir(tmp_path / "run").arguments, ["lad"])
+    assert reads[str(metrics.resolve())] == 1

@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 from lad.backends.archs import attention_layers
 from lad.backends.checkpoint import SHIPPED_MODELS, local_config, resolve_model
@@ -26,11 +26,19 @@ from lad.run.rundir import RUN_OUTPUTS, RunDir
 from lad.run.runjson import file_digest, folder_digest
 
 
+class Checked(NamedTuple):
+    """What `check_inputs` passed: the inputs' digests for run.json (lad.run.runjson.file_digest)
+    and the --calibration it read and checked (None: the run fits its own), used as read."""
+
+    inputs: dict[str, Any]
+    calibration: Calibration | None
+
+
 def check_inputs(
     config: EvalConfig, run_dir: Path, items: Sequence[Sequence[Item]] | None
-) -> dict[str, Any]:
+) -> Checked:
     """Check every argument and input file before any model work and before the run directory
-    is touched; return the inputs' digests for run.json (lad.run.runjson.file_digest).
+    is touched.
 
     items: the run's (evaluation, calibration) items from an items file (lad.run.inputs.RunItems);
     None for generated data.
@@ -39,6 +47,7 @@ def check_inputs(
     if config.device != "auto":  # auto is always usable: torch is not imported for it yet
         resolve_device(config.device, RunError)
     requested_threads(os.environ)  # LAD_NUM_THREADS
+    calibration = None
     if config.calibration:
         calibration = check_given_calibration(config)
         check_top_k(config.top_k, calibration.num_layers, f"the calibration {config.calibration}")
@@ -69,7 +78,7 @@ def check_inputs(
                 f"{path}: is a file lad eval writes in its run directory {run_dir} (its records, "
                 "metrics or report), so it cannot be one of the run's inputs; move it elsewhere"
             )
-    return inputs
+    return Checked(inputs, calibration)
 
 
 def model_digest(model: str) -> dict[str, Any]:

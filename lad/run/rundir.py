@@ -64,6 +64,7 @@ class RunDir(RunJson):
         self.predictions_file = self.file("predictions.jsonl")
         self.report_folder = self.file("report")
         self.blank_folder = self.file("blank")  # the blank stage's grey pictures (lad.data.blank)
+        self._metrics: dict[str, Any] | None = None  # metrics.json, once read and checked
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -106,6 +107,7 @@ class RunDir(RunJson):
 
     def write_metrics(self, metrics: Mapping[str, Any]) -> None:
         write_text(self.metrics_file, json_text(dict(metrics)))
+        self._metrics = None  # read back as written
 
     def writes(self, path: str | Path) -> bool:
         """Whether `lad eval` writes `path` in this run (RUN_OUTPUTS, report/, the lock, SoFA's
@@ -260,6 +262,11 @@ class RunDir(RunJson):
 
     def metrics(self) -> dict[str, Any]:
         """metrics.json, refused unless it was computed from this run's records and arguments."""
+        if self._metrics is None:
+            self._metrics = self._checked_metrics()
+        return self._metrics
+
+    def _checked_metrics(self) -> dict[str, Any]:
         path = self.metrics_file
         if not path.is_file():
             raise RunError(f"{self.path}: no metrics.json; finish the run with `lad eval` first")

@@ -208,7 +208,7 @@ def _json_rows(path: Path) -> list[Row]:
             raise DataError(f"{path}: expected a JSON list of questions")
         return [_row(obj, f"{path}: entry {i}: ") for i, obj in enumerate(rows)]
     questions = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may be in text
         if not line.strip():
             continue
         try:

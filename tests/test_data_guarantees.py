@@ -370,3 +370,16 @@ def test_an_orders_file_nested_too_deeply_is_refused(tmp_path):
     (tmp_path / "orders.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
     with pytest.raises(DataError, match=r"orders\.jsonl:1: JSON nested too deeply"):
         read_orders(tmp_path / "orders.jsonl", 2)
+
+
+def test_a_json_lines_question_file_keeps_u2028_inside_its_text(tmp_path):
+    """JSON allows a raw U+2028 or U+0085 in a string: a line break to str.splitlines(), not to
+    JSON Lines."""
+    from lad.data.questions import Questions
+    from lad.data.textjsonl import _ANY_ROWS
+
+    path = tmp_path / "q.jsonl"
+    rows = [{"task": "t", "question": "one\u2028two\x85three"}, {"task": "t", "question": "b"}]
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n")
+    read = [row.fields["question"] for row in Questions(path).rows(_ANY_ROWS, None)]
+    assert read == ["one\u2028two\x85three", "b"]

@@ -70,11 +70,10 @@ def place_answer(
 def random_distractors(
     anchor: int, pool: Sequence[int], k: int, rng: np.random.Generator
 ) -> list[int]:
-    """k distinct pool members other than the anchor, uniformly at random."""
+    """k distinct pool members other than the anchor, uniformly at random (_check_options made
+    sure every pool build_benchmark draws from has them)."""
     pool = np.asarray(pool, dtype=np.int64)
     others = pool[pool != anchor]
-    if len(others) < k:
-        raise DataError(f"the pool has {len(others)} images besides the anchor; {k} are needed")
     return others[rng.choice(len(others), size=k, replace=False)].tolist()
 
 
@@ -162,10 +161,9 @@ def calibration_path_for(out: Path) -> Path:
 def write_split_items(out: Path, items: list[Item], calibration: list[Item]) -> Path | None:
     """`items` to `out`, the calibration items (if any) to its sibling, whose path it returns."""
     write_items(out, items)
-    if not calibration:
-        return None
-    write_items(calibration_path_for(out), calibration)
-    return calibration_path_for(out)
+    if calibration:
+        write_items(calibration_path_for(out), calibration)
+    return calibration_path_for(out) if calibration else None
 
 
 def _embed(pool: Pool, options: BuildOptions, out: Path) -> tuple[_Embeddings, CacheStats]:

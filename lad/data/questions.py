@@ -105,21 +105,19 @@ class Questions:
 
     def tasks(self, benchmark: Benchmark) -> Counter[str]:
         """How many questions each task has."""
-        if self._json is not None:
-            return Counter(benchmark.task(row.fields) for row in self._json)
+        if self._json is not None or benchmark.task_of is not None:
+            # a task_of rule may read more than the column (MMIU: a null task is input.task)
+            return Counter(benchmark.task(row.fields) for row in self.rows(benchmark, None))
         counts: Counter[str] = Counter()
         for path in self.files:
             pf = _open_parquet(path)
-            has = benchmark.task_field in pf.schema_arrow.names
-            if not has and benchmark.task_of is None:
+            if benchmark.task_field not in pf.schema_arrow.names:
                 raise DataError(
                     f"{path}: no column {benchmark.task_field!r}; is this "
                     f"{benchmark.title}'s own file?"
                 )
-            # a task_of rule may read more than the column (MMIU: a null task is input.task)
-            only = [benchmark.task_field] if has and benchmark.task_of is None else None
             for group in range(pf.metadata.num_row_groups):
-                table = _read_group(pf, path, group, only)
+                table = _read_group(pf, path, group, [benchmark.task_field])
                 counts.update(benchmark.task(r) for r in table.to_pylist())
         return counts
 
@@ -210,7 +208,7 @@ def _json_rows(path: Path) -> list[Row]:
             raise DataError(f"{path}: expected a JSON list of questions")
         return [_row(obj, f"{path}: entry {i}: ") for i, obj in enumerate(rows)]
     questions = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may be in text
         if not line.strip():
             continue
         try:

@@ -46,10 +46,9 @@ def picture_bytes(value: Any, where: str) -> bytes:
     """The encoded bytes of a `datasets` Image cell ({"bytes", "path"}); an empty one is refused."""
     if value is None:
         raise DataError(f"{where}a picture the question shows is empty")
-    if isinstance(value, dict) and isinstance(value.get("bytes"), bytes | bytearray):
-        return bytes(value["bytes"])
-    if isinstance(value, bytes | bytearray):
-        return bytes(value)
+    data = value.get("bytes") if isinstance(value, dict) else value
+    if isinstance(data, bytes | bytearray):
+        return bytes(data)
     raise DataError(f"{where}expected a picture stored as bytes, got {short_repr(value)[:60]}")
 
 

@@ -91,33 +91,13 @@ def scene_distance(a: Scene, b: Scene) -> int:
     )
 
 
-def _check_args(
-    num_candidates: int, setting: str, items: int, split: str, image_size: int, max_shapes: int
-) -> None:
-    check_choice("setting", setting, SETTINGS, DataError)
-    check_choice("split", split, SPLITS, DataError)
-    if not 2 <= num_candidates <= 26:
-        raise DataError(f"--num-candidates must be between 2 and 26. Got {num_candidates}.")
-    if items < 1:
-        raise DataError(f"--items must be at least 1. Got {items}.")
-    limits.GENERATED_ITEMS.check(items, f"--items {items}")
-    if not 16 <= image_size <= MAX_IMAGE_SIZE:
-        raise DataError(
-            f"--picture-side must be between 16 and {MAX_IMAGE_SIZE} pixels. Got {image_size}."
-        )
-    if not 1 <= max_shapes <= MAX_SHAPES:
-        raise DataError(f"--max-shapes must be between 1 and {MAX_SHAPES}. Got {max_shapes}.")
-
-
 def _distractor_scenes(
     answer: Scene, k: int, setting: str, max_shapes: int, rng: np.random.Generator
 ) -> list[Scene]:
     others = [s for s in all_scenes(max_shapes) if s != answer]
     if setting == "random":
         return [others[i] for i in rng.choice(len(others), size=k, replace=False)]
-    by_distance = _neighbours(answer, max_shapes)
-    if sum(len(group) for group in by_distance) < k:
-        raise DataError(f"too few scenes have {len(answer)} objects for {k} distractors")
+    by_distance = _neighbours(answer, max_shapes)  # 29 or more scenes: k is 25 at most
     chosen: list[Scene] = []
     for group in by_distance:  # nearest first; a random pick within the boundary group
         take = min(k - len(chosen), len(group))
@@ -209,7 +189,19 @@ def build_shapes(
     """Draw a shapes benchmark into out_dir (PNG images under images/) and return items.jsonl;
     the answer's position is balanced (or follows `position_weights`), the same arguments always
     give the same files."""
-    _check_args(num_candidates, setting, items, split, image_size, max_shapes)
+    check_choice("setting", setting, SETTINGS, DataError)
+    check_choice("split", split, SPLITS, DataError)
+    if not 2 <= num_candidates <= 26:
+        raise DataError(f"--num-candidates must be between 2 and 26. Got {num_candidates}.")
+    if items < 1:
+        raise DataError(f"--items must be at least 1. Got {items}.")
+    limits.GENERATED_ITEMS.check(items, f"--items {items}")
+    if not 16 <= image_size <= MAX_IMAGE_SIZE:
+        raise DataError(
+            f"--picture-side must be between 16 and {MAX_IMAGE_SIZE} pixels. Got {image_size}."
+        )
+    if not 1 <= max_shapes <= MAX_SHAPES:
+        raise DataError(f"--max-shapes must be between 1 and {MAX_SHAPES}. Got {max_shapes}.")
     answers = [s for s in all_scenes(max_shapes) if scene_split(s) == split]
     if not answers:
         raise DataError(f"no scene of at most {max_shapes} objects falls in split {split!r}")

@@ -168,15 +168,13 @@ class LadModel(lmms):
         source.exclude_offset = last + 1
         also = sorted({c.item for c in scored if c.item in items})
         source.also_scored = also
+        fitted = f"lad: {task} N={n}: calibration_docs={len(items)} fitted on documents "
+        fitted += str(source.doc_ids)
         if also:
             logger.warning(
-                f"lad: {task} N={n}: calibration_docs={len(items)} fitted on documents "
-                f"{source.doc_ids} (items {sorted(items)}); {len(also)} of these items were ALSO "
-                f"scored. lmms-eval cannot skip single documents; --offset {last + 1} starts "
-                "the evaluation after all of them"
+                f"{fitted} (items {sorted(items)}); {len(also)} of these items were ALSO scored. "
+                f"lmms-eval cannot skip single documents; --offset {last + 1} starts the "
+                "evaluation after all of them"
             )
         else:
-            logger.info(
-                f"lad: {task} N={n}: calibration_docs={len(items)} fitted on documents "
-                f"{source.doc_ids}, none of them scored"
-            )
+            logger.info(f"{fitted}, none of them scored")

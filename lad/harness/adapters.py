@@ -19,12 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lad.data.benchmarks import BENCHMARKS
-from lad.data.items import CONTEXT_PLACEHOLDER, cyclic_shift
+from lad.data.items import cyclic_shift
 from lad.data.questions import Benchmark, Row
 from lad.data.rules import Choice
 from lad.errors import LadError
-
-IMAGE_PLACEHOLDER = CONTEXT_PLACEHOLDER  # "<image>": where a text shows a picture
 
 
 @dataclass

@@ -169,8 +169,9 @@ class LadModel(lmms):
         source.exclude_offset = last + 1
         also = sorted({c.item for c in scored if c.item in items})
         source.also_scored = also
-        fitted = f"lad: {task} N={n}: calibration_docs={len(items)} fitted on documents "
-        fitted += str(source.doc_ids)
+        fitted = (
+            f"lad: {task} N={n}: calibration_docs={len(items)} fitted on documents {source.doc_ids}"
+        )
         if also:
             logger.warning(
                 f"{fitted} (items {sorted(items)}); {len(also)} of these items were ALSO scored. "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,6 @@ def _list(kind: str, parse: Callable[[str], Any], text: str) -> tuple:
     if not values:
         raise argparse.ArgumentTypeError(f"expected at least one value, got {text!r}")
     return values
-
-
-def _list_of(kind: str, flag: str) -> Callable[[str], tuple]:
-    """Comma-separated whole numbers >= 1 ("int") or numbers >= 0 ("float") of `flag`."""
-    parse = whole(1, flag) if kind == "int" else number(flag, 0.0)
-    return lambda text: _list(kind, parse, text)
 
 
 # lad.outputs.ablate.ANALYSES' keys, in its order (a test keeps them equal): named here so
@@ -74,8 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--sizes": ("int", "|D_cal| of Figure 6(a) (default: 1,5,10,20,50,100)"),
         "--taus": ("float", "τ of Figure 6(b); 'inf' is the limit (default: 0,1,3,5,7,9,inf)"),
     }
-    for flag, (kind, help_text) in sweeps.items():
-        p.add_argument(flag, type=_list_of(kind, flag), help=help_text)
+    for flag, (kind, help_text) in sweeps.items():  # whole numbers >= 1, or numbers >= 0
+        parse = whole(1, flag) if kind == "int" else number(flag, 0.0)
+        p.add_argument(flag, type=partial(_list, kind, parse), help=help_text)
     add_settings(
         p,
         "calibration_items",

@@ -185,13 +185,9 @@ def _released_outputs(args: argparse.Namespace) -> dict:
 
 
 def _items_out(text: str) -> Path:
-    return check_output_file(_jsonl(text))
-
-
-def _jsonl(text: str) -> str:
     if not text.endswith(".jsonl"):
         raise DataError(f"--out must be a .jsonl file. Got {text!r}.")
-    return text
+    return check_output_file(text)
 
 
 def _register_import(commands: argparse._SubParsersAction) -> None:

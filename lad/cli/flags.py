@@ -318,10 +318,6 @@ def number_or(word: str, expected: str, check: Callable[[float, str], None]) -> 
     return parse
 
 
-def _check_penalty(value: float, text: str) -> None:
-    check_repetition_penalty(value)
-
-
 def _check_sigma(value: float, text: str) -> None:
     if not 0 <= value <= 1:
         raise LadError(f"--sofa-sigma must be a number in [0, 1] or 'auto'. Got {text}.")
@@ -394,6 +390,8 @@ PARSERS = {
     "layer_range": _layer_range,
     "layers": _layers,
     "blank_alpha": _blank_alpha,
-    "repetition_penalty": number_or("model", "a number > 0", _check_penalty),
+    "repetition_penalty": number_or(
+        "model", "a number > 0", lambda value, _: check_repetition_penalty(value)
+    ),
     "sofa_sigma": number_or("auto", "a number in [0, 1]", _check_sigma),
 }

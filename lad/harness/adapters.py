@@ -19,43 +19,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lad.data.benchmarks import BENCHMARKS
-from lad.data.items import CONTEXT_PLACEHOLDER, cyclic_shift
+from lad.data.items import cyclic_shift
 from lad.data.questions import Benchmark, Row
 from lad.data.rules import Choice
 from lad.errors import LadError
 
-IMAGE_PLACEHOLDER = CONTEXT_PLACEHOLDER  # "<image>": where a text shows a picture
-
 
 @dataclass
-class PictureChoice:
-    """One question whose options are pictures, in the order the document shows them.
+class PictureChoice(Choice):
+    """A question whose options are pictures (lad.data.rules.Choice) as a harness document shows
+    it: its candidates in presentation order (PIL images, or the dataset's undecoded {"bytes",
+    "path"}), its item named as `lad data muirbench|blink` names it (shared by a circular
+    variant's shifts), and:
 
-    item:       the item's id, as `lad data muirbench|blink` names it (shared by a circular
-                variant's shifts).
     ordering:   the cyclic shift s of a circular variant's document (0 for the task's own).
-    question:   the question's text (a `<image>` where it shows a context picture).
-    candidates: the option pictures in presentation order (PIL images, or the dataset's
-                undecoded {"bytes", "path"}).
-    context:    pictures of the question that are not options (lad.data.items.Item).
-    answer:     position (0-based) of the right option, None where the document gives none.
-    replies:    replies[p] is what the task's own parser reads as "the option at position p".
     order:      order[p] = index, in the original document's candidate order, of the picture
                 shown at p: `cyclic_shift(N, s)`, the identity for the task's own documents.
     """
 
-    item: str
-    ordering: int
-    question: str
-    candidates: list[Any]
-    context: list[Any]
-    answer: int | None
-    replies: list[str]
+    ordering: int = 0
     order: list[int] = field(default_factory=list)
-
-    @property
-    def num_candidates(self) -> int:
-        return len(self.candidates)
 
     def original_candidates(self) -> list[Any]:
         """The option pictures in the original document's order (undoing the shift)."""
@@ -70,18 +53,12 @@ def _adapter(benchmark: Benchmark) -> Callable[[dict[str, Any]], PictureChoice |
             return None
         if not isinstance(made, Choice):
             return None
-        item = doc.get("lad_item")
         shift = int(doc.get("lad_shift") or 0)
-        return PictureChoice(
-            item=made.item if item is None else str(item),
-            ordering=shift,
-            question=made.question,
-            candidates=list(made.candidates),
-            context=list(made.context),
-            answer=made.answer,
-            replies=made.replies,
-            order=cyclic_shift(made.num_candidates, shift),
-        )
+        order = cyclic_shift(made.num_candidates, shift)
+        choice = PictureChoice(**vars(made), ordering=shift, order=order)
+        if doc.get("lad_item") is not None:
+            choice.item = str(doc["lad_item"])
+        return choice
 
     adapt.__doc__ = (
         f"A {benchmark.title} question whose options are all pictures ({benchmark.name}'s rule)."

@@ -15,15 +15,11 @@ import string
 from collections.abc import Callable
 from typing import Any
 
+from lad.core.prompts import CONTEXT_PLACEHOLDER
 from lad.data.blink import PICTURE_FIELDS as BLINK_PICTURES
 from lad.data.items import cyclic_shift
 from lad.data.mmiu import ordinal_image
-from lad.harness.adapters import (
-    IMAGE_PLACEHOLDER,
-    PictureChoice,
-    picture_choice,
-    undecoded,
-)
+from lad.harness.adapters import PictureChoice, picture_choice, undecoded
 from lad.harness.audit import pooled
 
 # lad's metrics in each harness's results (Inspect's too: lad.harness.inspect_audit), each the
@@ -72,7 +68,7 @@ def shifted_dataset(dataset: Any, rows: list[dict], repeated: bool = False) -> A
 
 def _muirbench_shift(doc: dict, choice: PictureChoice, s: int) -> dict:
     n = choice.num_candidates
-    q = doc["question"].count(IMAGE_PLACEHOLDER)
+    q = doc["question"].count(CONTEXT_PLACEHOLDER)
     options = doc["image_list"][q:]
     order = cyclic_shift(n, s)
     doc["image_list"] = doc["image_list"][:q] + [options[i] for i in order]

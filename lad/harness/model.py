@@ -22,8 +22,9 @@ from loguru import logger
 from tqdm import tqdm
 
 from lad.backends.prompting import chat_messages, render
+from lad.core.prompts import CONTEXT_PLACEHOLDER
 from lad.errors import LadError
-from lad.harness.adapters import IMAGE_PLACEHOLDER, PictureChoice, picture_choice, undecoded
+from lad.harness.adapters import PictureChoice, picture_choice, undecoded
 from lad.harness.args import check_known_model_args, read_model_args
 from lad.harness.audit import write_model_audit
 from lad.harness.runner import HarnessOptions, PictureScorer
@@ -115,7 +116,7 @@ class LadModel(lmms):
         until = [until] if isinstance(until, str) else list(until)
         max_new = int(gen_kwargs.get("max_new_tokens") or DEFAULT_MAX_NEW_TOKENS)
         backend, images = self.scorer.backend, [im.convert("RGB") for im in visuals]
-        text = re.sub(r"[ \t]*" + re.escape(IMAGE_PLACEHOLDER) + r"[ \t]*", " ", ctx).strip()
+        text = re.sub(r"[ \t]*" + re.escape(CONTEXT_PLACEHOLDER) + r"[ \t]*", " ", ctx).strip()
         prompt = render(backend.processor, chat_messages(text, len(images)), True, backend.model_id)
         inputs = backend.processor(text=[prompt], images=images or None, return_tensors="pt")
         inputs = backend.to_device(dict(inputs))
@@ -168,15 +169,14 @@ class LadModel(lmms):
         source.exclude_offset = last + 1
         also = sorted({c.item for c in scored if c.item in items})
         source.also_scored = also
+        fitted = (
+            f"lad: {task} N={n}: calibration_docs={len(items)} fitted on documents {source.doc_ids}"
+        )
         if also:
             logger.warning(
-                f"lad: {task} N={n}: calibration_docs={len(items)} fitted on documents "
-                f"{source.doc_ids} (items {sorted(items)}); {len(also)} of these items were ALSO "
-                f"scored. lmms-eval cannot skip single documents; --offset {last + 1} starts "
-                "the evaluation after all of them"
+                f"{fitted} (items {sorted(items)}); {len(also)} of these items were ALSO scored. "
+                f"lmms-eval cannot skip single documents; --offset {last + 1} starts the "
+                "evaluation after all of them"
             )
         else:
-            logger.info(
-                f"lad: {task} N={n}: calibration_docs={len(items)} fitted on documents "
-                f"{source.doc_ids}, none of them scored"
-            )
+            logger.info(f"{fitted}, none of them scored")

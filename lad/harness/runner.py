@@ -191,16 +191,12 @@ class PictureScorer(HarnessScorer):
         items = [self.item(c) for c in choices]
         requests = [(it, c.ordering, list(c.order)) for it, c in zip(items, choices, strict=True)]
         unique = list({it.id: it for it in items}.values())  # a circular variant's shifts share one
-        methods = self.methods(debiaser is not None)
+        lad = ["lad"] if debiaser is not None else []  # beside the chosen method, if calibrated
+        methods = list(dict.fromkeys(["vanilla", self.options.method, *lad]))
         records, stages, scored = self.score_asked(requests, debiaser or self.base, methods, unique)
         known = all(c.answer is not None for c in choices)
         calibration = debiaser.calibration_ if debiaser is not None else None
         return TaskResult(task, records, scored, calibration, source, stages, known)
-
-    def methods(self, calibrated: bool) -> list[str]:
-        """vanilla, the chosen method, and LAD beside them when a calibration is there."""
-        names = ["vanilla", self.options.method] + (["lad"] if calibrated else [])
-        return list(dict.fromkeys(names))
 
 
 def load_calibrations(path: Path, base: Debiaser) -> dict[int, Debiaser]:

@@ -223,7 +223,7 @@ def _settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
                 f"{', '.join(PER_CELL)}, which each cell sets)"
             )
         wanted = HINTS.get(key, str)
-        value = _indices(value) if _indices_type(wanted) else value
+        value = _indices(value, wanted)
         if not _of_type(value, wanted):
             raise DataError(f"{where}{key} must be {_type_name(wanted)}, got {value!r:.60}")
         if isinstance(value, list):
@@ -249,18 +249,14 @@ def _alternatives(hint: Any) -> tuple[Any, ...]:
     return typing.get_args(hint) if union else (hint,)
 
 
-def _indices_type(hint: Any) -> bool:
-    """Whether the type `hint` is, or may be, a tuple of whole numbers (layer indices)."""
-    return any(_is_indices(a) for a in _alternatives(hint))
-
-
 def _is_indices(hint: Any) -> bool:
     return typing.get_origin(hint) is tuple and typing.get_args(hint)[0] is int
 
 
-def _indices(value: Any) -> Any:
-    """A tuple setting's text as its flag reads it ("0,3": (0, 3)); other values as they are."""
-    if not isinstance(value, str):
+def _indices(value: Any, hint: Any) -> Any:
+    """A setting's text as its flag reads it ("0,3": (0, 3)) where the type `hint` is, or may be,
+    a tuple of whole numbers (layer indices); other values as they are."""
+    if not isinstance(value, str) or not any(_is_indices(a) for a in _alternatives(hint)):
         return value
     try:
         return tuple(int(part) for part in value.split(","))

@@ -170,11 +170,6 @@ def local_config(
     return _CONFIGS[key]
 
 
-def template_owner(model: str, chat_template: str | Path | None) -> str:
-    """Who a chat template's failure is blamed on: the --chat-template file, else the model."""
-    return model if chat_template is None else f"--chat-template {chat_template}"
-
-
 def check_model_path(model: str) -> None:
     """A --model that names no local folder and cannot be a hub id is an error at once.
 

@@ -262,8 +262,7 @@ def set_cpu_threads(
     count in use and why."""
     import torch
 
-    measure = measure or measure_busy
-    count, how, busy = plan_threads(os.environ, available_cpus(), measure, resumed)
+    count, how, busy = plan_threads(os.environ, available_cpus(), measure or measure_busy, resumed)
     if count is not None and count != torch.get_num_threads():
         torch.set_num_threads(count)
     return ThreadChoice(torch.get_num_threads(), how, busy, this_machine())

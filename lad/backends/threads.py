@@ -50,11 +50,6 @@ class ThreadChoice:
             out["machine"] = dict(self.machine)
         return out
 
-    def describe(self) -> str:
-        """e.g. "2 CPU threads (measured free cores: 0.04 CPUs busy)"."""
-        busy = "" if self.busy is None else f": {self.busy:.2f} CPUs busy"
-        return f"{self.count} CPU thread{'s' * (self.count != 1)} ({self.chosen_by}{busy})"
-
 
 def available_cpus() -> int:
     """The CPUs this process may run on (its affinity mask; os.cpu_count where there is none)."""
@@ -148,9 +143,9 @@ def describe_threads(recorded: object) -> str:
     said = []
     for entry in [recorded, *(later if isinstance(later, list) else [])]:
         if isinstance(entry, dict) and type(entry.get("count")) is int:
-            busy = entry.get("busy_cpus")
-            busy = float(busy) if isinstance(busy, (int, float)) else None
-            words = ThreadChoice(entry["count"], str(entry.get("chosen_by")), busy).describe()
+            count, busy = entry["count"], entry.get("busy_cpus")
+            busy = f": {busy:.2f} CPUs busy" if isinstance(busy, (int, float)) else ""
+            words = f"{count} CPU thread{'s' * (count != 1)} ({entry.get('chosen_by')}{busy})"
             machine, first = entry.get("machine"), recorded.get("machine")
             if isinstance(machine, dict) and isinstance(first, dict) and machine != first:
                 words += f" on another machine ({machine.get('cpu')}, {machine.get('kernels')})"

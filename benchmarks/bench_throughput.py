@@ -208,7 +208,7 @@ def build_backend(shape: Shape, device: torch.device, dtype: torch.dtype) -> Bac
         vision.use_packed_vision(model)
     name, options = shape.checkpoint, dict(arch.image_options)
     settings = LoadSettings(name)
-    return Checkpoint(name, settings, config, processor, arch, options, name, False).backend(model)
+    return Backend(Checkpoint(name, settings, config, processor, arch, options, name, False), model)
 
 
 def write_images(folder: Path, count: int, side: int) -> list[Path]:

@@ -31,28 +31,22 @@ def resolve_repetition_penalty(value: float | str | None, model: str) -> float |
     `generate`); 1 and none are None."""
     check_repetition_penalty(value)
     if value == "model":
-        value = model_repetition_penalty(model)
+        path = Path(resolve_model(model))
+        if path.is_dir():
+            values = local_config(path, RunError, "generation_config.json", "generation config")
+            value = (values or {}).get("repetition_penalty")
+        else:  # a hub id: transformers reads it, as generate would
+            from transformers import GenerationConfig
+
+            try:
+                value = GenerationConfig.from_pretrained(str(path)).repetition_penalty
+            except (OSError, ValueError) as e:
+                raise RunError(
+                    f"--model {model}: cannot read its generation_config for --repetition-penalty "
+                    f"model ({e}); pass a number instead"
+                ) from None
+        check_repetition_penalty(value, f"{model}: generation_config's repetition_penalty")
     return None if value is None or value == 1 else float(value)
-
-
-def model_repetition_penalty(model: str) -> float | None:
-    """repetition_penalty of a checkpoint's generation_config (None where it sets none)."""
-    path = Path(resolve_model(model))
-    if path.is_dir():
-        values = local_config(path, RunError, "generation_config.json", "generation config")
-        penalty = (values or {}).get("repetition_penalty")
-    else:  # a hub id: transformers reads it, as generate would
-        from transformers import GenerationConfig
-
-        try:
-            penalty = GenerationConfig.from_pretrained(str(path)).repetition_penalty
-        except (OSError, ValueError) as e:
-            raise RunError(
-                f"--model {model}: cannot read its generation_config for --repetition-penalty "
-                f"model ({e}); pass a number instead"
-            ) from None
-    check_repetition_penalty(penalty, f"{model}: generation_config's repetition_penalty")
-    return None if penalty is None else float(penalty)
 
 
 def resolve_model(model: str) -> str:
@@ -168,11 +162,6 @@ def local_config(
         fields = read_json(path, error, what)
         _CONFIGS[key] = fields if isinstance(fields, dict) else None
     return _CONFIGS[key]
-
-
-def template_owner(model: str, chat_template: str | Path | None) -> str:
-    """Who a chat template's failure is blamed on: the --chat-template file, else the model."""
-    return model if chat_template is None else f"--chat-template {chat_template}"
 
 
 def check_model_path(model: str) -> None:

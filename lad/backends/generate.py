@@ -70,9 +70,10 @@ def generation_records(
         s = options.samples
         for b, rec in enumerate(records):
             mine = paths[b * s : (b + 1) * s]
+            replies = [p[:-1] if p and p[-1] in stops else p for p in mine]  # less the stop token
             rec.extra.update(
                 template=template,
-                replies=[tok.decode(_until_stop(p, stops), skip_special_tokens=True) for p in mine],
+                replies=[tok.decode(p, skip_special_tokens=True) for p in replies],
                 generated_tokens=[len(p) for p in mine],
             )
             yield rec
@@ -82,10 +83,6 @@ def stop_tokens(backend: Backend) -> set[int]:
     """End-of-answer and EOS: either ends a reply."""
     eos = backend.processor.tokenizer.eos_token_id
     return {backend.end_of_answer_id()} | (set() if eos is None else {int(eos)})
-
-
-def _until_stop(path: list[int], stops: set[int]) -> list[int]:
-    return path[:-1] if path and path[-1] in stops else path
 
 
 def _generator(seed: int, item: str, ordering: int, device: torch.device) -> torch.Generator:

@@ -24,7 +24,6 @@ from lad.backends.checkpoint import (
     read_chat_template,
     remote_code_note,
     resolve_model,
-    template_owner,
 )
 from lad.backends.hf import Backend
 from lad.backends.prompting import chat_text, reply_tokens
@@ -34,13 +33,6 @@ from lad.errors import BackendError, check_choice
 from lad.io.device import resolve_device
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    check_choice("dtype", dtype, ["auto", *DTYPES], BackendError)
-    return DTYPES[dtype]
 
 
 def load_backend(
@@ -65,7 +57,9 @@ def load_backend(
     load = LoadSettings.of(model, **settings)
     requested_threads(os.environ)  # a bad LAD_NUM_THREADS is refused before the weights load
     dev = torch.device(resolve_device(load.device))
-    torch_dtype = _resolve_dtype(load.dtype, dev)
+    check_choice("dtype", load.dtype, ["auto", *DTYPES], BackendError)
+    auto = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    torch_dtype = {"auto": auto, **DTYPES}[load.dtype]
     ckpt = open_checkpoint(load)
     text_only, arch = ckpt.text_only, ckpt.arch
     impl: Any = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
@@ -100,7 +94,7 @@ def load_backend(
     if arch.remote_code:
         remote.install(net)
     net = (net if spread else net.to(dev)).eval()
-    backend = ckpt.backend(net)
+    backend = Backend(ckpt, net)
     if dev.type == "cpu":
         backend.threads = set_cpu_threads(threads)  # the cores free now, not all of them
     return backend
@@ -119,9 +113,6 @@ class Checkpoint:
     options: dict[str, Any]  # the processor options in force (Arch.processor_options)
     owner: str  # what chat-template errors name
     text_only: bool
-
-    def backend(self, net: Any) -> Backend:
-        return Backend(self, net)
 
 
 def open_checkpoint(settings: LoadSettings) -> Checkpoint:
@@ -154,7 +145,7 @@ def open_checkpoint(settings: LoadSettings) -> Checkpoint:
         processor.chat_template = template
     processor.tokenizer.padding_side = "left"
     # A template that cannot write the prompt or a reply fails here, before the weights load.
-    owner = template_owner(str(model), chat_template)
+    owner = str(model) if chat_template is None else f"--chat-template {chat_template}"
     if text_only:
         text_lm.check_text_options(image_options, settings.image_size)
     if text_only or not settings.pictures:  # a text prompt and the labels as a reply

@@ -29,11 +29,10 @@ def prefetched(batches: Iterable[B], prepare: Callable[[B], P], *, ahead: int = 
         for batch in batches:
             yield prepare(batch)
         return
-    source = iter(batches)
     pending: deque[Future[P]] = deque()
     pool = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="lad-prepare")
     try:
-        for batch in source:
+        for batch in batches:
             pending.append(pool.submit(prepare, batch))
             if len(pending) > ahead:
                 yield pending.popleft().result()

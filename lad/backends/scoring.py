@@ -65,12 +65,6 @@ class LabelTrie:
         raise AssertionError(f"prefix {prefix} is not on a decoding path")
 
 
-def restricted_logprob(logits: torch.Tensor, valid: list[int], token: int) -> torch.Tensor:
-    """log softmax over `valid` only, at `token`: logits (B, V) -> (B,)."""
-    sub = logits[:, valid].double().log_softmax(dim=-1)  # (B, |valid|)
-    return sub[:, valid.index(token)]
-
-
 @dataclass(frozen=True)
 class RepetitionPenalty:
     """The repetition penalty of the label steps' logits (docs/methods.md), as transformers'
@@ -130,6 +124,7 @@ def label_logprobs(
                 logits = root_logits
             if penalty is not None:
                 logits = penalty.apply(logits, prefix)
-            total = total + restricted_logprob(logits, valid, token)
+            restricted = logits[:, valid].double().log_softmax(dim=-1)  # (B, |valid|)
+            total = total + restricted[:, valid.index(token)]
         out.append(total)
     return torch.stack(out, dim=1)

@@ -141,28 +141,6 @@ def sofa_attention(
 
 
 @contextmanager
-def _scope(
-    backend: Any, options: SofaOptions, inputs: dict[str, Any], spans: Any
-) -> Iterator[None]:
-    # Every second softmax-attention layer from the first: a change in the last layer could not
-    # reach the answer (the last token reads that layer's keys and values, made before it).
-    soft = set(backend.attention_layers[::2])
-    scope = _Scope(image_ids(spans, inputs["attention_mask"].shape[1]), options, soft)
-    _active.append(scope)
-    try:
-        yield
-    finally:
-        _active.remove(scope)
-    if scope.masks == 0:
-        raise BackendError("SoFA cannot be applied: the model never built its mask through lad")
-    if scope.applied != scope.soft:
-        raise BackendError(
-            f"SoFA reached decoder layers {sorted(scope.applied)} of {sorted(scope.soft)}; "
-            "this architecture's attention does not go through lad's attention function"
-        )
-
-
-@contextmanager
 def sofa_applied(backend: Any, options: SofaOptions) -> Iterator[Any]:
     """Within this block `backend.records(...)` runs under the SoFA mask (fast capture only)."""
     cap.register()
@@ -172,7 +150,27 @@ def sofa_applied(backend: Any, options: SofaOptions) -> Iterator[Any]:
         raise BackendError(
             f"SoFA needs the language model on lad's attention function, not {before!r}"
         )
-    backend.mask_scope = lambda inputs, spans: _scope(backend, options, inputs, spans)
+    # Every second softmax-attention layer from the first: a change in the last layer could not
+    # reach the answer (the last token reads that layer's keys and values, made before it).
+    soft = set(backend.attention_layers[::2])
+
+    @contextmanager
+    def scope(inputs: dict[str, Any], spans: Any) -> Iterator[None]:
+        batch = _Scope(image_ids(spans, inputs["attention_mask"].shape[1]), options, soft)
+        _active.append(batch)
+        try:
+            yield
+        finally:
+            _active.remove(batch)
+        if batch.masks == 0:
+            raise BackendError("SoFA cannot be applied: the model never built its mask through lad")
+        if batch.applied != batch.soft:
+            raise BackendError(
+                f"SoFA reached decoder layers {sorted(batch.applied)} of {sorted(batch.soft)}; "
+                "this architecture's attention does not go through lad's attention function"
+            )
+
+    backend.mask_scope = scope
     try:
         with backend.text_attention(SOFA_IMPL):
             yield backend

@@ -179,11 +179,9 @@ def as_text(
     controls = control_tokens(tokenizer)[1]
     exact = offsets[i][0] >= lo and offsets[j - 1][1] <= hi and ids[i:j] == list(alone)
     if not exact or controls & set(split["input_ids"]):
-        why = (
-            "its tokens merge with the chat template's"
-            if not exact
-            else ("the tokenizer reads it as that token even with special tokens split")
-        )
+        why = "its tokens merge with the chat template's"
+        if exact:
+            why = "the tokenizer reads it as that token even with special tokens split"
         raise BackendError(
             f"item {item.id!r}: its text holds {control_in(tokenizer, item)!r}, a control token "
             f"of the model's tokenizer, which lad cannot tokenise as text here ({why}); remove "

@@ -50,11 +50,6 @@ class ThreadChoice:
             out["machine"] = dict(self.machine)
         return out
 
-    def describe(self) -> str:
-        """e.g. "2 CPU threads (measured free cores: 0.04 CPUs busy)"."""
-        busy = "" if self.busy is None else f": {self.busy:.2f} CPUs busy"
-        return f"{self.count} CPU thread{'s' * (self.count != 1)} ({self.chosen_by}{busy})"
-
 
 def available_cpus() -> int:
     """The CPUs this process may run on (its affinity mask; os.cpu_count where there is none)."""
@@ -148,9 +143,9 @@ def describe_threads(recorded: object) -> str:
     said = []
     for entry in [recorded, *(later if isinstance(later, list) else [])]:
         if isinstance(entry, dict) and type(entry.get("count")) is int:
-            busy = entry.get("busy_cpus")
-            busy = float(busy) if isinstance(busy, (int, float)) else None
-            words = ThreadChoice(entry["count"], str(entry.get("chosen_by")), busy).describe()
+            count, busy = entry["count"], entry.get("busy_cpus")
+            busy = f": {busy:.2f} CPUs busy" if isinstance(busy, (int, float)) else ""
+            words = f"{count} CPU thread{'s' * (count != 1)} ({entry.get('chosen_by')}{busy})"
             machine, first = entry.get("machine"), recorded.get("machine")
             if isinstance(machine, dict) and isinstance(first, dict) and machine != first:
                 words += f" on another machine ({machine.get('cpu')}, {machine.get('kernels')})"
@@ -262,8 +257,7 @@ def set_cpu_threads(
     count in use and why."""
     import torch
 
-    measure = measure or measure_busy
-    count, how, busy = plan_threads(os.environ, available_cpus(), measure, resumed)
+    count, how, busy = plan_threads(os.environ, available_cpus(), measure or measure_busy, resumed)
     if count is not None and count != torch.get_num_threads():
         torch.set_num_threads(count)
     return ThreadChoice(torch.get_num_threads(), how, busy, this_machine())

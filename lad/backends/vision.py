@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,14 +116,7 @@ def use_packed_vision(model: Any) -> bool:
     # A vision forward passes the same two cu_seqlens tensors (windows, whole images) to every
     # block: each is read to the host once (keyed by identity; the cache keeps them alive).
     cache = functools.lru_cache(maxsize=4)(lambda cu: Segments.from_bounds(cu.tolist(), cu.device))
-    for module in modules:
-        if not getattr(module, "_lad_packed", False):
-            module.register_forward_pre_hook(_segments_hook(cache), with_kwargs=True)
-            module._lad_packed = True
-    return True
 
-
-def _segments_hook(cache: Callable[[torch.Tensor], Segments]) -> Any:
     def hook(
         module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -133,4 +125,8 @@ def _segments_hook(cache: Callable[[torch.Tensor], Segments]) -> Any:
         segments = cache(kwargs["cu_seqlens"])
         return args, {**kwargs, "cu_seqlens": segments.whole, "lad_segments": segments}
 
-    return hook
+    for module in modules:
+        if not getattr(module, "_lad_packed", False):
+            module.register_forward_pre_hook(hook, with_kwargs=True)
+            module._lad_packed = True
+    return True

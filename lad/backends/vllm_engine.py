@@ -181,10 +181,12 @@ def _host(ckpt: Checkpoint) -> Backend:
     weights (the meta device), so both engines prepare a batch with the same code."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
+    from lad.backends.hf import Backend
+
     auto = AutoModelForCausalLM if ckpt.text_only else AutoModelForImageTextToText
     with torch.device("meta"):
         net = auto.from_config(ckpt.config)
-    return ckpt.backend(net)
+    return Backend(ckpt, net)
 
 
 @dataclass

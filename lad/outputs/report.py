@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from lad.core.labels import get_scheme
+from lad.core.metrics import ci_text
 from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import write_text
 from lad.outputs.figures import DIVERGENCE_METHODS, gaps, plt
@@ -140,18 +141,15 @@ def _heatmap(
             ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7, color=colour)
 
 
-def _rstd_interval(m: dict[str, Any]) -> str:
-    interval = (m.get("ci") or {}).get("rstd")
-    return "" if interval is None else f" [{interval[0]:.1f}, {interval[1]:.1f}]"
-
-
 def _confusion_figure(run: dict[str, Any]) -> Any:
     methods = run["metrics"]["methods"]
     shown = [m for m in ("vanilla", "lad") if m in methods] or list(methods)[:2]
     fig, axes = plt.subplots(1, len(shown), figsize=(4.6 * len(shown), 4.2), squeeze=False)
     for ax, name in zip(axes[0], shown, strict=True):
         m = methods[name]
-        title = f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}" + _rstd_interval(m)
+        interval = (m.get("ci") or {}).get("rstd")  # older files: none
+        title = f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}"
+        title += "" if interval is None else f" {ci_text(interval)}"
         _heatmap(ax, np.asarray(m["confusion"]), run["labels"], title, "selected position")
     return fig
 
@@ -233,7 +231,6 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]]) -> Any:
     colours = {name: f"C{i % 10}" for i, name in enumerate(names)}
     styles = ("-", "--", ":", "-.")
     models = {model for model, _ in groups}
-    ns: set[int] = set()
     for g, ((model, setting), by_n) in enumerate(groups.items()):
         where = setting + (f" ({model})" if len(models) > 1 else "")
         for name in names:
@@ -244,7 +241,6 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]]) -> Any:
             ]
             if not points:
                 continue
-            ns.update(n for n, _ in points)
             label = name if len(groups) == 1 else f"{name}, {where}"
             style = styles[g % len(styles)]
             x, acc = [n for n, _ in points], [m["acc"] for _, m in points]
@@ -253,7 +249,9 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]]) -> Any:
             drawn = [(n, *c) for n, c in zip(x, ci, strict=True) if c is not None]
             if drawn:  # the bootstrap interval of each point, as an error bar
                 ax.vlines(*zip(*drawn, strict=True), color=colours[name], linewidth=1)
-    ax.set_xticks(sorted(ns))  # N is a count: integer ticks only
+    ax.set_xticks(
+        sorted({n for by_n in groups.values() for n in by_n})
+    )  # N is a count: whole ticks
     ax.set(xlabel="number of candidates N", ylabel="accuracy (%)", title="Accuracy against N")
     ax.legend(fontsize=8, ncol=2)
     return fig

@@ -233,20 +233,17 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]]) -> Any:
     models = {model for model, _ in groups}
     for g, ((model, setting), by_n) in enumerate(groups.items()):
         where = setting + (f" ({model})" if len(models) > 1 else "")
+        scored = {n: by_n[n]["metrics"]["methods"] for n in sorted(by_n)}
         for name in names:
-            points = [
-                (n, by_n[n]["metrics"]["methods"][name])
-                for n in sorted(by_n)
-                if name in by_n[n]["metrics"]["methods"]
-            ]
+            points = {n: methods[name] for n, methods in scored.items() if name in methods}
             if not points:
                 continue
             label = name if len(groups) == 1 else f"{name}, {where}"
             style = styles[g % len(styles)]
-            x, acc = [n for n, _ in points], [m["acc"] for _, m in points]
-            ax.plot(x, acc, style, marker="o", color=colours[name], label=label)
-            ci = [(m.get("ci") or {}).get("acc") for _, m in points]  # older files: none
-            drawn = [(n, *c) for n, c in zip(x, ci, strict=True) if c is not None]
+            acc = [m["acc"] for m in points.values()]
+            ax.plot(list(points), acc, style, marker="o", color=colours[name], label=label)
+            ci = {n: (m.get("ci") or {}).get("acc") for n, m in points.items()}  # older files: none
+            drawn = [(n, *c) for n, c in ci.items() if c is not None]
             if drawn:  # the bootstrap interval of each point, as an error bar
                 ax.vlines(*zip(*drawn, strict=True), color=colours[name], linewidth=1)
     ax.set_xticks(

@@ -174,8 +174,7 @@ def _tau_position(tau: float | str, finite_max: float) -> float:
 
 def _temperature_figure(table: Table, path: Path) -> None:
     points = table.data["points"]
-    finite = [p["tau"] for p in points if p["tau"] != "inf"]
-    top = max(finite, default=0.0)
+    top = max((p["tau"] for p in points if p["tau"] != "inf"), default=0.0)  # the largest finite τ
     fig, ax = plt.subplots(figsize=(6.4, 3.9))
     for i, (name, rows) in enumerate(_by_run(points).items()):
         colour = f"C{i}"

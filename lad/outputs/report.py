@@ -183,15 +183,14 @@ def _recall_figure(run: dict[str, Any]) -> Any:
 def _divergence_figure(run: dict[str, Any]) -> Any:
     """Fig. 3: where the logits fail, does the attention still find the answer?"""
     methods = run["metrics"]["methods"]
-    shown = [(m, label) for m, (_, label) in DIVERGENCE_METHODS.items() if m in methods]
+    shown = [(label, methods[m]) for m, (_, label) in DIVERGENCE_METHODS.items() if m in methods]
     if "vanilla" not in methods or "attn" not in methods:
         return None
     x = np.arange(len(run["labels"]))
     width = 0.8 / len(shown)
     fig, ax = plt.subplots(figsize=(6.8, 4.0), layout="constrained")
-    for i, (method, label) in enumerate(shown):
+    for i, (label, m) in enumerate(shown):
         offset = (i - (len(shown) - 1) / 2) * width
-        m = methods[method]
         recall, errors = gaps(m["recall_by_position"]), _recall_errors(m)
         ax.bar(x + offset, recall, width, yerr=errors, capsize=2, label=label)
     _xticks(ax, x, run["labels"])

@@ -206,8 +206,7 @@ def format_panel(metrics: dict[str, Any]) -> str:
         row += f"{floor_said:>7}"
         row += f"{m['circular_acc']:>8.2f}{'–' if err is None else f'{err:.2f}':>11}"
         lines.append(row)
-    gaps = metrics.get("order_gaps")
-    if gaps:
+    if gaps := metrics.get("order_gaps"):
         said = ", ".join(
             f"{k.replace('_minus_', ' − ').replace('_', '-')} {v:+.2f}" for k, v in gaps.items()
         )

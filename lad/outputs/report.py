@@ -272,8 +272,7 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     parts = [cells_html(Path(given)) for given in run_dirs]
     # A mixed run's parts are in its table of cells, each N once (its group row): not again here.
     mixed = {str(p) for given in run_dirs if RunDir(given).is_mixed for p in audit_folders(given)}
-    table5 = table5_html([run for run in runs if str(run["dir"]) not in mixed])
-    if table5:
+    if table5 := table5_html([run for run in runs if str(run["dir"]) not in mixed]):
         parts.append(
             "<h2>Vanilla, PurAttn and LAD</h2><p>Accuracy (%) per run in the paper's Table 5 "
             "layout; ΔRStd is LAD's RStd minus vanilla's.</p>" + table5

@@ -150,12 +150,11 @@ def format_table(metrics: dict[str, Any]) -> str:
     title += f"{metrics['num_shuffles']} shuffles"
     lines = [title, head, "-" * len(head)]
     for name, m in methods.items():
-        passes = m.get("forward_passes_per_item")
         acc = f"{m['acc']:.2f}±{m['acc_std']:.2f}"
         row = f"{name:<18}{acc:>16}{m['rstd']:>10.2f}"
         row += f"{m['delta_rstd']:>+8.2f}" if with_delta else ""
         row += f"{m['cons']:>11.2f}"
-        row += f"{number_text(passes, '?', 'g'):>8}"
+        row += f"{number_text(m.get('forward_passes_per_item'), '?', 'g'):>8}"
         row += f"{number_text(m.get('generated_tokens_per_item'), '-'):>10}" if with_tokens else ""
         if with_parse:
             row += f"{m.get('parse_failure', 0.0):>9.2f}%"

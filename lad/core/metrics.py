@@ -150,19 +150,21 @@ def format_table(metrics: dict[str, Any]) -> str:
     title += f"{metrics['num_shuffles']} shuffles"
     lines = [title, head, "-" * len(head)]
     for name, m in methods.items():
-        passes = m.get("forward_passes_per_item")
         acc = f"{m['acc']:.2f}±{m['acc_std']:.2f}"
         row = f"{name:<18}{acc:>16}{m['rstd']:>10.2f}"
         row += f"{m['delta_rstd']:>+8.2f}" if with_delta else ""
         row += f"{m['cons']:>11.2f}"
-        row += f"{'?' if passes is None else f'{passes:g}':>8}"
-        if with_tokens:
-            tokens = m.get("generated_tokens_per_item")
-            row += f"{'-' if tokens is None else f'{tokens:.1f}':>10}"
+        row += f"{number_text(m.get('forward_passes_per_item'), '?', 'g'):>8}"
+        row += f"{number_text(m.get('generated_tokens_per_item'), '-'):>10}" if with_tokens else ""
         if with_parse:
             row += f"{m.get('parse_failure', 0.0):>9.2f}%"
         lines.append(row)
     return "\n".join(lines)
+
+
+def number_text(value: float | None, dash: str = "–", spec: str = ".1f") -> str:
+    """A number as tables show it; `dash` for none."""
+    return dash if value is None else format(value, spec)
 
 
 def ci_text(ci: list[float] | None) -> str:
@@ -198,16 +200,14 @@ def format_panel(metrics: dict[str, Any]) -> str:
     )
     lines = [title, head, "-" * len(head)]
     for name, m in methods.items():
-        flip, floor, err = m["flip_rate"], m.get("noise_floor"), m["errors_due_to_order"]
+        flip, floor, err = m["flip_rate"], m.get("noise_floor") or {}, m["errors_due_to_order"]
         row = f"{name:<18}{ci_text(m['ci']['acc']):>14}{ci_text(m['ci']['rstd']):>14}"
         row += f"{position_verdict(m['position_test']):>18}"
-        row += f"{'–' if flip is None else f'{flip:.2f}':>8}{ci_text(m['ci']['flip_rate']):>14}"
-        floor_said = "–" if floor is None else f"{floor['flip_rate']:.2f}"
-        row += f"{floor_said:>7}"
-        row += f"{m['circular_acc']:>8.2f}{'–' if err is None else f'{err:.2f}':>11}"
+        row += f"{number_text(flip, spec='.2f'):>8}{ci_text(m['ci']['flip_rate']):>14}"
+        row += f"{number_text(floor.get('flip_rate'), spec='.2f'):>7}"
+        row += f"{m['circular_acc']:>8.2f}{number_text(err, spec='.2f'):>11}"
         lines.append(row)
-    gaps = metrics.get("order_gaps")
-    if gaps:
+    if gaps := metrics.get("order_gaps"):
         said = ", ".join(
             f"{k.replace('_minus_', ' − ').replace('_', '-')} {v:+.2f}" for k, v in gaps.items()
         )

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from lad.core.labels import get_scheme
+from lad.core.metrics import ci_text
 from lad.errors import CalibrationError, LadError, RunError
 from lad.io.files import write_text
 from lad.outputs.figures import DIVERGENCE_METHODS, gaps, plt
@@ -140,18 +141,15 @@ def _heatmap(
             ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7, color=colour)
 
 
-def _rstd_interval(m: dict[str, Any]) -> str:
-    interval = (m.get("ci") or {}).get("rstd")
-    return "" if interval is None else f" [{interval[0]:.1f}, {interval[1]:.1f}]"
-
-
 def _confusion_figure(run: dict[str, Any]) -> Any:
     methods = run["metrics"]["methods"]
     shown = [m for m in ("vanilla", "lad") if m in methods] or list(methods)[:2]
     fig, axes = plt.subplots(1, len(shown), figsize=(4.6 * len(shown), 4.2), squeeze=False)
     for ax, name in zip(axes[0], shown, strict=True):
         m = methods[name]
-        title = f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}" + _rstd_interval(m)
+        interval = (m.get("ci") or {}).get("rstd")  # older files: none
+        title = f"{name}: Acc {m['acc']:.1f}, RStd {m['rstd']:.1f}"
+        title += "" if interval is None else f" {ci_text(interval)}"
         _heatmap(ax, np.asarray(m["confusion"]), run["labels"], title, "selected position")
     return fig
 
@@ -185,15 +183,14 @@ def _recall_figure(run: dict[str, Any]) -> Any:
 def _divergence_figure(run: dict[str, Any]) -> Any:
     """Fig. 3: where the logits fail, does the attention still find the answer?"""
     methods = run["metrics"]["methods"]
-    shown = [(m, label) for m, (_, label) in DIVERGENCE_METHODS.items() if m in methods]
+    shown = [(label, methods[m]) for m, (_, label) in DIVERGENCE_METHODS.items() if m in methods]
     if "vanilla" not in methods or "attn" not in methods:
         return None
     x = np.arange(len(run["labels"]))
     width = 0.8 / len(shown)
     fig, ax = plt.subplots(figsize=(6.8, 4.0), layout="constrained")
-    for i, (method, label) in enumerate(shown):
+    for i, (label, m) in enumerate(shown):
         offset = (i - (len(shown) - 1) / 2) * width
-        m = methods[method]
         recall, errors = gaps(m["recall_by_position"]), _recall_errors(m)
         ax.bar(x + offset, recall, width, yerr=errors, capsize=2, label=label)
     _xticks(ax, x, run["labels"])
@@ -233,27 +230,24 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]]) -> Any:
     colours = {name: f"C{i % 10}" for i, name in enumerate(names)}
     styles = ("-", "--", ":", "-.")
     models = {model for model, _ in groups}
-    ns: set[int] = set()
     for g, ((model, setting), by_n) in enumerate(groups.items()):
         where = setting + (f" ({model})" if len(models) > 1 else "")
+        scored = {n: by_n[n]["metrics"]["methods"] for n in sorted(by_n)}
         for name in names:
-            points = [
-                (n, by_n[n]["metrics"]["methods"][name])
-                for n in sorted(by_n)
-                if name in by_n[n]["metrics"]["methods"]
-            ]
+            points = {n: methods[name] for n, methods in scored.items() if name in methods}
             if not points:
                 continue
-            ns.update(n for n, _ in points)
             label = name if len(groups) == 1 else f"{name}, {where}"
             style = styles[g % len(styles)]
-            x, acc = [n for n, _ in points], [m["acc"] for _, m in points]
-            ax.plot(x, acc, style, marker="o", color=colours[name], label=label)
-            ci = [(m.get("ci") or {}).get("acc") for _, m in points]  # older files: none
-            drawn = [(n, *c) for n, c in zip(x, ci, strict=True) if c is not None]
+            acc = [m["acc"] for m in points.values()]
+            ax.plot(list(points), acc, style, marker="o", color=colours[name], label=label)
+            ci = {n: (m.get("ci") or {}).get("acc") for n, m in points.items()}  # older files: none
+            drawn = [(n, *c) for n, c in ci.items() if c is not None]
             if drawn:  # the bootstrap interval of each point, as an error bar
                 ax.vlines(*zip(*drawn, strict=True), color=colours[name], linewidth=1)
-    ax.set_xticks(sorted(ns))  # N is a count: integer ticks only
+    ax.set_xticks(
+        sorted({n for by_n in groups.values() for n in by_n})
+    )  # N is a count: whole ticks
     ax.set(xlabel="number of candidates N", ylabel="accuracy (%)", title="Accuracy against N")
     ax.legend(fontsize=8, ncol=2)
     return fig
@@ -278,8 +272,7 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     parts = [cells_html(Path(given)) for given in run_dirs]
     # A mixed run's parts are in its table of cells, each N once (its group row): not again here.
     mixed = {str(p) for given in run_dirs if RunDir(given).is_mixed for p in audit_folders(given)}
-    table5 = table5_html([run for run in runs if str(run["dir"]) not in mixed])
-    if table5:
+    if table5 := table5_html([run for run in runs if str(run["dir"]) not in mixed]):
         parts.append(
             "<h2>Vanilla, PurAttn and LAD</h2><p>Accuracy (%) per run in the paper's Table 5 "
             "layout; ΔRStd is LAD's RStd minus vanilla's.</p>" + table5

@@ -8,6 +8,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from lad.core.metrics import ci_text, number_text, position_verdict
 from lad.run.rundir import RunDir
 
 STYLE = (
@@ -36,10 +37,6 @@ def img_html(src: str, alt: str) -> str:
     return f'<p><img src="{src}" alt="{html.escape(alt)}"></p>'
 
 
-def _number(value: float | None, dash: str = "–", spec: str = ".1f") -> str:
-    return dash if value is None else format(value, spec)
-
-
 def _delta_rstd(methods: dict[str, Any], name: str) -> float | None:
     """RStd of `name` minus vanilla's (metrics.json's delta_rstd; older files lack it)."""
     if name not in methods or "vanilla" not in methods:
@@ -54,8 +51,8 @@ TABLE5_HEAD = ["Vanilla ↑", "PurAttn ↑", "LAD ↑", "ΔRStd ↓"]
 
 def _table5_cells(methods: dict[str, Any], delta: float | None) -> list[str]:
     """SHOWN's Acc, then ΔRStd, as Table 5 lays a row out; a dash for what is not there."""
-    accs = [_number(methods.get(m, {}).get("acc")) for m in SHOWN]
-    return [*accs, _number(delta, spec="+.1f")]
+    accs = [number_text(methods.get(m, {}).get("acc")) for m in SHOWN]
+    return [*accs, number_text(delta, spec="+.1f")]
 
 
 def table5_html(runs: list[dict[str, Any]]) -> str:
@@ -116,8 +113,8 @@ def table_html(metrics: dict[str, Any]) -> str:
     for name, m in methods.items():
         row = [html.escape(name), f"{m['acc']:.1f} ± {m['acc_std']:.1f}", f"{m['rstd']:.1f}"]
         row += [f"{_delta_rstd(methods, name):+.1f}"] if delta else []
-        row += [f"{m['cons']:.1f}", _number(m.get("forward_passes_per_item"), "", "g")]
-        row += [_number(m.get("generated_tokens_per_item"), "")] if gen else []
+        row += [f"{m['cons']:.1f}", number_text(m.get("forward_passes_per_item"), "", "g")]
+        row += [number_text(m.get("generated_tokens_per_item"), "")] if gen else []
         if fails:
             row.append(f"{m['parse_failure']:.1f}%" if "parse_failure" in m else "")
         rows.append(row)
@@ -127,8 +124,6 @@ def table_html(metrics: dict[str, Any]) -> str:
 def audit_html(metrics: dict[str, Any]) -> str:
     """The position audit (lad.core.audit; docs/metrics.md): intervals, the position test, flip rate
     with its noise floor, CircularEval accuracy, errors due to order; empty for older files."""
-    from lad.core.metrics import ci_text, position_verdict
-
     methods = metrics["methods"]
     boot = metrics.get("bootstrap")
     if boot is None or not all("ci" in m and "position_test" in m for m in methods.values()):
@@ -137,11 +132,11 @@ def audit_html(metrics: dict[str, Any]) -> str:
         "Acc CI": lambda m: ci_text(m["ci"]["acc"]),
         "RStd CI": lambda m: ci_text(m["ci"]["rstd"]),
         "position": lambda m: html.escape(position_verdict(m["position_test"])),
-        "flip rate": lambda m: _number(m.get("flip_rate")),
+        "flip rate": lambda m: number_text(m.get("flip_rate")),
         "flip CI": lambda m: ci_text(m["ci"].get("flip_rate")),
-        "floor": lambda m: _number((m.get("noise_floor") or {}).get("flip_rate")),
+        "floor": lambda m: number_text((m.get("noise_floor") or {}).get("flip_rate")),
         "CircularEval": lambda m: f"{m.get('circular_acc', float('nan')):.1f}",
-        "errors due to order": lambda m: _number(m.get("errors_due_to_order")),
+        "errors due to order": lambda m: number_text(m.get("errors_due_to_order")),
     }
     rows = [
         [html.escape(name), *(cell(m) for cell in columns.values())] for name, m in methods.items()

@@ -55,10 +55,14 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
             same = f"N = {run.num_candidates} ({run.setting or 'same setting'})"
             reason = f"{first.name} and {run.name} both have {same}; Figure 5 uses {first.name}"
             missing.append(Missing("fig5", reason))
-    panels, alone, shown = [], [], []
+    panels, shown = [], []
+    another_n = "lad eval -n 8 (or another N) with the same model and setting"
     for (model, setting), by_n in groups.items():
         if len(by_n) < 2:
-            alone += by_n.values()
+            (run,) = by_n.values()
+            where = f"{run.name} ({run.setting or 'its setting'})"
+            reason = f"{where} is the only run of its model and setting"
+            missing.append(Missing("fig5", reason, another_n))
             continue
         shown += by_n.values()
         ns = sorted(by_n)
@@ -75,16 +79,10 @@ def accuracy_vs_n(runs: Sequence[Run], options: AblateOptions = DEFAULTS) -> Tab
         panels.append(
             {"model": model, "setting": setting, "ns": ns, "runs": names, "series": series}
         )
-    another_n = "lad eval -n 8 (or another N) with the same model and setting"
     if not panels:
         raise AnalysisError(
             "Figure 5 needs runs of at least two N with the same model and setting",
             another_n + ", then pass both runs",
-        )
-    for run in alone:
-        where = f"{run.name} ({run.setting or 'its setting'})"
-        missing.append(
-            Missing("fig5", f"{where} is the only run of its model and setting", another_n)
         )
     all_ns = sorted({n for p in panels for n in p["ns"]})
     models = {p["model"] for p in panels}
@@ -183,26 +181,22 @@ def _transfer_refusal(source: Run, target: Run, strict: bool = True) -> str:
 # Table 4: the ablation of the attention-guided mechanisms.
 
 
-def ablation_rows(options: AblateOptions) -> list[tuple[str, bool, int | None, str, dict]]:
-    """(strategy, prior, K, method, MethodOptions changes) of each Table 4 row."""
-    k = options.options.top_k
-    rows = [
-        ("Attn Readout", False, k, "attn", {}),
-        ("Attn Readout", True, k, "attn-purified", {}),
-        ("All Layers", True, None, "lad", {"layers": "all"}),
-        ("Dynamic", False, k, "lad", {"use_prior": False}),
-    ]
-    return rows + [("Dynamic", True, kk, "lad", {"top_k": kk}) for kk in options.ks]
-
-
 def ablation_table(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:
     """Table 4: attention readout without / with prior, all layers, dynamic layers without prior,
     dynamic with prior for each K, on each run's records and calibration."""
     runs = prepare(runs, options)
+    top_k = options.options.top_k
+    table4 = [  # (strategy, prior, K, method, MethodOptions changes) of each row
+        ("Attn Readout", False, top_k, "attn", {}),
+        ("Attn Readout", True, top_k, "attn-purified", {}),
+        ("All Layers", True, None, "lad", {"layers": "all"}),
+        ("Dynamic", False, top_k, "lad", {"use_prior": False}),
+        *[("Dynamic", True, k, "lad", {"top_k": k}) for k in options.ks],
+    ]
     rows, data = [], []
     for run in runs:
         nl = run.records.num_layers
-        for strategy, prior, k, method, changes in ablation_rows(options):
+        for strategy, prior, k, method, changes in table4:
             opts = run.options(options, **changes)  # K above the layers searched: clamped
             m = run.metrics(method, opts)
             shown_k = "–" if k is None else run.k_text(k, options.options.layer_range)
@@ -269,6 +263,7 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
             data.append({"run": run.name, "size": size, "subsets": subsets, **fields})
     if not rows:
         raise nothing_made(missing, "Figure 6(a) needs calibration records")
+    shuffles = "/".join(str(t) for t in sorted({len(np.unique(r.records.ordering)) for r in runs}))
     return Table(
         "fig6a",
         "Figure 6(a): accuracy against the calibration size |D_cal|",
@@ -276,7 +271,7 @@ def calibration_size_sweep(runs: Run | Sequence[Run], options: AblateOptions = D
         f"(seed {options.seed}; without replacement across subsets; all of them when there are "
         "no more), fits a calibration on each subset's symmetrised records and scores the run's "
         f"records ({settings_note(options, runs=runs)}). Acc is the mean over the subsets ± the "
-        f"std over the {_shuffles(runs)} evaluation shuffles (the paper's band; each subset's, "
+        f"std over the {shuffles} evaluation shuffles (the paper's band; each subset's, "
         "averaged over the subsets); subset std is the spread of Acc over the subsets.",
         ["Run", "|D_cal|", "subsets", "LAD Acc", "PriDe Acc", "LAD subset std", "PriDe subset std"],
         rows,
@@ -297,11 +292,6 @@ def _size_point(metrics: list[dict]) -> dict[str, Any]:
         "shuffle_std": float(np.mean(shuffle_std)),
         "subset_std": float(np.std(acc, ddof=1)) if len(acc) > 1 else 0.0,
     }
-
-
-def _shuffles(runs: Sequence[Run]) -> str:
-    counts = sorted({len(set(r.records.ordering.tolist())) for r in runs})
-    return "/".join(map(str, counts)) if counts else "T"
 
 
 def temperature_sweep(runs: Run | Sequence[Run], options: AblateOptions = DEFAULTS) -> Table:

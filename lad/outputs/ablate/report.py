@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -108,11 +108,9 @@ def _by_run(items: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 def _ablation_figure(table: Table, path: Path) -> None:
     runs = _by_run(table.data["rows"])
-    first = next(iter(runs.values()))
-    labels = [
-        f"{r['strategy']} {'✓' if r['prior'] else '–'}"
-        + _k_label([(name, rows[i]) for name, rows in runs.items()])
-        for i, r in enumerate(first)
+    labels = [  # each Table 4 row, from its rows of every run
+        f"{rows[0]['strategy']} {'✓' if rows[0]['prior'] else '–'}" + _k_label(rows)
+        for rows in zip(*runs.values(), strict=True)
     ]
     y = np.arange(len(labels))
     height = 0.8 / len(runs)
@@ -128,16 +126,16 @@ def _ablation_figure(table: Table, path: Path) -> None:
     _save(fig, path)
 
 
-def _k_label(rows: list[tuple[str, dict[str, Any]]]) -> str:
+def _k_label(rows: Sequence[dict[str, Any]]) -> str:
     """A Table 4 row's K as the Markdown shows it, "K=8 (= all 4)"; runs that show it
     differently are named."""
-    k = rows[0][1]["k"]
+    k = rows[0]["k"]
     if k is None:
         return ""
-    shown = {r["k_shown"] for _, r in rows}
+    shown = {r["k_shown"] for r in rows}
     if len(shown) == 1:
         return f" K={shown.pop()}"
-    clamped = [name for name, r in rows if r["k_shown"] != str(k)]
+    clamped = [r["run"] for r in rows if r["k_shown"] != str(k)]
     return f" K={k} (= all for {', '.join(clamped)})"
 
 
@@ -174,8 +172,7 @@ def _tau_position(tau: float | str, finite_max: float) -> float:
 
 def _temperature_figure(table: Table, path: Path) -> None:
     points = table.data["points"]
-    finite = [p["tau"] for p in points if p["tau"] != "inf"]
-    top = max(finite, default=0.0)
+    top = max((p["tau"] for p in points if p["tau"] != "inf"), default=0.0)  # the largest finite τ
     fig, ax = plt.subplots(figsize=(6.4, 3.9))
     for i, (name, rows) in enumerate(_by_run(points).items()):
         colour = f"C{i}"

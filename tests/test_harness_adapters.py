@@ -288,3 +288,24 @@ def test_adapters_and_converters_share_one_rule(tmp_path: Path) -> None:
             for cells, files in ((choice.context, item.context_images),
                                  (choice.candidates, item.images)):  # fmt: skip
                 assert [c["bytes"] for c in cells] == [p.read_bytes() for p in files]
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"top_k": True}, "'top_k' model_arg must be a whole number. Got True."),
+        ({"top_k": 2.7}, "'top_k' model_arg must be a whole number. Got 2.7."),
+        ({"top_k": "2.7"}, "'top_k' model_arg must be a whole number. Got '2.7'."),
+        ({"batch_size": [4]}, "'batch_size' model_arg must be a whole number. Got [4]."),
+        ({"tau": False}, "'tau' model_arg must be a number. Got False."),
+        ({"top_k": float("inf")}, "'top_k' model_arg must be a whole number. Got inf."),
+    ],
+)
+def test_a_number_model_arg_is_a_number_not_a_bool_nor_a_cut_float(given, message) -> None:
+    from lad.harness.args import read_model_args
+    from lad.harness.text_scorer import ChoiceOptions
+
+    with pytest.raises(LadError, match=re.escape(message)):
+        read_model_args(ChoiceOptions, {"method": "vanilla", **given})
+    read = read_model_args(ChoiceOptions, {"method": "vanilla", "top_k": 3.0, "tau": "inf"})
+    assert read.options.top_k == 3 and read.options.tau == float("inf")

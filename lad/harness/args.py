@@ -4,6 +4,7 @@ the one reading of a harness's model_args text (docs/harness.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import typing
 from collections.abc import Mapping
@@ -97,11 +98,11 @@ def _read(key: str, value: Any, kind: Any) -> Any:
         (kind,) = (k for k in typing.get_args(kind) if k is not NoneType)
     if kind is bool:
         return model_arg_bool(key, value)
-    if kind in (int, float) and not isinstance(value, bool):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
+    if kind in (int, float):
+        with contextlib.suppress(TypeError, ValueError, OverflowError):
+            # not a bool, nor a float cut to a whole number (top_k=2.7 is not 2)
+            if not isinstance(value, bool) and (kind is float or float(value) == int(value)):
+                return kind(value)
         what = "a whole number" if kind is int else "a number"
         raise LadError(f"The {key!r} model_arg must be {what}. Got {value!r}.")
     return str(value)

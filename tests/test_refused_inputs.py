@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lad.backends.checkpoint import shipped_model_path
 from lad.cli import main
 from lad.core.records import write_records
 from lad.data.shapes import build_shapes
@@ -193,6 +194,7 @@ def test_data_coco_out_over_its_captions(tmp_path, capsys):
 # ---------------------------------------------------------------- lad eval: arguments (point 5)
 
 N = 3
+TEXT_DEMO = shipped_model_path("text-demo")  # its config.json and items; loading it fails a test
 
 
 @pytest.fixture
@@ -243,6 +245,31 @@ def would_load(monkeypatch):
         raise BackendError("the checks passed; the model would load now")
 
     monkeypatch.setattr("lad.backends.load_backend", loading)
+
+
+def test_eval_picture_settings_for_text_candidates(tmp_path, capsys):
+    """A caption prompt (no {options}) for text candidates, a picture option for a text-only
+    model: refused before the model loads (they were refused once it had, run.json written)."""
+    from lad.core.prompts import OFFICIAL
+
+    (tmp_path / "caption.txt").write_text(OFFICIAL.text)
+    out = tmp_path / "r"
+    argv = ["eval", "--model", "text-demo", "--data", TEXT_DEMO / "items.jsonl", "--out", out]
+    refused(
+        capsys,
+        [*argv, "--prompt-template", tmp_path / "caption.txt"],
+        r"^Error: --prompt-template does not write \{options\}, where the items' text candidates",
+    )
+    refused(capsys, [*argv, "--image-size", 336], r"text-only causal LM: it takes no image options")
+    assert not out.exists()
+
+
+def test_calibrate_preset_official_on_text_candidates(tmp_path, capsys, would_load):
+    """The preset's caption prompt and image size are for pictures: text candidates are asked
+    with lad's text template (lad calibrate refused them, naming a --prompt-template not given)."""
+    data = TEXT_DEMO / "items.calibration.jsonl"
+    argv = ["calibrate", "--model", "text-demo", "--data", data, "--preset", "official"]
+    refused(capsys, [*argv, "--out", tmp_path / "c.json"], r"the model would load now$")
 
 
 def test_eval_calibration_file_missing(model, shapes, tmp_path, capsys):

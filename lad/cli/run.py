@@ -143,6 +143,8 @@ def _eval(args: argparse.Namespace) -> int:
     stated["prompt_template"] = _template(args.prompt_template)
     config = eval_config(args.preset, **stated)
     data = read_data(config)  # each input file read once, here
+    if data.items and all(it.is_text for it in data.items):  # no pictures asked
+        config = eval_config(args.preset, pictures=False, **stated)
     config, note = resolve_calibration_items(config, data)
     check_layer_range_flag(config.layer_range, model_num_layers(resolve_model(config.model)), args)
     notes = [note] if note else []
@@ -191,7 +193,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     check_not_inputs(
         {"--out": out, "its records file": records_out}, {"--data": args.data, "image": images}
     )
-    debiaser = build_debiaser(args)
+    debiaser = build_debiaser(args, pictures=not all(it.is_text for it in items))
     debiaser.fit(items, records_path=records_out)
     debiaser.save(out)
     cal = debiaser.calibration_
@@ -225,7 +227,7 @@ def _predict(args: argparse.Namespace) -> int:
             "lad predict takes the candidate images or --text-options TEXT ..., "
             + ("not both" if args.images else "and got neither")
         )
-    debiaser = calibrated_debiaser(args)
+    debiaser = calibrated_debiaser(args, pictures=args.text_options is None)
     choice = debiaser.predict(
         args.query, args.images, question=args.question, texts=args.text_options
     )
@@ -256,12 +258,12 @@ def build_debiaser(args: argparse.Namespace, **more: Any) -> Any:
     )
 
 
-def calibrated_debiaser(args: argparse.Namespace) -> Any:
+def calibrated_debiaser(args: argparse.Namespace, **more: Any) -> Any:
     """build_debiaser's Debiaser with --calibration loaded, its --top-k and --layer-range checked
     against the calibration's layers before the model loads (lad predict, lad serve)."""
     from lad.run.preflight import check_top_k
 
-    debiaser = build_debiaser(args).load(args.calibration)
+    debiaser = build_debiaser(args, **more).load(args.calibration)
     layers = debiaser.calibration_.num_layers  # the model's, as far as can be known before it loads
     check_top_k(args.top_k, layers, f"the calibration {args.calibration}")
     check_layer_range_flag(debiaser.options.layer_range, layers, args)

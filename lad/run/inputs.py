@@ -89,7 +89,7 @@ def resolved(config: EvalConfig, data: RunData) -> EvalConfig:
     official) becomes the model's generation_config's, stored in run.json so records, calibration
     and every rescoring agree (RecordSpec.penalty)."""
     config = resolve_calibration_items(config, data)[0]
-    if config.prompt_template is None and data.items is not None:
+    if data.items is not None:
         items = _with_n(data.items, config.num_candidates, config.data)
         config = config.replace(prompt_template=config.spec.for_items(items).prompt_template)
     return config.replace(repetition_penalty=config.spec.penalty())

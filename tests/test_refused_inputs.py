@@ -917,6 +917,19 @@ def test_calibrate_items_below_one(shapes, tmp_path, capsys):
     refused(capsys, argv, r"--items must be >= 1\. Got 0")
 
 
+def test_calibrate_items_above_what_the_data_holds(shapes, tmp_path, capsys, would_load):
+    """As lad eval's: a stated --items is what lad calibrate fits on (it fitted on the 4 the
+    file holds); its default, 5, takes all of a smaller file."""
+    argv = ["calibrate", "--data", shapes, "--out", tmp_path / "c.json"]
+    refused(
+        capsys,
+        [*argv, "--items", 9],
+        r"items\.jsonl: holds 4 items but --items asks for 9; pass --items 4, or leave it out for "
+        r"up to 5$",
+    )
+    refused(capsys, argv, r"the model would load now$")
+
+
 def test_report_out_is_a_file(stored, capsys):
     run = _finished(stored)
     (stored / "page").write_text("mine")

@@ -26,7 +26,7 @@ from lad.cli.flags import (
 )
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
-from lad.run.config import DEFAULTS, OPTION_FIELDS
+from lad.run.config import DEFAULT_CALIBRATION_ITEMS, DEFAULTS, OPTION_FIELDS
 
 # The model and record flags of lad eval, calibrate and predict.
 MODEL_FLAGS = ("model", "device", "trust_remote_code", "engine", "dtype", "labels", "batch_size")
@@ -62,7 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command(subparsers, "calibrate", _calibrate)
     add_settings(p, *MODEL_FLAGS)
     p.add_argument("--data", type=InputPath, required=True, help="items .jsonl file")
-    add_whole(p, "--items", minimum=1, default=5, help="how many items of --data to use")
+    add_whole(
+        p,
+        "--items",
+        minimum=1,
+        help=f"how many items of --data to use (default: {DEFAULT_CALIBRATION_ITEMS})",
+    )
     add_preset_flag(p)
     add_settings(p, "obs_mean")
     add_image_flags(p)
@@ -185,10 +190,13 @@ def _calibrate(args: argparse.Namespace) -> int:
         lad calibrate --model demo --data cal.jsonl --out calibration.json
     """
     from lad.data.items import read_items
+    from lad.run.inputs import stated_items
 
     out = check_output_file(args.out)
     records_out = _calibrate_files(args)["its records file"]
-    items = read_items(args.data)[: args.items]
+    items = stated_items(
+        read_items(args.data), args.items, args.data, "items", DEFAULT_CALIBRATION_ITEMS
+    )
     images = [p for it in items for p in it.pictures]
     check_not_inputs(
         {"--out": out, "its records file": records_out}, {"--data": args.data, "image": images}

@@ -367,7 +367,7 @@ def test_eval_top_k_above_the_models_layers(model, shapes, tmp_path, capsys):
     refused(
         capsys,
         _eval(model, shapes, tmp_path / "r", "--top-k", 3),
-        r"top_k 3 is more than the 2 layers of .*model",
+        r"^Error: --top-k 3 is more than the 2 layers of .*model$",
     )
 
 
@@ -378,7 +378,7 @@ def test_eval_top_k_above_the_calibrations_layers(shapes, calibration, tmp_path,
     refused(
         capsys,
         _eval(no_config, shapes, tmp_path / "r", "--calibration", path, "--top-k", 5),
-        r"top_k 5 is more than the 2 layers of the calibration .*c\.json",
+        r"^Error: --top-k 5 is more than the 2 layers of the calibration .*c\.json$",
     )
 
 
@@ -619,7 +619,7 @@ def test_score_top_k_above_the_records_layers(stored, capsys):
     refused(
         capsys,
         ["score", *_score_inputs(stored), "--top-k", 7, "--out", stored / "p.jsonl"],
-        r"top_k 7 is more than the 6 layers of the records",
+        r"^Error: --top-k 7 is more than the 6 layers of the records$",
     )
 
 
@@ -903,7 +903,7 @@ def test_predict_top_k_and_tau_checked_before_the_model(model, calibration, shap
     refused(
         capsys,
         [*argv, "--top-k", 3, *images],
-        r"top_k 3 is more than the 2 layers of the calibration .*",
+        r"^Error: --top-k 3 is more than the 2 layers of the calibration .*",
     )
     refused(
         capsys,

@@ -160,6 +160,8 @@ def test_an_image_option_the_processor_does_not_take_is_refused_before_the_weigh
                        r"\(Qwen2VLProcessor\) takes no such option; it takes crop_size, .*, "
                        r"do_resize, .*temporal_patch_size$"):  # fmt: skip
         open_checkpoint(LoadSettings(demo, image_options={"max_patches": 6, "do_resize": True}))
+    with pytest.raises(BackendError, match=r"^--image-option return_tensors: "):  # lad's own
+        open_checkpoint(LoadSettings(demo, image_options={"return_tensors": "np"}))
     taken = {"do_resize": True, "max_pixels": 6000}  # max_pixels: lad's own, the processor's size
     assert open_checkpoint(LoadSettings(demo, image_options=taken)).options["do_resize"] is True
 

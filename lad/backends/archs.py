@@ -85,7 +85,8 @@ def image_options_taken(processor: Any) -> set[str] | None:
         return None
     images = declared.__annotations__.get("images_kwargs")
     own = getattr(getattr(processor, "image_processor", None), "valid_kwargs", None)
-    return {*getattr(images, "__annotations__", {}), *getattr(own, "__annotations__", {})}
+    taken = {*getattr(images, "__annotations__", {}), *getattr(own, "__annotations__", {})}
+    return taken - {"return_tensors"}  # lad's call sets it (prompting.tokenised)
 
 
 _QWEN_MARKERS = ("<|vision_start|>", "<|vision_end|>")

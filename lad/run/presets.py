@@ -31,8 +31,8 @@ OFFICIAL: dict[str, Any] = {
 }
 
 PRESETS: dict[str, dict[str, Any]] = {"paper": {}, "official": OFFICIAL}
-# How the official code asks about pictures: items of text candidates, which it has none of, are
-# asked with lad's text template, as they are.
+# How the official code asks about pictures (its caption prompt, its resize); it has no items of
+# text candidates, which lad's own text template asks.
 PICTURE_SETTINGS = ("image_size", "prompt_template")
 
 

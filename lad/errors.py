@@ -30,6 +30,15 @@ class RunError(LadError):
     """A run directory holds work from other arguments, or is otherwise unusable."""
 
 
+class SettingError(LadError):
+    """A setting's value refused, its message beginning with the library's parameter (top_k
+    ...); lad.cli.main begins it with the flag instead where the command has one (--top-k ...)."""
+
+    @property
+    def name(self) -> str:
+        return str(self).split(" ", 1)[0]
+
+
 def check_choice(
     name: str, value: object, allowed: Collection[str], error: type[LadError] = LadError
 ) -> None:

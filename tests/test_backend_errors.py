@@ -149,6 +149,23 @@ def test_missing_model_and_bad_options(tmp_path: Path, monkeypatch: pytest.Monke
         load_backend(str(tmp_path), device="cpu", dtype="int8")
 
 
+def test_an_image_option_the_processor_does_not_take_is_refused_before_the_weights() -> None:
+    """transformers ignores a key its processor does not take (a warning at most): refused."""
+    from lad.backends.checkpoint import resolve_model
+    from lad.backends.load import open_checkpoint
+    from lad.backends.settings import LoadSettings
+
+    demo = resolve_model("demo")
+    with pytest.raises(BackendError, match=r"^--image-option max_patches: the model's processor "
+                       r"\(Qwen2VLProcessor\) takes no such option; it takes crop_size, .*, "
+                       r"do_resize, .*temporal_patch_size$"):  # fmt: skip
+        open_checkpoint(LoadSettings(demo, image_options={"max_patches": 6, "do_resize": True}))
+    with pytest.raises(BackendError, match=r"^--image-option return_tensors: "):  # lad's own
+        open_checkpoint(LoadSettings(demo, image_options={"return_tensors": "np"}))
+    taken = {"do_resize": True, "max_pixels": 6000}  # max_pixels: lad's own, the processor's size
+    assert open_checkpoint(LoadSettings(demo, image_options=taken)).options["do_resize"] is True
+
+
 def test_image_span_not_found_names_model_placeholder_token_and_fix(
     backend: Backend, item: Item, monkeypatch: pytest.MonkeyPatch
 ) -> None:

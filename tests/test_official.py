@@ -105,6 +105,18 @@ def test_stated_flags_win_over_the_preset(monkeypatch, capsys):
     assert config.calibrate_on == "held-out" and "Warning" not in capsys.readouterr().err
 
 
+def test_the_preset_asks_text_candidates_with_lads_text_template(monkeypatch, capsys):
+    """The official code has no items of text candidates: its caption prompt (no {options}) and
+    336-pixel resize do not apply to them (both were refused, once the model had loaded); its
+    other settings do."""
+    from lad.backends.checkpoint import shipped_model_path
+
+    text = shipped_model_path("text-demo") / "items.jsonl"
+    config = _parsed_config(monkeypatch, ["--preset", "official", "--data", str(text)])
+    assert (config.image_size, config.prompt_template) == (None, None)
+    assert (config.obs_mean, config.calibrate_on) == ("logit", "evaluation")
+
+
 def test_predict_calibrate_and_score_take_the_preset_too():
     from lad.cli import build_parser
 

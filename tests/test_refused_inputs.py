@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lad.backends.checkpoint import shipped_model_path
 from lad.cli import main
 from lad.core.records import write_records
 from lad.data.shapes import build_shapes
@@ -193,6 +194,7 @@ def test_data_coco_out_over_its_captions(tmp_path, capsys):
 # ---------------------------------------------------------------- lad eval: arguments (point 5)
 
 N = 3
+TEXT_DEMO = shipped_model_path("text-demo")  # its config.json and items; loading it fails a test
 
 
 @pytest.fixture
@@ -243,6 +245,31 @@ def would_load(monkeypatch):
         raise BackendError("the checks passed; the model would load now")
 
     monkeypatch.setattr("lad.backends.load_backend", loading)
+
+
+def test_eval_picture_settings_for_text_candidates(tmp_path, capsys):
+    """A caption prompt (no {options}) for text candidates, a picture option for a text-only
+    model: refused before the model loads (they were refused once it had, run.json written)."""
+    from lad.core.prompts import OFFICIAL
+
+    (tmp_path / "caption.txt").write_text(OFFICIAL.text)
+    out = tmp_path / "r"
+    argv = ["eval", "--model", "text-demo", "--data", TEXT_DEMO / "items.jsonl", "--out", out]
+    refused(
+        capsys,
+        [*argv, "--prompt-template", tmp_path / "caption.txt"],
+        r"^Error: --prompt-template does not write \{options\}, where the items' text candidates",
+    )
+    refused(capsys, [*argv, "--image-size", 336], r"text-only causal LM: it takes no image options")
+    assert not out.exists()
+
+
+def test_calibrate_preset_official_on_text_candidates(tmp_path, capsys, would_load):
+    """The preset's caption prompt and image size are for pictures: text candidates are asked
+    with lad's text template (lad calibrate refused them, naming a --prompt-template not given)."""
+    data = TEXT_DEMO / "items.calibration.jsonl"
+    argv = ["calibrate", "--model", "text-demo", "--data", data, "--preset", "official"]
+    refused(capsys, [*argv, "--out", tmp_path / "c.json"], r"the model would load now$")
 
 
 def test_eval_calibration_file_missing(model, shapes, tmp_path, capsys):
@@ -340,7 +367,7 @@ def test_eval_top_k_above_the_models_layers(model, shapes, tmp_path, capsys):
     refused(
         capsys,
         _eval(model, shapes, tmp_path / "r", "--top-k", 3),
-        r"top_k 3 is more than the 2 layers of .*model",
+        r"^Error: --top-k 3 is more than the 2 layers of .*model$",
     )
 
 
@@ -351,7 +378,7 @@ def test_eval_top_k_above_the_calibrations_layers(shapes, calibration, tmp_path,
     refused(
         capsys,
         _eval(no_config, shapes, tmp_path / "r", "--calibration", path, "--top-k", 5),
-        r"top_k 5 is more than the 2 layers of the calibration .*c\.json",
+        r"^Error: --top-k 5 is more than the 2 layers of the calibration .*c\.json$",
     )
 
 
@@ -592,7 +619,7 @@ def test_score_top_k_above_the_records_layers(stored, capsys):
     refused(
         capsys,
         ["score", *_score_inputs(stored), "--top-k", 7, "--out", stored / "p.jsonl"],
-        r"top_k 7 is more than the 6 layers of the records",
+        r"^Error: --top-k 7 is more than the 6 layers of the records$",
     )
 
 
@@ -876,7 +903,7 @@ def test_predict_top_k_and_tau_checked_before_the_model(model, calibration, shap
     refused(
         capsys,
         [*argv, "--top-k", 3, *images],
-        r"top_k 3 is more than the 2 layers of the calibration .*",
+        r"^Error: --top-k 3 is more than the 2 layers of the calibration .*",
     )
     refused(
         capsys,
@@ -888,6 +915,19 @@ def test_predict_top_k_and_tau_checked_before_the_model(model, calibration, shap
 def test_calibrate_items_below_one(shapes, tmp_path, capsys):
     argv = ["calibrate", "--data", shapes, "--out", tmp_path / "c.json", "--items", 0]
     refused(capsys, argv, r"--items must be >= 1\. Got 0")
+
+
+def test_calibrate_items_above_what_the_data_holds(shapes, tmp_path, capsys, would_load):
+    """As lad eval's: a stated --items is what lad calibrate fits on (it fitted on the 4 the
+    file holds); its default, 5, takes all of a smaller file."""
+    argv = ["calibrate", "--data", shapes, "--out", tmp_path / "c.json"]
+    refused(
+        capsys,
+        [*argv, "--items", 9],
+        r"items\.jsonl: holds 4 items but --items asks for 9; pass --items 4, or leave it out for "
+        r"up to 5$",
+    )
+    refused(capsys, argv, r"the model would load now$")
 
 
 def test_report_out_is_a_file(stored, capsys):

@@ -95,6 +95,6 @@ def test_eval_top_k_above_a_hub_models_layers_is_refused_before_any_record(
     argv = ["eval", "--items", "2", "--num-shuffles", "1", "--top-k", "99", "--quiet"]
     assert main([*argv, "--out", str(out)]) == 1
     assert re.fullmatch(
-        r"Error: top_k 99 is more than the \d+ layers of demo\n", capsys.readouterr().err
+        r"Error: --top-k 99 is more than the \d+ layers of demo\n", capsys.readouterr().err
     )
     assert not list(out.glob("*.jsonl")) or all(f.stat().st_size == 0 for f in out.glob("*.jsonl"))

@@ -40,13 +40,24 @@ class Arch:
     packed_vision: bool = False
     remote_code: str | None = None
 
-    def processor_options(self, options: dict[str, Any] | None) -> dict[str, Any]:
+    def processor_options(
+        self, options: dict[str, Any] | None, processor: Any = None
+    ) -> dict[str, Any]:
         """The processor call's keyword arguments: this architecture's defaults, updated by the
         user's `options`, whose "min_pixels" / "max_pixels" set a pixel-budget processor's size
-        (a processor call's own min_pixels / max_pixels are deprecated in transformers 5)."""
+        (a processor call's own min_pixels / max_pixels are deprecated in transformers 5); any
+        other must be one `processor` takes (image_options_taken), which would ignore it."""
         user = dict(options or {})
         edges = {"min_pixels": "shortest_edge", "max_pixels": "longest_edge"}
         pixels = {edge: user.pop(key) for key, edge in edges.items() if key in user}
+        taken = image_options_taken(processor)
+        unknown = sorted(set(user) - taken) if taken is not None else []
+        if unknown:
+            name = type(processor).__name__
+            raise BackendError(
+                f"--image-option {unknown[0]}: the model's processor ({name}) takes no such "
+                f"option; it takes {', '.join(sorted(taken))}"
+            )
         merged = {**self.image_options, **user}
         if not pixels:
             return merged
@@ -63,6 +74,19 @@ class Arch:
                 f"--min-pixels {size['shortest_edge']} exceeds --max-pixels {size['longest_edge']}"
             )
         return {**merged, "size": size}
+
+
+def image_options_taken(processor: Any) -> set[str] | None:
+    """The image options a transformers processor's call takes: its images_kwargs and its image
+    processor's valid_kwargs (transformers 5 declares both); None where unknown (no processor, or
+    one of a checkpoint's own code, whose call may take more)."""
+    declared = getattr(processor, "valid_processor_kwargs", None)
+    if declared is None or not type(processor).__module__.startswith("transformers."):
+        return None
+    images = declared.__annotations__.get("images_kwargs")
+    own = getattr(getattr(processor, "image_processor", None), "valid_kwargs", None)
+    taken = {*getattr(images, "__annotations__", {}), *getattr(own, "__annotations__", {})}
+    return taken - {"return_tensors"}  # lad's call sets it (prompting.tokenised)
 
 
 _QWEN_MARKERS = ("<|vision_start|>", "<|vision_end|>")

@@ -140,7 +140,7 @@ def open_checkpoint(settings: LoadSettings) -> Checkpoint:
     except Exception as e:  # a damaged or foreign file: whatever its reader raises
         raise load_error(model, e, note=remote_code_note(model)) from None
     remote.check_transformers(arch, str(model))
-    options = arch.processor_options(image_options)  # refuses bad options before the weights load
+    options = arch.processor_options(image_options, processor)  # refused before the weights
     if template is not None:
         processor.chat_template = template
     processor.tokenizer.padding_side = "left"

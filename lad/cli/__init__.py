@@ -12,7 +12,7 @@ import sys
 
 from lad.cli.flags import declared_files
 from lad.core.fingerprint import CalibrationMismatch
-from lad.errors import LadError, os_error_message
+from lad.errors import LadError, SettingError, os_error_message
 from lad.io.files import guarding
 
 COMMAND_MODULES = (
@@ -67,6 +67,7 @@ def _command_parser(
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = None
     try:
         if getattr(signal.getsignal(signal.SIGINT), "lad_start_up", False):
             # lad.__main__ quieted Ctrl-C while lad started: KeyboardInterrupt from here on
@@ -87,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, CalibrationMismatch):  # skipped on purpose by this flag
             e.skip = "--no-calibration-check"
         message = str(e) if isinstance(e, LadError) else os_error_message(e)
+        if isinstance(e, SettingError) and hasattr(args, e.name):  # the command's flag for it
+            message = "--" + e.name.replace("_", "-") + message[len(e.name) :]
         print(f"Error: {_one_line(message)}", file=sys.stderr)
     return 1
 

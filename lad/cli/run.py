@@ -26,7 +26,7 @@ from lad.cli.flags import (
 )
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
-from lad.run.config import DEFAULTS, OPTION_FIELDS
+from lad.run.config import DEFAULT_CALIBRATION_ITEMS, DEFAULTS, OPTION_FIELDS
 
 # The model and record flags of lad eval, calibrate and predict.
 MODEL_FLAGS = ("model", "device", "trust_remote_code", "engine", "dtype", "labels", "batch_size")
@@ -62,7 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command(subparsers, "calibrate", _calibrate)
     add_settings(p, *MODEL_FLAGS)
     p.add_argument("--data", type=InputPath, required=True, help="items .jsonl file")
-    add_whole(p, "--items", minimum=1, default=5, help="how many items of --data to use")
+    add_whole(
+        p,
+        "--items",
+        minimum=1,
+        help=f"how many items of --data to use (default: {DEFAULT_CALIBRATION_ITEMS})",
+    )
     add_preset_flag(p)
     add_settings(p, "obs_mean")
     add_image_flags(p)
@@ -143,6 +148,8 @@ def _eval(args: argparse.Namespace) -> int:
     stated["prompt_template"] = _template(args.prompt_template)
     config = eval_config(args.preset, **stated)
     data = read_data(config)  # each input file read once, here
+    if data.items and all(it.is_text for it in data.items):  # no pictures asked
+        config = eval_config(args.preset, pictures=False, **stated)
     config, note = resolve_calibration_items(config, data)
     check_layer_range_flag(config.layer_range, model_num_layers(resolve_model(config.model)), args)
     notes = [note] if note else []
@@ -183,15 +190,18 @@ def _calibrate(args: argparse.Namespace) -> int:
         lad calibrate --model demo --data cal.jsonl --out calibration.json
     """
     from lad.data.items import read_items
+    from lad.run.inputs import stated_items
 
     out = check_output_file(args.out)
     records_out = _calibrate_files(args)["its records file"]
-    items = read_items(args.data)[: args.items]
+    items = stated_items(
+        read_items(args.data), args.items, args.data, "items", DEFAULT_CALIBRATION_ITEMS
+    )
     images = [p for it in items for p in it.pictures]
     check_not_inputs(
         {"--out": out, "its records file": records_out}, {"--data": args.data, "image": images}
     )
-    debiaser = build_debiaser(args)
+    debiaser = build_debiaser(args, pictures=not all(it.is_text for it in items))
     debiaser.fit(items, records_path=records_out)
     debiaser.save(out)
     cal = debiaser.calibration_
@@ -225,7 +235,7 @@ def _predict(args: argparse.Namespace) -> int:
             "lad predict takes the candidate images or --text-options TEXT ..., "
             + ("not both" if args.images else "and got neither")
         )
-    debiaser = calibrated_debiaser(args)
+    debiaser = calibrated_debiaser(args, pictures=args.text_options is None)
     choice = debiaser.predict(
         args.query, args.images, question=args.question, texts=args.text_options
     )
@@ -256,12 +266,12 @@ def build_debiaser(args: argparse.Namespace, **more: Any) -> Any:
     )
 
 
-def calibrated_debiaser(args: argparse.Namespace) -> Any:
+def calibrated_debiaser(args: argparse.Namespace, **more: Any) -> Any:
     """build_debiaser's Debiaser with --calibration loaded, its --top-k and --layer-range checked
     against the calibration's layers before the model loads (lad predict, lad serve)."""
     from lad.run.preflight import check_top_k
 
-    debiaser = build_debiaser(args).load(args.calibration)
+    debiaser = build_debiaser(args, **more).load(args.calibration)
     layers = debiaser.calibration_.num_layers  # the model's, as far as can be known before it loads
     check_top_k(args.top_k, layers, f"the calibration {args.calibration}")
     check_layer_range_flag(debiaser.options.layer_range, layers, args)

@@ -28,7 +28,7 @@ from lad.core.calibrate import (
 from lad.core.labels import get_scheme
 from lad.core.parsing import UNPARSEABLE, majority_vote, parse_answer, parse_answer_is, parse_cot
 from lad.core.records import RecordSet
-from lad.errors import CalibrationError, LadError, RecordError, check_choice
+from lad.errors import CalibrationError, LadError, RecordError, SettingError, check_choice
 
 LAYER_STRATEGIES = ("top-k", "all")
 # The values MethodOptions' named choices allow (the CLI's flags offer these).
@@ -168,7 +168,7 @@ def check_top_k(top_k: int, num_layers: int | None, what: object) -> None:
     """K of Eq. 9 cannot exceed the L layers of `what` (the records, a calibration, a model): an
     error, not a silent cut (inside a layer_range K is capped). num_layers None: not known yet."""
     if num_layers is not None and top_k > num_layers:
-        raise LadError(f"top_k {top_k} is more than the {num_layers} layers of {what}")
+        raise SettingError(f"top_k {top_k} is more than the {num_layers} layers of {what}")
 
 
 def check_layer_range(layer_range: tuple[int, int] | None, num_layers: int) -> None:

@@ -225,7 +225,8 @@ def _make(changes: dict[str, Any], base: EvalConfig | None = None) -> EvalConfig
     return dataclasses.replace(base, spec=spec, options=options, **plan)
 
 
-def eval_config(preset: str = "paper", **stated: Any) -> EvalConfig:
+def eval_config(preset: str = "paper", pictures: bool = True, **stated: Any) -> EvalConfig:
     """An EvalConfig of the settings stated by name (None: not stated) over a preset's
-    (lad.run.presets.with_preset: a stated setting wins)."""
-    return _make(with_preset(preset, stated, FIELDS))
+    (lad.run.presets.with_preset: a stated setting wins; `pictures` False: data of text
+    candidates)."""
+    return _make(with_preset(preset, stated, FIELDS, pictures))

@@ -108,7 +108,8 @@ class Debiaser:
         template, chat template, image_size or image_options (False: only N and the layer count
         are checked). quiet: hide transformers' progress bars while the model loads.
     pictures: False when only text options will be asked (lad.backends.settings.LoadSettings:
-        the chat template is then checked on a text prompt alone).
+        the chat template is then checked on a text prompt alone; a preset's picture settings
+        do not apply).
     engine: what makes the records: "hf" (transformers) or "vllm" (lad.backends.engines).
     """
 
@@ -134,7 +135,7 @@ class Debiaser:
             raise LadError(
                 f"Debiaser got an unexpected setting {unknown[0]!r}. Settings: {', '.join(names)}."
             )
-        values = with_preset(preset, settings, names)
+        values = with_preset(preset, settings, names, pictures)
         if isinstance(values.get("prompt_template"), PromptTemplate):
             values["prompt_template"] = values["prompt_template"].text
         spec = model if isinstance(model, RecordSpec) else RecordSpec(model=model)

@@ -89,7 +89,7 @@ def resolved(config: EvalConfig, data: RunData) -> EvalConfig:
     official) becomes the model's generation_config's, stored in run.json so records, calibration
     and every rescoring agree (RecordSpec.penalty)."""
     config = resolve_calibration_items(config, data)[0]
-    if config.prompt_template is None and data.items is not None:
+    if data.items is not None:
         items = _with_n(data.items, config.num_candidates, config.data)
         config = config.replace(prompt_template=config.spec.for_items(items).prompt_template)
     return config.replace(repetition_penalty=config.spec.penalty())
@@ -149,17 +149,25 @@ def load_items(
 
 
 def _stated(items: list[Item], config: EvalConfig) -> list[Item]:
-    """The first --items of the evaluation items; a stated count is what the run evaluates,
-    never silently fewer (run.json records it)."""
-    if config.items and len(items) < config.items:
-        held_out = not (config.calibration_data or config.calibration)
-        held_out = held_out and config.calibrate_on != "evaluation"
-        left = " left after holding out the calibration items" if held_out else ""
+    """The first --items of the evaluation items (run.json records the count)."""
+    held_out = not (config.calibration_data or config.calibration)
+    held_out = held_out and config.calibrate_on != "evaluation"
+    left = " left after holding out the calibration items" if held_out else ""
+    return stated_items(items, config.items, config.data, f"evaluation items{left}")
+
+
+def stated_items(
+    items: list[Item], stated: int | None, path: object, noun: str, default: int | None = None
+) -> list[Item]:
+    """The first --items `stated` of `items` (unstated: `default`, None: all); a stated count is
+    what is used, never silently fewer (lad eval, lad calibrate)."""
+    if stated and len(items) < stated:
+        unstated = f"up to {default}" if default else "all of them"
         raise DataError(
-            f"{config.data}: holds {len(items)} evaluation items{left} but --items asks for "
-            f"{config.items}; pass --items {len(items)}, or leave it out for all of them"
+            f"{path}: holds {len(items)} {noun} but --items asks for {stated}; pass --items "
+            f"{len(items)}, or leave it out for {unstated}"
         )
-    return items[: config.items] if config.items else items
+    return items[: stated or default]
 
 
 def _enough(items: Sequence[Item], wanted: int, path: object) -> None:

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from lad.backends.archs import attention_layers
 from lad.backends.checkpoint import SHIPPED_MODELS, local_config, resolve_model
-from lad.backends.text import is_text_model
+from lad.backends.text import check_text_options, is_text_model
 from lad.backends.threads import requested_threads
 from lad.core.calibrate import Calibration
 from lad.core.methods import check_top_k
@@ -91,18 +91,21 @@ def model_digest(model: str) -> dict[str, Any]:
 
 
 def check_kind(config: EvalConfig, items: Sequence[Item]) -> None:
-    """Text options need text labels; picture candidates need a model that sees pictures (a
-    local checkpoint's config.json says; a hub id is checked when it loads)."""
+    """Text options need text labels; picture candidates and picture options need a model that
+    sees pictures (a local checkpoint's config.json says; a hub id is checked when it loads)."""
     if any(it.is_text for it in items):
         check_text_labels(config.scheme)
+    fields = local_config(resolve_model(config.model), RunError)
+    if not fields or not is_text_model(SimpleNamespace(**fields)):
+        return
     pictures = next((it.id for it in items if not it.is_text), None)
-    fields = None if pictures is None else local_config(resolve_model(config.model), RunError)
-    if fields and is_text_model(SimpleNamespace(**fields)):
+    if pictures is not None:
         raise RunError(
             f"--model {config.model} is a text-only causal LM ({fields.get('model_type')}), but "
             f"item {pictures!r} of the data has picture candidates; give items with text "
             "'candidates' or a multimodal model"
         )
+    check_text_options(dict(config.image_options), config.image_size)
 
 
 def model_num_layers(model: str) -> int | None:

@@ -31,14 +31,21 @@ OFFICIAL: dict[str, Any] = {
 }
 
 PRESETS: dict[str, dict[str, Any]] = {"paper": {}, "official": OFFICIAL}
+# How the official code asks about pictures (its caption prompt, its resize); it has no items of
+# text candidates, which lad's own text template asks.
+PICTURE_SETTINGS = ("image_size", "prompt_template")
 
 
-def with_preset(name: str, stated: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+def with_preset(
+    name: str, stated: dict[str, Any], names: Sequence[str], pictures: bool = True
+) -> dict[str, Any]:
     """The settings `stated` (None: not stated) over those among `names` that preset `name`
     sets: a stated setting wins; a stated calibration source wins over the preset's
-    --calibrate-on. The one place a preset is applied (lad eval, Debiaser, the CLI's commands)."""
+    --calibrate-on; `pictures` False (text candidates only): the preset's PICTURE_SETTINGS do not
+    apply. The one place a preset is applied (lad eval, Debiaser, the CLI's commands)."""
     check_choice("preset", name, PRESETS)
-    values = {k: v for k, v in PRESETS[name].items() if k in names}
+    skip = () if pictures else PICTURE_SETTINGS
+    values = {k: v for k, v in PRESETS[name].items() if k in names and k not in skip}
     given = {k: v for k, v in stated.items() if v is not None}
     if given.get("calibration_data") or given.get("calibration"):
         values.pop("calibrate_on", None)

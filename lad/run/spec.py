@@ -136,12 +136,13 @@ class RecordSpec:
 
     def for_items(self, items: Sequence[Any]) -> RecordSpec:
         """This spec with its vanilla prompt fixed for `items` (lad.core.prompts.vanilla_template):
-        a given template stays; else the question (or text) template where the items need one is
-        written out, so run.json, the calibration's fingerprint and every rescoring agree."""
-        if self.prompt_template is not None:
-            return self
-        template = vanilla_template(items)
-        return self if template == CAPTION else self.replace(prompt_template=template.text)
+        a given template stays (refused if it does not fit them); else the question (or text)
+        template where the items need one is written out, so run.json, the calibration's
+        fingerprint and every rescoring agree."""
+        given = None if self.prompt_template is None else self.template
+        template = vanilla_template(items, given)
+        keep = given is not None or template == CAPTION
+        return self if keep else self.replace(prompt_template=template.text)
 
     def penalty(self) -> float | None:
         """The repetition penalty as a number ("model" reads the model's generation_config)."""

@@ -274,10 +274,6 @@ def _perm_avg(records: RecordSet, calibration, options, perm_records) -> np.ndar
     return np.take_along_axis(by_image[k], records.order, axis=1)
 
 
-def _blank(records: RecordSet, calibration, options, blank_records) -> np.ndarray:
-    return blank_scores(records, blank_records, options.blank_alpha)
-
-
 # ---------------------------------------------------------------------------------------------
 # Generation-based baselines (§5.1): replies in `extra["replies"]`, parsed by lad.core.parsing.
 
@@ -362,7 +358,7 @@ METHODS: dict[str, Method] = {
         ),
         Method(
             "blank",
-            _blank,
+            lambda records, _, options, blank: blank_scores(records, blank, options.blank_alpha),
             "P(c_j|x) minus α (P(c_j|x_blank) − 1/N), candidates blanked (CapCal)",
             "2",
             extra="blank",

@@ -44,9 +44,14 @@ def check_choice(
 ) -> None:
     """Refuse a parameter's `value` unless one of `allowed` (listed in that order)."""
     if value not in allowed:
-        raise error(
-            f"The '{name}' parameter must be one of {list(allowed)}. Got {value!r} instead."
-        )
+        raise bad_parameter(name, f"one of {list(allowed)}", value, error, instead=True)
+
+
+def bad_parameter(
+    name: str, must: str, value: object, error: type[LadError] = LadError, *, instead: bool = False
+) -> LadError:
+    """The one wording of a refused parameter: "The 'name' parameter must be <must>. Got ..."."""
+    return error(f"The '{name}' parameter must be {must}. Got {value!r}{' instead' * instead}.")
 
 
 def at(path: object, line: int | None = None) -> str:

@@ -159,13 +159,6 @@ def percentile_interval(samples: np.ndarray, level: float) -> list[float] | None
     return [float(lo), float(hi)]
 
 
-def confidence_intervals(table: Questions, boot: Bootstrap) -> dict[str, Any]:
-    stats = weighted_statistics(table, bootstrap_weights(len(table.flip_share), boot))
-    out = {k: percentile_interval(stats[k], boot.level) for k in ("acc", "rstd", "flip_rate")}
-    out["recall_by_position"] = [percentile_interval(r, boot.level) for r in stats["recall"].T]
-    return out
-
-
 def permuted_right_at(table: Questions, draws: int, rng: np.random.Generator) -> np.ndarray:
     """(draws, N) right records at each answer position after permuting, within each question,
     the answer positions among its records: its k right records then fall on a uniformly random
@@ -225,12 +218,15 @@ def audit_method(records: RecordSet, pred: np.ndarray, boot: Bootstrap) -> dict[
     # Errors due to order: the wrong records whose question is right under some other ordering
     # ("knows it, says it wrong"); None without errors.
     known = (per_question_all > 0)[question[~right]]
+    drawn = weighted_statistics(table, bootstrap_weights(len(per_question_n), boot))
+    ci = {k: percentile_interval(drawn[k], boot.level) for k in ("acc", "rstd", "flip_rate")}
+    ci["recall_by_position"] = [percentile_interval(r, boot.level) for r in drawn["recall"].T]
     return {
         "flip_rate": None if np.isnan(flip) else float(flip),
         "circular_acc": float(100.0 * np.mean(per_question_all == per_question_n)),
         "any_order_acc": float(100.0 * np.mean(per_question_all > 0)),
         "errors_due_to_order": float(100.0 * known.mean()) if len(known) else None,
-        "ci": confidence_intervals(table, boot),
+        "ci": ci,
         "position_test": position_test(table, boot),
     }
 

@@ -96,8 +96,7 @@ def check_fingerprint(made: Fingerprint, theirs: Fingerprint, whose: str, requir
                 f"but these records are made with {_describe(key, now[key])}; recalibrate with "
                 f"the same {flags}, or skip this check on purpose ({{skip}})"
             )
-    mine["prompt_sha256"] = made.prompt_sha256
-    unknown = [name for name, value in mine.items() if not value]
+    unknown = [name for name in ("model", "labels", "prompt_sha256") if not getattr(made, name)]
     if required and unknown:
         raise CalibrationMismatch(
             f"its {' and '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} missing, so "

@@ -28,7 +28,14 @@ from lad.core.calibrate import (
 from lad.core.labels import get_scheme
 from lad.core.parsing import UNPARSEABLE, majority_vote, parse_answer, parse_answer_is, parse_cot
 from lad.core.records import RecordSet
-from lad.errors import CalibrationError, LadError, RecordError, SettingError, check_choice
+from lad.errors import (
+    CalibrationError,
+    LadError,
+    RecordError,
+    SettingError,
+    bad_parameter,
+    check_choice,
+)
 
 LAYER_STRATEGIES = ("top-k", "all")
 # The values MethodOptions' named choices allow (the CLI's flags offer these).
@@ -111,33 +118,23 @@ class MethodOptions:
         alpha = self.blank_alpha
         real = isinstance(alpha, numbers.Real) and not isinstance(alpha, bool)
         if alpha != ENTROPY and not (real and 0 <= alpha < math.inf):
-            raise LadError(
-                "The 'blank_alpha' parameter must be a finite number >= 0 or 'entropy'. "
-                f"Got {alpha!r}."
-            )
+            raise bad_parameter("blank_alpha", "a finite number >= 0 or 'entropy'", alpha)
         for name, allowed in CHOICES.items():
             check_choice(name, getattr(self, name), allowed)
         if isinstance(self.layers, str):
             check_choice("layers", self.layers, LAYER_STRATEGIES)
         elif not self.layers or not all(isinstance(i, int) for i in self.layers):
-            raise LadError(
-                f"The 'layers' parameter must be 'top-k', 'all' or a non-empty tuple of layer "
-                f"indices. Got {self.layers!r} instead."
-            )
+            must = "'top-k', 'all' or a non-empty tuple of layer indices"
+            raise bad_parameter("layers", must, self.layers, instead=True)
         if not isinstance(self.top_k, int) or self.top_k < 1:
-            raise LadError(f"The 'top_k' parameter must be an integer >= 1. Got {self.top_k!r}.")
+            raise bad_parameter("top_k", "an integer >= 1", self.top_k)
         if not (isinstance(self.tau, numbers.Real) and self.tau >= 0):  # NaN fails `>= 0`
-            raise LadError(
-                f"The 'tau' parameter must be a number >= 0 (math.inf for the limit). "
-                f"Got {self.tau!r}."
-            )
+            raise bad_parameter("tau", "a number >= 0 (math.inf for the limit)", self.tau)
         if self.layer_range is not None and (
             len(self.layer_range) != 2 or not 0 <= self.layer_range[0] <= self.layer_range[1]
         ):
-            raise LadError(
-                f"The 'layer_range' parameter must be (first, last) with 0 <= first <= last. "
-                f"Got {self.layer_range!r} instead."
-            )
+            must = "(first, last) with 0 <= first <= last"
+            raise bad_parameter("layer_range", must, self.layer_range, instead=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,10 +281,6 @@ def _perm_avg(records: RecordSet, calibration, options, perm_records) -> np.ndar
     return np.take_along_axis(by_image[k], records.order, axis=1)
 
 
-def _blank(records: RecordSet, calibration, options, blank_records) -> np.ndarray:
-    return blank_scores(records, blank_records, options.blank_alpha)
-
-
 # ---------------------------------------------------------------------------------------------
 # Generation-based baselines (§5.1): replies in `extra["replies"]`, parsed by lad.core.parsing.
 
@@ -372,7 +365,7 @@ METHODS: dict[str, Method] = {
         ),
         Method(
             "blank",
-            _blank,
+            lambda records, _, options, blank: blank_scores(records, blank, options.blank_alpha),
             "P(c_j|x) minus α (P(c_j|x_blank) − 1/N), candidates blanked (CapCal)",
             "2",
             extra="blank",

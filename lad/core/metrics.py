@@ -52,13 +52,12 @@ def method_metrics(
     correct = pred == records.answer
     shuffles = np.unique(records.ordering)
     acc_t = np.array([correct[records.ordering == t].mean() for t in shuffles])
-    recall: list[float | None] = []
-    confusion = np.zeros((n, n))
-    for p in range(n):
-        at_p = records.answer == p
-        recall.append(_percent(correct[at_p].mean()) if at_p.any() else None)
-        if at_p.any():
-            confusion[p] = np.bincount(pred[at_p & (pred >= 0)], minlength=n) / at_p.sum()
+    shown = np.bincount(records.answer, minlength=n)  # records whose answer is at each position
+    right = np.bincount(records.answer, weights=correct, minlength=n)
+    recall = [_percent(r / s) if s else None for r, s in zip(right, shown, strict=True)]
+    parsed = pred >= 0
+    pairs = np.bincount(records.answer[parsed] * n + pred[parsed], minlength=n * n)
+    confusion = pairs.reshape(n, n) / np.maximum(shown, 1)[:, None]  # rows without answers: 0
     present = [x for x in recall if x is not None]
     # Cons.: the items whose chosen image is the same (and parsed) under all their orderings.
     chosen = audit.chosen_candidates(records, pred)

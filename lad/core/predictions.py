@@ -49,14 +49,8 @@ def predictions_for(
 def write_predictions(path: str | Path, predictions: Iterable[Prediction]) -> None:
     with replacing(path) as tmp, tmp.open("wb") as f:
         for p in predictions:
-            obj = {
-                "item": p.item,
-                "ordering": int(p.ordering),
-                "method": p.method,
-                "prediction": int(p.prediction),
-                "scores": [float(x) for x in p.scores],
-            }
-            f.write(dumps(obj) + b"\n")
+            obj = {**vars(p), "ordering": int(p.ordering), "prediction": int(p.prediction)}
+            f.write(dumps({**obj, "scores": [float(x) for x in p.scores]}) + b"\n")
 
 
 def read_predictions(path: str | Path) -> list[Prediction]:

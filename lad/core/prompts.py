@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lad.core.items import Item
 from lad.core.labels import LABEL_SCHEMES, LabelScheme
-from lad.errors import DataError, LadError
+from lad.errors import DataError, LadError, bad_parameter
 from lad.io import files, limits
 
 # One part of the user turn: text, or a picture slot ("candidate", position) / ("context", j).
@@ -250,10 +250,8 @@ def _text_of(template: str | PromptTemplate, texts: dict[str, str]) -> str:
     if isinstance(template, PromptTemplate):
         return template.text
     if template not in texts:
-        raise LadError(
-            f"The 'template' parameter must be one of {sorted(texts)} or a PromptTemplate. "
-            f"Got {template!r} instead."
-        )
+        must = f"one of {sorted(texts)} or a PromptTemplate"
+        raise bad_parameter("template", must, template, instead=True)
     return texts[template]
 
 

@@ -182,15 +182,21 @@ def _row_fault(obj: dict, n: int) -> str | None:
     return None
 
 
-def _as_floats(values: list, name: str, where_of) -> np.ndarray:
-    """Stack numbers as float64; a string among them is an error naming the record."""
+def _as_floats(objs: list[dict], name: str, where_of, n: int) -> np.ndarray:
+    """Stack the records' `name` numbers as float64; a string among them, or a layer of other
+    than N numbers, is an error naming the record."""
+    values = [o[name] for o in objs]
     try:
         arr = np.array(values)
         if arr.dtype.kind in "iuf":
             return arr.astype(np.float64, copy=False)
     except (TypeError, ValueError):
         pass
-    # Slow path, only for a bad file: find the first record whose values are not all numbers.
+    # Slow path, only for a bad file: a record with ragged layers is the likelier fault, then
+    # the first record whose values are not all numbers.
+    for i, obj in enumerate(objs):
+        if name == "attention" and (fault := _row_fault(obj, n)):
+            raise RecordError(where_of(i) + fault)
     for i, v in enumerate(values):
         flat = [x for row in v for x in (row if isinstance(row, list) else [row])]
         if not all(type(x) in (int, float) for x in flat):
@@ -212,20 +218,13 @@ def _from_objects(objs: list[dict], where_of) -> RecordSet:
     for i, obj in enumerate(objs):
         if fault := _fault(obj, n, nl):
             raise RecordError(where_of(i) + fault)
-    try:
-        attention = _as_floats([o["attention"] for o in objs], "attention", where_of)
-    except RecordError:
-        # Slow path, only for a bad file: a record with ragged layers is the likelier fault.
-        for i, obj in enumerate(objs):
-            if fault := _row_fault(obj, n):
-                raise RecordError(where_of(i) + fault) from None
-        raise
+    attention = _as_floats(objs, "attention", where_of, n)  # before logprobs: its faults first
     records = RecordSet(
         items=np.array([o["item"] for o in objs], dtype=str),
         ordering=np.array([o["ordering"] for o in objs], dtype=np.int64),
         order=np.array([o["order"] for o in objs], dtype=np.int64),
         answer=np.array([o["answer"] for o in objs], dtype=np.int64),
-        logprobs=_as_floats([o["logprobs"] for o in objs], "logprobs", where_of),
+        logprobs=_as_floats(objs, "logprobs", where_of, n),
         attention=attention,
         extra=[o.get("extra", {}) for o in objs],
     )

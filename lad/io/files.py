@@ -90,8 +90,6 @@ def remove_stale_temporaries(folder: Path) -> None:
 
 
 def _running(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -178,7 +178,15 @@ class RunDir(RunJson):
         records = read_records(path)
         if not len(records):
             raise RunError(f"{path}: holds no records; rerun its lad eval")
-        _check_complete(records, path)
+        # Every item under the same number of orderings: a record deleted or added is refused.
+        names, counts = np.unique(records.items, return_counts=True)
+        short = np.flatnonzero(counts != counts.max())
+        if short.size:
+            raise RunError(
+                f"{path}: item {str(names[short[0]])!r} has {counts[short[0]]} of the "
+                f"{counts.max()} orderings the other items have; the file was cut or edited. "
+                "Rerun the run's lad eval to remake it."
+            )
         return records
 
     def stage_records(self, stage: str) -> RecordSet | None:
@@ -356,18 +364,6 @@ class RunDir(RunJson):
             write_records(self.records_file(stage), made)
         if calibration is not None:
             self.write_calibration(calibration)
-
-
-def _check_complete(records: RecordSet, path: Path) -> None:
-    """Every item under the same number of orderings: a record deleted or added is refused."""
-    names, counts = np.unique(records.items, return_counts=True)
-    short = np.flatnonzero(counts != counts.max())
-    if short.size:
-        raise RunError(
-            f"{path}: item {str(names[short[0]])!r} has {counts[short[0]]} of the {counts.max()} "
-            "orderings the other items have; the file was cut or edited. Rerun the run's lad "
-            "eval to remake it."
-        )
 
 
 def run_folders(path: Path) -> list[Path]:

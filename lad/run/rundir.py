@@ -64,7 +64,6 @@ class RunDir(RunJson):
         self.predictions_file = self.file("predictions.jsonl")
         self.report_folder = self.file("report")
         self.blank_folder = self.file("blank")  # the blank stage's grey pictures (lad.data.blank)
-        self._metrics: dict[str, Any] | None = None  # metrics.json, once read and checked
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -107,7 +106,7 @@ class RunDir(RunJson):
 
     def write_metrics(self, metrics: Mapping[str, Any]) -> None:
         write_text(self.metrics_file, json_text(dict(metrics)))
-        self._metrics = None  # read back as written
+        self.__dict__.pop("_checked_metrics", None)  # read back as written
 
     def writes(self, path: str | Path) -> bool:
         """Whether `lad eval` writes `path` in this run (RUN_OUTPUTS, report/, the lock, SoFA's
@@ -270,11 +269,10 @@ class RunDir(RunJson):
 
     def metrics(self) -> dict[str, Any]:
         """metrics.json, refused unless it was computed from this run's records and arguments."""
-        if self._metrics is None:
-            self._metrics = self._checked_metrics()
-        return self._metrics
+        return self._checked_metrics
 
-    def _checked_metrics(self) -> dict[str, Any]:
+    @cached_property
+    def _checked_metrics(self) -> dict[str, Any]:  # read and checked once
         path = self.metrics_file
         if not path.is_file():
             raise RunError(f"{self.path}: no metrics.json; finish the run with `lad eval` first")

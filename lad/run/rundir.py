@@ -87,10 +87,6 @@ class RunDir(RunJson):
         """Where generated items of a split ("eval", "calibration") are written (--data shapes)."""
         return self.file("data") / split
 
-    def part_input(self, name: str) -> Path:
-        """A part's share of the mixed run's --data, --calibration-data or --orders."""
-        return self.file(PART_INPUTS[name])
-
     # -- writes --------------------------------------------------------------------------------
 
     def write_calibration(self, calibration: Calibration) -> None:

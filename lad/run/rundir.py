@@ -347,7 +347,6 @@ class RunDir(RunJson):
         """A run directory of records made elsewhere (a harness audit's folder for one task and
         N): run.json (marked "harness"), records (None: a model's answers only, whose metrics
         `write_metrics` writes), the other stages' records (perm-avg's) and calibration."""
-        self.path.mkdir(parents=True, exist_ok=True)
         self._write_run_json(
             {"format": RUN_FORMAT, "arguments": dict(arguments), "harness": dict(harness)}
         )

@@ -86,10 +86,6 @@ class TrainConfig:
     monitor_items: int = 100
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def steps(self) -> int:
-        return sum(s.steps for s in self.stages)
-
     def check(self) -> None:
         """Every value in range, before any work; a message names the flag that sets it."""
         if not 0 <= self.seed < 2**32:

@@ -90,8 +90,6 @@ def remove_stale_temporaries(folder: Path) -> None:
 
 
 def _running(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -428,15 +426,11 @@ def _refuse_same(pairs: Iterable[tuple[tuple[str, Any], tuple[str, Path]]], why:
     """Refuse the first pair ((name, output), (name, path)) that is one file, saying `why`."""
     for (name, path), (other, where) in pairs:
         if path is not None and _same(Path(path), where):
+            # The flag that chooses the output: its own, or --out for a file beside --out's.
+            flag = name.split()[0] if name.startswith("--") else "--out"
             raise LadError(
-                f"{name} {path} is the same file as {other} {where}: {why}; choose another "
-                f"{_flag(name)}"
+                f"{name} {path} is the same file as {other} {where}: {why}; choose another {flag}"
             )
-
-
-def _flag(name: str) -> str:
-    """The flag that chooses an output: itself, or --out for a file written beside --out's."""
-    return name.split()[0] if name.startswith("--") else "--out"
 
 
 def check_output_file(text: PathLike, flag: str = "--out") -> Path:

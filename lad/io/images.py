@@ -213,13 +213,6 @@ _PIL_LIMIT = threading.Lock()
 _FORMAT_NAMES = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WebP")
 
 
-def _openers() -> list[str]:
-    """The formats of FORMATS that PIL opens by a plugin of their own (its JPEG plugin opens
-    MPO files; WebP only where PIL was built with it)."""
-    Image.init()
-    return [f for f in FORMATS if f in Image.OPEN]
-
-
 def _open_unchecked(source: Path | io.BytesIO) -> Image.Image:
     """Image.open of the formats in FORMATS alone (PIL never tries another plugin, such as EPS's
     Ghostscript), without PIL's bomb check (lad checks the size itself, against a limit the user
@@ -229,7 +222,10 @@ def _open_unchecked(source: Path | io.BytesIO) -> Image.Image:
         saved = Image.MAX_IMAGE_PIXELS
         Image.MAX_IMAGE_PIXELS = None
         try:
-            return Image.open(source, formats=_openers())
+            # The formats of FORMATS that PIL opens by a plugin of their own (its JPEG plugin
+            # opens MPO files; WebP only where PIL was built with it).
+            Image.init()
+            return Image.open(source, formats=[f for f in FORMATS if f in Image.OPEN])
         finally:
             Image.MAX_IMAGE_PIXELS = saved
 

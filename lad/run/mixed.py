@@ -46,7 +46,7 @@ def part_config(config: EvalConfig, run_dir: Path, n: int, data: RunData) -> Eva
     --orders (written into n{N}/data/), its calibration the N's of --calibration DIR, the rest
     decided from the N's items as a run of one N is (lad.run.inputs.resolved)."""
     mine = RunDir(run_dir).part(n)
-    given = {k: str(mine.part_input(k)) for k in PART_INPUTS if getattr(config, k)}
+    given = {k: str(mine.file(path)) for k, path in PART_INPUTS.items() if getattr(config, k)}
     changes: dict[str, Any] = {**given, "num_candidates": n}
     if config.calibration:
         changes["calibration"] = calibration_for(config.calibration, n)

@@ -64,7 +64,6 @@ class RunDir(RunJson):
         self.predictions_file = self.file("predictions.jsonl")
         self.report_folder = self.file("report")
         self.blank_folder = self.file("blank")  # the blank stage's grey pictures (lad.data.blank)
-        self._metrics: dict[str, Any] | None = None  # metrics.json, once read and checked
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -88,10 +87,6 @@ class RunDir(RunJson):
         """Where generated items of a split ("eval", "calibration") are written (--data shapes)."""
         return self.file("data") / split
 
-    def part_input(self, name: str) -> Path:
-        """A part's share of the mixed run's --data, --calibration-data or --orders."""
-        return self.file(PART_INPUTS[name])
-
     # -- writes --------------------------------------------------------------------------------
 
     def write_calibration(self, calibration: Calibration) -> None:
@@ -107,7 +102,7 @@ class RunDir(RunJson):
 
     def write_metrics(self, metrics: Mapping[str, Any]) -> None:
         write_text(self.metrics_file, json_text(dict(metrics)))
-        self._metrics = None  # read back as written
+        self.__dict__.pop("_checked_metrics", None)  # read back as written
 
     def writes(self, path: str | Path) -> bool:
         """Whether `lad eval` writes `path` in this run (RUN_OUTPUTS, report/, the lock, SoFA's
@@ -178,7 +173,15 @@ class RunDir(RunJson):
         records = read_records(path)
         if not len(records):
             raise RunError(f"{path}: holds no records; rerun its lad eval")
-        _check_complete(records, path)
+        # Every item under the same number of orderings: a record deleted or added is refused.
+        names, counts = np.unique(records.items, return_counts=True)
+        short = np.flatnonzero(counts != counts.max())
+        if short.size:
+            raise RunError(
+                f"{path}: item {str(names[short[0]])!r} has {counts[short[0]]} of the "
+                f"{counts.max()} orderings the other items have; the file was cut or edited. "
+                "Rerun the run's lad eval to remake it."
+            )
         return records
 
     def stage_records(self, stage: str) -> RecordSet | None:
@@ -262,11 +265,10 @@ class RunDir(RunJson):
 
     def metrics(self) -> dict[str, Any]:
         """metrics.json, refused unless it was computed from this run's records and arguments."""
-        if self._metrics is None:
-            self._metrics = self._checked_metrics()
-        return self._metrics
+        return self._checked_metrics
 
-    def _checked_metrics(self) -> dict[str, Any]:
+    @cached_property
+    def _checked_metrics(self) -> dict[str, Any]:  # read and checked once
         path = self.metrics_file
         if not path.is_file():
             raise RunError(f"{self.path}: no metrics.json; finish the run with `lad eval` first")
@@ -345,7 +347,6 @@ class RunDir(RunJson):
         """A run directory of records made elsewhere (a harness audit's folder for one task and
         N): run.json (marked "harness"), records (None: a model's answers only, whose metrics
         `write_metrics` writes), the other stages' records (perm-avg's) and calibration."""
-        self.path.mkdir(parents=True, exist_ok=True)
         self._write_run_json(
             {"format": RUN_FORMAT, "arguments": dict(arguments), "harness": dict(harness)}
         )
@@ -356,18 +357,6 @@ class RunDir(RunJson):
             write_records(self.records_file(stage), made)
         if calibration is not None:
             self.write_calibration(calibration)
-
-
-def _check_complete(records: RecordSet, path: Path) -> None:
-    """Every item under the same number of orderings: a record deleted or added is refused."""
-    names, counts = np.unique(records.items, return_counts=True)
-    short = np.flatnonzero(counts != counts.max())
-    if short.size:
-        raise RunError(
-            f"{path}: item {str(names[short[0]])!r} has {counts[short[0]]} of the {counts.max()} "
-            "orderings the other items have; the file was cut or edited. Rerun the run's lad "
-            "eval to remake it."
-        )
 
 
 def run_folders(path: Path) -> list[Path]:

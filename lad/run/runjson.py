@@ -213,7 +213,6 @@ class RunJson:
                 if self.made_records():
                     raise
         if write:
-            self.path.mkdir(parents=True, exist_ok=True)
             self._write_run_json(wanted)
 
     def check_records_version(self) -> None:

@@ -58,11 +58,20 @@ def _stage_records(
     backend: Any, requests: Sequence[Request], config: EvalConfig, kind: Stage
 ) -> Iterator[Record]:
     if kind.template != "vanilla":
-        from lad.backends.generate import generation_records
+        from lad.backends.generate import GenerationOptions, generation_records
 
-        made = {"template": kind.template, "options": generation_options(config, kind.template)}
-        common = {"scheme": config.scheme, "batch_size": config.batch_size}
-        yield from generation_records(backend, requests, **made, **common)
+        # Greedy decoding for instruction and cot; sampled paths for self-consistency (§5.1).
+        sampled = {}
+        if kind.template == "self-consistency":
+            sampled = {
+                "samples": config.sc_samples,
+                "temperature": config.sc_temperature,
+                "top_k": config.sc_top_k,
+                "seed": config.seed,
+            }
+        options = GenerationOptions(max_new_tokens=config.max_new_tokens, **sampled)
+        made = {"template": kind.template, "scheme": config.scheme, "batch_size": config.batch_size}
+        yield from generation_records(backend, requests, options=options, **made)
         return
     sofa = None
     if kind.sofa_sigma is not None:
@@ -74,21 +83,6 @@ def _stage_records(
             if sofa is not None:
                 rec.extra["sofa_sigma"] = sofa.sigma
             yield rec
-
-
-def generation_options(config: EvalConfig, template: str) -> Any:
-    """Greedy decoding for instruction and cot; sampled paths for self-consistency (§5.1)."""
-    from lad.backends.generate import GenerationOptions
-
-    if template == "self-consistency":
-        return GenerationOptions(
-            max_new_tokens=config.max_new_tokens,
-            samples=config.sc_samples,
-            temperature=config.sc_temperature,
-            top_k=config.sc_top_k,
-            seed=config.seed,
-        )
-    return GenerationOptions(max_new_tokens=config.max_new_tokens)
 
 
 @dataclass

@@ -9,6 +9,7 @@ from pathlib import Path
 from lad.cli.flags import InputPath, OutputPath, add_settings, command, options_from
 from lad.demo.recipe import DRIFTS, TrainConfig
 from lad.errors import LadError
+from lad.io.files import check_output_file
 
 _EXAMPLES = ("lad demo train --out runs/demo-model", "lad eval --model runs/demo-model")
 _SHIPPED = (
@@ -79,20 +80,13 @@ def _config(args: argparse.Namespace) -> TrainConfig:
     return options_from(TrainConfig, args, stages=tuple(stages))
 
 
-def _check_figure(figure: str) -> None:
-    """Checked before training, not after half an hour of it (--figure as --init: lad.cli.main)."""
-    from lad.io.files import check_output_file
-
-    if Path(figure).suffix.lower() != ".png":
-        raise LadError(f"--figure {figure}: give a .png path")
-    check_output_file(figure, "--figure")
-
-
 def _train(args: argparse.Namespace) -> int:
     config = _config(args)
     config.check()  # every flag, before torch loads
-    if args.figure:
-        _check_figure(args.figure)
+    if args.figure:  # now, not after half an hour of training (--figure as --init: lad.cli.main)
+        if Path(args.figure).suffix.lower() != ".png":
+            raise LadError(f"--figure {args.figure}: give a .png path")
+        check_output_file(args.figure, "--figure")
     from lad.demo.train import plot_history, train
 
     path = train(config, args.out, init=args.init, replace_shipped_model=args.replace_shipped_model)

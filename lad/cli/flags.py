@@ -12,6 +12,7 @@ import dataclasses
 import inspect
 import json
 import math
+import re
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -160,8 +161,8 @@ def command(
     func = None
     if callable(short):
         func, (short, description, examples) = short, _help_of(short)
-    parts = (description or short).split("\n\n")
-    text = "\n\n".join(textwrap.fill(part, 79) for part in parts)
+    parts = [" ".join(part.split()) for part in (description or short).split("\n\n")]
+    text = "\n\n".join(textwrap.fill(part, 79) for part in parts if part)
     p = subparsers.add_parser(
         name,
         help=short,
@@ -180,14 +181,8 @@ def _help_of(func: Callable[..., Any]) -> tuple[str, str, tuple[str, ...]]:
     doc = inspect.getdoc(func) or ""
     head, _, example = doc.partition("\n\nExample:\n")
     short, _, description = head.partition("\n\n")
-    paragraphs = [" ".join(part.split()) for part in description.split("\n\n") if part.strip()]
-    examples, line = [], ""
-    for part in (x.strip() for x in example.splitlines() if x.strip()):
-        line += part.removesuffix("\\")
-        if not part.endswith("\\"):
-            examples.append(" ".join(line.split()))
-            line = ""
-    return short, "\n\n".join(paragraphs), tuple(examples)
+    examples = re.sub(r"\\\s*\n", "", example).splitlines()
+    return short, description, tuple(" ".join(e.split()) for e in examples if e.strip())
 
 
 def method_list(text: str) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from lad.cli.flags import (
     image_options,
     methods_given,
 )
+from lad.core.prompts import PromptTemplate
 from lad.errors import LadError
 from lad.io.files import check_not_inputs, check_output_dir, check_output_file
 from lad.run.config import DEFAULT_CALIBRATION_ITEMS, DEFAULTS, OPTION_FIELDS
@@ -32,13 +33,6 @@ from lad.run.config import DEFAULT_CALIBRATION_ITEMS, DEFAULTS, OPTION_FIELDS
 MODEL_FLAGS = ("model", "device", "trust_remote_code", "engine", "dtype", "labels", "batch_size")
 MODEL_FLAGS += ("prompt_template", "chat_template")
 BASELINE_FLAGS = ("max_new_tokens", "sc_samples", "sc_temperature", "sc_top_k", "sofa_sigma")
-
-
-def _template(path: str | None) -> str | None:
-    """The --prompt-template FILE's text, read and checked (lad.core.prompts), or None."""
-    from lad.core.prompts import PromptTemplate
-
-    return None if path is None else PromptTemplate.from_file(path).text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -145,7 +139,7 @@ def _eval(args: argparse.Namespace) -> int:
     stated = {name: getattr(args, name) for name in FIELDS if hasattr(args, name)}
     stated["methods"] = methods_given(args.methods, DEFAULTS.methods)
     stated["image_options"] = image_options(args)
-    stated["prompt_template"] = _template(args.prompt_template)
+    stated["prompt_template"] = PromptTemplate.file_text(args.prompt_template)
     config = eval_config(args.preset, **stated)
     data = read_data(config)  # each input file read once, here
     if data.items and all(it.is_text for it in data.items):  # no pictures asked
@@ -198,9 +192,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         read_items(args.data), args.items, args.data, "items", DEFAULT_CALIBRATION_ITEMS
     )
     images = [p for it in items for p in it.pictures]
-    check_not_inputs(
-        {"--out": out, "its records file": records_out}, {"--data": args.data, "image": images}
-    )
+    # --data against both: lad.cli.main; the items' pictures are known only now
+    check_not_inputs({"--out": out, "its records file": records_out}, {"image": images})
     debiaser = build_debiaser(args, pictures=not all(it.is_text for it in items))
     debiaser.fit(items, records_path=records_out)
     debiaser.save(out)
@@ -260,7 +253,7 @@ def build_debiaser(args: argparse.Namespace, **more: Any) -> Any:
         args.model,
         preset=args.preset,
         **{name: getattr(args, name) for name in names if hasattr(args, name)},
-        prompt_template=_template(args.prompt_template),
+        prompt_template=PromptTemplate.file_text(args.prompt_template),
         image_options=image_options(args) or None,
         **more,
     )

@@ -145,6 +145,11 @@ class PromptTemplate:
         text = text[:-1] if text.endswith("\n") else text
         return cls(check_template(text, str(path)))
 
+    @classmethod
+    def file_text(cls, path: str | Path | None) -> str | None:
+        """The text of `from_file(path)`, as settings hold a template (RecordSpec), or None."""
+        return None if path is None else cls.from_file(path).text
+
 
 CAPTION = PromptTemplate(TEMPLATES["vanilla"])
 TEXT = PromptTemplate(TEXT_TEMPLATES["vanilla"])

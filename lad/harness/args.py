@@ -67,28 +67,28 @@ def model_arg_names(cls: type[ModelArgs]) -> list[str]:
     return [*names[:at], *METHOD_ARGS, *names[at + 1 :]]
 
 
-def check_known_model_args(
-    cls: type[ModelArgs], given: Mapping[str, Any], flag: str, model: str = "model"
-) -> None:
-    """The one rule of every harness: a model_arg `cls` does not take stops `--model lad` before
-    the model loads, naming what it takes (`flag`: the harness's option for them). A null (a
-    harness's own setting left unset) or one of HARNESS_SETTINGS passes. `model`: the name the
-    harness takes the model by (lm-eval's pretrained; "": Inspect's model name)."""
+def read_model_args(
+    cls: type[ModelArgs],
+    given: Mapping[str, Any],
+    flag: str = "--model_args",
+    model_as: str = "model",
+    **apart: Any,
+) -> Any:
+    """`cls` of the model_args `given` and the fields `apart`. A model_arg `cls` does not take
+    stops every harness's `--model lad` before the model loads, naming what it takes (`flag`: the
+    harness's option for them; `model_as`: its name for the model, lm-eval's pretrained, "":
+    Inspect's); a null (a harness's own setting left unset) or one of HARNESS_SETTINGS passes.
+    Each value is read as its field's type (a harness hands over text: "4", "False"); a null or
+    "", "None", "none" leaves a field at its default."""
     names = model_arg_names(cls)
-    takes = [model, *names[1:]] if model else names[1:]  # names[0]: ModelArgs.model
+    takes = [model_as, *names[1:]] if model_as else names[1:]  # names[0]: ModelArgs.model
     passes = {*takes, *HARNESS_SETTINGS}
     unknown = sorted(k for k, v in given.items() if k not in passes and v is not None)
     if unknown:
         raise LadError(f"unknown {flag} {unknown}; --model lad takes {', '.join(takes)}")
-
-
-def read_model_args(cls: type[ModelArgs], given: Mapping[str, Any], **apart: Any) -> Any:
-    """`cls` of the model_args `given` (those it does not take aside: `check_known_model_args`)
-    and the fields `apart`. Each value is read as its field's type (a harness hands over
-    text: "4", "False"); a null or "", "None", "none" leaves a field at its default."""
     hints = typing.get_type_hints(cls) | typing.get_type_hints(MethodOptions)
-    takes = set(model_arg_names(cls)) - set(apart)
-    values = {k: _read(k, v, hints[k]) for k, v in given.items() if k in takes and v not in _NONE}
+    read = set(names) - set(apart)
+    values = {k: _read(k, v, hints[k]) for k, v in given.items() if k in read and v not in _NONE}
     options = MethodOptions(**{k: values.pop(k) for k in METHOD_ARGS if k in values})
     return cls(**values, **apart, options=options)
 

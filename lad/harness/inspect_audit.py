@@ -156,8 +156,7 @@ def _pooled(name: str, key: str) -> Callable[[], Metric]:
 
     def factory() -> Metric:
         def value(scores: list[SampleScore]) -> float:  # annotated: Inspect passes SampleScores
-            pooled = pooled_metrics(_by_n(scores), key)
-            return math.nan if pooled is None else pooled
+            return pooled_metrics(_by_n(scores), key)
 
         return value
 

@@ -27,7 +27,7 @@ from inspect_ai.model import ChatMessage, ChatMessageUser, GenerateConfig, Model
 from inspect_ai.tool import ToolChoice, ToolInfo
 
 from lad.errors import LadError
-from lad.harness.args import check_known_model_args, read_model_args
+from lad.harness.args import read_model_args
 from lad.harness.contexts import ContextQuestion
 from lad.harness.text_scorer import ChoiceOptions, ContextScorer
 
@@ -139,8 +139,7 @@ class LadModelAPI(ModelAPI):
     ) -> None:
         super().__init__(model_name, base_url, api_key, [], config)
         try:
-            check_known_model_args(ChoiceOptions, model_args, "-M", "")
-            self.options = read_model_args(ChoiceOptions, model_args, model=model_name)
+            self.options = read_model_args(ChoiceOptions, model_args, "-M", "", model=model_name)
             self.scorer = ContextScorer(self.options)
         except (LadError, ValueError) as e:
             raise refusal(e) from None

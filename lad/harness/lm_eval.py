@@ -20,7 +20,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from lad.errors import LadError
-from lad.harness.args import check_known_model_args, read_model_args
+from lad.harness.args import read_model_args
 from lad.harness.contexts import questions
 from lad.harness.text_scorer import ChoiceOptions, ContextScorer
 
@@ -36,11 +36,12 @@ class LadLM(LM):
 
     def __init__(self, pretrained: str = ChoiceOptions.model, **model_args: Any) -> None:
         super().__init__()
-        check_known_model_args(ChoiceOptions, model_args, "--model_args", "pretrained")
         batch = str(model_args.get("batch_size") or 1)
         if not batch.isdigit():  # lm-eval's "auto" / "auto:4"
             raise LadError(f"--batch_size {batch}: --model lad takes a whole number")
-        self.options = read_model_args(ChoiceOptions, model_args, model=str(pretrained))
+        self.options = read_model_args(
+            ChoiceOptions, model_args, model_as="pretrained", model=str(pretrained)
+        )
         self.scorer = ContextScorer(self.options)
 
     def loglikelihood(

@@ -25,7 +25,7 @@ from lad.backends.prompting import chat_messages, render
 from lad.core.prompts import CONTEXT_PLACEHOLDER
 from lad.errors import LadError
 from lad.harness.adapters import PictureChoice, picture_choice, undecoded
-from lad.harness.args import check_known_model_args, read_model_args
+from lad.harness.args import read_model_args
 from lad.harness.audit import write_model_audit
 from lad.harness.runner import HarnessOptions, PictureScorer
 
@@ -39,7 +39,6 @@ class LadModel(lmms):
 
     def __init__(self, **model_args: Any) -> None:
         super().__init__()
-        check_known_model_args(HarnessOptions, model_args, "--model_args")
         self.options = read_model_args(HarnessOptions, model_args)
         self.scorer = PictureScorer(self.options)
         self._undecoded: dict[tuple[str, str], Any] = {}

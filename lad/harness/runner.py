@@ -131,14 +131,11 @@ class PictureScorer(HarnessScorer):
     """Scores picture questions with lad's backend; one instance per harness run."""
 
     def __init__(self, options: HarnessOptions, backend: Any = None) -> None:
-        template = (
-            PromptTemplate.from_file(options.prompt_template) if options.prompt_template else None
-        )
         super().__init__(
             options,
             backend,
             labels=options.labels,
-            prompt_template=template and template.text,
+            prompt_template=PromptTemplate.file_text(options.prompt_template),
             image_size=options.image_size,
         )
         self.files = PictureFiles(Path(options.output) / "pictures")

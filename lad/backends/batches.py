@@ -12,7 +12,7 @@ import torch
 
 from lad.backends.scoring import LabelTrie, Prefix
 from lad.core.records import Record
-from lad.errors import BackendError
+from lad.errors import BackendError, bad_parameter
 
 if TYPE_CHECKING:
     from lad.core.items import Item, Request
@@ -121,10 +121,13 @@ def check_context(item: Item, length: int, max_context: int, parts: str, fix: st
         )
 
 
-def batched(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
-    """Consecutive requests, at most `size` (>= 1) per batch, one N per batch (the trie depends on
-    N) and one kind of candidate (pictures or texts)."""
+def batched(requests: Iterable[Request], size: int, least: int = 1) -> Iterator[list[Request]]:
+    """Consecutive requests, at most max(`size`, `least`) per batch, one N per batch (the trie
+    depends on N) and one kind of candidate (pictures or texts); `size`, the 'batch_size'
+    parameter, is refused below 1."""
+    if size < 1:
+        raise bad_parameter("batch_size", ">= 1", size, BackendError)
     runs = itertools.groupby(requests, lambda req: (req[0].num_candidates, req[0].is_text))
     for _, run in runs:
-        while batch := list(itertools.islice(run, size)):
+        while batch := list(itertools.islice(run, max(size, least))):
             yield batch

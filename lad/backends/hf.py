@@ -131,8 +131,6 @@ class Backend:
         an error in a later batch is raised after the earlier batches' records.
         """
         check_choice("capture", capture, CAPTURE_MODES, BackendError)
-        if batch_size < 1:
-            raise BackendError(f"The 'batch_size' parameter must be >= 1. Got {batch_size}.")
         if prefetch is None:
             prefetch = PREFETCH if self.device.type == "cuda" else 0
         if prefetch < 0:

@@ -84,12 +84,6 @@ def _flat(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": "".join(part["text"] for part in content)}
 
 
-def load_text_processor(model: str, trust_remote_code: bool) -> TextProcessor:
-    from transformers import AutoTokenizer
-
-    return TextProcessor(AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code))
-
-
 def check_text_options(image_options: dict[str, Any] | None, image_size: int | None) -> None:
     """Picture options mean nothing to a text-only model: refused, not ignored."""
     if image_options or image_size is not None:

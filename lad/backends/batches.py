@@ -111,14 +111,20 @@ def check_order(item: Item, order: list[int]) -> None:
         )
 
 
-def check_context(item: Item, length: int, max_context: int, parts: str, fix: str) -> None:
+def check_context(item: Item, length: int, max_context: int, image: int | None = None) -> None:
     """A prompt of more tokens than the model's context is refused: its item, its token count
-    (`parts`: how they divide, or ""), and what to do (`fix`)."""
-    if length > max_context:
-        raise BackendError(
-            f"item {item.id!r}: the prompt has {length} tokens{parts}, more than the model's "
-            f"context of {max_context}; {fix}"
-        )
+    (with `image`, how many are the pictures': how they divide), and what to do."""
+    if length <= max_context:
+        return
+    parts, fix = "", "shorten the question or the options"  # text candidates
+    if image is not None:
+        parts = f" ({image} for the images, {length - image} for the text)"
+        lower = "lower the image resolution/tiling options"
+        fix = "shorten the query" if length - image > image else lower
+    raise BackendError(
+        f"item {item.id!r}: the prompt has {length} tokens{parts}, more than the model's "
+        f"context of {max_context}; {fix}"
+    )
 
 
 def batched(requests: Iterable[Request], size: int, least: int = 1) -> Iterator[list[Request]]:

@@ -297,13 +297,8 @@ class Backend:
                     f"has {len(item.pictures)} images (chat template or processor dropped some)"
                 )
             spans.append([item_spans[k] for k in shown_pictures(item, order)[1]])
-            if length > self.max_context:  # the message's parts made for a refused prompt only
-                image = sum(end - start for start, end in item_spans)
-                text = length - image
-                parts = f" ({image} for the images, {text} for the text)"
-                lower = "lower the image resolution/tiling options"
-                fix = "shorten the query" if text > image else lower
-                check_context(item, length, self.max_context, parts, fix)
+            image = sum(end - start for start, end in item_spans)
+            check_context(item, length, self.max_context, image)
         return inputs, spans
 
     @torch.no_grad()

@@ -211,7 +211,7 @@ def encode_text(
     spans = []
     for b, (item, _, _) in enumerate(batch):
         spans.append([_span(texts[b], offsets[b], c, item, k) for k, c in enumerate(chars[b])])
-        check_context(item, lengths[b], max_context, "", "shorten the question or the options")
+        check_context(item, lengths[b], max_context)
     return inputs, spans
 
 

@@ -76,9 +76,7 @@ class TextProcessor:
 
 
 def _flat(message: dict[str, Any]) -> dict[str, Any]:
-    content = message["content"]
-    if isinstance(content, str):
-        return message
+    content = message["content"]  # lad writes every message as parts (prompting.chat_messages)
     if any(part.get("type") != "text" for part in content):
         raise BackendError("a text-only model's prompt cannot hold pictures")
     return {**message, "content": "".join(part["text"] for part in content)}

@@ -260,8 +260,8 @@ class Backend:
         processor: Any = None,
     ) -> tuple[list[str], list[list[Any]]]:
         """Chat-template texts and the images in presentation order, one per request, made with
-        `processor` (a worker's copy: `prepare` checks the tokenizer first) or else the backend's
-        own, whose tokenizer is then checked (`_check_tokenizer`)."""
+        `processor` (a worker's copy) or else the backend's own; its tokenizer checked as
+        `_check_tokenizer` says (a no-op after `prepare`'s check)."""
         proc = self.processor if processor is None else processor
         texts, images = [], []
         for item, _, order in batch:
@@ -277,8 +277,7 @@ class Backend:
             context = len(item.context_images)
             texts.append(chat_text(proc, text, n, self.template_owner, context))
             images.append([self.picture(p) for p in shown_pictures(item, order)[0]])
-        if processor is None:
-            self._check_tokenizer(template, scheme, batch[0][0].num_candidates)
+        self._check_tokenizer(template, scheme, batch[0][0].num_candidates)
         return texts, images
 
     def _encode_host(

@@ -53,7 +53,7 @@ from lad.backends.threads import ThreadChoice
 from lad.core.labels import LabelScheme
 from lad.core.prompts import PromptTemplate, render_item, render_prompt, shown_pictures
 from lad.core.records import Record
-from lad.errors import BackendError, check_choice
+from lad.errors import BackendError, bad_parameter, check_choice
 from lad.io.images import open_image
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class Backend:
         if prefetch is None:
             prefetch = PREFETCH if self.device.type == "cuda" else 0
         if prefetch < 0:
-            raise BackendError(f"The 'prefetch' parameter must be >= 0. Got {prefetch}.")
+            raise bad_parameter("prefetch", ">= 0", prefetch, BackendError)
         prepare = partial(self.prepare, template=template, scheme=scheme, pooled=prefetch > 0)
         batches = prefetched(batched(requests, batch_size), prepare, ahead=prefetch)
         # On a GPU, batch b+1's forward is queued before batch b's results are read back, so the

@@ -12,7 +12,7 @@ import torch
 
 from lad.backends.scoring import LabelTrie, Prefix
 from lad.core.records import Record
-from lad.errors import BackendError
+from lad.errors import BackendError, bad_parameter
 
 if TYPE_CHECKING:
     from lad.core.items import Item, Request
@@ -111,20 +111,29 @@ def check_order(item: Item, order: list[int]) -> None:
         )
 
 
-def check_context(item: Item, length: int, max_context: int, parts: str, fix: str) -> None:
+def check_context(item: Item, length: int, max_context: int, image: int | None = None) -> None:
     """A prompt of more tokens than the model's context is refused: its item, its token count
-    (`parts`: how they divide, or ""), and what to do (`fix`)."""
-    if length > max_context:
-        raise BackendError(
-            f"item {item.id!r}: the prompt has {length} tokens{parts}, more than the model's "
-            f"context of {max_context}; {fix}"
-        )
+    (with `image`, how many are the pictures': how they divide), and what to do."""
+    if length <= max_context:
+        return
+    parts, fix = "", "shorten the question or the options"  # text candidates
+    if image is not None:
+        parts = f" ({image} for the images, {length - image} for the text)"
+        lower = "lower the image resolution/tiling options"
+        fix = "shorten the query" if length - image > image else lower
+    raise BackendError(
+        f"item {item.id!r}: the prompt has {length} tokens{parts}, more than the model's "
+        f"context of {max_context}; {fix}"
+    )
 
 
-def batched(requests: Iterable[Request], size: int) -> Iterator[list[Request]]:
-    """Consecutive requests, at most `size` (>= 1) per batch, one N per batch (the trie depends on
-    N) and one kind of candidate (pictures or texts)."""
+def batched(requests: Iterable[Request], size: int, least: int = 1) -> Iterator[list[Request]]:
+    """Consecutive requests, at most max(`size`, `least`) per batch, one N per batch (the trie
+    depends on N) and one kind of candidate (pictures or texts); `size`, the 'batch_size'
+    parameter, is refused below 1."""
+    if size < 1:
+        raise bad_parameter("batch_size", ">= 1", size, BackendError)
     runs = itertools.groupby(requests, lambda req: (req[0].num_candidates, req[0].is_text))
     for _, run in runs:
-        while batch := list(itertools.islice(run, size)):
+        while batch := list(itertools.islice(run, max(size, least))):
             yield batch

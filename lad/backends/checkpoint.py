@@ -169,26 +169,21 @@ def check_model_path(model: str) -> None:
 
     Hub ids are `name` or `org/name` (huggingface_hub's rule); anything else (`./m`, `/abs/m`,
     `runs/x/model`) is meant as a folder, and looking it up on the hub would only retry for ~30 s.
+    A hub id that is not in the local cache: HF_HUB_OFFLINE refuses it at once, else the hub is
+    asked once (no retries), so a missing model or an unreachable hub is one line in seconds
+    rather than transformers' retries (~30 s and a warning per retry).
     """
-    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub import constants, model_info, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, HFValidationError, RepositoryNotFoundError
     from huggingface_hub.utils import validate_repo_id
 
     if Path(model).exists():
         return
+    model = str(model)
     try:
-        validate_repo_id(str(model))
+        validate_repo_id(model)
     except HFValidationError:
         raise BackendError(f"--model {model}: no such model folder") from None
-    check_hub_model(str(model))
-
-
-def check_hub_model(model: str) -> None:
-    """A hub id that is not in the local cache: HF_HUB_OFFLINE refuses it at once, else the hub
-    is asked once (no retries), so a missing model or an unreachable hub is one line in seconds
-    rather than transformers' retries (~30 s and a warning per retry)."""
-    from huggingface_hub import constants, model_info, try_to_load_from_cache
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-
     if isinstance(try_to_load_from_cache(model, "config.json"), str):
         return
     if constants.HF_HUB_OFFLINE:

@@ -57,8 +57,6 @@ def generation_records(
     batch_size: int = 1,
 ) -> Iterator[Record]:
     """One record per request, its replies in `extra`, yielded as each batch finishes."""
-    if batch_size < 1:
-        raise BackendError(f"The 'batch_size' parameter must be >= 1. Got {batch_size}.")
     for batch in batched(requests, batch_size):
         records, pre, inputs = backend.score_prepared(
             backend.prepare(batch, template, scheme), keep_cache=True

@@ -53,7 +53,7 @@ from lad.backends.threads import ThreadChoice
 from lad.core.labels import LabelScheme
 from lad.core.prompts import PromptTemplate, render_item, render_prompt, shown_pictures
 from lad.core.records import Record
-from lad.errors import BackendError, check_choice
+from lad.errors import BackendError, bad_parameter, check_choice
 from lad.io.images import open_image
 
 if TYPE_CHECKING:
@@ -131,12 +131,10 @@ class Backend:
         an error in a later batch is raised after the earlier batches' records.
         """
         check_choice("capture", capture, CAPTURE_MODES, BackendError)
-        if batch_size < 1:
-            raise BackendError(f"The 'batch_size' parameter must be >= 1. Got {batch_size}.")
         if prefetch is None:
             prefetch = PREFETCH if self.device.type == "cuda" else 0
         if prefetch < 0:
-            raise BackendError(f"The 'prefetch' parameter must be >= 0. Got {prefetch}.")
+            raise bad_parameter("prefetch", ">= 0", prefetch, BackendError)
         prepare = partial(self.prepare, template=template, scheme=scheme, pooled=prefetch > 0)
         batches = prefetched(batched(requests, batch_size), prepare, ahead=prefetch)
         # On a GPU, batch b+1's forward is queued before batch b's results are read back, so the
@@ -262,8 +260,8 @@ class Backend:
         processor: Any = None,
     ) -> tuple[list[str], list[list[Any]]]:
         """Chat-template texts and the images in presentation order, one per request, made with
-        `processor` (a worker's copy: `prepare` checks the tokenizer first) or else the backend's
-        own, whose tokenizer is then checked (`_check_tokenizer`)."""
+        `processor` (a worker's copy) or else the backend's own; its tokenizer checked as
+        `_check_tokenizer` says (a no-op after `prepare`'s check)."""
         proc = self.processor if processor is None else processor
         texts, images = [], []
         for item, _, order in batch:
@@ -279,8 +277,7 @@ class Backend:
             context = len(item.context_images)
             texts.append(chat_text(proc, text, n, self.template_owner, context))
             images.append([self.picture(p) for p in shown_pictures(item, order)[0]])
-        if processor is None:
-            self._check_tokenizer(template, scheme, batch[0][0].num_candidates)
+        self._check_tokenizer(template, scheme, batch[0][0].num_candidates)
         return texts, images
 
     def _encode_host(
@@ -299,13 +296,8 @@ class Backend:
                     f"has {len(item.pictures)} images (chat template or processor dropped some)"
                 )
             spans.append([item_spans[k] for k in shown_pictures(item, order)[1]])
-            if length > self.max_context:  # the message's parts made for a refused prompt only
-                image = sum(end - start for start, end in item_spans)
-                text = length - image
-                parts = f" ({image} for the images, {text} for the text)"
-                lower = "lower the image resolution/tiling options"
-                fix = "shorten the query" if text > image else lower
-                check_context(item, length, self.max_context, parts, fix)
+            image = sum(end - start for start, end in item_spans)
+            check_context(item, length, self.max_context, image)
         return inputs, spans
 
     @torch.no_grad()

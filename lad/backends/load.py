@@ -119,7 +119,7 @@ def open_checkpoint(settings: LoadSettings) -> Checkpoint:
     """The checkpoint's config and processor, its chat template tried on a prompt and a reply
     (LoadSettings' fields of the same names); a bad one, or remote code not trusted, is an
     error before any weight."""
-    from transformers import AutoConfig, AutoProcessor
+    from transformers import AutoConfig, AutoProcessor, AutoTokenizer
 
     model, trust_remote_code = resolve_model(settings.model), settings.trust_remote_code
     chat_template, image_options = settings.chat_template, settings.image_options
@@ -131,7 +131,8 @@ def open_checkpoint(settings: LoadSettings) -> Checkpoint:
         text_only = text_lm.is_text_model(config)  # docs/backends.md, "Text candidates"
         if text_only:
             arch = text_lm.TEXT_ARCH
-            processor = text_lm.load_text_processor(model, trust_remote_code)
+            tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+            processor = text_lm.TextProcessor(tokenizer)
         else:
             arch = arch_for(config)
             processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)

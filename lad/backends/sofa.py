@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from lad.backends import capture as cap
-from lad.errors import BackendError
+from lad.errors import BackendError, bad_parameter
 
 SOFA_IMPL = "lad_sofa"
 
@@ -37,7 +37,7 @@ class SofaOptions:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.sigma, (int, float)) and 0.0 <= self.sigma <= 1.0):
-            raise BackendError(f"The 'sofa_sigma' parameter must be in [0, 1]. Got {self.sigma!r}.")
+            raise bad_parameter("sofa_sigma", "in [0, 1]", self.sigma, BackendError)
 
 
 @dataclass

@@ -76,18 +76,10 @@ class TextProcessor:
 
 
 def _flat(message: dict[str, Any]) -> dict[str, Any]:
-    content = message["content"]
-    if isinstance(content, str):
-        return message
+    content = message["content"]  # lad writes every message as parts (prompting.chat_messages)
     if any(part.get("type") != "text" for part in content):
         raise BackendError("a text-only model's prompt cannot hold pictures")
     return {**message, "content": "".join(part["text"] for part in content)}
-
-
-def load_text_processor(model: str, trust_remote_code: bool) -> TextProcessor:
-    from transformers import AutoTokenizer
-
-    return TextProcessor(AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code))
 
 
 def check_text_options(image_options: dict[str, Any] | None, image_size: int | None) -> None:
@@ -217,7 +209,7 @@ def encode_text(
     spans = []
     for b, (item, _, _) in enumerate(batch):
         spans.append([_span(texts[b], offsets[b], c, item, k) for k, c in enumerate(chars[b])])
-        check_context(item, lengths[b], max_context, "", "shorten the question or the options")
+        check_context(item, lengths[b], max_context)
     return inputs, spans
 
 

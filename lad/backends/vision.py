@@ -91,19 +91,13 @@ def packed_vision_attention(
     return out.unsqueeze(0), None  # (1, T, H, D), as transformers' SDPA returns it
 
 
-def register() -> None:
-    """Make `attn_implementation={"vision_config": "lad_vision"}` available (idempotent)."""
-    from transformers import AttentionInterface
-
-    AttentionInterface.register(VISION_IMPL, packed_vision_attention)
-
-
 def use_packed_vision(model: Any) -> bool:
     """Route a Qwen2-VL / Qwen2.5-VL model's vision attention through `lad_vision`.
 
     Sets the vision tower's attention implementation and hooks its attention modules; returns
     False (and changes nothing) for a model without those modules. Idempotent.
     """
+    from transformers import AttentionInterface
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLVisionAttention
     from transformers.models.qwen2_vl.modeling_qwen2_vl import VisionAttention
 
@@ -111,7 +105,7 @@ def use_packed_vision(model: Any) -> bool:
     modules = [m for m in model.modules() if isinstance(m, classes)]
     if not modules:
         return False
-    register()
+    AttentionInterface.register(VISION_IMPL, packed_vision_attention)  # idempotent
     model.set_attn_implementation({"vision_config": VISION_IMPL})
     # A vision forward passes the same two cu_seqlens tensors (windows, whole images) to every
     # block: each is read to the host once (keyed by identity; the cache keeps them alive).

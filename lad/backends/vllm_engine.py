@@ -387,9 +387,7 @@ class VllmBackend:
                 f"capture={capture!r} is the HF backend's eager reference; the vLLM engine "
                 "captures in its own way (capture='fast')"
             )
-        if batch_size < 1:
-            raise BackendError(f"The 'batch_size' parameter must be >= 1. Got {batch_size}.")
-        for batch in batched(requests, max(batch_size, WINDOW)):
+        for batch in batched(requests, batch_size, WINDOW):
             planned = self.prepare(batch, template, scheme)
             try:
                 outputs = self.llm.generate(planned.prompts, planned.params, use_tqdm=False)

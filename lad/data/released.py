@@ -183,11 +183,10 @@ def collect(
     pictures: _Pictures,
     task: str | None,
     options: Options,
-    one_task: bool,
 ) -> Converted:
     """Every row of `task` (None: of every task) through the benchmark's rule, keeping the
     questions of `options.num_candidates` candidates (None: of every N; of the one N there must
-    be when `one_task`) whose item the items reader accepts and whose id no earlier question
+    be when a conversion is of one task) whose item the items reader accepts and whose id no earlier question
     has; each item keeps its task under "task" (lad eval's cells)."""
     converted = Converted()
     seen: set[str] = set()
@@ -203,9 +202,9 @@ def collect(
                 why.extra = {**why.extra, "task": name}
             converted.add(name, why)
     sizes = Counter(it.num_candidates for it in converted.items)
-    if len(sizes) > 1 and one_task:
+    if len(sizes) > 1 and benchmark.one_task and not options.whole:
         listed = ", ".join(f"N = {n} ({c})" for n, c in sorted(sizes.items()))
-        raise DataError(  # one_task: read resolved the task
+        raise DataError(  # one task: read resolved it
             f"{questions.path}: task {task!r} has questions with different numbers of candidates "
             f"({listed}); choose one with --num-candidates"
         )
@@ -334,7 +333,7 @@ def read(
         raise DataError(f"{path}: no question of task {task!r}; its tasks: {sorted(tasks)}")
     pictures = _Pictures(benchmark, questions, options, out)
     try:
-        converted = collect(benchmark, questions, pictures, task, options, one_task)
+        converted = collect(benchmark, questions, pictures, task, options)
     except LadError:  # a refusal; an interrupted conversion keeps what it wrote (a rerun reuses it)
         pictures.undo()
         raise

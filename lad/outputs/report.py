@@ -245,9 +245,7 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]]) -> Any:
             drawn = [(n, *c) for n, c in ci.items() if c is not None]
             if drawn:  # the bootstrap interval of each point, as an error bar
                 ax.vlines(*zip(*drawn, strict=True), color=colours[name], linewidth=1)
-    ax.set_xticks(
-        sorted({n for by_n in groups.values() for n in by_n})
-    )  # N is a count: whole ticks
+    ax.set_xticks(sorted({n for by_n in groups.values() for n in by_n}))  # a tick at each N drawn
     ax.set(xlabel="number of candidates N", ylabel="accuracy (%)", title="Accuracy against N")
     ax.legend(fontsize=8, ncol=2)
     return fig

@@ -186,8 +186,8 @@ def collect(
 ) -> Converted:
     """Every row of `task` (None: of every task) through the benchmark's rule, keeping the
     questions of `options.num_candidates` candidates (None: of every N; of the one N there must
-    be when a conversion is of one task) whose item the items reader accepts and whose id no earlier question
-    has; each item keeps its task under "task" (lad eval's cells)."""
+    be when a conversion is of one task) whose item the items reader accepts and whose id no
+    earlier question has; each item keeps its task under "task" (lad eval's cells)."""
     converted = Converted()
     seen: set[str] = set()
     for row in questions.rows(benchmark, task):

@@ -205,7 +205,6 @@ def build_shapes(
     positions = balanced_positions(items, num_candidates, rng, position_weights)
     out_dir = Path(out_dir)  # written only once every argument is known good
     image_dir = out_dir / "images"
-    image_dir.mkdir(parents=True, exist_ok=True)
     built = []
     for i, position in enumerate(positions):
         answer = answers[int(rng.integers(len(answers)))]

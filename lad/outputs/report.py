@@ -266,7 +266,6 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     """Write `out_dir/index.html` and its figures; return the page's path. A folder holding a
     harness audit (lad_audit.json, lad.harness.audit) stands for the run folders it lists."""
     runs = [_load_run(d) for given in run_dirs for d in audit_folders(Path(given))]
-    out_dir.mkdir(parents=True, exist_ok=True)
     parts = [cells_html(Path(given)) for given in run_dirs]
     # A mixed run's parts are in its table of cells, each N once (its group row): not again here.
     mixed = {str(p) for given in run_dirs if RunDir(given).is_mixed for p in audit_folders(given)}

@@ -158,8 +158,7 @@ def _weighted(cells: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> d
 
 
 def table_rows(metrics: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """A table of cells' rows, by name: each cell, then per task and per N where there are
-    several, then overall (item-weighted)."""
+    """A cells table's rows: each cell, per task and per N where several, then overall."""
     groups, rows = metrics["groups"], list(metrics["cells"].items())
     for kind, label in (("task", "task "), ("num_candidates", "N = ")):
         if len(groups[kind]) > 1:

@@ -84,9 +84,8 @@ def cells_html(run_dir: Path) -> str:
     if not run.is_mixed:
         return ""
     rows = []
-    metrics = run.check().metrics()
-    for name, part in table_rows(metrics):  # ΔRStd: metrics.json's own, kept per cell and group
-        delta = part["methods"].get("lad", {}).get("delta_rstd")
+    for name, part in table_rows(run.check().metrics()):
+        delta = part["methods"].get("lad", {}).get("delta_rstd")  # ΔRStd as metrics.json keeps it
         rows.append(
             [html.escape(name), str(part["num_items"]), *_table5_cells(part["methods"], delta)]
         )

@@ -172,9 +172,7 @@ class Written:
     items_path: Path
     calibration_path: Path | None
     summary_path: Path
-    items: int
-    calibration_items: int
-    summary: dict[str, Any]
+    summary: dict[str, Any]  # its "items" and "calibration_items": how many were written
 
 
 def collect(
@@ -279,7 +277,7 @@ def write_split(
     }
     summary_path = summary_path_for(out)
     write_text(summary_path, json.dumps(summary, indent=1) + "\n")
-    return Written(out, cal_path, summary_path, len(evaluation), len(calibration), summary)
+    return Written(out, cal_path, summary_path, summary)
 
 
 def summary_path_for(out: Path) -> Path:
@@ -360,14 +358,15 @@ def convert(
 def summary_lines(written: Written, *, per_task: bool = True) -> Iterator[str]:
     """What `lad data` prints: the files written, then per task (per (task, N) cell where the
     items have several N) what was converted and skipped (unless not `per_task`)."""
-    yield f"Wrote {written.items} items to {written.items_path}"
+    made = written.summary  # what was converted, held out and written
+    yield f"Wrote {made['items']} items to {written.items_path}"
     if written.calibration_path is not None:
-        yield f"Wrote {written.calibration_items} calibration items to {written.calibration_path}"
-    rows = written.summary["cells"]
+        yield f"Wrote {made['calibration_items']} calibration items to {written.calibration_path}"
+    rows = made["cells"]
     if per_task and len({r["num_candidates"] for r in rows if r["converted"]}) > 1:
         yield from cell_lines(rows)
         per_task = False
-    for task, counts in written.summary["tasks"].items() if per_task else ():
+    for task, counts in made["tasks"].items() if per_task else ():
         tail = skipped_text(counts["skipped"])
         yield f"  {task}: converted {counts['converted']}" + (f"; {tail}" if tail else "")
     yield f"Summary written to {written.summary_path}"

@@ -157,9 +157,18 @@ def _weighted(cells: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> d
     return {"num_items": total, "weights": weights, "methods": methods}
 
 
+def table_rows(metrics: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """A cells table's rows: each cell, per task and per N where several, then overall."""
+    groups, rows = metrics["groups"], list(metrics["cells"].items())
+    for kind, label in (("task", "task "), ("num_candidates", "N = ")):
+        if len(groups[kind]) > 1:
+            rows += [(label + key, group) for key, group in groups[kind].items()]
+    return [*rows, ("overall (item-weighted)", groups["overall"])]
+
+
 def format_cells_table(metrics: Mapping[str, Any], methods: Sequence[str] | None = None) -> str:
     """One row per cell, then the group rows: each method's Acc, and LAD's ΔRStd when there."""
-    cells, groups = metrics["cells"], metrics["groups"]
+    cells = metrics["cells"]
     shown = list(methods or next(iter(cells.values()))["methods"])
     head = f"{'cell':<34}{'items':>6}" + "".join(f"{m[:12]:>13}" for m in shown)
     delta = "lad" in shown and "vanilla" in shown
@@ -178,10 +187,6 @@ def format_cells_table(metrics: Mapping[str, Any], methods: Sequence[str] | None
             text += f"{'-' if d is None else f'{d:+.2f}':>11}"
         return text
 
-    lines += [row(name, cell) for name, cell in cells.items()]
-    lines.append("-" * len(head))
-    for kind, label in (("task", "task "), ("num_candidates", "N = ")):
-        if len(groups[kind]) > 1:
-            lines += [row(label + key, group) for key, group in groups[kind].items()]
-    lines.append(row("overall (item-weighted)", groups["overall"]))
+    lines += [row(name, entry) for name, entry in table_rows(metrics)]
+    lines.insert(2 + len(cells), lines[1])  # the rule between the cells and the group rows
     return "\n".join(lines)

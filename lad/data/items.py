@@ -229,7 +229,6 @@ def _resolve_images(paths: list[str], path: Path, where: str, what: str = "image
 def write_items(path: str | Path, items: Iterable[Item]) -> None:
     """Write items with image paths relative to the file's folder where possible."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     base = path.parent.resolve()
     with replacing(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         for it in items:

@@ -107,8 +107,6 @@ def _parse_line(
             f"{where}'order' {order!r} is not a permutation of 0..{num_candidates - 1} "
             f"(N = {num_candidates})"
         )
-    if ordering is not None and (
-        not isinstance(ordering, int) or isinstance(ordering, bool) or ordering < 0
-    ):
+    if ordering is not None and (type(ordering) is not int or ordering < 0):
         raise DataError(f"{where}'ordering' must be an integer >= 0, got {ordering!r}")
     return item, ordering, order

@@ -172,9 +172,7 @@ class Written:
     items_path: Path
     calibration_path: Path | None
     summary_path: Path
-    items: int
-    calibration_items: int
-    summary: dict[str, Any]
+    summary: dict[str, Any]  # its "items" and "calibration_items": how many were written
 
 
 def collect(
@@ -183,12 +181,11 @@ def collect(
     pictures: _Pictures,
     task: str | None,
     options: Options,
-    one_task: bool,
 ) -> Converted:
     """Every row of `task` (None: of every task) through the benchmark's rule, keeping the
     questions of `options.num_candidates` candidates (None: of every N; of the one N there must
-    be when `one_task`) whose item the items reader accepts and whose id no earlier question
-    has; each item keeps its task under "task" (lad eval's cells)."""
+    be when a conversion is of one task) whose item the items reader accepts and whose id no
+    earlier question has; each item keeps its task under "task" (lad eval's cells)."""
     converted = Converted()
     seen: set[str] = set()
     for row in questions.rows(benchmark, task):
@@ -203,9 +200,9 @@ def collect(
                 why.extra = {**why.extra, "task": name}
             converted.add(name, why)
     sizes = Counter(it.num_candidates for it in converted.items)
-    if len(sizes) > 1 and one_task:
+    if len(sizes) > 1 and benchmark.one_task and not options.whole:
         listed = ", ".join(f"N = {n} ({c})" for n, c in sorted(sizes.items()))
-        raise DataError(  # one_task: read resolved the task
+        raise DataError(  # one task: read resolved it
             f"{questions.path}: task {task!r} has questions with different numbers of candidates "
             f"({listed}); choose one with --num-candidates"
         )
@@ -280,7 +277,7 @@ def write_split(
     }
     summary_path = summary_path_for(out)
     write_text(summary_path, json.dumps(summary, indent=1) + "\n")
-    return Written(out, cal_path, summary_path, len(evaluation), len(calibration), summary)
+    return Written(out, cal_path, summary_path, summary)
 
 
 def summary_path_for(out: Path) -> Path:
@@ -334,7 +331,7 @@ def read(
         raise DataError(f"{path}: no question of task {task!r}; its tasks: {sorted(tasks)}")
     pictures = _Pictures(benchmark, questions, options, out)
     try:
-        converted = collect(benchmark, questions, pictures, task, options, one_task)
+        converted = collect(benchmark, questions, pictures, task, options)
     except LadError:  # a refusal; an interrupted conversion keeps what it wrote (a rerun reuses it)
         pictures.undo()
         raise
@@ -361,14 +358,15 @@ def convert(
 def summary_lines(written: Written, *, per_task: bool = True) -> Iterator[str]:
     """What `lad data` prints: the files written, then per task (per (task, N) cell where the
     items have several N) what was converted and skipped (unless not `per_task`)."""
-    yield f"Wrote {written.items} items to {written.items_path}"
+    made = written.summary  # what was converted, held out and written
+    yield f"Wrote {made['items']} items to {written.items_path}"
     if written.calibration_path is not None:
-        yield f"Wrote {written.calibration_items} calibration items to {written.calibration_path}"
-    rows = written.summary["cells"]
+        yield f"Wrote {made['calibration_items']} calibration items to {written.calibration_path}"
+    rows = made["cells"]
     if per_task and len({r["num_candidates"] for r in rows if r["converted"]}) > 1:
         yield from cell_lines(rows)
         per_task = False
-    for task, counts in written.summary["tasks"].items() if per_task else ():
+    for task, counts in made["tasks"].items() if per_task else ():
         tail = skipped_text(counts["skipped"])
         yield f"  {task}: converted {counts['converted']}" + (f"; {tail}" if tail else "")
     yield f"Summary written to {written.summary_path}"

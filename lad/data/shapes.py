@@ -82,9 +82,7 @@ def all_scenes(max_shapes: int) -> tuple[Scene, ...]:
 
 
 def scene_distance(a: Scene, b: Scene) -> int:
-    """Attribute edits (recolour or reshape one object) that turn scene a into scene b."""
-    if len(a) != len(b):
-        raise ValueError("scenes of different sizes have no edit distance")
+    """Attribute edits (recolour or reshape one object) that turn scene a into b, of a's size."""
     return min(
         sum((x.colour != y.colour) + (x.shape != y.shape) for x, y in zip(a, perm, strict=True))
         for perm in itertools.permutations(b)
@@ -143,12 +141,10 @@ def _draw_shape(
         draw.polygon([(cx, y0), (x1, y1), (x0, y1)], fill=fill)
     elif shape == "diamond":
         draw.polygon([(cx, y0), (x1, cy), (cx, y1), (x0, cy)], fill=fill)
-    elif shape == "cross":
+    else:  # a cross (SHAPES: a scene holds no other shape)
         t = (x1 - x0) / 3
         draw.rectangle((x0, cy - t / 2, x1, cy + t / 2), fill=fill)
         draw.rectangle((cx - t / 2, y0, cx + t / 2, y1), fill=fill)
-    else:
-        raise ValueError(f"unknown shape {shape!r}")
 
 
 def render_scene(scene: Scene, image_size: int, layout: Sequence[tuple[int, ...]]) -> Image.Image:
@@ -209,7 +205,6 @@ def build_shapes(
     positions = balanced_positions(items, num_candidates, rng, position_weights)
     out_dir = Path(out_dir)  # written only once every argument is known good
     image_dir = out_dir / "images"
-    image_dir.mkdir(parents=True, exist_ok=True)
     built = []
     for i, position in enumerate(positions):
         answer = answers[int(rng.integers(len(answers)))]

@@ -245,9 +245,7 @@ def _acc_vs_n_figure(runs: list[dict[str, Any]]) -> Any:
             drawn = [(n, *c) for n, c in ci.items() if c is not None]
             if drawn:  # the bootstrap interval of each point, as an error bar
                 ax.vlines(*zip(*drawn, strict=True), color=colours[name], linewidth=1)
-    ax.set_xticks(
-        sorted({n for by_n in groups.values() for n in by_n})
-    )  # N is a count: whole ticks
+    ax.set_xticks(sorted({n for by_n in groups.values() for n in by_n}))  # a tick at each N drawn
     ax.set(xlabel="number of candidates N", ylabel="accuracy (%)", title="Accuracy against N")
     ax.legend(fontsize=8, ncol=2)
     return fig
@@ -268,7 +266,6 @@ def write_report(run_dirs: list[Path], out_dir: Path) -> Path:
     """Write `out_dir/index.html` and its figures; return the page's path. A folder holding a
     harness audit (lad_audit.json, lad.harness.audit) stands for the run folders it lists."""
     runs = [_load_run(d) for given in run_dirs for d in audit_folders(Path(given))]
-    out_dir.mkdir(parents=True, exist_ok=True)
     parts = [cells_html(Path(given)) for given in run_dirs]
     # A mixed run's parts are in its table of cells, each N once (its group row): not again here.
     mixed = {str(p) for given in run_dirs if RunDir(given).is_mixed for p in audit_folders(given)}

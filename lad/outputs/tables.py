@@ -8,6 +8,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+from lad.core.cells import table_rows
 from lad.core.metrics import ci_text, number_text, position_verdict
 from lad.run.rundir import RunDir
 
@@ -82,16 +83,9 @@ def cells_html(run_dir: Path) -> str:
     run = RunDir(run_dir)
     if not run.is_mixed:
         return ""
-    metrics = run.check().metrics()
-    groups = metrics["groups"]
-    shown = list(metrics["cells"].items())
-    for kind, label in (("task", "task "), ("num_candidates", "N = ")):
-        if len(groups[kind]) > 1:
-            shown += [(label + k, g) for k, g in groups[kind].items()]
-    shown.append(("overall (item-weighted)", groups["overall"]))
     rows = []
-    for name, part in shown:  # ΔRStd: metrics.json's own, kept per cell and group
-        delta = part["methods"].get("lad", {}).get("delta_rstd")
+    for name, part in table_rows(run.check().metrics()):
+        delta = part["methods"].get("lad", {}).get("delta_rstd")  # ΔRStd as metrics.json keeps it
         rows.append(
             [html.escape(name), str(part["num_items"]), *_table5_cells(part["methods"], delta)]
         )

@@ -34,7 +34,6 @@ from lad.core.prompts import (
     prompt_sha256,
     vanilla_template,
 )
-from lad.errors import RunError
 from lad.io.files import InputPath
 from lad.io.limits import check_image_flags
 
@@ -102,9 +101,6 @@ class RecordSpec:
 
     def check(self) -> RecordSpec:
         """Refuse a value out of range, before any model work; returns self."""
-        size = self.image_size
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
-            raise RunError(f"--image-size must be a positive number of pixels. Got {size!r}.")
         _ = self.scheme
         check_repetition_penalty(self.repetition_penalty)
         if self.prompt_template is not None:

@@ -70,15 +70,13 @@ def resolve_calibration_items(config: EvalConfig, data: RunData) -> tuple[EvalCo
     all the items of a smaller calibration file, which the note returned says."""
     if config.calibration_items is not None:
         return config, None
-    resolved = config.replace(calibration_items=DEFAULT_CALIBRATION_ITEMS)
     on_eval = config.calibrate_on == "evaluation"
     source = config.data if on_eval else config.calibration_data
-    items = data.items if on_eval else data.calibration
-    if items is None:  # 'shapes', or a file load_items refuses
-        return resolved, None
-    held = min(Counter(it.num_candidates for it in items).values())  # of each N
+    items = data.items if on_eval else data.calibration  # None: 'shapes', or a file refused later
+    of_n = Counter(it.num_candidates for it in items or ()).values()
+    held = min(of_n, default=DEFAULT_CALIBRATION_ITEMS)  # of each N
     if held >= DEFAULT_CALIBRATION_ITEMS:
-        return resolved, None
+        return config.replace(calibration_items=DEFAULT_CALIBRATION_ITEMS), None
     note = f"Note: {source} holds {held} calibration items: calibrating on {held}"
     return config.replace(calibration_items=held), note
 

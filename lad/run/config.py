@@ -115,8 +115,9 @@ class EvalConfig:
     )
 
     def __getattr__(self, name: str) -> Any:
-        """A field of the spec or of the options, as the config's own."""
-        part = "spec" if name in SPEC_FIELDS else "options" if name in OPTION_FIELDS else None
+        """A field of the spec (or its label scheme) or of the options, as the config's own."""
+        part = "spec" if name in (*SPEC_FIELDS, "scheme") else None
+        part = "options" if name in OPTION_FIELDS else part
         if part is None:
             raise AttributeError(name)
         return getattr(object.__getattribute__(self, part), name)
@@ -175,11 +176,6 @@ class EvalConfig:
     def identity(self) -> dict[str, Any]:
         """run.json's "arguments": the fields that define the records, in run.json's order."""
         return {name: getattr(self, name) for name in RECORD_FIELDS}
-
-    @property
-    def scheme(self) -> Any:
-        """The label scheme (RecordSpec.scheme)."""
-        return self.spec.scheme
 
     @property
     def template(self) -> str | PromptTemplate:

@@ -202,16 +202,10 @@ class RecordSpec:
         )
 
     def load_backend(
-        self,
-        *,
-        device: str = "auto",
-        dtype: str = "auto",
-        quiet: bool = False,
-        threads: int | None = None,
-        pictures: bool = True,
-        engine: str = "hf",
+        self, *, quiet: bool = False, threads: int | None = None, engine: str = "hf", **loading: Any
     ) -> Any:
-        """The model, loaded to make records of this spec (`load_settings`; `threads`: a resumed
-        run's CPU thread count; `engine`: what makes the records, lad.backends.engines)."""
-        settings = self.load_settings(device=device, dtype=dtype, pictures=pictures)
+        """The model, loaded to make records of this spec (`loading`: `load_settings`' device,
+        dtype and pictures; `threads`: a resumed run's CPU thread count; `engine`: what makes the
+        records, lad.backends.engines)."""
+        settings = self.load_settings(**loading)
         return load_engine(engine, settings, quiet=quiet, threads=threads)

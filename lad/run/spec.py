@@ -10,7 +10,6 @@ two of them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from lad.core.prompts import (
 )
 from lad.io.files import InputPath
 from lad.io.limits import check_image_flags
+from lad.run.runjson import file_digest
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class RecordSpec:
         else:
             sha = ((inputs or {}).get("chat_template") or {}).get("sha256")
             if sha is None and Path(self.chat_template).is_file():
-                sha = hashlib.sha256(Path(self.chat_template).read_bytes()).hexdigest()
+                sha = file_digest(self.chat_template)["sha256"]
             if sha is not None:
                 out["chat_template_sha256"] = sha
         out["image_size"] = self.image_size

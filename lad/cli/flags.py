@@ -239,7 +239,7 @@ def add_settings(p: Any, *names: str, of: Any = None, **override: Any) -> None:
     fields = DECLARED if of is None else {f.name: f for f in dataclasses.fields(of)}
     for name in names:
         declared = fields[name]
-        options = {k: v for k, v in declared.metadata.items() if k != "scoring"}
+        options = {k: v for k, v in declared.metadata.items() if k not in ("scoring", "limit")}
         flags = options.pop("flags", ("--" + name.replace("_", "-"),))
         default = None if name in PRESET_SET else declared.default
         options["default"] = options.pop("flag_default", default)

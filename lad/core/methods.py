@@ -51,8 +51,9 @@ LOG_ZERO = math.log(np.finfo(np.float64).tiny)
 def flag(default: Any, help: str, **cli: Any) -> Any:
     """A setting declared once: its default, and its flag's help and argparse options (`flags`:
     its option strings; `minimum` or `above`: a number's bound; `flag_default`: the flag's, where
-    it is not the setting's), which lad.cli.flags.add_settings reads. The settings of RecordSpec,
-    EvalConfig and MethodOptions are declared so."""
+    it is not the setting's), which lad.cli.flags.add_settings reads; `limit`: an EvalConfig
+    setting's lad.io.limits.Limit. The settings of RecordSpec, EvalConfig and MethodOptions are
+    declared so."""
     return field(default=default, metadata={"help": help, **cli})
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from lad.errors import DataError, LadError
+from lad.errors import DataError, LadError, RunError
 
 
 @dataclass(frozen=True)
@@ -67,14 +67,13 @@ GENERATED_ITEMS = Limit("a generated benchmark", "LAD_MAX_GENERATED_ITEMS", 100_
 
 
 def check_image_flags(image_size: int | None, image_options: dict | None) -> None:
-    """--image-size and the pixel budget (--min-pixels, --max-pixels) within their limits."""
-    if image_size is not None:
-        IMAGE_SIZE.check(image_size, f"--image-size {image_size}")
-    for key in ("min_pixels", "max_pixels"):
-        value = (image_options or {}).get(key)
+    """--image-size and the pixel budget (--min-pixels, --max-pixels): positive, within limits."""
+    sizes = {**(image_options or {}), "image_size": image_size}
+    for key in ("image_size", "min_pixels", "max_pixels"):
+        value = sizes.get(key)
         flag = "--" + key.replace("_", "-")
         if value is None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise LadError(f"{flag} must be a positive number of pixels. Got {value!r}.")
-        PIXEL_BUDGET.check(value, f"{flag} {value}")
+            raise RunError(f"{flag} must be a positive number of pixels. Got {value!r}.")
+        (IMAGE_SIZE if key == "image_size" else PIXEL_BUDGET).check(value, f"{flag} {value}")

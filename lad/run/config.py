@@ -57,9 +57,9 @@ class EvalConfig:
         "keeps them all, so lad ablate can draw subsets",
         minimum=1,
     )
-    num_shuffles: int = flag(5, "T orderings per item", minimum=1)
+    num_shuffles: int = flag(5, "T orderings per item", minimum=1, limit=limits.SHUFFLES)
     seed: int = flag(0, "seed of the shuffles and of the shapes benchmark", type=int)
-    batch_size: int = flag(4, "prompts per forward pass", minimum=1)
+    batch_size: int = flag(4, "prompts per forward pass", minimum=1, limit=limits.BATCH)
     device: str = flag("auto", "auto, cpu, cuda or cuda:N")
     dtype: str = flag(
         "auto",
@@ -72,9 +72,12 @@ class EvalConfig:
         choices=tuple(ENGINES),
     )
     max_new_tokens: int = flag(
-        1024, "reply length limit (instruction, cot, self-consistency)", minimum=1
+        1024,
+        "reply length limit (instruction, cot, self-consistency)",
+        minimum=1,
+        limit=limits.NEW_TOKENS,
     )
-    sc_samples: int = flag(10, "self-consistency paths", minimum=1)
+    sc_samples: int = flag(10, "self-consistency paths", minimum=1, limit=limits.SC_SAMPLES)
     sc_temperature: float = flag(0.7, "self-consistency sampling temperature, > 0", above=0.0)
     sc_top_k: int = flag(40, "self-consistency top-k (0: all tokens)", minimum=0)
     sofa_sigma: float | str = flag(
@@ -112,8 +115,9 @@ class EvalConfig:
     )
 
     def __getattr__(self, name: str) -> Any:
-        """A field of the spec or of the options, as the config's own."""
-        part = "spec" if name in SPEC_FIELDS else "options" if name in OPTION_FIELDS else None
+        """A field of the spec (or its label scheme) or of the options, as the config's own."""
+        part = "spec" if name in (*SPEC_FIELDS, "scheme") else None
+        part = "options" if name in OPTION_FIELDS else part
         if part is None:
             raise AttributeError(name)
         return getattr(object.__getattribute__(self, part), name)
@@ -126,19 +130,14 @@ class EvalConfig:
         check_methods(self.methods)
         for f in dataclasses.fields(self):  # the bounds its flags declare, as the CLI checks them
             value = getattr(self, f.name)
+            flag = f.metadata.get("flags", ("--" + f.name.replace("_", "-"),))[0]
             broken = broken_bound(value, f.metadata)
             if broken:
-                flag = f.metadata.get("flags", ("--" + f.name.replace("_", "-"),))[0]
                 noun = "" if broken.startswith(">=") else "a number "
                 raise RunError(f"{flag} must be {noun}{broken}. Got {value}.")
+            if "limit" in f.metadata:  # a setting that sizes the model work (lad.io.limits)
+                f.metadata["limit"].check(value, f"{flag} {value}")
         self.scheme.labels(self.num_candidates)  # N beyond the scheme: before work
-        for limit, option, value in (
-            (limits.SHUFFLES, "--num-shuffles", self.num_shuffles),
-            (limits.SC_SAMPLES, "--sc-samples", self.sc_samples),
-            (limits.NEW_TOKENS, "--max-new-tokens", self.max_new_tokens),
-            (limits.BATCH, "--batch-size", self.batch_size),
-        ):  # the settings that size the model work (lad.io.limits)
-            limit.check(value, f"{option} {value}")
         if self.data == "shapes":  # drawn into the run, after begin
             cal_items = 1 if self.calibration_items is None else self.calibration_items
             drawn = None if self.calibration_data or self.calibration else cal_items
@@ -177,11 +176,6 @@ class EvalConfig:
     def identity(self) -> dict[str, Any]:
         """run.json's "arguments": the fields that define the records, in run.json's order."""
         return {name: getattr(self, name) for name in RECORD_FIELDS}
-
-    @property
-    def scheme(self) -> Any:
-        """The label scheme (RecordSpec.scheme)."""
-        return self.spec.scheme
 
     @property
     def template(self) -> str | PromptTemplate:

@@ -30,7 +30,7 @@ from lad.data.items import Item, check_texts
 from lad.data.orders import cyclic_requests
 from lad.errors import CalibrationError, DataError, LadError
 from lad.io import limits
-from lad.io.images import check_image, check_images
+from lad.io.images import check_images
 from lad.run.config import OPTION_FIELDS, SPEC_FIELDS
 from lad.run.presets import with_preset
 from lad.run.spec import RecordSpec
@@ -300,13 +300,11 @@ class Debiaser:
                 if not all(isinstance(t, str) for t in candidates):
                     raise DataError(f"query {i + 1}: text options must be strings")
                 check_texts(list(candidates), f"query {i + 1}: ", "text option")
-            else:
-                for image in candidates:
-                    check_image(image)
             # The true answer is unknown here; the record's answer field is not used.
             paths, shown = ([], list(candidates)) if texts else ([Path(p) for p in candidates], [])
             asked = text if questions else None
             items.append(Item(f"query-{i}", text, paths, 0, question=asked, candidates=shown))
+        check_images(items)
         sizes = {it.num_candidates for it in items}
         if len(sizes) > 1:
             raise DataError(f"predict_many needs the same N for every query; got {sorted(sizes)}")

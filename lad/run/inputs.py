@@ -70,15 +70,13 @@ def resolve_calibration_items(config: EvalConfig, data: RunData) -> tuple[EvalCo
     all the items of a smaller calibration file, which the note returned says."""
     if config.calibration_items is not None:
         return config, None
-    resolved = config.replace(calibration_items=DEFAULT_CALIBRATION_ITEMS)
     on_eval = config.calibrate_on == "evaluation"
     source = config.data if on_eval else config.calibration_data
-    items = data.items if on_eval else data.calibration
-    if items is None:  # 'shapes', or a file load_items refuses
-        return resolved, None
-    held = min(Counter(it.num_candidates for it in items).values())  # of each N
+    items = data.items if on_eval else data.calibration  # None: 'shapes', or a file refused later
+    of_n = Counter(it.num_candidates for it in items or ()).values()
+    held = min(of_n, default=DEFAULT_CALIBRATION_ITEMS)  # of each N
     if held >= DEFAULT_CALIBRATION_ITEMS:
-        return resolved, None
+        return config.replace(calibration_items=DEFAULT_CALIBRATION_ITEMS), None
     note = f"Note: {source} holds {held} calibration items: calibrating on {held}"
     return config.replace(calibration_items=held), note
 
@@ -118,9 +116,11 @@ def load_items(
         return read_items(eval_path, n), read_items(cal_path, n)
     data = read_data(config) if data is None else data
     items = _with_n(data.items, n, config.data)
+    noun = "evaluation items"  # what --items counts (run.json records the count)
     if on_eval:
         _enough(items, config.calibration_items, config.data)
-        return _stated(items, config), items[: config.calibration_items]
+        evaluated = stated_items(items, config.items, config.data, noun)
+        return evaluated, items[: config.calibration_items]
     if config.calibration_data:
         calibration = _with_n(data.calibration, n, config.calibration_data)
         _enough(calibration, config.calibration_items, config.calibration_data)
@@ -138,6 +138,7 @@ def load_items(
         held = set(rng.choice(len(items), config.calibration_items, replace=False).tolist())
         calibration = [it for i, it in enumerate(items) if i in held]
         items = [it for i, it in enumerate(items) if i not in held]
+        noun += " left after holding out the calibration items"
     calibration = calibration[: config.calibration_items]
     overlap = {it.id for it in items} & {it.id for it in calibration}
     if overlap:
@@ -145,15 +146,7 @@ def load_items(
             f"calibration items must be disjoint from evaluation items; shared ids: "
             f"{sorted(overlap)[:5]}"
         )
-    return _stated(items, config), calibration
-
-
-def _stated(items: list[Item], config: EvalConfig) -> list[Item]:
-    """The first --items of the evaluation items (run.json records the count)."""
-    held_out = not (config.calibration_data or config.calibration)
-    held_out = held_out and config.calibrate_on != "evaluation"
-    left = " left after holding out the calibration items" if held_out else ""
-    return stated_items(items, config.items, config.data, f"evaluation items{left}")
+    return stated_items(items, config.items, config.data, noun), calibration
 
 
 def stated_items(

@@ -55,11 +55,14 @@ def part_config(config: EvalConfig, run_dir: Path, n: int, data: RunData) -> Eva
     part = config.replace(**changes)
     mine = [it for it in data.items or () if it.num_candidates == n]
     if config.calibration_data and part.calibration_items is None:  # at most the N's share
-        return resolved(part, RunData(mine, _of_n(_calibration(config, data), n, config)))
+        return resolved(part, RunData(mine, _calibration_of(config, data, n)))
     return resolved(part, RunData(mine))
 
 
-def _of_n(items: Sequence[Item], n: int, config: EvalConfig) -> list[Item]:
+def _calibration_of(config: EvalConfig, data: RunData, n: int) -> list[Item]:
+    """--calibration-data's items of N, as read already (a path that is no file: refused here)."""
+    read = data.calibration
+    items = read if read is not None else read_items(str(config.calibration_data))
     mine = [it for it in items if it.num_candidates == n]
     if not mine:
         raise DataError(
@@ -87,21 +90,14 @@ def calibration_for(folder: str, n: int) -> str:
     )
 
 
-def _calibration(config: EvalConfig, data: RunData) -> Sequence[Item]:
-    """--calibration-data's items, as read already (a path that is no file: refused here)."""
-    read = data.calibration
-    return read if read is not None else read_items(str(config.calibration_data))
-
-
 def write_part_inputs(config: EvalConfig, parts: dict[int, EvalConfig], data: RunData) -> None:
     """Each N's items (and calibration items and orders) into its part's data/ folder; made
     again from the same inputs they are the same bytes, so a resumed part sees no change."""
-    calibration = _calibration(config, data) if config.calibration_data else None
     orders = Path(config.orders).read_text(encoding="utf-8") if config.orders else ""  # read once
     for n, part in parts.items():
         write_items(part.data, [it for it in data.items or () if it.num_candidates == n])
-        if calibration is not None:
-            write_items(part.calibration_data, _of_n(calibration, n, config))
+        if config.calibration_data:
+            write_items(part.calibration_data, _calibration_of(config, data, n))
         if config.orders:
             write_text(part.orders, "".join(_orders_of(orders, n)))
 

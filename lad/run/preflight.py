@@ -49,20 +49,32 @@ def check_inputs(
     requested_threads(os.environ)  # LAD_NUM_THREADS
     calibration = None
     if config.calibration:
-        calibration = check_given_calibration(config)
+        # Refuse one of another N, Eq. 1 average, model, label scheme, prompt, chat template or
+        # image preprocessing, or one that does not say which model, labels and prompt (unless
+        # --no-calibration-check); its layer count is checked once records exist.
+        calibration = Calibration.load(config.calibration)
+        calibration.check_compatible(
+            fingerprint=config.spec.fingerprint(config.num_candidates),
+            obs_mean=config.obs_mean,
+            strict=config.check_calibration,
+            require_fingerprint=True,
+            where=config.calibration,
+        )
         check_top_k(config.top_k, calibration.num_layers, f"the calibration {config.calibration}")
     check_top_k(config.top_k, model_num_layers(resolve_model(config.model)), config.model)
     inputs = {}
+    pictures: list[Path] = []  # of every item, context pictures too
     if items is not None:
         eval_items, cal_items = items[:2]
         check_kind(config, eval_items + cal_items)
         check_images(eval_items + cal_items)
-        from_data = eval_items + ([] if config.calibration_data else cal_items)
-        pictures = [p for it in from_data for p in it.pictures]  # context pictures too
-        inputs["data"] = file_digest(config.data, pictures)
+        listed = {"data": eval_items + ([] if config.calibration_data else cal_items)}
         if config.calibration_data:
-            images = [p for it in cal_items for p in it.pictures]
-            inputs["calibration_data"] = file_digest(config.calibration_data, images)
+            listed["calibration_data"] = cal_items
+        for name, its in listed.items():
+            of = [p for it in its for p in it.pictures]
+            inputs[name] = file_digest(getattr(config, name), of)
+            pictures += of
     for name in ("calibration", "orders", "chat_template"):
         if getattr(config, name) and Path(getattr(config, name)).is_file():
             inputs[name] = file_digest(getattr(config, name))
@@ -71,7 +83,6 @@ def check_inputs(
     outputs = {f"--out {run_dir}/{name}": run_dir / name for name in RUN_OUTPUTS}
     check_not_inputs(outputs, {"--" + k.replace("_", "-"): v for k, v in files.items()})
     run = RunDir(run_dir)
-    pictures = [p for it in (items[0] + items[1] if items else []) for p in it.pictures]
     for path in [*files.values(), *pictures]:
         if run.writes(path):
             raise RunError(
@@ -116,19 +127,3 @@ def model_num_layers(model: str) -> int | None:
     text = config.get("text_config") or config
     layers = text.get("num_hidden_layers") if isinstance(text, dict) else None
     return len(attention_layers(text)) if isinstance(layers, int) else None
-
-
-def check_given_calibration(config: EvalConfig) -> Calibration:
-    """Refuse a --calibration of another N, Eq. 1 average, model, label scheme, prompt, chat
-    template or image preprocessing, or one that does not say which model, labels and prompt
-    (unless --no-calibration-check), before any model work (the layer count is checked once
-    records exist)."""
-    calibration = Calibration.load(config.calibration)
-    calibration.check_compatible(
-        fingerprint=config.spec.fingerprint(config.num_candidates),
-        obs_mean=config.obs_mean,
-        strict=config.check_calibration,
-        require_fingerprint=True,
-        where=config.calibration,
-    )
-    return calibration

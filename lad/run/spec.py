@@ -10,7 +10,6 @@ two of them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +33,9 @@ from lad.core.prompts import (
     prompt_sha256,
     vanilla_template,
 )
-from lad.errors import RunError
 from lad.io.files import InputPath
 from lad.io.limits import check_image_flags
+from lad.run.runjson import file_digest
 
 
 @dataclass(frozen=True)
@@ -102,9 +101,6 @@ class RecordSpec:
 
     def check(self) -> RecordSpec:
         """Refuse a value out of range, before any model work; returns self."""
-        size = self.image_size
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
-            raise RunError(f"--image-size must be a positive number of pixels. Got {size!r}.")
         _ = self.scheme
         check_repetition_penalty(self.repetition_penalty)
         if self.prompt_template is not None:
@@ -162,7 +158,7 @@ class RecordSpec:
         else:
             sha = ((inputs or {}).get("chat_template") or {}).get("sha256")
             if sha is None and Path(self.chat_template).is_file():
-                sha = hashlib.sha256(Path(self.chat_template).read_bytes()).hexdigest()
+                sha = file_digest(self.chat_template)["sha256"]
             if sha is not None:
                 out["chat_template_sha256"] = sha
         out["image_size"] = self.image_size
@@ -206,16 +202,10 @@ class RecordSpec:
         )
 
     def load_backend(
-        self,
-        *,
-        device: str = "auto",
-        dtype: str = "auto",
-        quiet: bool = False,
-        threads: int | None = None,
-        pictures: bool = True,
-        engine: str = "hf",
+        self, *, quiet: bool = False, threads: int | None = None, engine: str = "hf", **loading: Any
     ) -> Any:
-        """The model, loaded to make records of this spec (`load_settings`; `threads`: a resumed
-        run's CPU thread count; `engine`: what makes the records, lad.backends.engines)."""
-        settings = self.load_settings(device=device, dtype=dtype, pictures=pictures)
+        """The model, loaded to make records of this spec (`loading`: `load_settings`' device,
+        dtype and pictures; `threads`: a resumed run's CPU thread count; `engine`: what makes the
+        records, lad.backends.engines)."""
+        settings = self.load_settings(**loading)
         return load_engine(engine, settings, quiet=quiet, threads=threads)

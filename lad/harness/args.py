@@ -60,13 +60,6 @@ class ModelArgs:
         )
 
 
-def model_arg_names(cls: type[ModelArgs]) -> list[str]:
-    """The model_args `cls` takes, in its fields' order (METHOD_ARGS in place of `options`)."""
-    names = [f.name for f in dataclasses.fields(cls)]
-    at = names.index("options")
-    return [*names[:at], *METHOD_ARGS, *names[at + 1 :]]
-
-
 def read_model_args(
     cls: type[ModelArgs],
     given: Mapping[str, Any],
@@ -80,7 +73,8 @@ def read_model_args(
     Inspect's); a null (a harness's own setting left unset) or one of HARNESS_SETTINGS passes.
     Each value is read as its field's type (a harness hands over text: "4", "False"); a null or
     "", "None", "none" leaves a field at its default."""
-    names = model_arg_names(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]  # in order, METHOD_ARGS for `options`
+    names = [n for f in fields for n in (METHOD_ARGS if f == "options" else (f,))]
     takes = [model_as, *names[1:]] if model_as else names[1:]  # names[0]: ModelArgs.model
     passes = {*takes, *HARNESS_SETTINGS}
     unknown = sorted(k for k, v in given.items() if k not in passes and v is not None)

@@ -47,9 +47,7 @@ _SUMMARY_KEYS = (
 def _summary(metrics: dict[str, Any], folder: str, **more: Any) -> dict[str, Any]:
     return {
         "folder": folder,
-        "num_items": metrics["num_items"],
-        "num_shuffles": metrics["num_shuffles"],
-        "num_records": metrics["num_records"],
+        **{k: metrics[k] for k in ("num_items", "num_shuffles", "num_records")},
         **{k: metrics[k] for k in ("bootstrap", "order_gaps") if k in metrics},
         **more,
         "methods": {
@@ -105,8 +103,7 @@ def write_model_audit(results: Sequence[Any], output: Path, options: Any) -> Pat
         arguments = {k: getattr(options, k) for k in _RECORDED}
         arguments |= {"source": "lmms-eval --model lad", "task": result.task}
         metrics = write_audit_folder(result, run.path, arguments)
-        calibration = result.source.to_dict()
-        tasks[result.task][str(n)] = _summary(metrics, folder, calibration=calibration)
+        tasks[result.task][str(n)] = _summary(metrics, folder, calibration=result.source.to_dict())
     head = {"source": "--model lad", "model": options.model, "method": options.method}
     return _write_audit(output, dict(tasks), **head, labels=options.labels)
 

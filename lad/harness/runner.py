@@ -172,10 +172,9 @@ class PictureScorer(HarnessScorer):
         _ = self.backend  # the model loads here, and the clone shares it
         items = [self.item(c) for _, c in calibration_docs]
         debiaser = self.base.clone().fit(items)
-        source = CalibrationSource(
+        return debiaser, CalibrationSource(
             "docs", doc_ids=[i for i, _ in calibration_docs], items=[it.id for it in items]
         )
-        return debiaser, source
 
     def score(
         self,

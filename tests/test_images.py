@@ -210,7 +210,7 @@ def test_folder_missing_and_corrupt_files(tmp_path):
     with pytest.raises(DataError, match=r"truncated\.png: cannot read image"):
         open_image(truncated)
     with pytest.raises(DataError, match=r"truncated\.png: cannot read image"):
-        check_image(truncated, verify=True)
+        check_image(truncated)
 
 
 def test_the_model_sees_the_decoded_picture(tmp_path):

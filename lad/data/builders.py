@@ -269,7 +269,7 @@ def build_benchmark(pool: Pool, out: str | Path, options: BuildOptions) -> Build
     anchors = [i for i in order if i not in taken]
     items, skipped = _draw_items(pool, options, emb, anchors, allowed, options.items, prefix, rng)
     for path in dict.fromkeys(p for it in [*calibration, *items] for p in it.images):
-        check_image(path, verify=True)  # within lad.io.images' limits, and PIL's integrity check
+        check_image(path)  # within lad.io.images' limits, and PIL's integrity check
     cal_path = write_split_items(out, items, calibration)
     return BuildResult(out, cal_path, stats, skipped + skipped_cal)
 

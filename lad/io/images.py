@@ -47,14 +47,13 @@ _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
 _ALPHA = ("RGBA", "LA", "PA", "RGBa", "La")
 
 
-def check_image(path: str | Path, *, verify: bool = True) -> tuple[int, int]:
+def check_image(path: str | Path) -> tuple[int, int]:
     """Refuse a missing file, a folder, a format not in FORMATS, too many pixels or an extreme
     aspect ratio (from the header, before any pixel is decoded), and a file whose pixels do not
-    decode (a truncated or corrupt file: decoded in full, as the model will; `verify=False`
-    reads the header only); return (width, height)."""
+    decode (a truncated or corrupt file: decoded in full, as the model will); return (width,
+    height)."""
     with _opened(Path(path)) as im:
-        if verify:
-            _decode(im)
+        _decode(im)
         return im.size
 
 

@@ -198,7 +198,6 @@ def build_backend(shape: Shape, device: torch.device, dtype: torch.dtype) -> Bac
     processor.tokenizer.padding_side = "left"
     arch = arch_for(config)
     cap.register()
-    vision.register()
     impl = {"text_config": cap.CAPTURE_IMPL, "vision_config": "sdpa", "": "sdpa"}
     cls = getattr(__import__("transformers"), ARCHITECTURES[shape.arch].model_class)
     torch.manual_seed(0)

@@ -61,7 +61,7 @@ import torch
 import torch.nn.functional as F
 
 from lad.backends.prompting import reply_tokens
-from lad.backends.text import TextProcessor, encode_text, load_text_processor
+from lad.backends.text import TextProcessor, encode_text
 from lad.core.labels import get_scheme
 from lad.core.prompts import TEXT
 from lad.data.items import Item, write_items
@@ -231,7 +231,7 @@ def main() -> None:
         "its held-out items and this log",
     )
     args = parser.parse_args()
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     start = time.time()
     torch.set_num_threads(args.threads)
@@ -243,7 +243,7 @@ def main() -> None:
     path = build_tiny_text_model(
         "llama", args.out / "model", size=size, words=words, seed=args.seed
     )
-    task = Task(load_text_processor(str(path), trust_remote_code=False))  # as lad loads it
+    task = Task(TextProcessor(AutoTokenizer.from_pretrained(path)))  # as lad loads it
     impl = "eager" if args.attend else "sdpa"  # the attention loss reads the attention maps
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=impl)
     rng = random.Random(4)

@@ -38,6 +38,7 @@ from lad.outputs.ablate.runs import (
 )
 from lad.outputs.figures import DIVERGENCE_METHODS
 from lad.run.rundir import CALIBRATION_FILE
+from lad.run.spec import RecordSpec
 from lad.run.stages import SOFA_GRID
 
 # ---------------------------------------------------------------------------------------------
@@ -169,7 +170,10 @@ def _transfer_refusal(source: Run, target: Run, strict: bool = True) -> str:
             f"{target.calibration.obs_mean!r}; pass --obs-mean to refit both alike"
         )
     try:
-        source.calibration.check_compatible(target.records, target.fingerprint(), strict=strict)
+        made_for = RecordSpec.from_mapping(target.arguments).fingerprint(  # what it must fit
+            target.num_candidates, target.inputs
+        )
+        source.calibration.check_compatible(target.records, made_for, strict=strict)
     except LadError as e:
         if isinstance(e, CalibrationMismatch):  # ablate's reports name the command's flag
             e.skip = "--no-calibration-check"

@@ -18,13 +18,11 @@ from typing import Any
 import numpy as np
 
 from lad.core.calibrate import Calibration
-from lad.core.fingerprint import Fingerprint
 from lad.core.methods import METHODS, MethodOptions
 from lad.core.records import RecordSet
 from lad.core.scoring import score_records
 from lad.errors import LadError, RunError
 from lad.run.rundir import CALIBRATION_FILE, STAGE_FILES, RunDir, run_folders
-from lad.run.spec import RecordSpec
 
 
 class AnalysisError(LadError):
@@ -128,11 +126,6 @@ class Run:
     @property
     def model(self) -> str:
         return str(self.arguments.get("model", ""))
-
-    def fingerprint(self) -> Fingerprint:
-        """What a calibration of these records must have been made for (RecordSpec)."""
-        spec = RecordSpec.from_mapping(self.arguments)
-        return spec.fingerprint(self.num_candidates, self.inputs)
 
     def options(self, ablation: AblateOptions | None = None, **changes: Any) -> MethodOptions:
         """MethodOptions for this run: the ablation's K, τ and variants, the run's label scheme

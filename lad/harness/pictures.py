@@ -28,14 +28,10 @@ class PictureFiles:
             return path
         if isinstance(image, dict):  # stored as a path only
             return Path(image["path"])
-        path = self.folder / f"{picture_sha256(image)}.png"
+        # named by a SHA-256 of the PIL image's mode, size and pixel bytes
+        head = f"{image.mode}\n{image.size[0]}x{image.size[1]}\n".encode()
+        path = self.folder / f"{hashlib.sha256(head + image.tobytes()).hexdigest()}.png"
         if not path.is_file():
             with replacing(path) as tmp:
                 image.save(tmp, format="PNG")
         return path
-
-
-def picture_sha256(image: Any) -> str:
-    """SHA-256 of a PIL image's mode, size and pixel bytes."""
-    head = f"{image.mode}\n{image.size[0]}x{image.size[1]}\n".encode()
-    return hashlib.sha256(head + image.tobytes()).hexdigest()

@@ -149,9 +149,6 @@ class PictureScorer(HarnessScorer):
         item.context_images = [self.files.path(im) for im in choice.context]
         return item
 
-    def template(self) -> PromptTemplate:
-        return vanilla_template([Item("q", "q", [], 0, question="q")], self.base.prompt_template)
-
     def calibrated(
         self, task: str, n: int, calibration_docs: Sequence[tuple[int, PictureChoice]]
     ) -> tuple[Debiaser | None, CalibrationSource]:
@@ -160,7 +157,9 @@ class PictureScorer(HarnessScorer):
         if self.options.calibration:
             asks = f"task {task} asks picture questions"
             advice = f"; add one made by lad calibrate -n {n}"
-            debiaser = self.from_file(n, self.template(), asks, advice)
+            question = Item("q", "q", [], 0, question="q")  # its template: a picture question's
+            template = vanilla_template([question], self.base.prompt_template)
+            debiaser = self.from_file(n, template, asks, advice)
             return debiaser, CalibrationSource("file", path=str(debiaser._source))
         if not self.options.calibration_docs:
             return None, CalibrationSource("none")

@@ -26,7 +26,6 @@ from lad.outputs.tables import html_page, html_table, img_html
 def write_ablation(result: Ablation, out_dir: str | Path) -> Path:
     """Write every table of `result` into out_dir; return the path of index.html."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     for table in result.tables:
         stem = ANALYSES[table.key].stem
         write_text(out / f"{stem}.md", markdown(table, f"{stem}.png"))

@@ -319,8 +319,7 @@ def read(
     if not tasks:
         raise DataError(f"{path}: no {benchmark.title} question in it")
     task = options.task
-    one_task = benchmark.one_task and not options.whole
-    if task is None and one_task:
+    if task is None and benchmark.one_task and not options.whole:
         if len(tasks) > 1:
             listed = ", ".join(f"{t} ({c})" for t, c in sorted(tasks.items()))
             raise DataError(f"{path} holds {len(tasks)} tasks; choose one with --task: {listed}")

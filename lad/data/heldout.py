@@ -59,17 +59,15 @@ def cell_rows(
 ) -> list[dict[str, Any]]:
     """The summary's "cells": per (task, N), the questions converted, held out, written as
     evaluation items and skipped by reason; skips whose N was never known have N null."""
-    counts: dict[tuple[str, int | None], Counter[str]] = {}
-    for k, cell in enumerate(cells):
-        tally = counts.setdefault(cell, Counter())
-        tally["converted"] += 1
-        tally["held_out"] += k in held
-        tally["items"] += k in written
+    counts = {  # per key of a row, its count per cell
+        "converted": Counter(cells),
+        "held_out": Counter(cells[k] for k in held),
+        "items": Counter(cells[k] for k in written),
+    }
     rows = []
-    for task, n in sorted(set(counts) | set(skipped), key=lambda c: (c[0], c[1] or 0)):
-        tally = counts.get((task, n), Counter())
+    for task, n in sorted(set(counts["converted"]) | set(skipped), key=lambda c: (c[0], c[1] or 0)):
         row = {"task": task, "num_candidates": n}
-        row.update({key: tally[key] for key in ("converted", "held_out", "items")})
+        row.update({key: tally[(task, n)] for key, tally in counts.items()})
         rows.append({**row, "skipped": dict(sorted(skipped.get((task, n), Counter()).items()))})
     return rows
 

@@ -79,14 +79,12 @@ def read_orders(path: str | Path, num_candidates: int) -> dict[str, list[list[in
         mine[ordering] = order
     if not numbered:
         raise DataError(f"{path}: the orders file is empty")
-    orders = {}
     for item, mine in numbered.items():
         if sorted(mine) != list(range(len(mine))):
             raise DataError(
                 f"{path}: item {item!r} has orderings {sorted(mine)}; they must be 0..T-1"
             )
-        orders[item] = [mine[t] for t in range(len(mine))]
-    return orders
+    return {item: [mine[t] for t in sorted(mine)] for item, mine in numbered.items()}
 
 
 def _parse_line(

@@ -204,7 +204,6 @@ def build_shapes(
     rng = seeded_rng(seed, "shapes", split, setting, num_candidates, max_shapes, image_size)
     positions = balanced_positions(items, num_candidates, rng, position_weights)
     out_dir = Path(out_dir)  # written only once every argument is known good
-    image_dir = out_dir / "images"
     built = []
     for i, position in enumerate(positions):
         answer = answers[int(rng.integers(len(answers)))]
@@ -214,7 +213,7 @@ def build_shapes(
         paths = []
         for p, j in enumerate(slots):
             layout = _own_layout(pool[j], split, image_size, rng)
-            path = image_dir / f"{item_id}-{p}.png"
+            path = out_dir / "images" / f"{item_id}-{p}.png"
             with replacing(path) as tmp:
                 render_scene(pool[j], image_size, layout).save(tmp, optimize=False)
             paths.append(path)

@@ -185,7 +185,7 @@ def collect(
     """Every row of `task` (None: of every task) through the benchmark's rule, keeping the
     questions of `options.num_candidates` candidates (None: of every N; of the one N there must
     be when a conversion is of one task) whose item the items reader accepts and whose id no
-    earlier question has; each item's task is under "task" (its rule's extra; lad eval's cells)."""
+    earlier question has; each item keeps its task under "task" (lad eval's cells)."""
     converted = Converted()
     seen: set[str] = set()
     for row in questions.rows(benchmark, task):
@@ -196,6 +196,8 @@ def collect(
             converted.skip(name, why, made.num_candidates if isinstance(made, Choice) else None)
         else:
             seen.add(why.id)
+            if name and "task" not in why.extra:
+                why.extra = {**why.extra, "task": name}
             converted.add(name, why)
     sizes = Counter(it.num_candidates for it in converted.items)
     if len(sizes) > 1 and benchmark.one_task and not options.whole:

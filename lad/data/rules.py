@@ -58,7 +58,7 @@ class Choice:
     unanswered: NO_ANSWER or ANSWER_NOT_AN_OPTION (a converter skips the question for it; the
                 harness still asks it).
     replies:    replies[p] is the letter the benchmark's options name candidate p by.
-    extra:      fields kept in the item (`source`, `task`, the benchmark's own id, ...).
+    extra:      fields kept in the item (`source`, the benchmark's own id, ...).
     """
 
     item: str | None

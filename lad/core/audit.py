@@ -131,8 +131,7 @@ def weighted_statistics(table: Questions, weights: np.ndarray) -> dict[str, np.n
     recall = _ratio(weights @ table.right_at, weights @ table.shown_at)
     has_pairs = ~np.isnan(table.flip_share)
     flips = weights[:, has_pairs] @ table.flip_share[has_pairs]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        flip = 100.0 * flips / weights[:, has_pairs].sum(axis=1)
+    flip = _ratio(flips, weights[:, has_pairs].sum(axis=1))
     # A shuffle no drawn question was asked under has no accuracy; every row draws some.
     acc = np.nanmean(acc_t, axis=1)
     return {"acc": acc, "rstd": recall_std(recall), "flip_rate": flip, "recall": recall}

@@ -101,7 +101,6 @@ def compute_metrics(
         raise LadError("no records to compute metrics on")
     n = records.num_candidates
     names, item_index = np.unique(records.items, return_inverse=True)
-    per_item = np.bincount(item_index)  # (item, ordering) pairs are unique in a RecordSet
     known = {**{name: m.forward_passes(n) for name, m in METHODS.items()}, **(costs or {})}
     methods = {}
     for method, pred in predictions_by_method.items():
@@ -121,7 +120,7 @@ def compute_metrics(
     out = {
         "num_candidates": n,
         "num_items": len(names),
-        "num_shuffles": int(per_item.max()),
+        "num_shuffles": int(np.bincount(item_index).max()),  # (item, ordering) pairs are unique
         "num_records": len(records),
         "methods": methods,
     }

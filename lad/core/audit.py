@@ -210,13 +210,12 @@ def noise_floor(records: RecordSet, first: np.ndarray, again: np.ndarray) -> dic
 def audit_method(records: RecordSet, pred: np.ndarray, boot: Bootstrap) -> dict[str, Any]:
     """metrics.json's audit keys of one method (docs/metrics.md)."""
     _, question = question_index(records)
-    right = pred == records.answer
     table = questions(records, pred, question)
     per_question_all, per_question_n = table.right_at.sum(axis=1), table.shown_at.sum(axis=1)
     flip = weighted_statistics(table, np.ones((1, len(per_question_n))))["flip_rate"][0]
     # Errors due to order: the wrong records whose question is right under some other ordering
     # ("knows it, says it wrong"); None without errors.
-    known = (per_question_all > 0)[question[~right]]
+    known = (per_question_all > 0)[question[pred != records.answer]]
     drawn = weighted_statistics(table, bootstrap_weights(len(per_question_n), boot))
     ci = {k: percentile_interval(drawn[k], boot.level) for k in ("acc", "rstd", "flip_rate")}
     ci["recall_by_position"] = [percentile_interval(r, boot.level) for r in drawn["recall"].T]

@@ -50,8 +50,7 @@ def method_metrics(
     """Acc, RStd, Cons., recall/selection by position and confusion for one method."""
     n = records.num_candidates
     correct = pred == records.answer
-    shuffles = np.unique(records.ordering)
-    acc_t = np.array([correct[records.ordering == t].mean() for t in shuffles])
+    acc_t = np.array([correct[records.ordering == t].mean() for t in np.unique(records.ordering)])
     shown = np.bincount(records.answer, minlength=n)  # records whose answer is at each position
     right = np.bincount(records.answer, weights=correct, minlength=n)
     recall = [_percent(r / s) if s else None for r, s in zip(right, shown, strict=True)]

@@ -200,9 +200,8 @@ def below(root: PathLike, path: str, error: type[LadError] = LadError, what: str
 def read_json(path: PathLike, error: type[LadError] = LadError, what: str = "JSON file") -> Any:
     """Parse a JSON file; a missing file, a folder, non-UTF-8 bytes or bad JSON is `error`
     naming the file (and the line)."""
-    text = read_text(path, error, what)
     try:
-        return loads_json(text, error, f"{path}: ")
+        return loads_json(read_text(path, error, what), error, f"{path}: ")
     except json.JSONDecodeError as e:
         raise error(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
 

@@ -186,8 +186,7 @@ def position_test(table: Questions, boot: Bootstrap) -> dict[str, Any]:
     observed = recall_std(_ratio(table.right_at.sum(axis=0), shown))
     p_value = None
     if table.shown_at.sum(axis=1).max() > 1:
-        rng = np.random.default_rng(boot.seed + 1)
-        right_at = permuted_right_at(table, boot.resamples, rng)
+        right_at = permuted_right_at(table, boot.resamples, np.random.default_rng(boot.seed + 1))
         permuted = recall_std(_ratio(right_at, shown[None, :]))
         p_value = (1 + int((permuted >= observed - 1e-9).sum())) / (boot.resamples + 1)
     return {

@@ -131,8 +131,7 @@ def weighted_statistics(table: Questions, weights: np.ndarray) -> dict[str, np.n
     recall = _ratio(weights @ table.right_at, weights @ table.shown_at)
     has_pairs = ~np.isnan(table.flip_share)
     flips = weights[:, has_pairs] @ table.flip_share[has_pairs]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        flip = 100.0 * flips / weights[:, has_pairs].sum(axis=1)
+    flip = _ratio(flips, weights[:, has_pairs].sum(axis=1))
     # A shuffle no drawn question was asked under has no accuracy; every row draws some.
     acc = np.nanmean(acc_t, axis=1)
     return {"acc": acc, "rstd": recall_std(recall), "flip_rate": flip, "recall": recall}
@@ -187,8 +186,7 @@ def position_test(table: Questions, boot: Bootstrap) -> dict[str, Any]:
     observed = recall_std(_ratio(table.right_at.sum(axis=0), shown))
     p_value = None
     if table.shown_at.sum(axis=1).max() > 1:
-        rng = np.random.default_rng(boot.seed + 1)
-        right_at = permuted_right_at(table, boot.resamples, rng)
+        right_at = permuted_right_at(table, boot.resamples, np.random.default_rng(boot.seed + 1))
         permuted = recall_std(_ratio(right_at, shown[None, :]))
         p_value = (1 + int((permuted >= observed - 1e-9).sum())) / (boot.resamples + 1)
     return {
@@ -211,13 +209,12 @@ def noise_floor(records: RecordSet, first: np.ndarray, again: np.ndarray) -> dic
 def audit_method(records: RecordSet, pred: np.ndarray, boot: Bootstrap) -> dict[str, Any]:
     """metrics.json's audit keys of one method (docs/metrics.md)."""
     _, question = question_index(records)
-    right = pred == records.answer
     table = questions(records, pred, question)
     per_question_all, per_question_n = table.right_at.sum(axis=1), table.shown_at.sum(axis=1)
     flip = weighted_statistics(table, np.ones((1, len(per_question_n))))["flip_rate"][0]
     # Errors due to order: the wrong records whose question is right under some other ordering
     # ("knows it, says it wrong"); None without errors.
-    known = (per_question_all > 0)[question[~right]]
+    known = (per_question_all > 0)[question[pred != records.answer]]
     drawn = weighted_statistics(table, bootstrap_weights(len(per_question_n), boot))
     ci = {k: percentile_interval(drawn[k], boot.level) for k in ("acc", "rstd", "flip_rate")}
     ci["recall_by_position"] = [percentile_interval(r, boot.level) for r in drawn["recall"].T]

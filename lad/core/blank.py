@@ -37,10 +37,8 @@ def blank_scores(records: RecordSet, blank: RecordSet, alpha: float | str) -> np
     """(R, N) S_j of CapCal for each record, from its blank prompt's record in `blank` (the same
     item and ordering; lad.core.methods.choose checks they are given, of the same N)."""
     n = records.num_candidates
-    pairs = zip(blank.items, blank.ordering, strict=True)
-    index = {(str(i), int(o)): k for k, (i, o) in enumerate(pairs)}
-    keys = zip(records.items, records.ordering, strict=True)
-    rows = [index.get((str(i), int(o)), -1) for i, o in keys]
+    index = {key: k for k, key in enumerate(blank.keys())}
+    rows = [index.get(key, -1) for key in records.keys()]  # noqa: SIM118 (a RecordSet's keys)
     if -1 in rows:
         k = rows.index(-1)
         raise RecordError(

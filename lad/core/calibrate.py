@@ -171,9 +171,8 @@ class Calibration:
 
     def _log_obs(self, records: RecordSet) -> np.ndarray:
         """Eq. 1: row i averages the prompts whose answer is at position i."""
-        num = records.num_candidates
         rows = []
-        for i in range(num):
+        for i in range(records.num_candidates):
             lp = records.logprobs[records.answer == i]
             if len(lp) == 0:
                 raise CalibrationError(

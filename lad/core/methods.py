@@ -312,8 +312,7 @@ def _generated_choice(
     votes = np.zeros((len(records), records.num_candidates))
     counted = [(r, p) for r, positions in enumerate(paths) for p in positions if p != UNPARSEABLE]
     np.add.at(votes, tuple(np.array(counted, dtype=np.int64).reshape(-1, 2).T), 1)
-    prediction = np.array([majority_vote(p) for p in paths], dtype=np.int64)
-    return votes, prediction
+    return votes, np.array([majority_vote(p) for p in paths], dtype=np.int64)
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,7 @@ def method_metrics(
     """Acc, RStd, Cons., recall/selection by position and confusion for one method."""
     n = records.num_candidates
     correct = pred == records.answer
-    shuffles = np.unique(records.ordering)
-    acc_t = np.array([correct[records.ordering == t].mean() for t in shuffles])
+    acc_t = np.array([correct[records.ordering == t].mean() for t in np.unique(records.ordering)])
     shown = np.bincount(records.answer, minlength=n)  # records whose answer is at each position
     right = np.bincount(records.answer, weights=correct, minlength=n)
     recall = [_percent(r / s) if s else None for r, s in zip(right, shown, strict=True)]
@@ -101,7 +100,6 @@ def compute_metrics(
         raise LadError("no records to compute metrics on")
     n = records.num_candidates
     names, item_index = np.unique(records.items, return_inverse=True)
-    per_item = np.bincount(item_index)  # (item, ordering) pairs are unique in a RecordSet
     known = {**{name: m.forward_passes(n) for name, m in METHODS.items()}, **(costs or {})}
     methods = {}
     for method, pred in predictions_by_method.items():
@@ -121,7 +119,7 @@ def compute_metrics(
     out = {
         "num_candidates": n,
         "num_items": len(names),
-        "num_shuffles": int(per_item.max()),
+        "num_shuffles": int(np.bincount(item_index).max()),  # (item, ordering) pairs are unique
         "num_records": len(records),
         "methods": methods,
     }

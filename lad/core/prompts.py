@@ -142,8 +142,7 @@ class PromptTemplate:
                 f"--prompt-template {path}: holds the control character {control!r} on line "
                 f"{line}; a prompt template is plain text"
             )
-        text = text[:-1] if text.endswith("\n") else text
-        return cls(check_template(text, str(path)))
+        return cls(check_template(text.removesuffix("\n"), str(path)))
 
     @classmethod
     def file_text(cls, path: str | Path | None) -> str | None:

@@ -328,13 +328,12 @@ def jsonl_objects(path: Path) -> Iterator[tuple[int, Any]]:
 
 def _record_object(r: Record) -> dict[str, Any]:
     return {
-        "item": r.item,
+        **vars(r),
         "ordering": int(r.ordering),
         "order": [int(x) for x in r.order],
         "answer": int(r.answer),
         "logprobs": [float(x) for x in r.logprobs],
         "attention": [[float(x) for x in row] for row in r.attention],
-        "extra": r.extra,
     }
 
 

@@ -200,9 +200,8 @@ def below(root: PathLike, path: str, error: type[LadError] = LadError, what: str
 def read_json(path: PathLike, error: type[LadError] = LadError, what: str = "JSON file") -> Any:
     """Parse a JSON file; a missing file, a folder, non-UTF-8 bytes or bad JSON is `error`
     naming the file (and the line)."""
-    text = read_text(path, error, what)
     try:
-        return loads_json(text, error, f"{path}: ")
+        return loads_json(read_text(path, error, what), error, f"{path}: ")
     except json.JSONDecodeError as e:
         raise error(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
 
@@ -321,13 +320,12 @@ _guard: _Guard | None = None
 
 
 def _flatten(files: Mapping[str, PathLike | Iterable[PathLike] | None]) -> list[tuple[str, Path]]:
-    flat = []
-    for name, value in files.items():
-        if value is None:
-            continue
-        paths = [value] if isinstance(value, (str, os.PathLike)) else list(value)
-        flat += [(name, Path(p)) for p in paths]
-    return flat
+    return [
+        (name, Path(p))
+        for name, value in files.items()
+        if value is not None
+        for p in ([value] if isinstance(value, (str, os.PathLike)) else value)
+    ]
 
 
 @contextmanager
@@ -340,11 +338,11 @@ def guarding(
     another output. While the block runs, writing any input is refused (`check_destination`)."""
     global _guard
     check_not_inputs(outputs, inputs)
-    named = [(k, Path(v)) for k, v in outputs.items() if v is not None]
-    for name, path in named:
+    declared = [(k, Path(v)) for k, v in outputs.items() if v is not None]
+    for name, path in declared:
         check_name_fits(name, path)
-    _refuse_same(itertools.combinations(named, 2), "a command writes each of its files once")
-    guard = _Guard([path for _, path in named])
+    _refuse_same(itertools.combinations(declared, 2), "a command writes each of its files once")
+    guard = _Guard([path for _, path in declared])
     for name, path in _flatten(inputs):
         guard.add(name, path)
     previous, _guard = _guard, guard
@@ -381,8 +379,7 @@ def note_input(path: PathLike) -> None:
 
 def check_destination(path: PathLike) -> None:
     """Refuse to write `path` when it is one of the running command's inputs."""
-    found = _guard and _guard.find(Path(path))
-    if found:
+    if found := _guard and _guard.find(Path(path)):
         name, given = found
         raise LadError(
             f"{path} is the same file as {name} {given}: lad never writes over the files a "

@@ -43,6 +43,7 @@ FORMATS = {
     "JPEG": ".jpg", "MPO": ".jpg", "PNG": ".png", "GIF": ".gif", "BMP": ".bmp", "TIFF": ".tif",
     "WEBP": ".webp",
 }  # fmt: skip
+_FORMAT_NAMES = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WebP")  # FORMATS as messages name them
 _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N")
 _ALPHA = ("RGBA", "LA", "PA", "RGBa", "La")
 
@@ -207,9 +208,6 @@ def _opened(path: Path) -> Iterator[Any]:
 
 
 _PIL_LIMIT = threading.Lock()
-
-
-_FORMAT_NAMES = ("JPEG", "PNG", "GIF", "BMP", "TIFF", "WebP")
 
 
 def _open_unchecked(source: Path | io.BytesIO) -> Image.Image:

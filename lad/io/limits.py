@@ -70,10 +70,9 @@ def check_image_flags(image_size: int | None, image_options: dict | None) -> Non
     """--image-size and the pixel budget (--min-pixels, --max-pixels): positive, within limits."""
     sizes = {**(image_options or {}), "image_size": image_size}
     for key in ("image_size", "min_pixels", "max_pixels"):
-        value = sizes.get(key)
-        flag = "--" + key.replace("_", "-")
-        if value is None:
+        if (value := sizes.get(key)) is None:
             continue
+        flag = "--" + key.replace("_", "-")
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise RunError(f"{flag} must be a positive number of pixels. Got {value!r}.")
         (IMAGE_SIZE if key == "image_size" else PIXEL_BUDGET).check(value, f"{flag} {value}")
